@@ -1,0 +1,187 @@
+"""Generate ``protocol/messages.py`` and ``protocol/error_codes.py`` from Kafka's schema files.
+
+    python -m protocol.generate [--schemas DIR] [--errors FILE]
+
+DIR defaults to ``../shared/kafka-protocol/messages`` relative to the repo root, FILE to ``DIR/../ERRORS.md``.
+Only wire facts are emitted (names, types, versions, tags, defaults); the schemas' prose and comments are not.
+Every API (files with an ``apiKey``) gets a request and a response class; the header schemas are not generated
+(``protocol/headers.py`` handles headers by hand).
+"""
+
+import argparse
+import json
+import keyword
+import re
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SCHEMAS_DIR = REPO_ROOT.parent / "shared" / "kafka-protocol" / "messages"
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+PRIMITIVES = {"int8", "int16", "int32", "int64", "uint16", "uint32", "float64", "bool",
+              "string", "bytes", "records", "uuid"}
+INTEGERS = {"int8", "int16", "int32", "int64", "uint16", "uint32"}
+IGNORED_FIELD_KEYS = {"about", "ignorable", "entityType", "mapKey", "zeroCopy"}
+FIELD_KEYS = {"name", "type", "versions", "nullableVersions", "tag", "taggedVersions", "default", "fields"}
+RESERVED_NAMES = {"decode", "decode_from", "encode", "encode_chunks"}
+
+_COMMENT_OR_STRING = re.compile(r'"(?:\\.|[^"\\])*"|//[^\n]*')
+_SNAKE_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def load_schema(path: Path) -> dict:
+    text = _COMMENT_OR_STRING.sub(lambda m: m.group(0) if m.group(0)[0] == '"' else "", path.read_text())
+    return json.loads(text)
+
+
+def snake(name: str) -> str:
+    """PascalCase to snake_case; an acronym stays one word (``ISRNodes`` -> ``isr_nodes``)."""
+    return _SNAKE_BOUNDARY.sub("_", name).lower()
+
+
+def first_version(spec: str) -> int | None:
+    return None if spec == "none" else int(re.match(r"\d+", spec).group())
+
+
+def element_type(type_name: str) -> str:
+    return type_name[2:] if type_name.startswith("[]") else type_name
+
+
+def parse_default(field: dict):
+    raw, type_name = field["default"], field["type"]
+    if raw == "null":
+        return None
+    if type_name in INTEGERS:
+        return int(raw, 0) if isinstance(raw, str) else int(raw)
+    if type_name == "bool":
+        return raw in (True, "true")
+    if type_name == "float64":
+        return float(raw)
+    if type_name == "string":
+        return raw
+    raise ValueError(f"{field['name']}: unsupported default {raw!r} for type {type_name}")
+
+
+class _Structs:
+    """Struct definitions of one message by type name; a name must not be defined twice (as in Kafka)."""
+
+    def __init__(self, message: str):
+        self.message = message
+        self.by_name: dict[str, list] = {}
+
+    def define(self, name: str, fields: list) -> None:
+        if name in self.by_name:
+            raise ValueError(f"{self.message}: struct {name} defined more than once")
+        self.by_name[name] = fields
+        self.collect(fields)
+
+    def collect(self, fields: list) -> None:
+        for field in fields:
+            if "fields" in field:
+                self.define(element_type(field["type"]), field["fields"])
+
+
+def check_field(message: str, field: dict, structs: dict) -> None:
+    where = f"{message}.{field['name']}"
+    unknown = set(field) - FIELD_KEYS - IGNORED_FIELD_KEYS
+    if unknown:
+        raise ValueError(f"{where}: unsupported keys {sorted(unknown)}")
+    if ("tag" in field) != ("taggedVersions" in field):
+        raise ValueError(f"{where}: tag and taggedVersions go together")
+    base = element_type(field["type"])
+    if base not in PRIMITIVES and base not in structs:
+        raise ValueError(f"{where}: unknown type {field['type']}")
+    name = snake(field["name"])
+    if keyword.iskeyword(name) or name in RESERVED_NAMES or name.startswith("_"):
+        raise ValueError(f"{where}: attribute name {name!r} is not usable")
+
+
+def field_line(field: dict) -> str:
+    args = [repr(snake(field["name"])), repr(field["type"]), repr(field["versions"])]
+    if field.get("nullableVersions", "none") != "none":
+        args.append(f"nullable={field['nullableVersions']!r}")
+    if "tag" in field:
+        args.append(f"tag={field['tag']!r}, tagged={field['taggedVersions']!r}")
+    if "default" in field:
+        args.append(f"default={parse_default(field)!r}")
+    return f"F({', '.join(args)}),"
+
+
+def class_lines(message: str, name: str, fields: list, structs: dict, header: list[str]) -> list[str]:
+    names = [snake(f["name"]) for f in fields]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{message}.{name}: two fields map to one attribute name")
+    for field in fields:
+        check_field(message, field, structs)
+    lines = [f"class {name}(Message):", *(f"    {line}" for line in header)]
+    lines.append(f"    __slots__ = {tuple(names)!r}")
+    lines.append("    FIELDS = (")
+    lines += [f"        {field_line(f)}" for f in fields]
+    lines.append("    )")
+    return lines
+
+
+def message_lines(schema: dict) -> list[str]:
+    message = schema["name"]
+    registry = _Structs(message)
+    for common in schema.get("commonStructs", []):
+        registry.define(common["name"], common["fields"])
+    registry.collect(schema["fields"])
+    structs = registry.by_name
+    if message in structs:
+        raise ValueError(f"{message}: a struct is named like its message")
+    valid = schema["validVersions"]
+    header = [f"API_KEY = {schema['apiKey']}",
+              f"MIN_VERSION = {first_version(valid)}",
+              f"MAX_VERSION = {int(valid.split('-')[-1])}",
+              f"FLEXIBLE_MIN = {first_version(schema['flexibleVersions'])}"]
+    if schema.get("latestVersionUnstable"):
+        header.append("LATEST_VERSION_UNSTABLE = True")
+    lines = class_lines(message, message, schema["fields"], structs, header)
+    for struct_name, fields in structs.items():
+        lines.append("")
+        lines += [f"    {line}" for line in class_lines(message, struct_name, fields, structs, [])]
+    return lines
+
+
+def generate_messages(schemas_dir: Path) -> str:
+    schemas = [load_schema(path) for path in sorted(schemas_dir.glob("*.json"))]
+    schemas = sorted((s for s in schemas if "apiKey" in s), key=lambda s: (s["apiKey"], s["type"]))
+    out = ["# Generated by protocol/generate.py from Apache Kafka's message schemas; do not edit.",
+           "# Regenerate: python -m protocol.generate [--schemas DIR]",
+           "",
+           "from protocol.codec import Field as F, Message",
+           ""]
+    for schema in schemas:
+        out += ["", *message_lines(schema), ""]
+    return "\n".join(out)
+
+
+def generate_error_codes(errors_md: Path) -> str:
+    rows = re.findall(r"^\|\s*(-?\d+)\s*\|\s*`([A-Z0-9_]+)`\s*\|", errors_md.read_text(), re.M)
+    codes = sorted((int(code), name) for code, name in rows)
+    if len({code for code, _ in codes}) != len(codes) or len({name for _, name in codes}) != len(codes):
+        raise ValueError(f"{errors_md}: duplicate error code or name")
+    return "\n".join(["# Generated by protocol/generate.py from ERRORS.md (Kafka's error codes); do not edit.",
+                      "# Regenerate: python -m protocol.generate [--errors FILE]",
+                      "",
+                      "from enum import IntEnum",
+                      "",
+                      "",
+                      "class ErrorCode(IntEnum):",
+                      *(f"    {name} = {code}" for code, name in codes),
+                      ""])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m protocol.generate", description=__doc__.splitlines()[0])
+    parser.add_argument("--schemas", type=Path, default=DEFAULT_SCHEMAS_DIR, help="folder of *Request/*Response.json")
+    parser.add_argument("--errors", type=Path, default=None, help="ERRORS.md (default: DIR/../ERRORS.md)")
+    args = parser.parse_args(argv)
+    errors_md = args.errors or args.schemas.parent / "ERRORS.md"
+    (PACKAGE_DIR / "messages.py").write_text(generate_messages(args.schemas))
+    (PACKAGE_DIR / "error_codes.py").write_text(generate_error_codes(errors_md))
+
+
+if __name__ == "__main__":
+    main()
