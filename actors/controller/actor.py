@@ -1,0 +1,166 @@
+"""The controller's Ray shell: persists what the core decides, starts and stops partition actors,
+and serves metadata images to gateways (long-polled, so every gateway learns of a change at once).
+"""
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from actors.controller.core import BrokerInfo, ControllerCore, Outcome, TopicState
+from actors.controller.metadata_log import MetadataLog
+from cluster.config import TopicConfig
+
+METADATA_WAIT_S_MAX = 30.0
+
+
+@dataclass
+class MetadataImage:
+    """What a gateway needs to route requests: a versioned copy of the controller's state."""
+    version: int
+    cluster_id: str
+    controller_id: int
+    brokers: dict[int, BrokerInfo]
+    topics: dict[str, TopicState]
+    partition_actors: dict[tuple[uuid.UUID, int], Any] = field(default_factory=dict)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicState | None:
+        return next((t for t in self.topics.values() if t.topic_id == topic_id), None)
+
+
+class ControllerActor:
+    def __init__(self, broker_config: dict[str, Any]):
+        self.data_dir = Path(broker_config["log.dirs"]).resolve()
+        self.log = MetadataLog(self.data_dir / "__cluster_metadata" / "metadata.log")
+        records = list(self.log.replay())
+        cluster_id = next((r["cluster_id"] for r in records if r["type"] == "cluster"), None)
+        if cluster_id is None:
+            cluster_id = broker_config.get("cluster.id") or uuid.uuid4().hex[:22]
+            self.log.append([{"type": "cluster", "cluster_id": cluster_id}])
+        self.core = ControllerCore(broker_config, cluster_id)
+        for record in records:
+            if record["type"] != "cluster":
+                self.core.apply(record)
+        self.core.finish_replay()
+        self.partition_actors: dict[tuple[uuid.UUID, int], Any] = {}
+        self.changed = asyncio.Event()
+
+    # ---- metadata --------------------------------------------------------------------------
+    def image(self) -> MetadataImage:
+        c = self.core
+        return MetadataImage(c.metadata_version, c.cluster_id, c.controller_id(), dict(c.brokers),
+                             dict(c.topics), dict(self.partition_actors))
+
+    async def wait_for_metadata(self, known_version: int, timeout_s: float) -> MetadataImage:
+        """Answer as soon as the metadata is newer than `known_version`, or at the timeout."""
+        deadline = asyncio.get_running_loop().time() + min(timeout_s, METADATA_WAIT_S_MAX)
+        while self.core.metadata_version <= known_version:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                break
+            try:
+                await asyncio.wait_for(self.changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                break
+        return self.image()
+
+    def topic_configs(self, name: str) -> dict[str, Any] | None:
+        topic = self.core.topics.get(name)
+        return None if topic is None else {"effective": self.core.effective_configs(topic),
+                                           "overrides": dict(topic.configs)}
+
+    def broker_configs(self) -> dict[str, Any]:
+        return dict(self.core.broker_config)
+
+    # ---- commands --------------------------------------------------------------------------
+    def register_broker(self, info: BrokerInfo) -> MetadataImage:
+        self._persist(self.core.register_broker(info))
+        for topic in list(self.core.topics.values()):
+            self._start_partitions(topic)
+        return self.image()
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, Any], validate_only: bool = False,
+                     assignments: dict[int, list[int]] | None = None) -> tuple[int, str | None, dict | None]:
+        outcome = self.core.create_topic(name, num_partitions, replication_factor, configs,
+                                         assignments=assignments, validate_only=validate_only)
+        self._persist(outcome)
+        topic = self.core.topics.get(name)
+        if outcome.error_code or topic is None:
+            return outcome.error_code, outcome.message, None
+        self._start_partitions(topic)
+        return 0, None, {"topic_id": topic.topic_id, "num_partitions": len(topic.partitions),
+                         "replication_factor": len(topic.partitions[0].replicas),
+                         "configs": self.core.effective_configs(topic)}
+
+    async def delete_topic(self, name: str) -> tuple[int, str | None, uuid.UUID | None]:
+        topic = self.core.topics.get(name)
+        outcome = self.core.delete_topic(name)
+        self._persist(outcome)
+        if outcome.error_code:
+            return outcome.error_code, outcome.message, None
+        actors = [self.partition_actors.pop((topic.topic_id, p.index), None) for p in topic.partitions]
+        await asyncio.gather(*(a.delete.remote() for a in actors if a is not None), return_exceptions=True)
+        return 0, None, topic.topic_id
+
+    def create_partitions(self, name: str, count: int, validate_only: bool = False) -> tuple[int, str | None]:
+        outcome = self.core.create_partitions(name, count, validate_only=validate_only)
+        self._persist(outcome)
+        if not outcome.error_code and not validate_only:
+            self._start_partitions(self.core.topics[name])
+        return outcome.error_code, outcome.message
+
+    async def alter_topic_configs(self, name: str, configs: dict[str, Any], incremental: bool,
+                                  validate_only: bool = False) -> tuple[int, str | None]:
+        outcome = self.core.alter_topic_configs(name, configs, incremental=incremental, validate_only=validate_only)
+        self._persist(outcome)
+        if not outcome.error_code and not validate_only:
+            topic = self.core.topics[name]
+            config = TopicConfig.from_kafka(self.core.effective_configs(topic))
+            await asyncio.gather(*(self.partition_actors[(topic.topic_id, p.index)].reconfigure.remote(config)
+                                   for p in topic.partitions if (topic.topic_id, p.index) in self.partition_actors))
+        return outcome.error_code, outcome.message
+
+    def allocate_producer_id(self) -> int:
+        producer_id, outcome = self.core.allocate_producer_id()
+        self._persist(outcome)
+        return producer_id
+
+    async def shutdown(self) -> None:
+        """Close every partition actor this controller started (flushing their logs), then kill them."""
+        import ray
+        actors = list(self.partition_actors.values())
+        self.partition_actors.clear()
+        await asyncio.gather(*(a.close.remote() for a in actors), return_exceptions=True)
+        for a in actors:
+            ray.kill(a, no_restart=True)
+        self.log.close()
+
+    # ---- internals -------------------------------------------------------------------------
+    def _persist(self, outcome: Outcome) -> None:
+        """Write the records the core applied; wake metadata waiters. No await in between."""
+        if outcome.records:
+            self.log.append(outcome.records)
+            self.changed.set()
+            self.changed = asyncio.Event()
+
+    def _start_partitions(self, topic: TopicState) -> None:
+        from cluster.composition import start_partition
+        config = TopicConfig.from_kafka(self.core.effective_configs(topic))
+        started = False
+        for p in topic.partitions:
+            key = (topic.topic_id, p.index)
+            broker = self.core.brokers.get(p.leader)
+            if key in self.partition_actors or broker is None or not broker.node_id:
+                continue
+            spec = {"topic": topic.name, "topic_id": topic.topic_id, "partition": p.index,
+                    "leader_epoch": p.leader_epoch, "config": config,
+                    "log_dir": str(self.data_dir / f"broker-{p.leader}"), "internal": topic.internal}
+            self.partition_actors[key] = start_partition(spec, broker.node_id)
+            started = True
+        if started:
+            self.core.metadata_version += 1
+            self.changed.set()
+            self.changed = asyncio.Event()

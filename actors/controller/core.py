@@ -1,0 +1,235 @@
+"""The controller's pure state machine: brokers, topics (with topic ids), partitions, placement,
+per-topic configs and producer-id blocks.
+
+Every command validates, then returns the metadata records that express its effect; `apply` is the
+only place state changes, so replaying the metadata log rebuilds exactly the same state.
+"""
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster.config import ConfigError, topic_config_defaults, validate_topic_configs
+from protocol.errors import ErrorCode
+
+TOPIC_NAME_LENGTH_MAX = 249
+TOPIC_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9._-]+$")
+PARTITIONS_PER_TOPIC_MAX = 10000
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+
+@dataclass
+class BrokerInfo:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    node_id: str = ""  # the Ray node that hosts this broker
+
+
+@dataclass
+class PartitionState:
+    index: int
+    replicas: list[int]
+    leader: int
+    leader_epoch: int = 0
+    isr: list[int] = field(default_factory=list)
+
+
+@dataclass
+class TopicState:
+    name: str
+    topic_id: uuid.UUID
+    partitions: list[PartitionState]
+    configs: dict[str, Any]  # overrides only; effective = defaults | configs
+    internal: bool = False
+
+
+@dataclass
+class Outcome:
+    """What a command answers: an error code (0 on success), a message, and records to persist."""
+    error_code: int = 0
+    message: str | None = None
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+def topic_name_error(name: str) -> str | None:
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return f"topic name {name!r} is not allowed"
+    if len(name) > TOPIC_NAME_LENGTH_MAX:
+        return f"topic name is longer than {TOPIC_NAME_LENGTH_MAX} characters"
+    if not TOPIC_NAME_PATTERN.match(name):
+        return f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_' and '-'"
+    return None
+
+
+class ControllerCore:
+    def __init__(self, broker_config: dict[str, Any], cluster_id: str):
+        self.broker_config = broker_config
+        self.cluster_id = cluster_id
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.topics: dict[str, TopicState] = {}
+        self.topics_by_id: dict[uuid.UUID, TopicState] = {}
+        self.next_producer_id = 0
+        self.producer_id_limit = 0  # ids below this are reserved in the log
+        self.metadata_version = 0
+
+    # ---- queries -------------------------------------------------------------------------
+    def effective_configs(self, topic: TopicState) -> dict[str, Any]:
+        return topic_config_defaults(self.broker_config) | topic.configs
+
+    def controller_id(self) -> int:
+        return min(self.brokers) if self.brokers else -1
+
+    # ---- commands ------------------------------------------------------------------------
+    def register_broker(self, info: BrokerInfo) -> Outcome:
+        return self._commit([{"type": "broker", "broker_id": info.broker_id, "host": info.host,
+                              "port": info.port, "rack": info.rack, "node_id": info.node_id}])
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, Any], *, internal: bool = False,
+                     assignments: dict[int, list[int]] | None = None,
+                     validate_only: bool = False) -> Outcome:
+        problem = topic_name_error(name)
+        if problem:
+            return Outcome(ErrorCode.INVALID_TOPIC_EXCEPTION, problem + "; use letters, digits, '.', '_' or '-'")
+        if name in self.topics:
+            return Outcome(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        collides = next((t for t in self.topics if t.replace(".", "_") == name.replace(".", "_")), None)
+        if collides:
+            return Outcome(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                           f"topic {name!r} collides with existing topic {collides!r} ('.' and '_' collide in metric names)")
+        if name.startswith("__") and not internal:
+            return Outcome(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic names starting with '__' are reserved for internal topics")
+        if assignments:
+            num_partitions = len(assignments)
+            replication_factor = len(next(iter(assignments.values())))
+        if num_partitions == -1:
+            num_partitions = int(self.broker_config["num.partitions"])
+        if replication_factor == -1:
+            replication_factor = int(self.broker_config["default.replication.factor"])
+        if not 1 <= num_partitions <= PARTITIONS_PER_TOPIC_MAX:
+            return Outcome(ErrorCode.INVALID_PARTITIONS, f"number of partitions must be between 1 and {PARTITIONS_PER_TOPIC_MAX}")
+        if replication_factor < 1:
+            return Outcome(ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor must be at least 1")
+        if replication_factor > len(self.brokers):
+            return Outcome(ErrorCode.INVALID_REPLICATION_FACTOR,
+                           f"replication factor {replication_factor} is larger than the {len(self.brokers)} available brokers")
+        try:
+            typed = validate_topic_configs(configs)
+        except ConfigError as e:
+            return Outcome(ErrorCode.INVALID_CONFIG, str(e))
+        placement = assignments or self._place(len(self.topics), 0, num_partitions, replication_factor)
+        if validate_only:
+            return Outcome()
+        topic_id = uuid.uuid4()
+        return self._commit([{
+            "type": "topic", "name": name, "topic_id": topic_id.bytes, "internal": internal, "configs": typed,
+            "partitions": [{"index": i, "replicas": placement[i], "leader": placement[i][0], "leader_epoch": 0,
+                            "isr": placement[i]} for i in range(num_partitions)],
+        }])
+
+    def delete_topic(self, name: str) -> Outcome:
+        topic = self.topics.get(name)
+        if topic is None:
+            return Outcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        if not self.broker_config["delete.topic.enable"]:
+            return Outcome(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false on this cluster")
+        if topic.internal:
+            return Outcome(ErrorCode.INVALID_TOPIC_EXCEPTION, f"internal topic {name!r} cannot be deleted")
+        return self._commit([{"type": "delete_topic", "topic_id": topic.topic_id.bytes}])
+
+    def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> Outcome:
+        topic = self.topics.get(name)
+        if topic is None:
+            return Outcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        current = len(topic.partitions)
+        if count <= current:
+            return Outcome(ErrorCode.INVALID_PARTITIONS,
+                           f"topic {name!r} has {current} partitions; the new count must be larger")
+        if count > PARTITIONS_PER_TOPIC_MAX:
+            return Outcome(ErrorCode.INVALID_PARTITIONS, f"at most {PARTITIONS_PER_TOPIC_MAX} partitions per topic")
+        rf = len(topic.partitions[0].replicas)
+        if rf > len(self.brokers):
+            return Outcome(ErrorCode.INVALID_REPLICATION_FACTOR, "not enough brokers for the topic's replication factor")
+        if validate_only:
+            return Outcome()
+        placement = self._place(len(self.topics), current, count - current, rf)
+        return self._commit([{"type": "partitions", "topic_id": topic.topic_id.bytes, "added": [
+            {"index": current + i, "replicas": placement[i], "leader": placement[i][0], "leader_epoch": 0,
+             "isr": placement[i]} for i in range(count - current)]}])
+
+    def alter_topic_configs(self, name: str, configs: dict[str, Any], *, incremental: bool,
+                            validate_only: bool = False) -> Outcome:
+        topic = self.topics.get(name)
+        if topic is None:
+            return Outcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        try:
+            typed = validate_topic_configs({k: v for k, v in configs.items() if v is not None})
+        except ConfigError as e:
+            return Outcome(ErrorCode.INVALID_CONFIG, str(e))
+        merged = dict(topic.configs) if incremental else {}
+        merged.update(typed)
+        for key in [k for k, v in configs.items() if v is None]:
+            merged.pop(key, None)
+        if validate_only:
+            return Outcome()
+        return self._commit([{"type": "topic_configs", "topic_id": topic.topic_id.bytes, "configs": merged}])
+
+    def allocate_producer_id(self) -> tuple[int, Outcome]:
+        """Hand out the next producer id; ids are reserved in the log a block at a time."""
+        outcome = Outcome()
+        if self.next_producer_id >= self.producer_id_limit:
+            outcome = self._commit([{"type": "producer_ids",
+                                     "limit": self.next_producer_id + PRODUCER_ID_BLOCK_SIZE}])
+        producer_id = self.next_producer_id
+        self.next_producer_id += 1
+        return producer_id, outcome
+
+    # ---- replay --------------------------------------------------------------------------
+    def apply(self, record: dict[str, Any]) -> None:
+        kind = record["type"]
+        if kind == "broker":
+            self.brokers[record["broker_id"]] = BrokerInfo(record["broker_id"], record["host"], record["port"],
+                                                           record.get("rack"), record.get("node_id", ""))
+        elif kind == "topic":
+            topic = TopicState(record["name"], uuid.UUID(bytes=record["topic_id"]),
+                               [PartitionState(**p) for p in record["partitions"]],
+                               dict(record["configs"]), record["internal"])
+            self.topics[topic.name] = topic
+            self.topics_by_id[topic.topic_id] = topic
+        elif kind == "delete_topic":
+            topic = self.topics_by_id.pop(uuid.UUID(bytes=record["topic_id"]))
+            del self.topics[topic.name]
+        elif kind == "partitions":
+            topic = self.topics_by_id[uuid.UUID(bytes=record["topic_id"])]
+            topic.partitions.extend(PartitionState(**p) for p in record["added"])
+        elif kind == "topic_configs":
+            self.topics_by_id[uuid.UUID(bytes=record["topic_id"])].configs = dict(record["configs"])
+        elif kind == "producer_ids":
+            self.producer_id_limit = record["limit"]
+        else:
+            raise ValueError(f"unknown metadata record type {kind!r}")
+        self.metadata_version += 1
+
+    def finish_replay(self) -> None:
+        """After a restart, skip the rest of the last reserved block: some of it may be in use."""
+        self.next_producer_id = self.producer_id_limit
+
+    def _commit(self, records: list[dict[str, Any]]) -> Outcome:
+        for record in records:
+            self.apply(record)
+        return Outcome(records=records)
+
+    def _place(self, seed: int, first_index: int, count: int, replication_factor: int) -> dict[int, list[int]]:
+        """Round-robin replicas over brokers, each partition's replicas on distinct brokers."""
+        ids = sorted(self.brokers)
+        placement = {}
+        for i in range(count):
+            start = (seed + first_index + i) % len(ids)
+            placement[i] = [ids[(start + r) % len(ids)] for r in range(replication_factor)]
+        return placement

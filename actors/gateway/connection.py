@@ -1,0 +1,94 @@
+"""One client connection: frames in, requests dispatched concurrently, responses out in order.
+
+Kafka clients pipeline (librdkafka keeps up to 5 produce requests in flight per connection), so
+requests are handled concurrently while answers leave in request order. Malformed bytes close
+this connection and nothing else; domain errors travel inside responses.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable
+
+from protocol.framing import FrameDecoder, FrameTooLarge, MalformedFrame
+from protocol.errors import MalformedMessage
+
+log = logging.getLogger("kray.gateway")
+
+READ_CHUNK_BYTES = 256 * 1024
+INFLIGHT_REQUESTS_PER_CONNECTION_MAX = 16
+
+
+class CloseConnection(Exception):
+    """Raised by a handler when the only right answer is to drop the connection."""
+
+
+# A dispatcher takes one frame body and returns an awaitable of the response frame (or None: no answer).
+Dispatch = Callable[[memoryview], Awaitable[bytes | None]]
+
+
+async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dispatch: Dispatch,
+                           *, frame_bytes_max: int, idle_timeout_s: float) -> None:
+    peer = writer.get_extra_info("peername")
+    decoder = FrameDecoder(frame_bytes_max)
+    pending: asyncio.Queue[asyncio.Task | None] = asyncio.Queue(INFLIGHT_REQUESTS_PER_CONNECTION_MAX)
+    responder = asyncio.create_task(_respond_in_order(pending, writer))
+    try:
+        while not responder.done():
+            try:
+                data = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES), idle_timeout_s)
+            except asyncio.TimeoutError:
+                log.info("closing idle connection from %s", peer)
+                break
+            if not data:
+                break
+            try:
+                frames = decoder.feed(data)
+            except (FrameTooLarge, MalformedFrame) as e:
+                log.warning("closing connection from %s: %s", peer, e)
+                break
+            for body in frames:
+                await pending.put(asyncio.create_task(dispatch(body)))
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        if not responder.done():
+            await pending.put(None)
+            try:
+                await responder
+            except Exception:
+                pass
+        writer.close()
+        try:
+            await writer.wait_closed()
+        except Exception:
+            pass
+
+
+async def _respond_in_order(pending: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
+    while True:
+        task = await pending.get()
+        if task is None:
+            return
+        try:
+            frame = await task
+        except (CloseConnection, MalformedMessage) as e:
+            log.warning("closing connection from %s: %s", writer.get_extra_info("peername"), e)
+            _cancel_rest(pending)
+            writer.transport.abort()
+            return
+        except Exception:
+            log.exception("unexpected error handling a request; closing the connection")
+            _cancel_rest(pending)
+            writer.transport.abort()
+            return
+        if frame is not None:
+            writer.write(frame)
+            await writer.drain()
+
+
+def _cancel_rest(pending: asyncio.Queue) -> None:
+    while not pending.empty():
+        task = pending.get_nowait()
+        if task is not None:
+            task.cancel()

@@ -1,0 +1,101 @@
+"""What handlers see: the broker's identity and configs, the current metadata image, and typed
+clients for the actors they call. Ray stays behind `RayPartitions` and `RayController`; tests may
+hand handlers other implementations of the same methods.
+"""
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import ray
+
+
+class PartitionClient(Protocol):
+    async def produce(self, records: Any, *, leader_epoch: int, acks: int, timeout_ms: int) -> Any: ...
+    async def fetch(self, offset: int, max_bytes: int, *, leader_epoch: int, isolation_level: int) -> Any: ...
+    async def wait_for_data(self, offset: int, timeout_ms: int) -> bool: ...
+    async def list_offsets(self, timestamp: int, *, leader_epoch: int, isolation_level: int) -> Any: ...
+
+
+def as_array(buf: Any) -> np.ndarray:
+    """Hand record bytes to Ray as a numpy view: Ray moves it out of band, without pickling a copy."""
+    return np.frombuffer(buf, dtype=np.uint8)
+
+
+class RayPartition:
+    __slots__ = ("handle",)
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    async def produce(self, records, *, leader_epoch, acks, timeout_ms):
+        return await self.handle.produce.remote(as_array(records), leader_epoch, acks, timeout_ms)
+
+    async def fetch(self, offset, max_bytes, *, leader_epoch, isolation_level):
+        return await self.handle.fetch.remote(offset, max_bytes, leader_epoch, isolation_level)
+
+    async def wait_for_data(self, offset, timeout_ms):
+        ref = self.handle.wait_for_data.remote(offset, timeout_ms)
+        try:
+            return await ref
+        except asyncio.CancelledError:
+            ray.cancel(ref)
+            raise
+
+    async def list_offsets(self, timestamp, *, leader_epoch, isolation_level):
+        return await self.handle.list_offsets.remote(timestamp, leader_epoch, isolation_level)
+
+
+class RayController:
+    """Typed wrappers around the controller actor's methods."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    async def create_topic(self, name, num_partitions, replication_factor, configs, validate_only, assignments):
+        return await self.handle.create_topic.remote(name, num_partitions, replication_factor, configs,
+                                                     validate_only, assignments)
+
+    async def delete_topic(self, name):
+        return await self.handle.delete_topic.remote(name)
+
+    async def create_partitions(self, name, count, validate_only):
+        return await self.handle.create_partitions.remote(name, count, validate_only)
+
+    async def alter_topic_configs(self, name, configs, incremental, validate_only):
+        return await self.handle.alter_topic_configs.remote(name, configs, incremental, validate_only)
+
+    async def topic_configs(self, name):
+        return await self.handle.topic_configs.remote(name)
+
+    async def allocate_producer_id(self):
+        return await self.handle.allocate_producer_id.remote()
+
+    async def wait_for_metadata(self, known_version, timeout_s):
+        return await self.handle.wait_for_metadata.remote(known_version, timeout_s)
+
+
+@dataclass
+class GatewayContext:
+    broker_id: int
+    config: dict[str, Any]
+    controller: Any
+    metadata: Any = None  # actors.controller.actor.MetadataImage, replaced whole on each refresh
+    advertised: list[tuple[int, int, int]] = field(default_factory=list)
+    _clients: dict[tuple[uuid.UUID, int], Any] = field(default_factory=dict)
+
+    def set_metadata(self, image) -> None:
+        self.metadata = image
+        self._clients = {key: RayPartition(h) for key, h in image.partition_actors.items()}
+
+    def partition(self, topic_id: uuid.UUID, index: int):
+        return self._clients.get((topic_id, index))
+
+    async def refresh_metadata(self) -> None:
+        """Pull the controller's newest image now (after an admin change made through us)."""
+        image = await self.controller.wait_for_metadata(-1, 0)
+        if self.metadata is None or image.version >= self.metadata.version:
+            self.set_metadata(image)

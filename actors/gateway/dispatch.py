@@ -1,0 +1,65 @@
+"""From a frame body to a response frame: header, version checks, body decode, handler, encode.
+
+The table of handlers is the single source of what the gateway advertises in ApiVersions: an API
+that has no handler here is never advertised.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from protocol.apis import API_BY_KEY
+from protocol.errors import ErrorCode, MalformedMessage
+from protocol.headers import RequestHeader, decode_request_header, encode_response
+
+from actors.gateway.connection import CloseConnection
+
+log = logging.getLogger("kray.gateway")
+
+Handler = Callable[[Any, RequestHeader, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Route:
+    handler: Handler
+    min_version: int
+    max_version: int
+    no_response: Callable[[Any], bool] | None = None  # e.g. Produce with acks=0
+
+
+class Dispatcher:
+    def __init__(self, ctx: Any, routes: dict[int, Route]):
+        self.ctx = ctx
+        self.routes = routes
+
+    def advertised(self) -> list[tuple[int, int, int]]:
+        return sorted((key, r.min_version, r.max_version) for key, r in self.routes.items())
+
+    async def __call__(self, body: memoryview) -> bytes | None:
+        header, offset = decode_request_header(body)
+        route = self.routes.get(header.api_key)
+        spec = API_BY_KEY.get(header.api_key)
+        if route is None or spec is None:
+            raise CloseConnection(f"api key {header.api_key} is not supported")
+        if not route.min_version <= header.api_version <= route.max_version:
+            if header.api_key == 18:  # ApiVersions: answer in v0 so any client can read it
+                return self._unsupported_api_versions(header)
+            raise CloseConnection(f"{spec.name} v{header.api_version} is not supported "
+                                  f"(supported {route.min_version}-{route.max_version})")
+        request = spec.request.decode(body[offset:], header.api_version)
+        response = await route.handler(self.ctx, header, request)
+        if route.no_response is not None and route.no_response(request):
+            return None
+        return encode_response(header.api_key, header.api_version, header.correlation_id,
+                               response.encode(header.api_version))
+
+    def _unsupported_api_versions(self, header: RequestHeader) -> bytes:
+        from protocol.messages import ApiVersionsResponse
+        response = ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[
+            ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+            for k, lo, hi in self.advertised()])
+        return encode_response(18, 0, header.correlation_id, response.encode(0))
+
+
+__all__ = ["Dispatcher", "Route", "MalformedMessage"]

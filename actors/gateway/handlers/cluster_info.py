@@ -1,0 +1,87 @@
+"""Metadata, DescribeCluster and FindCoordinator: answers read from the metadata image.
+
+Every Ray node runs one gateway and every gateway is a broker; a partition's leader is the
+gateway on the node holding its leader replica.
+"""
+from __future__ import annotations
+
+import uuid
+
+from protocol.errors import ErrorCode
+from protocol.messages import DescribeClusterResponse, FindCoordinatorResponse, MetadataResponse
+
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def _topic_response(ctx, topic) -> MetadataResponse.MetadataResponseTopic:
+    return MetadataResponse.MetadataResponseTopic(
+        error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.internal,
+        topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        partitions=[MetadataResponse.MetadataResponsePartition(
+            error_code=0 if p.leader in ctx.metadata.brokers else ErrorCode.LEADER_NOT_AVAILABLE,
+            partition_index=p.index, leader_id=p.leader, leader_epoch=p.leader_epoch,
+            replica_nodes=list(p.replicas), isr_nodes=list(p.isr), offline_replicas=[])
+            for p in topic.partitions])
+
+
+async def handle_metadata(ctx, header, request) -> MetadataResponse:
+    version = header.api_version
+    image = ctx.metadata
+    all_topics = request.topics is None or (version == 0 and not request.topics)
+    topics = []
+    if all_topics:
+        topics = [_topic_response(ctx, t) for t in image.topics.values() if not t.internal]
+    else:
+        allow_create = request.allow_auto_topic_creation and ctx.config["auto.create.topics.enable"]
+        for wanted in request.topics:
+            if wanted.name is None and wanted.topic_id != ZERO_UUID:
+                topic = image.topic_by_id(wanted.topic_id)
+                topics.append(_topic_response(ctx, topic) if topic else MetadataResponse.MetadataResponseTopic(
+                    error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=wanted.topic_id,
+                    topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+                continue
+            topic = ctx.metadata.topics.get(wanted.name)
+            error = 0
+            if topic is None and allow_create:
+                error, _message, _created = await ctx.controller.create_topic(wanted.name, -1, -1, {}, False, None)
+                if error == ErrorCode.TOPIC_ALREADY_EXISTS:
+                    error = 0
+                await ctx.refresh_metadata()
+                topic = ctx.metadata.topics.get(wanted.name)
+            if topic is not None:
+                topics.append(_topic_response(ctx, topic))
+            else:
+                topics.append(MetadataResponse.MetadataResponseTopic(
+                    error_code=error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=wanted.name,
+                    topic_id=ZERO_UUID, topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+    return MetadataResponse(
+        throttle_time_ms=0, cluster_id=image.cluster_id, controller_id=image.controller_id,
+        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED, topics=topics,
+        brokers=[MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+                 for b in image.brokers.values()])
+
+
+async def handle_describe_cluster(ctx, header, request) -> DescribeClusterResponse:
+    image = ctx.metadata
+    return DescribeClusterResponse(
+        throttle_time_ms=0, error_code=0, endpoint_type=1, cluster_id=image.cluster_id,
+        controller_id=image.controller_id, cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=b.broker_id, host=b.host, port=b.port,
+                                                               rack=b.rack, is_fenced=False)
+                 for b in image.brokers.values()])
+
+
+COORDINATOR_NOT_BUILT = "Kray has no group or transaction coordinator yet"
+
+
+async def handle_find_coordinator(ctx, header, request) -> FindCoordinatorResponse:
+    """Coordinators arrive with consumer and share groups; until then say so clearly."""
+    if header.api_version < 4:
+        return FindCoordinatorResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                       error_message=COORDINATOR_NOT_BUILT, node_id=-1, host="", port=-1)
+    return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
+        FindCoordinatorResponse.Coordinator(key=key, node_id=-1, host="", port=-1,
+                                            error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                            error_message=COORDINATOR_NOT_BUILT)
+        for key in request.coordinator_keys])

@@ -1,0 +1,101 @@
+"""DescribeConfigs and IncrementalAlterConfigs for topics (and describing this broker)."""
+from __future__ import annotations
+
+from cluster.config import BROKER_DEFAULTS, TOPIC_CONFIG_SOURCES
+from protocol.errors import ErrorCode
+from protocol.messages import DescribeConfigsResponse, IncrementalAlterConfigsResponse
+
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_STATIC_BROKER, CONFIG_SOURCE_DEFAULT = 1, 4, 5
+CONFIG_TYPE_BOOLEAN, CONFIG_TYPE_STRING, CONFIG_TYPE_INT, CONFIG_TYPE_LONG = 1, 2, 3, 5
+OP_SET, OP_DELETE = 0, 1
+
+
+def _text(value) -> str | None:
+    if value is None:
+        return None
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _type(value) -> int:
+    if isinstance(value, bool):
+        return CONFIG_TYPE_BOOLEAN
+    if isinstance(value, int):
+        return CONFIG_TYPE_LONG
+    return CONFIG_TYPE_STRING
+
+
+def _entry(name, value, source, synonyms, wanted_synonyms):
+    return DescribeConfigsResponse.DescribeConfigsResourceResult(
+        name=name, value=_text(value), read_only=False, config_source=source, is_sensitive=False,
+        synonyms=synonyms if wanted_synonyms else [], config_type=_type(value), documentation=None)
+
+
+def _synonym(name, value, source):
+    return DescribeConfigsResponse.DescribeConfigsSynonym(name=name, value=_text(value), source=source)
+
+
+async def _describe_topic(ctx, resource, include_synonyms):
+    found = await ctx.controller.topic_configs(resource.resource_name)
+    if found is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {resource.resource_name!r} does not exist", []
+    configs = []
+    for key, value in sorted(found["effective"].items()):
+        synonyms = []
+        if key in found["overrides"]:
+            synonyms.append(_synonym(key, value, CONFIG_SOURCE_TOPIC))
+        broker_key = TOPIC_CONFIG_SOURCES.get(key)
+        if broker_key:
+            source = (CONFIG_SOURCE_STATIC_BROKER if ctx.config[broker_key] != BROKER_DEFAULTS[broker_key]
+                      else CONFIG_SOURCE_DEFAULT)
+            synonyms.append(_synonym(broker_key, ctx.config[broker_key], source))
+        source = synonyms[0].source if synonyms else CONFIG_SOURCE_DEFAULT
+        configs.append(_entry(key, value, source, synonyms, include_synonyms))
+    return 0, None, configs
+
+
+def _describe_broker(ctx, resource, include_synonyms):
+    if resource.resource_name not in ("", str(ctx.broker_id)):
+        return ErrorCode.INVALID_REQUEST, f"this is broker {ctx.broker_id}; ask broker {resource.resource_name}", []
+    configs = []
+    for key, value in sorted(ctx.config.items()):
+        source = CONFIG_SOURCE_STATIC_BROKER if value != BROKER_DEFAULTS.get(key) else CONFIG_SOURCE_DEFAULT
+        configs.append(_entry(key, value, source, [_synonym(key, value, source)], include_synonyms))
+    return 0, None, configs
+
+
+async def handle_describe_configs(ctx, header, request) -> DescribeConfigsResponse:
+    results = []
+    for resource in request.resources:
+        if resource.resource_type == RESOURCE_TOPIC:
+            error, message, configs = await _describe_topic(ctx, resource, request.include_synonyms)
+        elif resource.resource_type == RESOURCE_BROKER:
+            error, message, configs = _describe_broker(ctx, resource, request.include_synonyms)
+        else:
+            error, message, configs = ErrorCode.INVALID_REQUEST, f"resource type {resource.resource_type} is not supported", []
+        if resource.configuration_keys is not None:
+            configs = [c for c in configs if c.name in set(resource.configuration_keys)]
+        results.append(DescribeConfigsResponse.DescribeConfigsResult(
+            error_code=error, error_message=message, resource_type=resource.resource_type,
+            resource_name=resource.resource_name, configs=configs))
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+
+async def handle_incremental_alter_configs(ctx, header, request) -> IncrementalAlterConfigsResponse:
+    responses = []
+    for resource in request.resources:
+        error, message = 0, None
+        if resource.resource_type != RESOURCE_TOPIC:
+            error, message = ErrorCode.INVALID_REQUEST, "only topic configs can be altered in Kray so far"
+        elif any(c.config_operation not in (OP_SET, OP_DELETE) for c in resource.configs):
+            error, message = ErrorCode.INVALID_CONFIG, "APPEND and SUBTRACT apply to list configs; Kray's topic configs are not lists"
+        else:
+            changes = {c.name: (c.value if c.config_operation == OP_SET else None) for c in resource.configs}
+            error, message = await ctx.controller.alter_topic_configs(resource.resource_name, changes, True,
+                                                                      request.validate_only)
+        responses.append(IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+            error_code=error, error_message=message, resource_type=resource.resource_type,
+            resource_name=resource.resource_name))
+    return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=responses)
+
+

@@ -1,0 +1,42 @@
+"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3), earliest local (-4), latest
+tiered (-5) or the first offset at or after a timestamp, one Ray call per partition."""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from protocol.errors import ErrorCode
+from protocol.messages import ListOffsetsResponse
+
+log = logging.getLogger("kray.gateway")
+
+
+async def _one(client, p, isolation_level, response):
+    try:
+        r = await client.list_offsets(p.timestamp, leader_epoch=p.current_leader_epoch, isolation_level=isolation_level)
+    except Exception as e:
+        log.warning("list_offsets on a partition actor failed: %s", e)
+        response.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return
+    response.error_code, response.offset, response.timestamp, response.leader_epoch = r
+
+
+async def handle_list_offsets(ctx, header, request) -> ListOffsetsResponse:
+    jobs, topics = [], []
+    for lt in request.topics:
+        topic = ctx.metadata.topics.get(lt.name)
+        tr = ListOffsetsResponse.ListOffsetsTopicResponse(name=lt.name, partitions=[])
+        topics.append(tr)
+        for p in lt.partitions:
+            pr = ListOffsetsResponse.ListOffsetsPartitionResponse(partition_index=p.partition_index, timestamp=-1,
+                                                                  offset=-1, leader_epoch=-1)
+            tr.partitions.append(pr)
+            client = ctx.partition(topic.topic_id, p.partition_index) if topic else None
+            if client is None:
+                pr.error_code = (ErrorCode.NOT_LEADER_OR_FOLLOWER
+                                 if topic and p.partition_index < len(topic.partitions)
+                                 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            else:
+                jobs.append(_one(client, p, request.isolation_level, pr))
+    await asyncio.gather(*jobs)
+    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

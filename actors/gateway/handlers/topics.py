@@ -1,0 +1,80 @@
+"""CreateTopics, DeleteTopics, CreatePartitions: forwarded to the controller, one topic at a time."""
+from __future__ import annotations
+
+import uuid
+
+from protocol.errors import ErrorCode
+from protocol.messages import CreatePartitionsResponse, CreateTopicsResponse, DeleteTopicsResponse
+
+from actors.gateway.handlers.configs import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC
+
+ZERO_UUID = uuid.UUID(int=0)
+
+
+async def handle_create_topics(ctx, header, request) -> CreateTopicsResponse:
+    results = []
+    names = [t.name for t in request.topics]
+    for t in request.topics:
+        result = CreateTopicsResponse.CreatableTopicResult(name=t.name, topic_id=ZERO_UUID, num_partitions=-1,
+                                                           replication_factor=-1, configs=None)
+        results.append(result)
+        if names.count(t.name) > 1:
+            result.error_code, result.error_message = ErrorCode.INVALID_REQUEST, f"topic {t.name!r} is listed twice"
+            continue
+        if t.assignments and (t.num_partitions != -1 or t.replication_factor != -1):
+            result.error_code = ErrorCode.INVALID_REQUEST
+            result.error_message = "give either replica assignments or num_partitions/replication_factor, not both"
+            continue
+        assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
+        configs = {c.name: c.value for c in t.configs}
+        error, message, created = await ctx.controller.create_topic(
+            t.name, t.num_partitions, t.replication_factor, configs, request.validate_only, assignments)
+        result.error_code, result.error_message = error, message
+        if created:
+            result.topic_id = created["topic_id"]
+            result.num_partitions = created["num_partitions"]
+            result.replication_factor = created["replication_factor"]
+            overrides = {c.name for c in t.configs}
+            result.configs = [CreateTopicsResponse.CreatableTopicConfigs(
+                name=k, value=None if v is None else str(v).lower() if isinstance(v, bool) else str(v),
+                read_only=False, config_source=CONFIG_SOURCE_TOPIC if k in overrides else CONFIG_SOURCE_DEFAULT,
+                is_sensitive=False) for k, v in sorted(created["configs"].items())]
+    if not request.validate_only:
+        await ctx.refresh_metadata()
+    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+
+async def handle_delete_topics(ctx, header, request) -> DeleteTopicsResponse:
+    if header.api_version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, ZERO_UUID) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        result = DeleteTopicsResponse.DeletableTopicResult(name=name, topic_id=topic_id)
+        results.append(result)
+        if name is None:
+            topic = ctx.metadata.topic_by_id(topic_id)
+            if topic is None:
+                result.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+                continue
+            name = result.name = topic.name
+        error, message, deleted_id = await ctx.controller.delete_topic(name)
+        result.error_code, result.error_message = error, message
+        if deleted_id is not None:
+            result.topic_id = deleted_id
+    await ctx.refresh_metadata()
+    return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+
+
+async def handle_create_partitions(ctx, header, request) -> CreatePartitionsResponse:
+    results = []
+    for t in request.topics:
+        if t.assignments:
+            error, message = ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported yet"
+        else:
+            error, message = await ctx.controller.create_partitions(t.name, t.count, request.validate_only)
+        results.append(CreatePartitionsResponse.CreatePartitionsTopicResult(
+            name=t.name, error_code=error, error_message=message))
+    await ctx.refresh_metadata()
+    return CreatePartitionsResponse(throttle_time_ms=0, results=results)

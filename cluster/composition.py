@@ -1,0 +1,55 @@
+"""The one place where Kray's plain classes become Ray actors, with every option written out.
+
+Handlers and cores never import Ray; shells are plain classes; this module names, places and
+restarts them.
+"""
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+NAMESPACE = "kray"
+CONTROLLER_NAME = "controller"
+
+
+def gateway_name(broker_id: int) -> str:
+    return f"gateway-{broker_id}"
+
+
+def partition_name(topic_id: uuid.UUID, partition: int) -> str:
+    return f"partition-{topic_id.hex}-{partition}"
+
+
+def on_node(node_id: str, *, soft: bool = False) -> NodeAffinitySchedulingStrategy:
+    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=soft)
+
+
+def start_controller(broker_config: dict[str, Any], node_id: str):
+    from actors.controller.actor import ControllerActor
+    return ray.remote(ControllerActor).options(
+        name=CONTROLLER_NAME, namespace=NAMESPACE, lifetime=None, max_restarts=-1,
+        max_task_retries=0, num_cpus=0, max_concurrency=1000,
+        scheduling_strategy=on_node(node_id),
+    ).remote(broker_config)
+
+
+def start_gateway(broker_config: dict[str, Any], broker_id: int, node_id: str, controller):
+    from actors.gateway.actor import GatewayActor
+    return ray.remote(GatewayActor).options(
+        name=gateway_name(broker_id), namespace=NAMESPACE, lifetime=None, max_restarts=-1,
+        max_task_retries=0, num_cpus=0, max_concurrency=10000,
+        scheduling_strategy=on_node(node_id),
+    ).remote(broker_config, broker_id, controller)
+
+
+def start_partition(spec: dict[str, Any], node_id: str):
+    """One actor per topic-partition replica, pinned to the node whose disk holds its log."""
+    from actors.partition.actor import PartitionActor
+    return ray.remote(PartitionActor).options(
+        name=partition_name(spec["topic_id"], spec["partition"]), namespace=NAMESPACE, lifetime=None,
+        max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=10000,
+        scheduling_strategy=on_node(node_id),
+    ).remote(spec)

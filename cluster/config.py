@@ -1,0 +1,167 @@
+"""Broker and topic configuration, spelled as Kafka spells it.
+
+`BROKER_DEFAULTS` holds Kafka's shipped defaults for the keys Kray understands; a TOML file
+(`configs/local.toml` by default for `kray start`) and `--override key=value` flags layer on top.
+Topic configs derive from broker configs the way Kafka's do (`log.segment.bytes` is the default
+of the topic config `segment.bytes`).
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BROKER_DEFAULTS: dict[str, Any] = {
+    "broker.id": 0,
+    "listeners": "PLAINTEXT://127.0.0.1:9092",
+    "log.dirs": "./data",
+    "auto.create.topics.enable": True,
+    "num.partitions": 1,
+    "default.replication.factor": 1,
+    "delete.topic.enable": True,
+    "log.segment.bytes": 1073741824,
+    "log.index.interval.bytes": 4096,
+    "log.retention.ms": 604800000,
+    "log.retention.bytes": -1,
+    "log.retention.check.interval.ms": 300000,
+    "log.message.timestamp.type": "CreateTime",
+    "message.max.bytes": 1048588,
+    "min.insync.replicas": 1,
+    "socket.request.max.bytes": 104857600,
+    "connections.max.idle.ms": 600000,
+    "offsets.topic.num.partitions": 50,
+    "offsets.topic.replication.factor": 3,
+    "share.coordinator.state.topic.num.partitions": 50,
+    "share.coordinator.state.topic.replication.factor": 3,
+    "cluster.id": "",
+}
+
+# topic config -> the broker config that supplies its default
+TOPIC_CONFIG_SOURCES: dict[str, str] = {
+    "segment.bytes": "log.segment.bytes",
+    "segment.index.bytes": "",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "min.insync.replicas": "min.insync.replicas",
+    "cleanup.policy": "",
+}
+TOPIC_CONFIG_FIXED_DEFAULTS: dict[str, Any] = {"segment.index.bytes": 10485760, "cleanup.policy": "delete"}
+
+INT_TOPIC_CONFIGS = {"segment.bytes", "segment.index.bytes", "index.interval.bytes", "retention.ms",
+                     "retention.bytes", "max.message.bytes", "min.insync.replicas"}
+ENUM_TOPIC_CONFIGS = {"message.timestamp.type": {"CreateTime", "LogAppendTime"},
+                      "cleanup.policy": {"delete"}}
+
+
+class ConfigError(ValueError):
+    """A config key or value Kray cannot accept; the message says which and why."""
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {text!r} is not key=value (example: --override num.partitions=3)")
+    return key.strip(), coerce(key.strip(), raw.strip())
+
+
+def coerce(key: str, raw: Any) -> Any:
+    """Turn a string from the command line into the type of the key's default."""
+    default = BROKER_DEFAULTS.get(key)
+    if not isinstance(raw, str) or default is None:
+        return raw
+    if isinstance(default, bool):
+        if raw.lower() not in ("true", "false"):
+            raise ConfigError(f"{key} must be true or false, not {raw!r}")
+        return raw.lower() == "true"
+    if isinstance(default, int):
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"{key} must be an integer, not {raw!r}") from None
+    return raw
+
+
+def listener_address(config: dict[str, Any]) -> tuple[str, int]:
+    """(host, port) of the PLAINTEXT listener in `listeners` (Kray speaks PLAINTEXT only so far)."""
+    for listener in str(config["listeners"]).split(","):
+        scheme, sep, address = listener.strip().partition("://")
+        host, _, port = address.rpartition(":")
+        if sep and scheme.upper() == "PLAINTEXT" and port.isdigit():
+            return host.strip("[]") or "127.0.0.1", int(port)
+    raise ConfigError(f"listeners={config['listeners']!r} has no PLAINTEXT://host:port entry")
+
+
+def with_listener(config: dict[str, Any], host: str | None, port: int | None) -> dict[str, Any]:
+    current_host, current_port = listener_address(config)
+    return config | {"listeners": f"PLAINTEXT://{host or current_host}:{current_port if port is None else port}"}
+
+
+def load_broker_config(path: Path | None = None, overrides: list[str] = ()) -> dict[str, Any]:
+    config = dict(BROKER_DEFAULTS)
+    if path is not None:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+        config.update(doc.get("broker", doc))
+    for text in overrides:
+        key, value = parse_override(text)
+        config[key] = value
+    unknown = sorted(set(config) - set(BROKER_DEFAULTS))
+    if unknown:
+        raise ConfigError(f"unknown broker config {', '.join(unknown)}; known keys: see configs/local.toml")
+    return config
+
+
+def topic_config_defaults(broker: dict[str, Any]) -> dict[str, Any]:
+    out = dict(TOPIC_CONFIG_FIXED_DEFAULTS)
+    for key, source in TOPIC_CONFIG_SOURCES.items():
+        if source:
+            out[key] = broker[source]
+    return out
+
+
+def validate_topic_configs(configs: dict[str, Any]) -> dict[str, Any]:
+    """Check topic config overrides; return them typed. Raises ConfigError naming the bad key."""
+    out: dict[str, Any] = {}
+    for key, value in configs.items():
+        if key not in TOPIC_CONFIG_SOURCES:
+            raise ConfigError(f"unknown topic config {key!r}")
+        if value is None:
+            continue
+        if key in INT_TOPIC_CONFIGS:
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"topic config {key} must be an integer, not {value!r}") from None
+        elif key in ENUM_TOPIC_CONFIGS and value not in ENUM_TOPIC_CONFIGS[key]:
+            allowed = " | ".join(sorted(ENUM_TOPIC_CONFIGS[key]))
+            raise ConfigError(f"topic config {key} must be one of {allowed}, not {value!r}")
+        out[key] = value
+    return out
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """The effective configs of one topic, with units in the names."""
+    segment_bytes: int
+    index_interval_bytes: int
+    retention_ms: int
+    retention_bytes: int
+    max_message_bytes: int
+    log_append_time: bool
+    min_insync_replicas: int
+
+    @classmethod
+    def from_kafka(cls, effective: dict[str, Any]) -> "TopicConfig":
+        return cls(
+            segment_bytes=int(effective["segment.bytes"]),
+            index_interval_bytes=int(effective["index.interval.bytes"]),
+            retention_ms=int(effective["retention.ms"]),
+            retention_bytes=int(effective["retention.bytes"]),
+            max_message_bytes=int(effective["max.message.bytes"]),
+            log_append_time=effective["message.timestamp.type"] == "LogAppendTime",
+            min_insync_replicas=int(effective["min.insync.replicas"]),
+        )

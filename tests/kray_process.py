@@ -1,0 +1,77 @@
+"""Start and stop a real `kray start` process for end-to-end tests (no mock of our own broker)."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+READY = re.compile(r"bootstrap=(\S+)")
+STARTUP_TIMEOUT_S = 120
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class KrayProcess:
+    def __init__(self, data_dir: Path, *, port: int | None = None, overrides: tuple[str, ...] = ()):
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.overrides = overrides
+        self.proc: subprocess.Popen | None = None
+        self.bootstrap: str | None = None
+        self.output: list[str] = []
+
+    def start(self) -> str:
+        kray = Path(sys.executable).parent / "kray"
+        cmd = [str(kray), "start", "--port", str(self.port), "--data-dir", str(self.data_dir)]
+        for o in self.overrides:
+            cmd += ["--override", o]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+        ready = threading.Event()
+
+        def pump():
+            for line in self.proc.stdout:
+                self.output.append(line.rstrip())
+                m = READY.search(line)
+                if m and not ready.is_set():
+                    self.bootstrap = m.group(1)
+                    ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not ready.wait(0.2):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError("kray start did not become ready:\n" + "\n".join(self.output[-50:]))
+        return self.bootstrap
+
+    def stop(self, timeout_s: float = 60) -> int:
+        if self.proc is None:
+            return 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        finally:
+            self.proc = None
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+            self.proc = None
