@@ -29,12 +29,12 @@ def cmd_start(args) -> int:
     from cluster.local import LocalBroker
 
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     broker = LocalBroker(config)
     print(f"Starting Kray (data in {Path(config['log.dirs']).resolve()}) ...", flush=True)
     try:
         bootstrap = broker.start()
+        for sig in (signal.SIGINT, signal.SIGTERM):  # after ray.init, which installs its own handlers
+            signal.signal(sig, lambda *_: stop.set())
         print(f"Kray is ready: bootstrap={bootstrap}", flush=True)
         while not stop.wait(0.5):
             pass

@@ -1,0 +1,116 @@
+"""The partition's Ray shell: owns one PartitionCore (log + producer state) for one topic-partition,
+reads the clock, fences leader epochs, wakes long-polling fetches, and runs retention on a timer.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from actors.partition.core import PartitionCore
+from protocol.errors import ErrorCode
+
+log = logging.getLogger("kray.partition")
+PARTITION_METADATA_FILE = "partition.metadata"
+RETENTION_CHECK_INTERVAL_MS_DEFAULT = 300000
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PartitionActor:
+    def __init__(self, spec: dict[str, Any]):
+        self.topic: str = spec["topic"]
+        self.topic_id: uuid.UUID = spec["topic_id"]
+        self.partition: int = spec["partition"]
+        self.leader_epoch: int = spec["leader_epoch"]
+        self.dir = Path(spec["log_dir"]) / f"{self.topic}-{self.partition}"
+        self._claim_dir()
+        self.core = PartitionCore.open(self.dir, spec["config"], now_ms=now_ms())
+        self.data_arrived = asyncio.Event()
+        self.retention_interval_s = spec.get("retention_check_interval_ms", RETENTION_CHECK_INTERVAL_MS_DEFAULT) / 1000
+        self.retention_task: asyncio.Task | None = None
+
+    def _claim_dir(self) -> None:
+        """A directory left by a deleted topic of the same name is not ours: start empty."""
+        marker = self.dir / PARTITION_METADATA_FILE
+        if marker.exists() and marker.read_text().strip() != f"topic_id: {self.topic_id}":
+            shutil.rmtree(self.dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        marker.write_text(f"topic_id: {self.topic_id}\n")
+
+    def _fence(self, leader_epoch: int) -> int:
+        if leader_epoch == -1 or leader_epoch == self.leader_epoch:
+            return 0
+        return ErrorCode.FENCED_LEADER_EPOCH if leader_epoch < self.leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
+
+    def _ensure_retention_timer(self) -> None:
+        if self.retention_task is None:
+            self.retention_task = asyncio.get_running_loop().create_task(self._retention_loop())
+
+    async def _retention_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.retention_interval_s)
+            try:
+                self.core.retention_tick(now_ms())
+            except Exception:
+                log.exception("retention check of %s-%d failed", self.topic, self.partition)
+
+    async def produce(self, records: np.ndarray, leader_epoch: int, acks: int, timeout_ms: int):
+        self._ensure_retention_timer()
+        fenced = self._fence(leader_epoch)
+        if fenced:
+            return self.core.error_result(fenced)
+        result = self.core.produce(memoryview(records), now_ms=now_ms(), leader_epoch=self.leader_epoch)
+        if result.error_code == 0:
+            self.data_arrived.set()
+            self.data_arrived = asyncio.Event()
+        return result
+
+    async def fetch(self, offset: int, max_bytes: int, leader_epoch: int, isolation_level: int):
+        fenced = self._fence(leader_epoch)
+        if fenced:
+            return self.core.fetch_error(fenced)
+        result = self.core.fetch(offset, max_bytes, isolation_level=isolation_level)
+        if result.records is not None and len(result.records) > 0:
+            result.records = np.frombuffer(result.records, dtype=np.uint8)
+        return result
+
+    async def wait_for_data(self, offset: int, timeout_ms: int) -> bool:
+        """True as soon as records at or beyond `offset` are readable; False after timeout_ms."""
+        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        while self.core.high_watermark <= offset:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self.data_arrived.wait(), remaining)
+            except asyncio.TimeoutError:
+                return False
+        return True
+
+    async def list_offsets(self, timestamp: int, leader_epoch: int, isolation_level: int):
+        fenced = self._fence(leader_epoch)
+        if fenced:
+            return fenced, -1, -1, -1
+        error, offset, ts = self.core.list_offsets(timestamp, isolation_level=isolation_level)
+        return error, offset, ts, self.leader_epoch if error == 0 and offset >= 0 else -1
+
+    async def reconfigure(self, config) -> None:
+        self.core.reconfigure(config)
+
+    async def close(self) -> None:
+        if self.retention_task:
+            self.retention_task.cancel()
+        self.core.close()
+
+    async def delete(self) -> None:
+        await self.close()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,329 @@
+"""PartitionCore: one partition's log + idempotent-producer state + topic config, Ray-free.
+
+Every method that depends on time takes ``now_ms``; results carry Kafka error codes. Single
+replica for now: the high watermark follows the log end offset after each append.
+
+Kafka semantics followed (Kafka 4 broker: KafkaApis/ProduceRequest.validateRecords, UnifiedLog,
+LogValidator) — the checks run on batch headers only, before anything is written:
+
+* a produce blob must hold exactly one magic-2 batch (zero, several, or magic 0/1) -> INVALID_RECORD
+  (87); framing errors / CRC mismatch / unknown codec -> CORRUPT_MESSAGE (2); batch larger than
+  max.message.bytes -> MESSAGE_TOO_LARGE (10); blob larger than segment.bytes ->
+  RECORD_LIST_TOO_LARGE (18); baseOffset != 0, count != lastOffsetDelta+1, control batches from
+  clients, idempotent batch without a sequence -> INVALID_RECORD (87);
+* CreateTime topics: the batch's maxTimestamp must be <= now + message.timestamp.after.max.ms and
+  its baseTimestamp >= now - message.timestamp.before.max.ms, else INVALID_TIMESTAMP (32). Kafka
+  checks every record; checking the header (max and first timestamps) avoids decoding bodies;
+* transactional batches -> INVALID_TXN_STATE (48) until transactions exist (what Kafka answers
+  when a transactional write is not part of a verified ongoing transaction);
+* idempotent batches go through the ProducerStateTable (duplicates answer the original offset).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from protocol.errors import ErrorCode
+from protocol.record_batch import (
+    COMPRESSION_ZSTD, NO_TIMESTAMP, CorruptRecord, UnsupportedMagic, crc_is_valid, iter_batches,
+)
+
+from .log import (
+    DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_BYTES, DEFAULT_SEGMENT_INDEX_BYTES,
+    DEFAULT_SEGMENT_MS, Log, OffsetOutOfRange,
+)
+from .producer_state import (
+    DEFAULT_MAX_PRODUCER_IDS, DEFAULT_PRODUCER_ID_EXPIRATION_MS, Action, ProducerStateTable,
+    delete_snapshots_above, load_latest_snapshot, write_snapshot,
+)
+
+# ListOffsets special timestamps
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+LONG_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class PartitionConfig:
+    """Per-partition topic config, units in the names (Kafka key in the comment)."""
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES                    # segment.bytes
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES      # index.interval.bytes
+    segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES        # segment.index.bytes
+    segment_ms: int = DEFAULT_SEGMENT_MS                          # segment.ms
+    retention_ms: int = 7 * 24 * 3600 * 1000                      # retention.ms (-1: forever)
+    retention_bytes: int = -1                                     # retention.bytes (-1: no limit)
+    max_message_bytes: int = 1048588                              # max.message.bytes
+    log_append_time: bool = False                                 # message.timestamp.type
+    message_timestamp_before_max_ms: int = LONG_MAX               # message.timestamp.before.max.ms
+    message_timestamp_after_max_ms: int = 3_600_000               # message.timestamp.after.max.ms
+    producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS  # producer.id.expiration.ms
+    max_producer_ids: int = DEFAULT_MAX_PRODUCER_IDS
+
+    @classmethod
+    def of(cls, config: Any) -> "PartitionConfig":
+        """Accept a PartitionConfig, None, a dict, or any object with same-named attributes
+        (e.g. cluster.config.TopicConfig); ``message_timestamp_type`` strings are understood."""
+        if config is None:
+            return cls()
+        if isinstance(config, cls):
+            return config
+        get = config.get if isinstance(config, dict) else (lambda k, d=None: getattr(config, k, d))
+        values = {f.name: get(f.name) for f in fields(cls) if get(f.name) is not None}
+        timestamp_type = get("message_timestamp_type")
+        if timestamp_type is not None:
+            values["log_append_time"] = timestamp_type == "LogAppendTime"
+        return cls(**values)
+
+
+@dataclass
+class ProduceResult:
+    error_code: int
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    record_errors: list = field(default_factory=list)   # [(batch_index, message)]
+    error_message: str | None = None
+
+
+@dataclass
+class FetchResult:
+    error_code: int
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: Any = b""
+    error_message: str | None = None
+
+
+class PartitionCore:
+    def __init__(self, directory: Path, log: Log, producers: ProducerStateTable, config: PartitionConfig):
+        self.directory = directory
+        self.config = config
+        self._log = log
+        self._producers = producers
+
+    @classmethod
+    def open(cls, directory: Path | str, config: Any = None, *, now_ms: int = NO_TIMESTAMP) -> "PartitionCore":
+        config = PartitionConfig.of(config)
+        directory = Path(directory)
+        log = Log.open(directory, segment_bytes=config.segment_bytes,
+                       index_interval_bytes=config.index_interval_bytes,
+                       max_index_bytes=config.segment_index_bytes, segment_ms=config.segment_ms,
+                       now_ms=now_ms)
+        producers = _rebuild_producer_state(directory, log, config.max_producer_ids)
+        return cls(directory, log, producers, config)
+
+    # --- views ------------------------------------------------------------------------------
+
+    @property
+    def log(self) -> Log:
+        return self._log
+
+    @property
+    def producers(self) -> ProducerStateTable:
+        return self._producers
+
+    @property
+    def high_watermark(self) -> int:
+        return self._log.high_watermark
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log.log_end_offset
+
+    def error_result(self, error_code: int, message: str | None = None) -> ProduceResult:
+        return ProduceResult(error_code, -1, -1, self._log.log_start_offset, [], message)
+
+    def fetch_error(self, error_code: int, message: str | None = None) -> FetchResult:
+        return FetchResult(error_code, -1, -1, -1, b"", message)
+
+    # --- produce ----------------------------------------------------------------------------
+
+    def produce(self, records, *, now_ms: int, leader_epoch: int) -> ProduceResult:
+        config = self.config
+        try:
+            batches = list(iter_batches(records if isinstance(records, memoryview) else memoryview(records)))
+        except UnsupportedMagic as exc:
+            return self.error_result(ErrorCode.INVALID_RECORD, f"{exc}; produce requires magic 2")
+        except CorruptRecord as exc:
+            return self.error_result(ErrorCode.CORRUPT_MESSAGE, str(exc))
+        if len(batches) != 1:
+            return self.error_result(ErrorCode.INVALID_RECORD,
+                                     f"a produce request must carry exactly one record batch per "
+                                     f"partition, got {len(batches)}")
+        batch = batches[0]
+        if batch.size_bytes > config.max_message_bytes:
+            return self.error_result(ErrorCode.MESSAGE_TOO_LARGE,
+                                     f"batch of {batch.size_bytes} bytes exceeds max.message.bytes "
+                                     f"{config.max_message_bytes}")
+        if not crc_is_valid(batch):
+            return self.error_result(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
+        if batch.size_bytes > config.segment_bytes:
+            return self.error_result(ErrorCode.RECORD_LIST_TOO_LARGE,
+                                     f"batch of {batch.size_bytes} bytes exceeds segment.bytes")
+        invalid = _invalid_client_batch(batch)
+        if invalid:
+            code, message = invalid
+            return self.error_result(code, message)
+        if not config.log_append_time and batch.max_timestamp != NO_TIMESTAMP:
+            if (batch.max_timestamp - now_ms > config.message_timestamp_after_max_ms
+                    or now_ms - batch.base_timestamp > config.message_timestamp_before_max_ms):
+                return self.error_result(
+                    ErrorCode.INVALID_TIMESTAMP,
+                    f"timestamps [{batch.base_timestamp}, {batch.max_timestamp}] out of range "
+                    f"[now - {config.message_timestamp_before_max_ms}, now + "
+                    f"{config.message_timestamp_after_max_ms}]")
+
+        idempotent = batch.producer_id >= 0
+        if idempotent:
+            verdict = self._producers.check(batch.producer_id, batch.producer_epoch,
+                                            batch.base_sequence, batch.last_sequence)
+            if verdict.action == Action.DUPLICATE:
+                dup = verdict.duplicate
+                return ProduceResult(ErrorCode.NONE, dup.first_offset,
+                                     dup.timestamp_ms if config.log_append_time else -1,
+                                     self._log.log_start_offset)
+            if verdict.action == Action.REJECT:
+                return self.error_result(verdict.error_code, verdict.message)
+
+        try:
+            info = self._log.append(records, leader_epoch=leader_epoch, now_ms=now_ms,
+                                    log_append_time=config.log_append_time)
+        except OSError as exc:
+            return self.error_result(ErrorCode.KAFKA_STORAGE_ERROR, f"log write failed: {exc}")
+        if info.rolled and len(self._producers):
+            # snapshot the table as of the new segment's base offset, before this batch (Kafka: at roll)
+            write_snapshot(self.directory, info.base_offset, self._producers)
+        if idempotent:
+            self._producers.record(batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                                   batch.last_sequence, info.base_offset, info.last_offset,
+                                   info.max_timestamp_ms)
+        self._log.high_watermark = self._log.log_end_offset
+        return ProduceResult(ErrorCode.NONE, info.base_offset, info.log_append_time_ms,
+                             self._log.log_start_offset)
+
+    # --- fetch / offsets --------------------------------------------------------------------
+
+    def fetch(self, offset: int, max_bytes: int, *, isolation_level: int = READ_UNCOMMITTED) -> FetchResult:
+        """Consumer fetch, bounded by the high watermark (= last stable offset: no transactions)."""
+        log = self._log
+        high_watermark = log.high_watermark
+        try:
+            records = log.read(offset, max_bytes, max_offset=high_watermark)
+        except OffsetOutOfRange as exc:
+            return FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, high_watermark, high_watermark,
+                               log.log_start_offset, b"", str(exc))
+        except OSError as exc:
+            return self.fetch_error(ErrorCode.KAFKA_STORAGE_ERROR, f"log read failed: {exc}")
+        return FetchResult(ErrorCode.NONE, high_watermark, high_watermark, log.log_start_offset, records)
+
+    def list_offsets(self, timestamp: int, *, isolation_level: int = READ_UNCOMMITTED) -> tuple[int, int, int]:
+        """ListOffsets for one partition: (error_code, offset, timestamp_ms).
+
+        -2 earliest / -4 earliest-local -> log start offset; -1 latest -> high watermark (= LSO);
+        -3 max timestamp -> first record carrying the max timestamp; -5 latest-tiered -> offset -1
+        (no tiered storage, as Kafka answers when remote storage is off); t >= 0 -> first record
+        with timestamp >= t. Results at/after the high watermark (not yet visible) and unknown
+        negative timestamps answer offset -1, timestamp -1."""
+        log = self._log
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return ErrorCode.NONE, log.log_start_offset, NO_TIMESTAMP
+        if timestamp == LATEST_TIMESTAMP:
+            return ErrorCode.NONE, log.high_watermark, NO_TIMESTAMP
+        if timestamp == MAX_TIMESTAMP:
+            found = log.max_timestamp_offset()
+        elif timestamp >= 0:
+            found = log.offset_for_timestamp(timestamp)
+        else:
+            found = None
+        if found is None or found[0] >= log.high_watermark:
+            return ErrorCode.NONE, -1, NO_TIMESTAMP
+        return ErrorCode.NONE, found[0], found[1]
+
+    def delete_records(self, offset: int) -> tuple[int, int]:
+        """DeleteRecords: (error_code, low_watermark). offset -1 means the high watermark."""
+        log = self._log
+        target = log.high_watermark if offset == -1 else offset
+        try:
+            return ErrorCode.NONE, log.delete_records_before(target)
+        except OffsetOutOfRange:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, -1
+
+    # --- maintenance ------------------------------------------------------------------------
+
+    def retention_tick(self, now_ms: int) -> list[int]:
+        """Apply retention.ms / retention.bytes and expire idle producer ids. Returns the base
+        offsets of deleted segments."""
+        config = self.config
+        deleted = self._log.apply_retention(now_ms, retention_ms=config.retention_ms,
+                                            retention_bytes=config.retention_bytes)
+        self._producers.expire(now_ms, config.producer_id_expiration_ms)
+        return deleted
+
+    def reconfigure(self, config: Any) -> None:
+        self.config = PartitionConfig.of(config)
+        log = self._log
+        log.segment_bytes = self.config.segment_bytes
+        log.index_interval_bytes = self.config.index_interval_bytes
+        log.max_index_bytes = self.config.segment_index_bytes
+        log.segment_ms = self.config.segment_ms
+        self._producers.max_producer_ids = self.config.max_producer_ids
+
+    def truncate_to(self, offset: int, *, now_ms: int = NO_TIMESTAMP) -> None:
+        """Replication truncation: cut the log and rebuild producer state from snapshot + log."""
+        self._log.truncate_to(offset, now_ms=now_ms)
+        self._producers = _rebuild_producer_state(self.directory, self._log, self.config.max_producer_ids)
+
+    def close(self) -> None:
+        write_snapshot(self.directory, self._log.log_end_offset, self._producers)
+        self._log.close()
+
+
+def _invalid_client_batch(batch) -> tuple[int, str] | None:
+    """LogValidator.validateBatch for client appends, plus what we do not support yet."""
+    if batch.compression > COMPRESSION_ZSTD:
+        return ErrorCode.CORRUPT_MESSAGE, f"unknown compression type {batch.compression}"
+    if batch.base_offset != 0:
+        return ErrorCode.INVALID_RECORD, f"batch baseOffset must be 0, got {batch.base_offset}"
+    if batch.records_count <= 0 or batch.last_offset_delta + 1 != batch.records_count:
+        return (ErrorCode.INVALID_RECORD,
+                f"inconsistent batch: lastOffsetDelta {batch.last_offset_delta}, count {batch.records_count}")
+    if batch.is_control:
+        return ErrorCode.INVALID_RECORD, "clients are not allowed to write control records"
+    if batch.producer_id >= 0 and batch.base_sequence < 0:
+        return ErrorCode.INVALID_RECORD, f"invalid sequence number {batch.base_sequence}"
+    if batch.is_transactional:
+        return ErrorCode.INVALID_TXN_STATE, "transactional produce is not supported"
+    return None
+
+
+def _rebuild_producer_state(directory: Path, log: Log, max_producer_ids: int) -> ProducerStateTable:
+    """Newest snapshot at or below the log end offset, then replay batch headers after it."""
+    log_end_offset = log.log_end_offset
+    delete_snapshots_above(directory, log_end_offset)
+    loaded = load_latest_snapshot(directory, log_end_offset, max_producer_ids=max_producer_ids)
+    if loaded is None:
+        snapshot_offset, table = -1, ProducerStateTable(max_producer_ids=max_producer_ids)
+    else:
+        snapshot_offset, table = loaded
+    start = max(snapshot_offset, log.log_start_offset)
+    if start < log_end_offset:
+        for header in log.iter_batch_headers(start):
+            if header.base_offset < snapshot_offset or header.producer_id < 0 or header.is_control:
+                continue
+            table.record(header.producer_id, header.producer_epoch, header.base_sequence,
+                         header.last_sequence, header.base_offset, header.last_offset,
+                         header.max_timestamp)
+    return table

@@ -1,0 +1,395 @@
+"""A partition's segmented on-disk log (Kafka's UnifiedLog/LocalLog without replication or tiers).
+
+Directory layout::
+
+    00000000000000000000.log / .index / .timeindex    one Segment per base offset
+    log-start-offset-checkpoint                       survives retention / DeleteRecords
+    .kray_cleanshutdown                               present only between close() and open()
+
+Functional core: no clock reads (``now_ms`` is passed in), no threads. Appends are not fsynced
+(Kafka relies on replication + the page cache); a segment is fsynced when it is rolled, and
+:meth:`Log.flush` / :meth:`Log.close` fsync the active one.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from protocol.record_batch import (
+    INT32_MAX, NO_TIMESTAMP, BatchHeader, CorruptRecord, iter_batches, patch_base_offset,
+    patch_leader_epoch, set_log_append_time,
+)
+
+from .segment import (
+    INDEX_SUFFIX, LOCATE_READ_BYTES, LOG_SUFFIX, MAX_SEGMENT_BYTES, TIME_INDEX_SUFFIX, Segment,
+)
+
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN_MARKER = ".kray_cleanshutdown"   # written by close(), consumed by open()
+
+DEFAULT_SEGMENT_BYTES = 1024 * 1024 * 1024        # segment.bytes
+DEFAULT_INDEX_INTERVAL_BYTES = 4096               # index.interval.bytes
+DEFAULT_SEGMENT_INDEX_BYTES = 10 * 1024 * 1024    # segment.index.bytes
+DEFAULT_SEGMENT_MS = 7 * 24 * 3600 * 1000         # segment.ms
+
+
+class OffsetOutOfRange(Exception):
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int):
+        super().__init__(f"offset {offset} outside [{log_start_offset}, {log_end_offset}]")
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int      # -1 unless LogAppendTime stamped the batches
+    max_timestamp_ms: int
+    rolled: bool = False         # a new segment was started for this append
+
+
+def _write_text_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+class Log:
+    def __init__(self, directory: Path, segments: list[Segment], log_start_offset: int, *,
+                 segment_bytes: int, index_interval_bytes: int, max_index_bytes: int, segment_ms: int):
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        self.index_interval_bytes = index_interval_bytes
+        self.max_index_bytes = max_index_bytes
+        self.segment_ms = segment_ms
+        self._segments = segments
+        self._base_offsets = [s.base_offset for s in segments]
+        self._log_start_offset = log_start_offset
+        self._high_watermark = self.log_end_offset
+
+    # --- opening / recovery -----------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: Path | str, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+             index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+             max_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES,
+             segment_ms: int = DEFAULT_SEGMENT_MS, now_ms: int = NO_TIMESTAMP) -> "Log":
+        """Open (or create) the log in ``directory``.
+
+        Recovery: older segments are trusted (indexes rebuilt only if missing/inconsistent); the
+        active (last) segment is CRC-checked from its last index entry after a clean shutdown, or
+        entirely (indexes rebuilt) after an unclean one, like Kafka's recovery past the recovery
+        point; a torn/corrupt tail is truncated at the last good batch boundary. The high watermark starts at the log end offset
+        (single replica); replication can lower it."""
+        if not 0 < segment_bytes <= MAX_SEGMENT_BYTES:
+            raise ValueError(f"segment_bytes must be in (0, {MAX_SEGMENT_BYTES}]")
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        bases = sorted(int(p.stem) for p in directory.glob("*" + LOG_SUFFIX) if p.stem.isdigit())
+        for path in directory.iterdir():
+            stale = path.suffix == ".tmp" or (
+                path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and path.stem.isdigit()
+                and int(path.stem) not in bases)
+            if stale:
+                path.unlink()
+        marker = directory / CLEAN_SHUTDOWN_MARKER
+        clean_shutdown = marker.exists()
+        marker.unlink(missing_ok=True)
+        checkpoint = directory / LOG_START_OFFSET_CHECKPOINT
+        log_start_offset = int(checkpoint.read_text().strip()) if checkpoint.exists() else 0
+        knobs = dict(index_interval_bytes=index_interval_bytes, max_index_bytes=max_index_bytes)
+        last = len(bases) - 1
+        segments = [Segment.open(directory, base, recover=(i == last),
+                                 full_recovery=(i == last and not clean_shutdown), **knobs)
+                    for i, base in enumerate(bases)]
+        if not segments:
+            segments = [Segment.create(directory, log_start_offset, now_ms=now_ms, **knobs)]
+        log_end_offset = segments[-1].next_offset
+        log_start_offset = min(max(log_start_offset, segments[0].base_offset), log_end_offset)
+        return cls(directory, segments, log_start_offset, segment_bytes=segment_bytes,
+                   index_interval_bytes=index_interval_bytes, max_index_bytes=max_index_bytes,
+                   segment_ms=segment_ms)
+
+    # --- offsets ----------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, offset: int) -> None:
+        self._high_watermark = max(self._log_start_offset, min(offset, self.log_end_offset))
+
+    @property
+    def active_segment_base_offset(self) -> int:
+        return self._segments[-1].base_offset
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._base_offsets)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self._segments)
+
+    def _checkpoint_log_start_offset(self) -> None:
+        _write_text_atomically(self.directory / LOG_START_OFFSET_CHECKPOINT,
+                               f"{self._log_start_offset}\n")
+
+    def _segment_slot(self, offset: int) -> int:
+        return max(0, bisect_right(self._base_offsets, offset) - 1)
+
+    # --- append -----------------------------------------------------------------------------
+
+    def append(self, records, *, leader_epoch: int | None, now_ms: int,
+               log_append_time: bool = False, assign_offsets: bool = True) -> AppendInfo:
+        """Append ≥1 whole batches with one write.
+
+        Offsets are assigned by patching each batch's baseOffset (and partitionLeaderEpoch unless
+        ``leader_epoch`` is None) in one writable copy of the blob; ``log_append_time`` stamps
+        maxTimestamp (CRC recomputed). With ``assign_offsets=False`` (replication) the batches keep
+        their offsets, which must continue exactly at the log end offset. Caller validates
+        CRC/limits."""
+        buf = bytearray(records)
+        view = memoryview(buf)
+        next_offset = self.log_end_offset
+        batches: list[tuple[int, int, int, int, int]] = []
+        max_timestamp = NO_TIMESTAMP
+        for header in iter_batches(view):
+            position = header.offset_in_buf
+            if header.last_offset_delta < 0:
+                raise CorruptRecord(f"negative lastOffsetDelta in batch at position {position}")
+            if assign_offsets:
+                base_offset = next_offset
+                patch_base_offset(view, position, base_offset)
+            else:
+                base_offset = header.base_offset
+                if base_offset != next_offset:  # gap-free, see Segment._scan_tail
+                    raise ValueError(f"batch offset {base_offset} is not the next offset {next_offset}")
+            if leader_epoch is not None:
+                patch_leader_epoch(view, position, leader_epoch)
+            batch_max_timestamp = header.max_timestamp
+            if log_append_time:
+                set_log_append_time(view, position, now_ms)
+                batch_max_timestamp = now_ms
+            last_offset = base_offset + header.last_offset_delta
+            batches.append((position, base_offset, last_offset, batch_max_timestamp, header.size_bytes))
+            max_timestamp = max(max_timestamp, batch_max_timestamp)
+            next_offset = last_offset + 1
+        if not batches:
+            raise CorruptRecord("no record batches to append")
+        rolled = self._maybe_roll(len(buf), batches[0][1], batches[-1][2], batches[0][3], now_ms)
+        self._segments[-1].append(view, batches)
+        return AppendInfo(batches[0][1], batches[-1][2], now_ms if log_append_time else NO_TIMESTAMP,
+                          max_timestamp, rolled)
+
+    def _maybe_roll(self, size_bytes: int, first_offset: int, last_offset: int,
+                    first_max_timestamp_ms: int, now_ms: int) -> bool:
+        active = self._segments[-1]
+        if active.size_bytes == 0:
+            return False
+        if active.first_batch_timestamp_ms >= 0:
+            waited_ms = first_max_timestamp_ms - active.first_batch_timestamp_ms
+        else:
+            waited_ms = now_ms - active.created_ms if active.created_ms >= 0 and now_ms >= 0 else 0
+        if (active.size_bytes + size_bytes > self.segment_bytes
+                or active.offset_index.is_full() or active.time_index.is_full()
+                or last_offset - active.base_offset > INT32_MAX
+                or (self.segment_ms >= 0 and waited_ms > self.segment_ms)):
+            self.roll(max(first_offset, self.log_end_offset), now_ms=now_ms)
+            return True
+        return False
+
+    def roll(self, base_offset: int | None = None, *, now_ms: int = NO_TIMESTAMP) -> Segment:
+        """Start a new active segment at ``base_offset`` (default: the log end offset)."""
+        base_offset = self.log_end_offset if base_offset is None else base_offset
+        previous = self._segments[-1]
+        previous.mark_inactive()
+        previous.fsync()  # Kafka flushes a segment once it is rolled: recovery then trusts it
+        segment = Segment.create(self.directory, base_offset, now_ms=now_ms,
+                                 index_interval_bytes=self.index_interval_bytes,
+                                 max_index_bytes=self.max_index_bytes)
+        if previous.size_bytes == 0:  # an empty active segment is simply replaced
+            self._drop_segments([previous], delete_files=previous.base_offset != base_offset)
+        self._segments.append(segment)
+        self._base_offsets.append(base_offset)
+        return segment
+
+    # --- read -------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytes:
+        """Whole batches starting with the batch containing ``offset`` (it may start before
+        ``offset``; clients skip). At most ``max_bytes`` unless the first batch alone is larger
+        (KIP-74: one whole batch is always returned if there is one), never batches at or beyond
+        ``max_offset`` (the high watermark). Reads stay within one segment, like Kafka's.
+        Empty at the end; OffsetOutOfRange outside [log_start_offset, log_end_offset]."""
+        log_end_offset = self.log_end_offset
+        if offset < self._log_start_offset or offset > log_end_offset:
+            raise OffsetOutOfRange(offset, self._log_start_offset, log_end_offset)
+        upper = log_end_offset if max_offset is None else min(max_offset, log_end_offset)
+        if offset >= upper:
+            return b""
+        for segment in self._segments[self._segment_slot(offset):]:
+            if segment.base_offset >= upper:
+                break
+            data = segment.read(offset, max_bytes, upper)
+            if data is not None:
+                return data
+        return b""
+
+    def iter_batch_headers(self, start_offset: int | None = None) -> Iterator[BatchHeader]:
+        """Headers (only the 61-byte header is guaranteed readable) from the batch containing
+        ``start_offset`` (default: log start) to the end; used for producer-state rebuilds."""
+        offset = self._log_start_offset if start_offset is None else start_offset
+        for segment in self._segments[self._segment_slot(offset):]:
+            found = segment.locate(offset)
+            if found is None:
+                continue
+            for _position, header in segment.scan(found[0], segment.size_bytes, whole=False):
+                yield header
+
+    # --- timestamps -------------------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the earliest record with timestamp >= ``timestamp_ms``.
+
+        Exact: segments are skipped by max timestamp, the time index narrows the start, batch
+        headers are walked, and only the first batch whose maxTimestamp qualifies is decoded."""
+        for segment in self._segments:
+            if segment.max_timestamp_ms < timestamp_ms:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp_ms, self._log_start_offset)
+            if found is not None:
+                return found
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record carrying the log's max timestamp (ListOffsets -3)."""
+        best = None
+        for segment in self._segments:
+            if segment.max_timestamp_ms != NO_TIMESTAMP and (
+                    best is None or segment.max_timestamp_ms > best.max_timestamp_ms):
+                best = segment
+        return None if best is None else best.max_timestamp_record()
+
+    # --- retention / deletion ---------------------------------------------------------------
+
+    def apply_retention(self, now_ms: int, *, retention_ms: int, retention_bytes: int) -> list[int]:
+        """Delete whole segments, oldest first, like Kafka's deleteOldSegments: by time (segment's
+        largest timestamp older than now - retention_ms), then by size (while the log exceeds
+        retention_bytes), then segments wholly below log_start_offset. -1 disables a limit. Only
+        segments wholly below the high watermark go; if every segment qualifies the active one is
+        rolled first. Returns the deleted segments' base offsets."""
+        deleted: list[int] = []
+        if retention_ms >= 0:
+            deleted += self._delete_prefix(
+                lambda segment, _next: now_ms - segment.largest_timestamp_ms() > retention_ms, now_ms)
+        if retention_bytes >= 0:
+            excess = [self.size_bytes - retention_bytes]
+
+            def over_size(segment: Segment, _next: Segment | None) -> bool:
+                if excess[0] - segment.size_bytes >= 0:
+                    excess[0] -= segment.size_bytes
+                    return True
+                return False
+            deleted += self._delete_prefix(over_size, now_ms)
+        deleted += self._delete_prefix(
+            lambda _segment, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset, now_ms)
+        return deleted
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: advance log_start_offset to ``offset`` (<= high watermark) and delete
+        segments wholly below it. Returns the new log start offset (the low watermark)."""
+        if offset > self._high_watermark or offset < 0:
+            raise OffsetOutOfRange(offset, self._log_start_offset, self._high_watermark)
+        if offset > self._log_start_offset:
+            self._log_start_offset = offset
+            self._checkpoint_log_start_offset()
+            self._delete_prefix(
+                lambda _segment, nxt: nxt is not None and nxt.base_offset <= offset, NO_TIMESTAMP)
+        return self._log_start_offset
+
+    def _delete_prefix(self, predicate: Callable[[Segment, Segment | None], bool], now_ms: int) -> list[int]:
+        doomed: list[Segment] = []
+        segments = self._segments
+        for i, segment in enumerate(segments):
+            nxt = segments[i + 1] if i + 1 < len(segments) else None
+            upper = nxt.base_offset if nxt is not None else self.log_end_offset
+            last_and_empty = nxt is None and segment.size_bytes == 0
+            if self._high_watermark >= upper and not last_and_empty and predicate(segment, nxt):
+                doomed.append(segment)
+            else:
+                break
+        if not doomed:
+            return []
+        if len(doomed) == len(segments):
+            self.roll(now_ms=now_ms)
+        self._drop_segments(doomed, delete_files=True)
+        new_start = max(self._log_start_offset, self._segments[0].base_offset)
+        if new_start != self._log_start_offset:
+            self._log_start_offset = new_start
+            self._checkpoint_log_start_offset()
+        return [s.base_offset for s in doomed]
+
+    def _drop_segments(self, doomed: list[Segment], *, delete_files: bool) -> None:
+        ids = {id(s) for s in doomed}
+        self._segments = [s for s in self._segments if id(s) not in ids]
+        self._base_offsets = [s.base_offset for s in self._segments]
+        for segment in doomed:
+            segment.delete() if delete_files else segment.close()
+
+    def truncate_to(self, offset: int, *, now_ms: int = NO_TIMESTAMP) -> None:
+        """Remove every batch whose last offset is >= ``offset`` (replication truncation). Below
+        the log start offset the log is emptied and restarts at ``offset``."""
+        if offset >= self.log_end_offset:
+            return
+        if offset < self._log_start_offset or offset <= self._segments[0].base_offset:
+            fresh = Segment.create(self.directory, offset, now_ms=now_ms,
+                                   index_interval_bytes=self.index_interval_bytes,
+                                   max_index_bytes=self.max_index_bytes)
+            self._drop_segments([s for s in self._segments if s.base_offset != offset], delete_files=True)
+            for segment in self._segments:  # a segment at the same base offset: its files are reused
+                segment.close()
+            self._segments, self._base_offsets = [fresh], [offset]
+            self._log_start_offset = offset
+            self._checkpoint_log_start_offset()
+        else:
+            self._drop_segments([s for s in self._segments if s.base_offset >= offset], delete_files=True)
+            self._segments[-1].truncate_to(offset)
+        self._high_watermark = min(self._high_watermark, self.log_end_offset)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync the active segment and its indexes (rolled segments were fsynced at roll)."""
+        self._segments[-1].fsync()
+
+    def close(self) -> None:
+        """Flush everything and leave the clean-shutdown marker (next open skips full recovery)."""
+        active = self._segments[-1]
+        if active.fd < 0:
+            return
+        active.mark_inactive()
+        self.flush()
+        for segment in self._segments:
+            segment.close()
+        _write_text_atomically(self.directory / CLEAN_SHUTDOWN_MARKER, "")

@@ -1,0 +1,238 @@
+"""Idempotent-producer state for one partition (Kafka's ProducerStateManager, data batches only).
+
+Per producer id: the current epoch and metadata of the last 5 appended batches, which is what
+``max.in.flight.requests.per.connection <= 5`` needs for duplicate detection. Rules (Kafka 4,
+``ProducerAppendInfo`` / ``ProducerStateEntry``):
+
+* a batch whose (epoch, first seq, last seq) matches a cached batch is a duplicate: answered with
+  success and the original offsets, nothing appended;
+* epoch older than the current one -> INVALID_PRODUCER_EPOCH (47) (since 2.7 / KIP-588 produce
+  answers 47, not PRODUCER_FENCED (90));
+* newer epoch -> must start at sequence 0, else OUT_OF_ORDER_SEQUENCE_NUMBER (45);
+* same epoch -> first seq must be last seq + 1 (wrapping INT32_MAX -> 0), else 45;
+* unknown producer id (new, expired, or evicted) -> accepted whatever its sequence (KIP-360:
+  Kafka 4 no longer answers UNKNOWN_PRODUCER_ID; ``checkSequence`` skips the check when the
+  current epoch is NO_PRODUCER_EPOCH).
+
+Persistence is Kafka-style: ``<offset>.snapshot`` files (msgpack, CRC-32C) hold the table as of
+``offset``; the partition rebuilds by loading the newest snapshot <= log end offset and replaying
+batch headers from there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+from typing import NamedTuple
+
+import msgpack
+from crc32c import crc32c
+
+from protocol.errors import ErrorCode
+
+NUM_BATCHES_TO_RETAIN = 5
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+INT32_MAX = 2**31 - 1
+
+OUT_OF_ORDER_SEQUENCE_NUMBER = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER   # 45
+INVALID_PRODUCER_EPOCH = ErrorCode.INVALID_PRODUCER_EPOCH               # 47
+
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000   # producer.id.expiration.ms
+DEFAULT_MAX_PRODUCER_IDS = 200_000               # per partition; least recently written evicted
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024
+SNAPSHOTS_TO_KEEP = 2
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp_ms: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    producer_id: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    batches: deque = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    last_timestamp_ms: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    def find_duplicate(self, producer_epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if producer_epoch != self.producer_epoch:
+            return None
+        for batch in self.batches:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        return None
+
+
+class Action(IntEnum):
+    APPEND = 0
+    DUPLICATE = 1
+    REJECT = 2
+
+
+class Verdict(NamedTuple):
+    action: Action
+    error_code: int = 0
+    duplicate: BatchMetadata | None = None
+    message: str = ""
+
+
+APPEND = Verdict(Action.APPEND)
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+class ProducerStateTable:
+    def __init__(self, *, max_producer_ids: int = DEFAULT_MAX_PRODUCER_IDS):
+        self.max_producer_ids = max_producer_ids
+        self._entries: dict[int, ProducerEntry] = {}   # insertion order == least recently written first
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entry(self, producer_id: int) -> ProducerEntry | None:
+        return self._entries.get(producer_id)
+
+    def check(self, producer_id: int, producer_epoch: int, base_sequence: int,
+              last_sequence: int) -> Verdict:
+        entry = self._entries.get(producer_id)
+        if entry is None or entry.producer_epoch == NO_PRODUCER_EPOCH:
+            return APPEND
+        duplicate = entry.find_duplicate(producer_epoch, base_sequence, last_sequence)
+        if duplicate is not None:
+            return Verdict(Action.DUPLICATE, 0, duplicate)
+        if producer_epoch < entry.producer_epoch:
+            return Verdict(Action.REJECT, INVALID_PRODUCER_EPOCH, None,
+                           f"epoch {producer_epoch} of producer {producer_id} is older than "
+                           f"the current epoch {entry.producer_epoch}")
+        if producer_epoch > entry.producer_epoch:
+            if base_sequence != 0:
+                return Verdict(Action.REJECT, OUT_OF_ORDER_SEQUENCE_NUMBER, None,
+                               f"new epoch {producer_epoch} of producer {producer_id} must start "
+                               f"at sequence 0, got {base_sequence}")
+            return APPEND
+        if not in_sequence(entry.last_seq, base_sequence):
+            return Verdict(Action.REJECT, OUT_OF_ORDER_SEQUENCE_NUMBER, None,
+                           f"out of order sequence {base_sequence} for producer {producer_id}, "
+                           f"expected {(entry.last_seq + 1) % (INT32_MAX + 1)}")
+        return APPEND
+
+    def record(self, producer_id: int, producer_epoch: int, base_sequence: int, last_sequence: int,
+               first_offset: int, last_offset: int, timestamp_ms: int) -> None:
+        """Remember an appended batch (after ``check`` said APPEND, or when replaying the log)."""
+        entry = self._entries.pop(producer_id, None)
+        if entry is None:
+            entry = ProducerEntry(producer_id)
+        if producer_epoch != entry.producer_epoch:
+            entry.producer_epoch = producer_epoch
+            entry.batches.clear()
+        entry.batches.append(BatchMetadata(base_sequence, last_sequence, first_offset, last_offset,
+                                           timestamp_ms))
+        entry.last_timestamp_ms = timestamp_ms
+        self._entries[producer_id] = entry
+        while len(self._entries) > self.max_producer_ids:
+            del self._entries[next(iter(self._entries))]
+
+    def expire(self, now_ms: int, expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> int:
+        """Forget producers whose last batch timestamp is expiration_ms or more before now_ms."""
+        stale = [pid for pid, e in self._entries.items() if now_ms - e.last_timestamp_ms >= expiration_ms]
+        for pid in stale:
+            del self._entries[pid]
+        return len(stale)
+
+    # --- (de)serialisation ------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        producers = [[e.producer_id, e.producer_epoch, e.last_timestamp_ms,
+                      [[b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp_ms]
+                       for b in e.batches]]
+                     for e in self._entries.values()]
+        body = msgpack.packb([SNAPSHOT_VERSION, producers])
+        return crc32c(body).to_bytes(4, "big") + body
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, max_producer_ids: int = DEFAULT_MAX_PRODUCER_IDS) -> "ProducerStateTable":
+        """Raise ValueError on a corrupt or unknown snapshot."""
+        if len(data) < 4 or int.from_bytes(data[:4], "big") != crc32c(data[4:]):
+            raise ValueError("producer snapshot CRC mismatch")
+        try:
+            version, producers = msgpack.unpackb(data[4:])
+            if version != SNAPSHOT_VERSION:
+                raise ValueError(f"unknown producer snapshot version {version}")
+            table = cls(max_producer_ids=max_producer_ids)
+            for producer_id, epoch, last_timestamp_ms, batches in producers:
+                entry = ProducerEntry(producer_id, epoch, last_timestamp_ms=last_timestamp_ms)
+                entry.batches.extend(BatchMetadata(*b) for b in batches)
+                table._entries[producer_id] = entry
+        except (TypeError, ValueError, msgpack.UnpackException) as exc:
+            raise ValueError(f"corrupt producer snapshot: {exc}") from None
+        return table
+
+
+# --- snapshot files -------------------------------------------------------------------------
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def list_snapshots(directory: Path) -> list[int]:
+    return sorted(int(p.stem) for p in Path(directory).glob("*" + SNAPSHOT_SUFFIX) if p.stem.isdigit())
+
+
+def write_snapshot(directory: Path, offset: int, table: ProducerStateTable,
+                   *, keep: int = SNAPSHOTS_TO_KEEP) -> Path:
+    """Atomically write the table as of ``offset`` and prune all but the newest ``keep``."""
+    path = snapshot_path(directory, offset)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(table.to_bytes())
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    for old in list_snapshots(directory)[:-keep]:
+        snapshot_path(directory, old).unlink(missing_ok=True)
+    return path
+
+
+def delete_snapshots_above(directory: Path, offset: int) -> None:
+    """Drop snapshots taken beyond ``offset`` (after a truncation or a lost tail)."""
+    for snap in list_snapshots(directory):
+        if snap > offset:
+            snapshot_path(directory, snap).unlink(missing_ok=True)
+
+
+def load_latest_snapshot(directory: Path, max_offset: int, *,
+                         max_producer_ids: int = DEFAULT_MAX_PRODUCER_IDS
+                         ) -> tuple[int, ProducerStateTable] | None:
+    """Newest readable snapshot at or below ``max_offset``; corrupt ones are deleted."""
+    for offset in reversed(list_snapshots(directory)):
+        if offset > max_offset:
+            continue
+        path = snapshot_path(directory, offset)
+        try:
+            if path.stat().st_size > MAX_SNAPSHOT_BYTES:
+                raise ValueError("producer snapshot too large")
+            return offset, ProducerStateTable.from_bytes(path.read_bytes(),
+                                                         max_producer_ids=max_producer_ids)
+        except (OSError, ValueError):
+            path.unlink(missing_ok=True)
+    return None
