@@ -12,6 +12,8 @@ from typing import Any, Protocol
 import numpy as np
 import ray
 
+from actors.gateway.coalesce import ProduceCoalescer
+
 
 class PartitionClient(Protocol):
     async def produce(self, records: Any, *, leader_epoch: int, acks: int, timeout_ms: int) -> Any: ...
@@ -26,13 +28,17 @@ def as_array(buf: Any) -> np.ndarray:
 
 
 class RayPartition:
-    __slots__ = ("handle",)
+    __slots__ = ("handle", "coalescer")
 
     def __init__(self, handle):
         self.handle = handle
+        self.coalescer = ProduceCoalescer(self._send)
+
+    async def _send(self, blobs, leader_epoch, acks, timeout_ms):
+        return await self.handle.produce.remote([as_array(b) for b in blobs], leader_epoch, acks, timeout_ms)
 
     async def produce(self, records, *, leader_epoch, acks, timeout_ms):
-        return await self.handle.produce.remote(as_array(records), leader_epoch, acks, timeout_ms)
+        return await self.coalescer.produce(records, leader_epoch=leader_epoch, acks=acks, timeout_ms=timeout_ms)
 
     async def fetch(self, offset, max_bytes, *, leader_epoch, isolation_level):
         return await self.handle.fetch.remote(offset, max_bytes, leader_epoch, isolation_level)
@@ -89,7 +95,9 @@ class GatewayContext:
 
     def set_metadata(self, image) -> None:
         self.metadata = image
-        self._clients = {key: RayPartition(h) for key, h in image.partition_actors.items()}
+        old = self._clients
+        self._clients = {key: old[key] if key in old and old[key].handle == h else RayPartition(h)
+                         for key, h in image.partition_actors.items()}
 
     def partition(self, topic_id: uuid.UUID, index: int):
         return self._clients.get((topic_id, index))

@@ -63,16 +63,18 @@ class PartitionActor:
             except Exception:
                 log.exception("retention check of %s-%d failed", self.topic, self.partition)
 
-    async def produce(self, records: np.ndarray, leader_epoch: int, acks: int, timeout_ms: int):
+    async def produce(self, blobs: list[np.ndarray], leader_epoch: int, acks: int, timeout_ms: int) -> list:
+        """Append each blob (one client request's record batch for this partition) in order."""
         self._ensure_retention_timer()
         fenced = self._fence(leader_epoch)
         if fenced:
-            return self.core.error_result(fenced)
-        result = self.core.produce(memoryview(records), now_ms=now_ms(), leader_epoch=self.leader_epoch)
-        if result.error_code == 0:
+            return [self.core.error_result(fenced) for _ in blobs]
+        now = now_ms()
+        results = [self.core.produce(memoryview(b), now_ms=now, leader_epoch=self.leader_epoch) for b in blobs]
+        if any(r.error_code == 0 for r in results):
             self.data_arrived.set()
             self.data_arrived = asyncio.Event()
-        return result
+        return results
 
     async def fetch(self, offset: int, max_bytes: int, leader_epoch: int, isolation_level: int):
         fenced = self._fence(leader_epoch)

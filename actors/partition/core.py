@@ -204,8 +204,12 @@ class PartitionCore:
         except OSError as exc:
             return self.error_result(ErrorCode.KAFKA_STORAGE_ERROR, f"log write failed: {exc}")
         if info.rolled and len(self._producers):
-            # snapshot the table as of the new segment's base offset, before this batch (Kafka: at roll)
-            write_snapshot(self.directory, info.base_offset, self._producers)
+            # snapshot the table as of the new segment's base offset, before this batch (Kafka: at
+            # roll); best effort: without it a restart replays more of the log
+            try:
+                write_snapshot(self.directory, info.base_offset, self._producers)
+            except OSError:
+                pass
         if idempotent:
             self._producers.record(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                                    batch.last_sequence, info.base_offset, info.last_offset,
@@ -216,12 +220,15 @@ class PartitionCore:
 
     # --- fetch / offsets --------------------------------------------------------------------
 
-    def fetch(self, offset: int, max_bytes: int, *, isolation_level: int = READ_UNCOMMITTED) -> FetchResult:
-        """Consumer fetch, bounded by the high watermark (= last stable offset: no transactions)."""
+    def fetch(self, offset: int, max_bytes: int, *, isolation_level: int = READ_UNCOMMITTED,
+              min_one_batch: bool = True) -> FetchResult:
+        """Consumer fetch, bounded by the high watermark (= last stable offset: no transactions).
+        ``min_one_batch``: KIP-74, a first batch larger than max_bytes is still returned whole
+        (Kafka does so for the first partition of a response only)."""
         log = self._log
         high_watermark = log.high_watermark
         try:
-            records = log.read(offset, max_bytes, max_offset=high_watermark)
+            records = log.read(offset, max_bytes, max_offset=high_watermark, min_one_batch=min_one_batch)
         except OffsetOutOfRange as exc:
             return FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, high_watermark, high_watermark,
                                log.log_start_offset, b"", str(exc))

@@ -25,7 +25,7 @@ from protocol.record_batch import (
 )
 
 from .segment import (
-    INDEX_SUFFIX, LOCATE_READ_BYTES, LOG_SUFFIX, MAX_SEGMENT_BYTES, TIME_INDEX_SUFFIX, Segment,
+    INDEX_SUFFIX, LOG_SUFFIX, MAX_SEGMENT_BYTES, TIME_INDEX_SUFFIX, Segment,
 )
 
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -90,24 +90,28 @@ class Log:
         Recovery: older segments are trusted (indexes rebuilt only if missing/inconsistent); the
         active (last) segment is CRC-checked from its last index entry after a clean shutdown, or
         entirely (indexes rebuilt) after an unclean one, like Kafka's recovery past the recovery
-        point; a torn/corrupt tail is truncated at the last good batch boundary. The high watermark starts at the log end offset
-        (single replica); replication can lower it."""
+        point; a torn/corrupt tail is truncated at the last good batch boundary. The high
+        watermark starts at the log end offset (single replica); replication can lower it."""
         if not 0 < segment_bytes <= MAX_SEGMENT_BYTES:
             raise ValueError(f"segment_bytes must be in (0, {MAX_SEGMENT_BYTES}]")
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         bases = sorted(int(p.stem) for p in directory.glob("*" + LOG_SUFFIX) if p.stem.isdigit())
+        known = set(bases)
         for path in directory.iterdir():
             stale = path.suffix == ".tmp" or (
                 path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and path.stem.isdigit()
-                and int(path.stem) not in bases)
+                and int(path.stem) not in known)
             if stale:
                 path.unlink()
         marker = directory / CLEAN_SHUTDOWN_MARKER
         clean_shutdown = marker.exists()
         marker.unlink(missing_ok=True)
         checkpoint = directory / LOG_START_OFFSET_CHECKPOINT
-        log_start_offset = int(checkpoint.read_text().strip()) if checkpoint.exists() else 0
+        try:
+            log_start_offset = int(checkpoint.read_text().strip())
+        except (OSError, ValueError):  # missing or torn: the first segment's base offset wins
+            log_start_offset = 0
         knobs = dict(index_interval_bytes=index_interval_bytes, max_index_bytes=max_index_bytes)
         last = len(bases) - 1
         segments = [Segment.open(directory, base, recover=(i == last),
@@ -236,10 +240,12 @@ class Log:
 
     # --- read -------------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytes:
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_batch: bool = True) -> bytes:
         """Whole batches starting with the batch containing ``offset`` (it may start before
         ``offset``; clients skip). At most ``max_bytes`` unless the first batch alone is larger
-        (KIP-74: one whole batch is always returned if there is one), never batches at or beyond
+        (KIP-74: one whole batch is returned if there is one; Kafka grants this only to the first
+        partition of a fetch response, hence ``min_one_batch``), never batches at or beyond
         ``max_offset`` (the high watermark). Reads stay within one segment, like Kafka's.
         Empty at the end; OffsetOutOfRange outside [log_start_offset, log_end_offset]."""
         log_end_offset = self.log_end_offset
@@ -251,7 +257,7 @@ class Log:
         for segment in self._segments[self._segment_slot(offset):]:
             if segment.base_offset >= upper:
                 break
-            data = segment.read(offset, max_bytes, upper)
+            data = segment.read(offset, max_bytes, upper, min_one_batch=min_one_batch)
             if data is not None:
                 return data
         return b""

@@ -177,7 +177,10 @@ class Segment:
             self._reset(clear_indexes=False)
             self._resume_from_index(start)
         self._scan_tail(start, file_bytes, recover)
-        if start and self.size_bytes <= start:  # the indexed batch itself was bad: full rebuild
+        time_offsets = self.time_index.values
+        stale_time_entry = bool(time_offsets) and self.base_offset + time_offsets[-1] >= self.next_offset
+        if (start and self.size_bytes <= start) or stale_time_entry:
+            # the indexed batch itself was bad, or the tail a time entry points at is gone: rebuild
             self._reset(clear_indexes=True)
             self._scan_tail(0, file_bytes, recover)
         if self.size_bytes < file_bytes:
@@ -201,6 +204,8 @@ class Segment:
         self._bytes_since_last_index_entry = 0
 
     def _resume_from_index(self, start: int) -> None:
+        # the last time entry may lie past the last offset entry (the one added when the segment
+        # went inactive); the tail scan re-derives the max anyway and _load drops it if stale
         if len(self.time_index):
             self.max_timestamp_ms = self.time_index.keys[-1]
             self.offset_of_max_timestamp = self.base_offset + self.time_index.values[-1]
@@ -211,13 +216,14 @@ class Segment:
     def _verified_index_start(self, file_bytes: int) -> int | None:
         """Position of the last offset-index entry if the indexes look sane, else None."""
         offsets, positions = self.offset_index.keys, self.offset_index.values
+        time_offsets = self.time_index.values
+        if time_offsets and (time_offsets[0] < 0 or time_offsets[-1] < time_offsets[0]):
+            return None
         if not offsets:
-            return 0 if not len(self.time_index) else None
+            return 0
         if offsets[0] < 0 or positions[0] < 0 or positions[-1] >= file_bytes:
             return None
         if offsets[-1] < offsets[0] or positions[-1] < positions[0]:
-            return None
-        if len(self.time_index) and self.time_index.values[-1] > offsets[-1]:
             return None
         raw = os.pread(self.fd, BATCH_OVERHEAD_BYTES, positions[-1])
         try:
@@ -277,6 +283,8 @@ class Segment:
                         want = max(chunk_bytes, need)
                         break
                 header = parse_header(chunk, offset, whole=whole or not more_in_file)
+                if position + offset + header.size_bytes > end:
+                    raise CorruptRecord(f"truncated batch at position {position + offset}")
                 yield position + offset, header
                 offset += header.size_bytes
             position += offset
@@ -354,6 +362,8 @@ class Segment:
                 base, length = _LENGTH.unpack_from(chunk, cursor)
                 last = base + _INT32.unpack_from(chunk, cursor + LAST_OFFSET_DELTA_POS)[0]
                 size = LOG_OVERHEAD_BYTES + length
+                if size < BATCH_OVERHEAD_BYTES:
+                    raise CorruptRecord(f"{self.log_path}: bad batch length at {position + cursor}")
                 if last >= offset:
                     return position + cursor, base, last, size
                 cursor += size
@@ -362,14 +372,16 @@ class Segment:
             position += cursor
         return None
 
-    def read(self, offset: int, max_bytes: int, upper_offset: int) -> bytes | None:
-        """Whole batches from the one containing ``offset``; at least one batch (KIP-74), at most
-        ``max_bytes`` otherwise, none with last offset >= ``upper_offset``. None: nothing here."""
+    def read(self, offset: int, max_bytes: int, upper_offset: int, *,
+             min_one_batch: bool = True) -> bytes | None:
+        """Whole batches from the one containing ``offset``; at least one batch (KIP-74) unless
+        ``min_one_batch`` is off, at most ``max_bytes`` otherwise, none with last offset >=
+        ``upper_offset``. None: nothing at or after ``offset`` in this segment."""
         found = self.locate(offset)
         if found is None:
             return None
         start, _base, last, size = found
-        if last >= upper_offset:
+        if last >= upper_offset or (size > max_bytes and not min_one_batch):
             return b""
         limit = min(self.size_bytes, start + max(max_bytes, size))
         if upper_offset < self.next_offset:
@@ -384,7 +396,7 @@ class Segment:
         n = len(data)
         while cursor + LOG_OVERHEAD_BYTES <= n:
             next_cursor = cursor + LOG_OVERHEAD_BYTES + _INT32.unpack_from(data, cursor + 8)[0]
-            if next_cursor > n:
+            if next_cursor > n or next_cursor - cursor < BATCH_OVERHEAD_BYTES:
                 break
             last_batch, cursor = cursor, next_cursor
         if last_batch >= 0 and last_batch + LAST_OFFSET_DELTA_POS + 4 <= n:

@@ -1,7 +1,12 @@
 import os
+import random
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from actors.partition.log import CLEAN_SHUTDOWN_MARKER, LOG_START_OFFSET_CHECKPOINT, Log, OffsetOutOfRange
 from actors.partition.segment import segment_file_name
@@ -93,6 +98,9 @@ def test_read_max_bytes_and_kip74(tmp_path):
     # the oversized batch (offsets 3..52) is returned whole even with a tiny max_bytes, from inside it
     data = log.read(20, 1)
     assert len(data) == sizes[3] and headers(data)[0].base_offset == 3
+    # not the first partition of a response: no room, no data
+    assert log.read(20, sizes[3] - 1, min_one_batch=False) == b""
+    assert len(log.read(0, sizes[0] + 5, min_one_batch=False)) == sizes[0]
 
 
 def test_read_bounded_by_max_offset(tmp_path):
@@ -120,7 +128,6 @@ def test_offset_out_of_range(tmp_path):
 def test_sparse_index_lookup_matches_linear_scan(tmp_path):
     log = Log.open(tmp_path, segment_bytes=60_000, index_interval_bytes=300)
     expected = []  # (base, last, bytes) in log order
-    import random
     rng = random.Random(7)
     for _ in range(1500):
         n = rng.randint(1, 4)
@@ -413,10 +420,6 @@ def test_throughput_report(tmp_path):
 
 # --- recovery fuzzing -------------------------------------------------------------------------------
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-import tempfile  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 
 @settings(max_examples=80, deadline=None)
@@ -470,3 +473,15 @@ def test_recovery_keeps_exactly_the_batches_before_the_damage(damage, where, jun
         assert log.log_end_offset == (kept[-1][1] + 1 if kept else active_base)
         assert log.append(batch(1), leader_epoch=0, now_ms=0).base_offset == log.log_end_offset - 1
         log.close()
+
+
+def test_clean_reopen_trusts_indexes_and_does_not_rewrite_them(tmp_path):
+    log = Log.open(tmp_path, segment_bytes=5000, index_interval_bytes=300)
+    for i in range(100):
+        log.append(batch(1, ts=1000 + (i * 7919) % 500), leader_epoch=0, now_ms=0)
+    log.close()
+    indexes = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.suffix in (".index", ".timeindex")}
+    log = Log.open(tmp_path, segment_bytes=5000, index_interval_bytes=300)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.suffix in (".index", ".timeindex")} == indexes
+    assert log.max_timestamp_offset() == log.offset_for_timestamp(max(1000 + (i * 7919) % 500 for i in range(100)))
+    log.close()
