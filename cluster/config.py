@@ -35,6 +35,9 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "share.coordinator.state.topic.num.partitions": 50,
     "share.coordinator.state.topic.replication.factor": 3,
     "cluster.id": "",
+    # Kray's own: partition leaders also listen for clients and are advertised as brokers of their
+    # own, so produce and fetch skip the gateway's Ray hop (false: everything goes through gateways)
+    "kray.partition.direct.listeners": True,
 }
 
 # topic config -> the broker config that supplies its default

@@ -14,6 +14,7 @@ from actors.controller.metadata_log import MetadataLog
 from cluster.config import TopicConfig
 
 METADATA_WAIT_S_MAX = 30.0
+PARTITION_START_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -25,9 +26,19 @@ class MetadataImage:
     brokers: dict[int, BrokerInfo]
     topics: dict[str, TopicState]
     partition_actors: dict[tuple[uuid.UUID, int], Any] = field(default_factory=dict)
+    # partition leaders listening for clients themselves, keyed like partition_actors
+    endpoints: dict[tuple[uuid.UUID, int], BrokerInfo] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.topics_by_id = {t.topic_id: t for t in self.topics.values()}
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicState | None:
-        return next((t for t in self.topics.values() if t.topic_id == topic_id), None)
+        return self.topics_by_id.get(topic_id)
+
+    def leader_id(self, topic: TopicState, index: int) -> int:
+        """The broker id clients should send this partition's produce and fetch requests to."""
+        endpoint = self.endpoints.get((topic.topic_id, index))
+        return endpoint.broker_id if endpoint else topic.partitions[index].leader
 
 
 class ControllerActor:
@@ -45,13 +56,14 @@ class ControllerActor:
                 self.core.apply(record)
         self.core.finish_replay()
         self.partition_actors: dict[tuple[uuid.UUID, int], Any] = {}
+        self.endpoints: dict[tuple[uuid.UUID, int], BrokerInfo] = {}
         self.changed = asyncio.Event()
 
     # ---- metadata --------------------------------------------------------------------------
     def image(self) -> MetadataImage:
         c = self.core
         return MetadataImage(c.metadata_version, c.cluster_id, c.controller_id(), dict(c.brokers),
-                             dict(c.topics), dict(self.partition_actors))
+                             dict(c.topics), dict(self.partition_actors), dict(self.endpoints))
 
     async def wait_for_metadata(self, known_version: int, timeout_s: float) -> MetadataImage:
         """Answer as soon as the metadata is newer than `known_version`, or at the timeout."""
@@ -75,13 +87,13 @@ class ControllerActor:
         return dict(self.core.broker_config)
 
     # ---- commands --------------------------------------------------------------------------
-    def register_broker(self, info: BrokerInfo) -> MetadataImage:
+    async def register_broker(self, info: BrokerInfo) -> MetadataImage:
         self._persist(self.core.register_broker(info))
-        for topic in list(self.core.topics.values()):
-            self._start_partitions(topic)
+        await self._await_listening([ref for topic in list(self.core.topics.values())
+                                     for ref in self._start_partitions(topic)])
         return self.image()
 
-    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+    async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, Any], validate_only: bool = False,
                      assignments: dict[int, list[int]] | None = None) -> tuple[int, str | None, dict | None]:
         outcome = self.core.create_topic(name, num_partitions, replication_factor, configs,
@@ -90,10 +102,11 @@ class ControllerActor:
         topic = self.core.topics.get(name)
         if outcome.error_code or topic is None:
             return outcome.error_code, outcome.message, None
-        self._start_partitions(topic)
-        return 0, None, {"topic_id": topic.topic_id, "num_partitions": len(topic.partitions),
-                         "replication_factor": len(topic.partitions[0].replicas),
-                         "configs": self.core.effective_configs(topic)}
+        created = {"topic_id": topic.topic_id, "num_partitions": len(topic.partitions),
+                   "replication_factor": len(topic.partitions[0].replicas),
+                   "configs": self.core.effective_configs(topic)}
+        await self._await_listening(self._start_partitions(topic))
+        return 0, None, created
 
     async def delete_topic(self, name: str) -> tuple[int, str | None, uuid.UUID | None]:
         topic = self.core.topics.get(name)
@@ -102,14 +115,16 @@ class ControllerActor:
         if outcome.error_code:
             return outcome.error_code, outcome.message, None
         actors = [self.partition_actors.pop((topic.topic_id, p.index), None) for p in topic.partitions]
+        for p in topic.partitions:
+            self.endpoints.pop((topic.topic_id, p.index), None)
         await asyncio.gather(*(a.delete.remote() for a in actors if a is not None), return_exceptions=True)
         return 0, None, topic.topic_id
 
-    def create_partitions(self, name: str, count: int, validate_only: bool = False) -> tuple[int, str | None]:
+    async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> tuple[int, str | None]:
         outcome = self.core.create_partitions(name, count, validate_only=validate_only)
         self._persist(outcome)
         if not outcome.error_code and not validate_only:
-            self._start_partitions(self.core.topics[name])
+            await self._await_listening(self._start_partitions(self.core.topics[name]))
         return outcome.error_code, outcome.message
 
     async def alter_topic_configs(self, name: str, configs: dict[str, Any], incremental: bool,
@@ -122,6 +137,14 @@ class ControllerActor:
             await asyncio.gather(*(self.partition_actors[(topic.topic_id, p.index)].reconfigure.remote(config)
                                    for p in topic.partitions if (topic.topic_id, p.index) in self.partition_actors))
         return outcome.error_code, outcome.message
+
+    def register_endpoint(self, topic_id: uuid.UUID, index: int, host: str, port: int) -> MetadataImage:
+        """A partition leader listens for clients itself: advertise it as a broker of its own."""
+        topic = self.core.topics_by_id.get(topic_id)
+        if topic is not None and index < len(topic.partitions):
+            self.endpoints[(topic_id, index)] = BrokerInfo(topic.partitions[index].endpoint_id, host, port)
+            self._bump()
+        return self.image()
 
     def allocate_producer_id(self) -> int:
         producer_id, outcome = self.core.allocate_producer_id()
@@ -146,21 +169,41 @@ class ControllerActor:
             self.changed.set()
             self.changed = asyncio.Event()
 
-    def _start_partitions(self, topic: TopicState) -> None:
+    def _bump(self) -> None:
+        """Actor handles or endpoints changed: a new image version, without a log record."""
+        self.core.metadata_version += 1
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    async def _await_listening(self, refs: list) -> None:
+        """Answer only once new partition leaders listen, so the first Metadata a client sees
+        already names them (a client that caches the gateway instead would pay the Ray hop)."""
+        if refs:
+            done, pending = await asyncio.wait([asyncio.ensure_future(r) for r in refs], timeout=PARTITION_START_TIMEOUT_S)
+            for task in pending:
+                task.cancel()
+
+    def _start_partitions(self, topic: TopicState) -> list:
+        """Start the missing partition actors of a topic; return the refs of their listen() calls."""
+        import ray
+
         from cluster.composition import start_partition
         config = TopicConfig.from_kafka(self.core.effective_configs(topic))
-        started = False
+        listening, started = [], False
         for p in topic.partitions:
             key = (topic.topic_id, p.index)
             broker = self.core.brokers.get(p.leader)
             if key in self.partition_actors or broker is None or not broker.node_id:
                 continue
             spec = {"topic": topic.name, "topic_id": topic.topic_id, "partition": p.index,
-                    "leader_epoch": p.leader_epoch, "config": config,
-                    "log_dir": str(self.data_dir / f"broker-{p.leader}"), "internal": topic.internal}
-            self.partition_actors[key] = start_partition(spec, broker.node_id)
+                    "leader_epoch": p.leader_epoch, "config": config, "broker_config": self.core.broker_config,
+                    "log_dir": str(self.data_dir / f"broker-{p.leader}"), "internal": topic.internal,
+                    "controller": ray.get_runtime_context().current_actor, "listen_host": broker.host}
+            actor = start_partition(spec, broker.node_id)
+            if self.core.broker_config["kray.partition.direct.listeners"]:
+                listening.append(actor.listen.remote())
+            self.partition_actors[key] = actor
             started = True
         if started:
-            self.core.metadata_version += 1
-            self.changed.set()
-            self.changed = asyncio.Event()
+            self._bump()
+        return listening

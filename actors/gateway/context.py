@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import ray
@@ -89,15 +89,20 @@ class GatewayContext:
     broker_id: int
     config: dict[str, Any]
     controller: Any
+    # (key, actor handle) -> a PartitionClient, or None where this front end must not serve it
+    client_for: Callable[[tuple[uuid.UUID, int], Any], Any] = lambda key, handle: None
     metadata: Any = None  # actors.controller.actor.MetadataImage, replaced whole on each refresh
     advertised: list[tuple[int, int, int]] = field(default_factory=list)
     _clients: dict[tuple[uuid.UUID, int], Any] = field(default_factory=dict)
+    _handles: dict[tuple[uuid.UUID, int], Any] = field(default_factory=dict)
 
     def set_metadata(self, image) -> None:
         self.metadata = image
-        old = self._clients
-        self._clients = {key: old[key] if key in old and old[key].handle == h else RayPartition(h)
-                         for key, h in image.partition_actors.items()}
+        clients = {}
+        for key, handle in image.partition_actors.items():
+            same = key in self._clients and self._handles.get(key) == handle
+            clients[key] = self._clients[key] if same else self.client_for(key, handle)
+        self._clients, self._handles = clients, dict(image.partition_actors)
 
     def partition(self, topic_id: uuid.UUID, index: int):
         return self._clients.get((topic_id, index))

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from actors.gateway.context import GatewayContext, RayController
+from actors.gateway.frontend import follow_metadata, start_frontend
 from actors.partition.core import PartitionCore
 from protocol.errors import ErrorCode
 
@@ -21,12 +23,32 @@ PARTITION_METADATA_FILE = "partition.metadata"
 RETENTION_CHECK_INTERVAL_MS_DEFAULT = 300000
 
 
+class LocalPartition:
+    """The PartitionClient a partition's own front end uses: its actor's methods, in process."""
+
+    def __init__(self, actor: "PartitionActor"):
+        self.actor = actor
+
+    async def produce(self, records, *, leader_epoch, acks, timeout_ms):
+        return (await self.actor.produce([records], leader_epoch, acks, timeout_ms))[0]
+
+    async def fetch(self, offset, max_bytes, *, leader_epoch, isolation_level):
+        return await self.actor.fetch(offset, max_bytes, leader_epoch, isolation_level)
+
+    async def wait_for_data(self, offset, timeout_ms):
+        return await self.actor.wait_for_data(offset, timeout_ms)
+
+    async def list_offsets(self, timestamp, *, leader_epoch, isolation_level):
+        return await self.actor.list_offsets(timestamp, leader_epoch, isolation_level)
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
 class PartitionActor:
     def __init__(self, spec: dict[str, Any]):
+        self.spec = spec
         self.topic: str = spec["topic"]
         self.topic_id: uuid.UUID = spec["topic_id"]
         self.partition: int = spec["partition"]
@@ -37,6 +59,22 @@ class PartitionActor:
         self.data_arrived = asyncio.Event()
         self.retention_interval_s = spec.get("retention_check_interval_ms", RETENTION_CHECK_INTERVAL_MS_DEFAULT) / 1000
         self.retention_task: asyncio.Task | None = None
+        self.frontend = None
+        self.watcher: asyncio.Task | None = None
+
+    async def listen(self) -> tuple[str, int]:
+        """Serve this partition's produce and fetch to clients directly (no Ray hop on the data
+        path); every other request is answered from the metadata image and the controller."""
+        key = (self.topic_id, self.partition)
+        local = LocalPartition(self)
+        ctx = GatewayContext(-1, self.spec["broker_config"], RayController(self.spec["controller"]),
+                             client_for=lambda k, handle: local if k == key else None)
+        self.frontend = await start_frontend(ctx, self.spec["listen_host"], 0)
+        host, port = self.spec["listen_host"], self.frontend.sockets[0].getsockname()[1]
+        ctx.set_metadata(await self.spec["controller"].register_endpoint.remote(self.topic_id, self.partition,
+                                                                                host, port))
+        self.watcher = asyncio.get_running_loop().create_task(follow_metadata(ctx))
+        return host, port
 
     def _claim_dir(self) -> None:
         """A directory left by a deleted topic of the same name is not ours: start empty."""
@@ -109,8 +147,11 @@ class PartitionActor:
         self.core.reconfigure(config)
 
     async def close(self) -> None:
-        if self.retention_task:
-            self.retention_task.cancel()
+        for task in (self.retention_task, self.watcher):
+            if task:
+                task.cancel()
+        if self.frontend:
+            self.frontend.close()
         self.core.close()
 
     async def delete(self) -> None:

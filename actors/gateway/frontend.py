@@ -1,0 +1,44 @@
+"""The Kafka front end shared by every actor that accepts client connections: the node's gateway,
+and partition leaders that serve their own partition's produce and fetch directly.
+
+Both run the same dispatcher and handlers; they differ only in which partitions their context
+can reach (the gateway: every partition, over Ray; a partition leader: itself, in process).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from actors.gateway.connection import serve_connection
+from actors.gateway.dispatch import Dispatcher
+from actors.gateway.handlers import ROUTES
+
+log = logging.getLogger("kray.gateway")
+LISTEN_BACKLOG = 1024
+METADATA_POLL_S = 10.0
+
+
+async def start_frontend(ctx, host: str, port: int) -> asyncio.AbstractServer:
+    dispatch = Dispatcher(ctx, ROUTES)
+    ctx.advertised = dispatch.advertised()
+    frame_bytes_max = int(ctx.config["socket.request.max.bytes"])
+    idle_timeout_s = int(ctx.config["connections.max.idle.ms"]) / 1000
+
+    async def serve(reader, writer):
+        await serve_connection(reader, writer, dispatch, frame_bytes_max=frame_bytes_max, idle_timeout_s=idle_timeout_s)
+
+    return await asyncio.start_server(serve, host, port, backlog=LISTEN_BACKLOG, reuse_address=True)
+
+
+async def follow_metadata(ctx) -> None:
+    """Keep ctx.metadata current by long-polling the controller (returns at once on a change)."""
+    while True:
+        try:
+            image = await ctx.controller.wait_for_metadata(ctx.metadata.version, METADATA_POLL_S)
+            if image.version > ctx.metadata.version:
+                ctx.set_metadata(image)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the controller is restarting: try again shortly
+            log.warning("metadata refresh failed: %s", e)
+            await asyncio.sleep(1.0)
