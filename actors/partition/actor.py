@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import ray
 
 from actors.gateway.context import GatewayContext, RayController
 from actors.gateway.frontend import follow_metadata, start_frontend
@@ -61,10 +62,15 @@ class PartitionActor:
         self.retention_task: asyncio.Task | None = None
         self.frontend = None
         self.watcher: asyncio.Task | None = None
+        if ray.get_runtime_context().was_current_actor_reconstructed and spec["broker_config"].get(
+                "kray.partition.direct.listeners"):
+            ray.get_runtime_context().current_actor.listen.remote()  # Ray restarted us: listen again
 
     async def listen(self) -> tuple[str, int]:
         """Serve this partition's produce and fetch to clients directly (no Ray hop on the data
         path); every other request is answered from the metadata image and the controller."""
+        if self.frontend is not None:
+            return self.spec["listen_host"], self.frontend.sockets[0].getsockname()[1]
         key = (self.topic_id, self.partition)
         local = LocalPartition(self)
         ctx = GatewayContext(-1, self.spec["broker_config"], RayController(self.spec["controller"]),

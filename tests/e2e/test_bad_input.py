@@ -1,9 +1,12 @@
 """Bad input gets a Kafka error code or a closed connection, and nothing else breaks."""
+import json
 import socket
 import struct
-import time
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -115,3 +118,38 @@ def test_many_idle_and_half_sent_connections_do_not_stop_real_clients(kray, topi
 def test_produce_to_an_unknown_topic_gets_unknown_topic(kray):
     assert produce_raw(kray, "no-such-topic-here", build_batch([(None, b"v", [], 1)])).error_code == \
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+CAPTURES = Path(__file__).resolve().parents[3] / "shared" / "kafka-protocol" / "captures" / \
+    "librdkafka-2.16.0-client-and-mock.jsonl"
+CAPTURED_REQUESTS = [bytes.fromhex(json.loads(line)["hex"]) for line in CAPTURES.read_text().splitlines()
+                     if json.loads(line)["dir"] == "request"] if CAPTURES.exists() else [b"\x00\x00\x00\x00"]
+
+
+@st.composite
+def mutated_request(draw):
+    frame = bytearray(draw(st.sampled_from(CAPTURED_REQUESTS)))
+    for _ in range(draw(st.integers(1, 8))):
+        frame[draw(st.integers(4, len(frame) - 1))] = draw(st.integers(0, 255))
+    if draw(st.booleans()):
+        frame = frame[:draw(st.integers(4, len(frame)))]
+        frame[0:4] = struct.pack(">i", len(frame) - 4)
+    return bytes(frame)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(payload=st.one_of(st.binary(max_size=200), mutated_request()))
+def test_fuzzed_requests_never_take_the_broker_down(kray, payload):
+    s = connect(kray)
+    try:
+        s.sendall(payload)
+        s.settimeout(0.3)
+        try:
+            while s.recv(65536):
+                pass
+        except (socket.timeout, ConnectionResetError):
+            pass
+    finally:
+        s.close()
+    with KafkaConnection(kray) as conn:  # every fuzzed frame leaves the broker serving others
+        assert conn.versions[0] == (3, 13)

@@ -1,0 +1,16 @@
+import pytest
+
+from cluster.config import load_broker_config
+from cluster.local import LocalBroker
+from tests.kray_process import free_port
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """A LocalBroker on an embedded Ray inside the test process, so tests can reach its actors."""
+    config = load_broker_config(overrides=[f"log.dirs={tmp_path_factory.mktemp('kray')}",
+                                           f"listeners=PLAINTEXT://127.0.0.1:{free_port()}"])
+    b = LocalBroker(config)
+    b.start()
+    yield b
+    b.stop()
