@@ -53,3 +53,22 @@ def start_partition(spec: dict[str, Any], node_id: str):
         max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=10000,
         scheduling_strategy=on_node(node_id),
     ).remote(spec)
+
+
+def coordinator_name(topic: str, partition: int) -> str:
+    return f"coordinator{topic}-{partition}"
+
+
+def start_coordinator(spec: dict[str, Any], node_id: str):
+    """The group coordinator of a `__consumer_offsets` partition, or the share coordinator of a
+    `__share_group_state` partition, on the node that leads that partition."""
+    from actors import internal_topics
+    if spec["topic"] == internal_topics.CONSUMER_OFFSETS:
+        from actors.group_coordinator.actor import GroupCoordinatorActor as cls
+    else:
+        from actors.share_coordinator.actor import ShareCoordinatorActor as cls
+    return ray.remote(cls).options(
+        name=coordinator_name(spec["topic"], spec["partition"]), namespace=NAMESPACE, lifetime=None,
+        max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=1000,
+        scheduling_strategy=on_node(node_id),
+    ).remote(spec)

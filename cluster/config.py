@@ -7,6 +7,7 @@ of the topic config `segment.bytes`).
 """
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,23 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "share.coordinator.state.topic.num.partitions": 50,
     "share.coordinator.state.topic.replication.factor": 3,
     "cluster.id": "",
+    # share groups (KIP-932), Kafka 4.2's shipped defaults
+    "group.share.delivery.count.limit": 5,
+    "group.share.record.lock.duration.ms": 30000,
+    "group.share.min.record.lock.duration.ms": 15000,
+    "group.share.max.record.lock.duration.ms": 60000,
+    "group.share.partition.max.record.locks": 2000,
+    "group.share.max.share.sessions": 2000,
+    "group.share.max.size": 200,
+    "group.share.session.timeout.ms": 45000,
+    "group.share.min.session.timeout.ms": 45000,
+    "group.share.max.session.timeout.ms": 60000,
+    "group.share.heartbeat.interval.ms": 5000,
+    "group.share.min.heartbeat.interval.ms": 5000,
+    "group.share.max.heartbeat.interval.ms": 15000,
+    "group.share.assignors": "simple",
+    "group.share.initialize.retry.interval.ms": 30000,
+    "share.coordinator.snapshot.update.records.per.snapshot": 500,
     # Kray's own: partition leaders also listen for clients and are advertised as brokers of their
     # own, so produce and fetch skip the gateway's Ray hop (false: everything goes through gateways)
     "kray.partition.direct.listeners": True,
@@ -142,6 +160,54 @@ def validate_topic_configs(configs: dict[str, Any]) -> dict[str, Any]:
         elif key in ENUM_TOPIC_CONFIGS and value not in ENUM_TOPIC_CONFIGS[key]:
             allowed = " | ".join(sorted(ENUM_TOPIC_CONFIGS[key]))
             raise ConfigError(f"topic config {key} must be one of {allowed}, not {value!r}")
+        out[key] = value
+    return out
+
+
+# group configs (KIP-932) -> the broker config that supplies their default
+GROUP_CONFIG_SOURCES: dict[str, str] = {
+    "share.auto.offset.reset": "",
+    "share.record.lock.duration.ms": "group.share.record.lock.duration.ms",
+    "share.isolation.level": "",
+    "share.session.timeout.ms": "group.share.session.timeout.ms",
+    "share.heartbeat.interval.ms": "group.share.heartbeat.interval.ms",
+}
+GROUP_CONFIG_FIXED_DEFAULTS = {"share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted"}
+BY_DURATION = re.compile(r"^by_duration:P(?:\d+D)?(?:T(?:\d+H)?(?:\d+M)?(?:\d+(?:\.\d+)?S)?)?$", re.I)
+
+
+def group_config_defaults(broker: dict[str, Any]) -> dict[str, Any]:
+    return GROUP_CONFIG_FIXED_DEFAULTS | {k: broker[src] for k, src in GROUP_CONFIG_SOURCES.items() if src}
+
+
+def validate_group_configs(configs: dict[str, Any], broker: dict[str, Any]) -> dict[str, Any]:
+    """Check group config overrides against Kafka's rules and the broker's bounds."""
+    bounds = {"share.record.lock.duration.ms": "group.share.{}.record.lock.duration.ms",
+              "share.session.timeout.ms": "group.share.{}.session.timeout.ms",
+              "share.heartbeat.interval.ms": "group.share.{}.heartbeat.interval.ms"}
+    out: dict[str, Any] = {}
+    for key, value in configs.items():
+        if key not in GROUP_CONFIG_SOURCES:
+            raise ConfigError(f"unknown group config {key!r}; known: {', '.join(sorted(GROUP_CONFIG_SOURCES))}")
+        if key == "share.auto.offset.reset":
+            value = str(value)
+            if value not in ("latest", "earliest") and not BY_DURATION.match(value):
+                raise ConfigError("share.auto.offset.reset must be latest, earliest or by_duration:<ISO-8601 "
+                                  f"duration> such as by_duration:PT1H, not {value!r}")
+        elif key == "share.isolation.level":
+            if value == "read_committed":
+                raise ConfigError("share.isolation.level=read_committed needs transactions, which Kray does not "
+                                  "have yet; use read_uncommitted")
+            if value != "read_uncommitted":
+                raise ConfigError(f"share.isolation.level must be read_uncommitted or read_committed, not {value!r}")
+        else:
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"group config {key} must be an integer, not {value!r}") from None
+            low, high = (int(broker[bounds[key].format(b)]) for b in ("min", "max"))
+            if not low <= value <= high:
+                raise ConfigError(f"group config {key} must be between {low} and {high}, not {value}")
         out[key] = value
     return out
 

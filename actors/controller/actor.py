@@ -4,17 +4,22 @@ and serves metadata images to gateways (long-polled, so every gateway learns of 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actors import internal_topics
 from actors.controller.core import BrokerInfo, ControllerCore, Outcome, TopicState
 from actors.controller.metadata_log import MetadataLog
 from cluster.config import TopicConfig
+from protocol.errors import ErrorCode
 
+log = logging.getLogger("kray.controller")
 METADATA_WAIT_S_MAX = 30.0
 PARTITION_START_TIMEOUT_S = 60.0
+SUPERVISE_RETRY_S = 0.2
 
 
 @dataclass
@@ -28,6 +33,9 @@ class MetadataImage:
     partition_actors: dict[tuple[uuid.UUID, int], Any] = field(default_factory=dict)
     # partition leaders listening for clients themselves, keyed like partition_actors
     endpoints: dict[tuple[uuid.UUID, int], BrokerInfo] = field(default_factory=dict)
+    # coordinator actors, keyed by (internal topic name, partition): group and share coordinators
+    coordinators: dict[tuple[str, int], Any] = field(default_factory=dict)
+    group_configs: dict[str, dict[str, Any]] = field(default_factory=dict)  # overrides only
 
     def __post_init__(self):
         self.topics_by_id = {t.topic_id: t for t in self.topics.values()}
@@ -57,13 +65,16 @@ class ControllerActor:
         self.core.finish_replay()
         self.partition_actors: dict[tuple[uuid.UUID, int], Any] = {}
         self.endpoints: dict[tuple[uuid.UUID, int], BrokerInfo] = {}
+        self.coordinators: dict[tuple[str, int], Any] = {}
+        self.supervisors: dict[tuple[uuid.UUID, int], asyncio.Task] = {}
         self.changed = asyncio.Event()
 
     # ---- metadata --------------------------------------------------------------------------
     def image(self) -> MetadataImage:
         c = self.core
         return MetadataImage(c.metadata_version, c.cluster_id, c.controller_id(), dict(c.brokers),
-                             dict(c.topics), dict(self.partition_actors), dict(self.endpoints))
+                             dict(c.topics), dict(self.partition_actors), dict(self.endpoints),
+                             dict(self.coordinators), {g: dict(cfg) for g, cfg in c.group_configs.items()})
 
     async def wait_for_metadata(self, known_version: int, timeout_s: float) -> MetadataImage:
         """Answer as soon as the metadata is newer than `known_version`, or at the timeout."""
@@ -83,6 +94,12 @@ class ControllerActor:
         return None if topic is None else {"effective": self.core.effective_configs(topic),
                                            "overrides": dict(topic.configs)}
 
+    def alter_group_configs(self, group_id: str, configs: dict[str, Any], incremental: bool,
+                            validate_only: bool = False) -> tuple[int, str | None]:
+        outcome = self.core.alter_group_configs(group_id, configs, incremental=incremental, validate_only=validate_only)
+        self._persist(outcome)
+        return outcome.error_code, outcome.message
+
     def broker_configs(self) -> dict[str, Any]:
         return dict(self.core.broker_config)
 
@@ -91,6 +108,24 @@ class ControllerActor:
         self._persist(self.core.register_broker(info))
         await self._await_listening([ref for topic in list(self.core.topics.values())
                                      for ref in self._start_partitions(topic)])
+        for name in internal_topics.PARTITION_COUNT_CONFIG:
+            if name in self.core.topics:
+                self._start_coordinators(self.core.topics[name])
+        return self.image()
+
+    async def ensure_internal_topic(self, name: str) -> MetadataImage:
+        """Create `__consumer_offsets` or `__share_group_state` on first use, and its coordinators."""
+        if name not in self.core.topics:
+            config = self.core.broker_config
+            partitions = int(config[internal_topics.PARTITION_COUNT_CONFIG[name]])
+            replication = min(int(config[internal_topics.REPLICATION_FACTOR_CONFIG[name]]), len(self.core.brokers))
+            outcome = self.core.create_topic(name, partitions, replication, internal_topics.TOPIC_CONFIGS[name],
+                                             internal=True)
+            self._persist(outcome)
+            if outcome.error_code and outcome.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise RuntimeError(f"cannot create {name}: {outcome.message}")
+            self._start_partitions(self.core.topics[name])
+        self._start_coordinators(self.core.topics[name])
         return self.image()
 
     async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
@@ -154,8 +189,11 @@ class ControllerActor:
     async def shutdown(self) -> None:
         """Close every partition actor this controller started (flushing their logs), then kill them."""
         import ray
-        actors = list(self.partition_actors.values())
+        for task in self.supervisors.values():
+            task.cancel()
+        actors = list(self.coordinators.values()) + list(self.partition_actors.values())
         self.partition_actors.clear()
+        self.coordinators.clear()
         await asyncio.gather(*(a.close.remote() for a in actors), return_exceptions=True)
         for a in actors:
             ray.kill(a, no_restart=True)
@@ -174,6 +212,40 @@ class ControllerActor:
         self.core.metadata_version += 1
         self.changed.set()
         self.changed = asyncio.Event()
+
+    def _start_coordinators(self, topic: TopicState) -> None:
+        """One coordinator actor per internal-topic partition, on the node of its leader."""
+        import ray
+
+        from cluster.composition import start_coordinator
+        started = False
+        for p in topic.partitions:
+            key = (topic.name, p.index)
+            broker = self.core.brokers.get(p.leader)
+            partition_actor = self.partition_actors.get((topic.topic_id, p.index))
+            if key in self.coordinators or broker is None or partition_actor is None:
+                continue
+            spec = {"topic": topic.name, "partition": p.index, "leader_epoch": p.leader_epoch,
+                    "partition_actor": partition_actor, "broker_config": self.core.broker_config,
+                    "controller": ray.get_runtime_context().current_actor}
+            self.coordinators[key] = start_coordinator(spec, broker.node_id)
+            started = True
+        if started:
+            self._bump()
+
+    async def _supervise(self, key, actor) -> None:
+        """Keep a partition leader listening: when Ray restarts it (the pending until_closed call
+        fails), have it listen again, so Metadata names its new port."""
+        while self.partition_actors.get(key) is actor:
+            try:
+                await actor.listen.remote()
+                await actor.until_closed.remote()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.info("partition actor %s restarted (%s); asking it to listen again", key, type(e).__name__)
+                await asyncio.sleep(SUPERVISE_RETRY_S)
 
     async def _await_listening(self, refs: list) -> None:
         """Answer only once new partition leaders listen, so the first Metadata a client sees
@@ -200,8 +272,9 @@ class ControllerActor:
                     "log_dir": str(self.data_dir / f"broker-{p.leader}"), "internal": topic.internal,
                     "controller": ray.get_runtime_context().current_actor, "listen_host": broker.host}
             actor = start_partition(spec, broker.node_id)
-            if self.core.broker_config["kray.partition.direct.listeners"]:
+            if self.core.broker_config["kray.partition.direct.listeners"] and not topic.internal:
                 listening.append(actor.listen.remote())
+                self.supervisors[key] = asyncio.ensure_future(self._supervise(key, actor))
             self.partition_actors[key] = actor
             started = True
         if started:

@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.config import ConfigError, topic_config_defaults, validate_topic_configs
+from cluster.config import ConfigError, topic_config_defaults, validate_group_configs, validate_topic_configs
 from protocol.errors import ErrorCode
 
 TOPIC_NAME_LENGTH_MAX = 249
@@ -82,6 +82,7 @@ class ControllerCore:
         self.producer_id_limit = 0  # ids below this are reserved in the log
         self.metadata_version = 0
         self.next_endpoint_id = ENDPOINT_ID_BASE
+        self.group_configs: dict[str, dict[str, Any]] = {}
 
     # ---- queries -------------------------------------------------------------------------
     def effective_configs(self, topic: TopicState) -> dict[str, Any]:
@@ -186,6 +187,23 @@ class ControllerCore:
             return Outcome()
         return self._commit([{"type": "topic_configs", "topic_id": topic.topic_id.bytes, "configs": merged}])
 
+    def alter_group_configs(self, group_id: str, configs: dict[str, Any], *, incremental: bool,
+                            validate_only: bool = False) -> Outcome:
+        """Group-level configs (KIP-932 share group configs); None deletes a key."""
+        if not group_id:
+            return Outcome(ErrorCode.INVALID_GROUP_ID, "the group id is empty")
+        try:
+            typed = validate_group_configs({k: v for k, v in configs.items() if v is not None}, self.broker_config)
+        except ConfigError as e:
+            return Outcome(ErrorCode.INVALID_CONFIG, str(e))
+        merged = dict(self.group_configs.get(group_id, {})) if incremental else {}
+        merged.update(typed)
+        for key in [k for k, v in configs.items() if v is None]:
+            merged.pop(key, None)
+        if validate_only:
+            return Outcome()
+        return self._commit([{"type": "group_configs", "group_id": group_id, "configs": merged}])
+
     def allocate_producer_id(self) -> tuple[int, Outcome]:
         """Hand out the next producer id; ids are reserved in the log a block at a time."""
         outcome = Outcome()
@@ -219,6 +237,11 @@ class ControllerCore:
             self._reserve_endpoint_ids(added)
         elif kind == "topic_configs":
             self.topics_by_id[uuid.UUID(bytes=record["topic_id"])].configs = dict(record["configs"])
+        elif kind == "group_configs":
+            if record["configs"]:
+                self.group_configs[record["group_id"]] = dict(record["configs"])
+            else:
+                self.group_configs.pop(record["group_id"], None)
         elif kind == "producer_ids":
             self.producer_id_limit = record["limit"]
         else:

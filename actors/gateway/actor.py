@@ -23,13 +23,17 @@ class GatewayActor:
                                   client_for=lambda key, handle: RayPartition(handle))
         self.server: asyncio.AbstractServer | None = None
         self.watcher: asyncio.Task | None = None
-        if ray.get_runtime_context().was_current_actor_reconstructed:
-            ray.get_runtime_context().current_actor.start.remote()  # Ray restarted us: serve again
+        self.starting: asyncio.Future | None = None
+        # serve as soon as we run, also after Ray restarts us (the launcher awaits start() too)
+        ray.get_runtime_context().current_actor.start.remote()
 
     async def start(self) -> tuple[str, int]:
+        if self.starting is None:
+            self.starting = asyncio.ensure_future(self._start())
+        return await asyncio.shield(self.starting)
+
+    async def _start(self) -> tuple[str, int]:
         host, port = listener_address(self.config)
-        if self.server is not None:
-            return host, self.server.sockets[0].getsockname()[1]
         self.server = await start_frontend(self.ctx, host, port)
         port = self.server.sockets[0].getsockname()[1]
         node_id = ray.get_runtime_context().get_node_id()

@@ -7,6 +7,7 @@ this connection and nothing else; domain errors travel inside responses.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from typing import Awaitable, Callable
 
@@ -23,13 +24,32 @@ class CloseConnection(Exception):
     """Raised by a handler when the only right answer is to drop the connection."""
 
 
+class ClientConnection:
+    """What handlers may know of the connection a request came on: an id, and cleanups to run
+    when it closes (share sessions release what they hold)."""
+    _ids = itertools.count(1)
+
+    def __init__(self, peer):
+        self.connection_id = next(self._ids)
+        self.peer = peer
+        self.on_close: list[Callable[[], Awaitable[None]]] = []
+
+    async def closed(self) -> None:
+        for cleanup in self.on_close:
+            try:
+                await cleanup()
+            except Exception:
+                log.exception("cleanup after closing a connection from %s failed", self.peer)
+
+
 # A dispatcher takes one frame body and returns an awaitable of the response frame (or None: no answer).
-Dispatch = Callable[[memoryview], Awaitable[bytes | None]]
+Dispatch = Callable[[memoryview, ClientConnection], Awaitable[bytes | None]]
 
 
 async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dispatch: Dispatch,
                            *, frame_bytes_max: int, idle_timeout_s: float) -> None:
     peer = writer.get_extra_info("peername")
+    connection = ClientConnection(peer)
     decoder = FrameDecoder(frame_bytes_max)
     pending: asyncio.Queue[asyncio.Task | None] = asyncio.Queue(INFLIGHT_REQUESTS_PER_CONNECTION_MAX)
     responder = asyncio.create_task(_respond_in_order(pending, writer))
@@ -48,7 +68,7 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
                 log.warning("closing connection from %s: %s", peer, e)
                 break
             for body in frames:
-                await pending.put(asyncio.create_task(dispatch(body)))
+                await pending.put(asyncio.create_task(dispatch(body, connection)))
     except (ConnectionError, asyncio.IncompleteReadError):
         pass
     finally:
@@ -63,6 +83,7 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
             await writer.wait_closed()
         except Exception:
             pass
+        await connection.closed()
 
 
 async def _respond_in_order(pending: asyncio.Queue, writer: asyncio.StreamWriter) -> None:

@@ -54,6 +54,16 @@ class RayPartition:
     async def list_offsets(self, timestamp, *, leader_epoch, isolation_level):
         return await self.handle.list_offsets.remote(timestamp, leader_epoch, isolation_level)
 
+    async def share_fetch(self, group_id, member_id, *, acks, max_records, batch_size, max_bytes, wait_ms, fetch):
+        return await self.handle.share_fetch.remote(group_id, member_id, acks, max_records, batch_size, max_bytes,
+                                                    wait_ms, fetch)
+
+    async def share_acknowledge(self, group_id, member_id, acks):
+        return await self.handle.share_acknowledge.remote(group_id, member_id, acks)
+
+    async def share_release(self, group_id, member_id):
+        return await self.handle.share_release.remote(group_id, member_id)
+
 
 class RayController:
     """Typed wrappers around the controller actor's methods."""
@@ -74,11 +84,17 @@ class RayController:
     async def alter_topic_configs(self, name, configs, incremental, validate_only):
         return await self.handle.alter_topic_configs.remote(name, configs, incremental, validate_only)
 
+    async def alter_group_configs(self, group_id, configs, incremental, validate_only):
+        return await self.handle.alter_group_configs.remote(group_id, configs, incremental, validate_only)
+
     async def topic_configs(self, name):
         return await self.handle.topic_configs.remote(name)
 
     async def allocate_producer_id(self):
         return await self.handle.allocate_producer_id.remote()
+
+    async def ensure_internal_topic(self, name):
+        return await self.handle.ensure_internal_topic.remote(name)
 
     async def wait_for_metadata(self, known_version, timeout_s):
         return await self.handle.wait_for_metadata.remote(known_version, timeout_s)
@@ -93,8 +109,13 @@ class GatewayContext:
     client_for: Callable[[tuple[uuid.UUID, int], Any], Any] = lambda key, handle: None
     metadata: Any = None  # actors.controller.actor.MetadataImage, replaced whole on each refresh
     advertised: list[tuple[int, int, int]] = field(default_factory=list)
+    share_sessions: Any = None
     _clients: dict[tuple[uuid.UUID, int], Any] = field(default_factory=dict)
     _handles: dict[tuple[uuid.UUID, int], Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        from actors.gateway.share_sessions import ShareSessionCache
+        self.share_sessions = ShareSessionCache(int(self.config.get("group.share.max.share.sessions", 2000)))
 
     def set_metadata(self, image) -> None:
         self.metadata = image

@@ -26,6 +26,7 @@ class Route:
     min_version: int
     max_version: int
     no_response: Callable[[Any], bool] | None = None  # e.g. Produce with acks=0
+    with_connection: bool = False  # the handler also takes the ClientConnection (share sessions)
 
 
 class Dispatcher:
@@ -36,7 +37,7 @@ class Dispatcher:
     def advertised(self) -> list[tuple[int, int, int]]:
         return sorted((key, r.min_version, r.max_version) for key, r in self.routes.items())
 
-    async def __call__(self, body: memoryview) -> bytes | None:
+    async def __call__(self, body: memoryview, connection=None) -> bytes | None:
         header, offset = decode_request_header(body)
         route = self.routes.get(header.api_key)
         spec = API_BY_KEY.get(header.api_key)
@@ -48,7 +49,10 @@ class Dispatcher:
             raise CloseConnection(f"{spec.name} v{header.api_version} is not supported "
                                   f"(supported {route.min_version}-{route.max_version})")
         request = spec.request.decode(body[offset:], header.api_version)
-        response = await route.handler(self.ctx, header, request)
+        if route.with_connection:
+            response = await route.handler(self.ctx, header, request, connection)
+        else:
+            response = await route.handler(self.ctx, header, request)
         if route.no_response is not None and route.no_response(request):
             return None
         return encode_response(header.api_key, header.api_version, header.correlation_id,

@@ -17,6 +17,7 @@ import ray
 from actors.gateway.context import GatewayContext, RayController
 from actors.gateway.frontend import follow_metadata, start_frontend
 from actors.partition.core import PartitionCore
+from actors.share_partition.actor import ShareLeaders
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("kray.partition")
@@ -42,6 +43,16 @@ class LocalPartition:
     async def list_offsets(self, timestamp, *, leader_epoch, isolation_level):
         return await self.actor.list_offsets(timestamp, leader_epoch, isolation_level)
 
+    async def share_fetch(self, group_id, member_id, *, acks, max_records, batch_size, max_bytes, wait_ms, fetch):
+        return await self.actor.share_fetch(group_id, member_id, acks, max_records, batch_size, max_bytes, wait_ms,
+                                            fetch)
+
+    async def share_acknowledge(self, group_id, member_id, acks):
+        return await self.actor.share_acknowledge(group_id, member_id, acks)
+
+    async def share_release(self, group_id, member_id):
+        return await self.actor.share_release(group_id, member_id)
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -61,20 +72,30 @@ class PartitionActor:
         self.retention_interval_s = spec.get("retention_check_interval_ms", RETENTION_CHECK_INTERVAL_MS_DEFAULT) / 1000
         self.retention_task: asyncio.Task | None = None
         self.frontend = None
+        self.listening: asyncio.Future | None = None
         self.watcher: asyncio.Task | None = None
-        if ray.get_runtime_context().was_current_actor_reconstructed and spec["broker_config"].get(
-                "kray.partition.direct.listeners"):
-            ray.get_runtime_context().current_actor.listen.remote()  # Ray restarted us: listen again
+        self.ctx: GatewayContext | None = None
+        self.shares = ShareLeaders(self, spec["broker_config"], spec["controller"])
+        self.closed = asyncio.Event()
 
     async def listen(self) -> tuple[str, int]:
         """Serve this partition's produce and fetch to clients directly (no Ray hop on the data
         path); every other request is answered from the metadata image and the controller."""
-        if self.frontend is not None:
-            return self.spec["listen_host"], self.frontend.sockets[0].getsockname()[1]
+        if self.listening is None:
+            self.listening = asyncio.ensure_future(self._listen())
+        return await asyncio.shield(self.listening)
+
+    async def until_closed(self) -> None:
+        """Returns when this actor closes; raises in the caller when the actor dies, which is how
+        the controller learns that Ray restarted it (and must have it listen again)."""
+        await self.closed.wait()
+
+    async def _listen(self) -> tuple[str, int]:
         key = (self.topic_id, self.partition)
         local = LocalPartition(self)
         ctx = GatewayContext(-1, self.spec["broker_config"], RayController(self.spec["controller"]),
                              client_for=lambda k, handle: local if k == key else None)
+        self.ctx = ctx
         self.frontend = await start_frontend(ctx, self.spec["listen_host"], 0)
         host, port = self.spec["listen_host"], self.frontend.sockets[0].getsockname()[1]
         ctx.set_metadata(await self.spec["controller"].register_endpoint.remote(self.topic_id, self.partition,
@@ -149,13 +170,35 @@ class PartitionActor:
         error, offset, ts = self.core.list_offsets(timestamp, isolation_level=isolation_level)
         return error, offset, ts, self.leader_epoch if error == 0 and offset >= 0 else -1
 
+    # ---- share groups: the share-partition leaders of this partition live here ----------------
+    def group_config(self, group_id: str, key: str, default: str) -> str:
+        image = self.ctx.metadata if self.ctx is not None else None
+        return getattr(image, "group_configs", {}).get(group_id, {}).get(key, default) if image else default
+
+    async def share_fetch(self, group_id: str, member_id: str, acks, max_records: int, batch_size: int,
+                          max_bytes: int, wait_ms: int, fetch: bool = True):
+        return await self.shares.share_fetch(group_id, member_id, acks=acks, max_records=max_records,
+                                             batch_size=batch_size, max_bytes=max_bytes, wait_ms=wait_ms, fetch=fetch)
+
+    async def share_acknowledge(self, group_id: str, member_id: str, acks) -> tuple[int, str | None]:
+        return await self.shares.share_acknowledge(group_id, member_id, acks)
+
+    async def share_release(self, group_id: str, member_id: str) -> None:
+        await self.shares.share_release(group_id, member_id)
+
+    async def delete_records(self, offset: int) -> tuple[int, int]:
+        """Advance the log start offset to `offset` (DeleteRecords; coordinators prune with it)."""
+        return self.core.delete_records(offset)
+
     async def reconfigure(self, config) -> None:
         self.core.reconfigure(config)
 
     async def close(self) -> None:
+        self.closed.set()
         for task in (self.retention_task, self.watcher):
             if task:
                 task.cancel()
+        self.shares.close()
         if self.frontend:
             self.frontend.close()
         self.core.close()

@@ -1,5 +1,6 @@
 import pytest
 
+from cluster.cli import DEFAULT_LOCAL_CONFIG as LOCAL_CONFIG
 from cluster.config import load_broker_config
 from cluster.local import LocalBroker
 from tests.kray_process import free_port
@@ -8,8 +9,10 @@ from tests.kray_process import free_port
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     """A LocalBroker on an embedded Ray inside the test process, so tests can reach its actors."""
-    config = load_broker_config(overrides=[f"log.dirs={tmp_path_factory.mktemp('kray')}",
-                                           f"listeners=PLAINTEXT://127.0.0.1:{free_port()}"])
+    config = load_broker_config(LOCAL_CONFIG, overrides=[f"log.dirs={tmp_path_factory.mktemp('kray')}",
+                                           f"listeners=PLAINTEXT://127.0.0.1:{free_port()}",
+                                           "group.share.heartbeat.interval.ms=1000",
+                                           "group.share.min.heartbeat.interval.ms=500"])
     b = LocalBroker(config)
     b.start()
     yield b

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from actors.gateway.dispatch import Route
 from actors.gateway.handlers.api_versions import handle_api_versions
-from actors.gateway.handlers.cluster_info import handle_describe_cluster, handle_find_coordinator, handle_metadata
+from actors.gateway.handlers.cluster_info import handle_describe_cluster, handle_metadata
 from actors.gateway.handlers.configs import handle_describe_configs, handle_incremental_alter_configs
 from actors.gateway.handlers.fetch import handle_fetch
+from actors.gateway.handlers.groups import (handle_delete_groups, handle_find_coordinator, handle_list_groups,
+                                            handle_share_group_describe, handle_share_group_heartbeat)
 from actors.gateway.handlers.list_offsets import handle_list_offsets
 from actors.gateway.handlers.produce import acks_zero, handle_produce
 from actors.gateway.handlers.producer_ids import handle_init_producer_id
+from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle_share_fetch
 from actors.gateway.handlers.topics import handle_create_partitions, handle_create_topics, handle_delete_topics
 
 ROUTES: dict[int, Route] = {
@@ -20,12 +23,18 @@ ROUTES: dict[int, Route] = {
     2: Route(handle_list_offsets, 1, 11),
     3: Route(handle_metadata, 0, 13),
     10: Route(handle_find_coordinator, 0, 6),
+    16: Route(handle_list_groups, 0, 5),
     18: Route(handle_api_versions, 0, 4),
     19: Route(handle_create_topics, 2, 7),
     20: Route(handle_delete_topics, 1, 6),
     22: Route(handle_init_producer_id, 0, 5),
     32: Route(handle_describe_configs, 1, 4),
     37: Route(handle_create_partitions, 0, 3),
+    42: Route(handle_delete_groups, 0, 2),
     44: Route(handle_incremental_alter_configs, 0, 1),
     60: Route(handle_describe_cluster, 0, 2),
+    76: Route(handle_share_group_heartbeat, 1, 1, with_connection=True),
+    77: Route(handle_share_group_describe, 1, 1),
+    78: Route(handle_share_fetch, 1, 1, with_connection=True),
+    79: Route(handle_share_acknowledge, 1, 1, with_connection=True),
 }

@@ -1,4 +1,4 @@
-"""Metadata, DescribeCluster and FindCoordinator: answers read from the metadata image.
+"""Metadata and DescribeCluster: answers read from the metadata image.
 
 Every Ray node runs one gateway and every gateway is a broker. A partition leader that listens
 for clients itself is advertised as a broker of its own (an endpoint id from 1000 up) and named
@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 
 from protocol.errors import ErrorCode
-from protocol.messages import DescribeClusterResponse, FindCoordinatorResponse, MetadataResponse
+from protocol.messages import DescribeClusterResponse, MetadataResponse
 
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 ZERO_UUID = uuid.UUID(int=0)
@@ -77,18 +77,3 @@ async def handle_describe_cluster(ctx, header, request) -> DescribeClusterRespon
         brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=b.broker_id, host=b.host, port=b.port,
                                                                rack=b.rack, is_fenced=False)
                  for b in image.brokers.values()])
-
-
-COORDINATOR_NOT_BUILT = "Kray has no group or transaction coordinator yet"
-
-
-async def handle_find_coordinator(ctx, header, request) -> FindCoordinatorResponse:
-    """Coordinators arrive with consumer and share groups; until then say so clearly."""
-    if header.api_version < 4:
-        return FindCoordinatorResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                       error_message=COORDINATOR_NOT_BUILT, node_id=-1, host="", port=-1)
-    return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
-        FindCoordinatorResponse.Coordinator(key=key, node_id=-1, host="", port=-1,
-                                            error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                            error_message=COORDINATOR_NOT_BUILT)
-        for key in request.coordinator_keys])

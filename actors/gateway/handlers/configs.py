@@ -1,12 +1,12 @@
 """DescribeConfigs and IncrementalAlterConfigs for topics (and describing this broker)."""
 from __future__ import annotations
 
-from cluster.config import BROKER_DEFAULTS, TOPIC_CONFIG_SOURCES
+from cluster.config import BROKER_DEFAULTS, GROUP_CONFIG_SOURCES, TOPIC_CONFIG_SOURCES, group_config_defaults
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeConfigsResponse, IncrementalAlterConfigsResponse
 
-RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
-CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_STATIC_BROKER, CONFIG_SOURCE_DEFAULT = 1, 4, 5
+RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_GROUP = 2, 4, 32
+CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_STATIC_BROKER, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_GROUP = 1, 4, 5, 8
 CONFIG_TYPE_BOOLEAN, CONFIG_TYPE_STRING, CONFIG_TYPE_INT, CONFIG_TYPE_LONG = 1, 2, 3, 5
 OP_SET, OP_DELETE = 0, 1
 
@@ -54,6 +54,19 @@ async def _describe_topic(ctx, resource, include_synonyms):
     return 0, None, configs
 
 
+def _describe_group(ctx, resource, include_synonyms):
+    overrides = ctx.metadata.group_configs.get(resource.resource_name, {})
+    configs = []
+    for key, value in sorted((group_config_defaults(ctx.config) | overrides).items()):
+        synonyms = [_synonym(key, value, CONFIG_SOURCE_GROUP)] if key in overrides else []
+        broker_key = GROUP_CONFIG_SOURCES.get(key)
+        if broker_key:
+            synonyms.append(_synonym(broker_key, ctx.config[broker_key], CONFIG_SOURCE_DEFAULT))
+        source = CONFIG_SOURCE_GROUP if key in overrides else CONFIG_SOURCE_DEFAULT
+        configs.append(_entry(key, value, source, synonyms, include_synonyms))
+    return 0, None, configs
+
+
 def _describe_broker(ctx, resource, include_synonyms):
     if resource.resource_name not in ("", str(ctx.broker_id)):
         return ErrorCode.INVALID_REQUEST, f"this is broker {ctx.broker_id}; ask broker {resource.resource_name}", []
@@ -71,6 +84,9 @@ async def handle_describe_configs(ctx, header, request) -> DescribeConfigsRespon
             error, message, configs = await _describe_topic(ctx, resource, request.include_synonyms)
         elif resource.resource_type == RESOURCE_BROKER:
             error, message, configs = _describe_broker(ctx, resource, request.include_synonyms)
+        elif resource.resource_type == RESOURCE_GROUP:
+            await ctx.refresh_metadata()
+            error, message, configs = _describe_group(ctx, resource, request.include_synonyms)
         else:
             error, message, configs = ErrorCode.INVALID_REQUEST, f"resource type {resource.resource_type} is not supported", []
         if resource.configuration_keys is not None:
@@ -85,14 +101,18 @@ async def handle_incremental_alter_configs(ctx, header, request) -> IncrementalA
     responses = []
     for resource in request.resources:
         error, message = 0, None
-        if resource.resource_type != RESOURCE_TOPIC:
-            error, message = ErrorCode.INVALID_REQUEST, "only topic configs can be altered in Kray so far"
+        changes = {c.name: (c.value if c.config_operation == OP_SET else None) for c in resource.configs}
+        if resource.resource_type not in (RESOURCE_TOPIC, RESOURCE_GROUP):
+            error, message = ErrorCode.INVALID_REQUEST, "only topic and group configs can be altered in Kray so far"
         elif any(c.config_operation not in (OP_SET, OP_DELETE) for c in resource.configs):
-            error, message = ErrorCode.INVALID_CONFIG, "APPEND and SUBTRACT apply to list configs; Kray's topic configs are not lists"
-        else:
-            changes = {c.name: (c.value if c.config_operation == OP_SET else None) for c in resource.configs}
+            error, message = ErrorCode.INVALID_CONFIG, "APPEND and SUBTRACT apply to list configs; Kray's configs are not lists"
+        elif resource.resource_type == RESOURCE_TOPIC:
             error, message = await ctx.controller.alter_topic_configs(resource.resource_name, changes, True,
                                                                       request.validate_only)
+        else:
+            error, message = await ctx.controller.alter_group_configs(resource.resource_name, changes, True,
+                                                                      request.validate_only)
+            await ctx.refresh_metadata()
         responses.append(IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
             error_code=error, error_message=message, resource_type=resource.resource_type,
             resource_name=resource.resource_name))

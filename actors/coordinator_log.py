@@ -1,0 +1,68 @@
+"""The internal-topic partition behind a coordinator: replayed when the coordinator starts, and the
+place its records go. Durable coordinator state travels through the same log as user data.
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import numpy as np
+
+from protocol.errors import ErrorCode
+from protocol.record_batch import build_batch, decode_records, iter_batches
+
+REPLAY_FETCH_BYTES = 8 * 1024 * 1024
+APPEND_TIMEOUT_MS = 30000
+
+
+class CoordinatorLogError(RuntimeError):
+    """An append to the coordinator's partition failed; the caller answers with a retriable error."""
+
+    def __init__(self, error_code: int, message: str | None):
+        super().__init__(f"{ErrorCode(error_code).name}: {message or ''}")
+        self.error_code = error_code
+
+
+class CoordinatorLog:
+    def __init__(self, partition_actor, leader_epoch: int = -1):
+        self.partition = partition_actor
+        self.leader_epoch = leader_epoch
+        self.next_offset = 0
+
+    async def replay(self) -> list[tuple[int, bytes | None, bytes | None]]:
+        """Every (offset, key, value) record of the partition, oldest first."""
+        out, offset = [], 0
+        while True:
+            result = await self.partition.fetch.remote(offset, REPLAY_FETCH_BYTES, self.leader_epoch, 0)
+            if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and offset < result.log_start_offset:
+                offset = result.log_start_offset
+                continue
+            if result.error_code:
+                raise CoordinatorLogError(result.error_code, result.error_message)
+            records = memoryview(result.records if result.records is not None else b"")
+            if len(records) == 0:
+                break
+            for header in iter_batches(records):
+                for r in decode_records(header):
+                    if r.offset >= offset:
+                        out.append((r.offset, r.key, r.value))
+                offset = max(offset, header.last_offset + 1)
+            if offset >= result.high_watermark:
+                break
+        self.next_offset = offset
+        return out
+
+    async def append(self, records: list[tuple[bytes, bytes | None]]) -> list[int]:
+        """Append records in one batch; return their offsets."""
+        if not records:
+            return []
+        now_ms = time.time_ns() // 1_000_000
+        batch = build_batch([(key, value, [], now_ms) for key, value in records])
+        [result] = await self.partition.produce.remote([np.frombuffer(batch, dtype=np.uint8)], self.leader_epoch,
+                                                       -1, APPEND_TIMEOUT_MS)
+        if result.error_code:
+            raise CoordinatorLogError(result.error_code, result.error_message)
+        self.next_offset = result.base_offset + len(records)
+        return list(range(result.base_offset, result.base_offset + len(records)))
+
+

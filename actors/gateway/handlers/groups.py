@@ -1,0 +1,149 @@
+"""FindCoordinator, ShareGroupHeartbeat, ShareGroupDescribe, ListGroups and DeleteGroups.
+
+A group's coordinator is the actor that follows the leadership of the `__consumer_offsets`
+partition its id hashes to; a share-partition's state lives with the share coordinator of the
+`__share_group_state` partition "group:topicId:partition" hashes to. FindCoordinator names the
+node broker (gateway) of that partition's leader. The internal topics are created on first use.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from protocol.errors import ErrorCode
+from protocol.messages import (DeleteGroupsResponse, FindCoordinatorResponse, ListGroupsResponse,
+                               ShareGroupDescribeResponse, ShareGroupHeartbeatResponse)
+
+from actors import internal_topics
+from actors.share_coordinator.core import state_partition_for_key
+
+log = logging.getLogger("kray.gateway")
+KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE = 0, 1, 2
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+SHARE_PROTOCOL_TYPE = "share"
+
+
+async def _internal_partition(ctx, topic_name: str, index_for):
+    """(the partition state of the internal topic that owns a key, its coordinator actor)."""
+    topic = ctx.metadata.topics.get(topic_name)
+    if topic is None or (topic_name, 0) not in ctx.metadata.coordinators:
+        ctx.set_metadata(await ctx.controller.ensure_internal_topic(topic_name))
+        topic = ctx.metadata.topics[topic_name]
+    index = index_for(len(topic.partitions))
+    return topic.partitions[index], ctx.metadata.coordinators.get((topic_name, index))
+
+
+async def group_coordinator(ctx, group_id: str):
+    _, actor = await _internal_partition(ctx, internal_topics.CONSUMER_OFFSETS,
+                                         lambda n: internal_topics.group_partition(group_id, n))
+    return actor
+
+
+async def _find_one(ctx, key: str, key_type: int):
+    """(error code, message, broker) for one coordinator key."""
+    if key_type == KEY_TYPE_GROUP:
+        topic, index_for = internal_topics.CONSUMER_OFFSETS, lambda n: internal_topics.group_partition(key, n)
+    elif key_type == KEY_TYPE_SHARE:
+        if key.count(":") != 2:
+            return ErrorCode.INVALID_REQUEST, "a share coordinator key is group:topicId:partition", None
+        topic, index_for = internal_topics.SHARE_GROUP_STATE, lambda n: state_partition_for_key(key, n)
+    else:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "Kray has no transaction coordinator yet", None
+    if not key:
+        return ErrorCode.INVALID_REQUEST, "the coordinator key is empty", None
+    try:
+        partition, _ = await _internal_partition(ctx, topic, index_for)
+    except Exception as e:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the coordinator is starting: {e}", None
+    broker = ctx.metadata.brokers.get(partition.leader)
+    if broker is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator's broker is not available", None
+    return 0, None, broker
+
+
+async def handle_find_coordinator(ctx, header, request) -> FindCoordinatorResponse:
+    if header.api_version < 4:
+        error, message, broker = await _find_one(ctx, request.key, request.key_type)
+        return FindCoordinatorResponse(throttle_time_ms=0, error_code=error, error_message=message,
+                                       node_id=broker.broker_id if broker else -1, host=broker.host if broker else "",
+                                       port=broker.port if broker else -1)
+    coordinators = []
+    for key in request.coordinator_keys:
+        error, message, broker = await _find_one(ctx, key, request.key_type)
+        coordinators.append(FindCoordinatorResponse.Coordinator(
+            key=key, node_id=broker.broker_id if broker else -1, host=broker.host if broker else "",
+            port=broker.port if broker else -1, error_code=error, error_message=message))
+    return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
+
+
+async def handle_share_group_heartbeat(ctx, header, request, connection) -> ShareGroupHeartbeatResponse:
+    try:
+        coordinator = await group_coordinator(ctx, request.group_id or "")
+        r = await coordinator.share_group_heartbeat.remote(
+            request.group_id, request.member_id, request.member_epoch, request.rack_id,
+            request.subscribed_topic_names, header.client_id or "",
+            str(connection.peer[0]) if connection and connection.peer else "")
+    except Exception as e:
+        log.warning("share group heartbeat failed: %s", e)
+        return ShareGroupHeartbeatResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=str(e),
+                                           member_epoch=-1)
+    assignment = None
+    if r.assignment is not None:
+        assignment = ShareGroupHeartbeatResponse.Assignment(topic_partitions=[
+            ShareGroupHeartbeatResponse.TopicPartitions(topic_id=t, partitions=list(ps)) for t, ps in r.assignment])
+    return ShareGroupHeartbeatResponse(throttle_time_ms=0, error_code=r.error_code, error_message=r.error_message,
+                                       member_id=r.member_id, member_epoch=r.member_epoch,
+                                       heartbeat_interval_ms=r.heartbeat_interval_ms, assignment=assignment)
+
+
+async def handle_share_group_describe(ctx, header, request) -> ShareGroupDescribeResponse:
+    groups = []
+    for group_id in request.group_ids:
+        try:
+            described = (await (await group_coordinator(ctx, group_id)).describe.remote([group_id]))[0]
+        except Exception as e:
+            groups.append(ShareGroupDescribeResponse.DescribedGroup(
+                group_id=group_id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=str(e)))
+            continue
+        groups.append(ShareGroupDescribeResponse.DescribedGroup(
+            error_code=described.error_code, error_message=described.error_message, group_id=group_id,
+            group_state=described.group_state, group_epoch=described.group_epoch,
+            assignment_epoch=described.assignment_epoch, assignor_name=described.assignor_name,
+            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            members=[ShareGroupDescribeResponse.Member(
+                member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch, client_id=m.client_id,
+                client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topic_names),
+                assignment=ShareGroupDescribeResponse.Assignment(topic_partitions=[
+                    ShareGroupDescribeResponse.TopicPartitions(topic_id=t, topic_name=name, partitions=list(ps))
+                    for t, name, ps in m.assignment]))
+                for m in described.members]))
+    return ShareGroupDescribeResponse(throttle_time_ms=0, groups=groups)
+
+
+async def handle_list_groups(ctx, header, request) -> ListGroupsResponse:
+    """Every coordinator's groups; share groups only until classic and consumer groups exist."""
+    topic = ctx.metadata.topics.get(internal_topics.CONSUMER_OFFSETS)
+    actors = [a for (name, _), a in ctx.metadata.coordinators.items() if name == internal_topics.CONSUMER_OFFSETS]
+    if topic is None or not actors:
+        return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[])
+    try:
+        listed = await asyncio.gather(*(a.list_groups.remote(list(request.states_filter), list(request.types_filter))
+                                        for a in actors))
+    except Exception as e:
+        log.warning("listing groups failed: %s", e)
+        return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, groups=[])
+    return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[
+        ListGroupsResponse.ListedGroup(group_id=g, protocol_type=SHARE_PROTOCOL_TYPE, group_state=state, group_type=t)
+        for part in listed for g, state, t in part])
+
+
+async def handle_delete_groups(ctx, header, request) -> DeleteGroupsResponse:
+    results = []
+    for group_id in request.groups_names:
+        try:
+            [(g, code, message)] = await (await group_coordinator(ctx, group_id)).delete_groups.remote([group_id])
+        except Exception as e:
+            code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
+        results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code,
+                                                                 error_message=message))
+    return DeleteGroupsResponse(throttle_time_ms=0, results=results)

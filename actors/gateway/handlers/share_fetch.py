@@ -1,0 +1,170 @@
+"""ShareFetch and ShareAcknowledge (KIP-932): share sessions, piggybacked acknowledgements,
+long-poll on max_wait_ms, and one call per share-partition per request.
+
+The share-partition leader lives with the partition leader (see actors/partition/actor.py);
+through a partition's own listener these calls stay in process, through a gateway they are Ray
+calls. A session belongs to its connection: closing either releases what the member holds.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from protocol.errors import ErrorCode
+from protocol.messages import ShareAcknowledgeResponse, ShareFetchResponse
+
+from actors.gateway.share_sessions import FINAL_EPOCH, ShareSession
+
+log = logging.getLogger("kray.gateway")
+
+
+def _acks(batches) -> list[tuple[int, int, list[int]]]:
+    return [(b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in batches]
+
+
+def _leader(ctx, topic_id, index):
+    topic = ctx.metadata.topic_by_id(topic_id)
+    if topic is None or index >= len(topic.partitions):
+        return -1, -1
+    return ctx.metadata.leader_id(topic, index), topic.partitions[index].leader_epoch
+
+
+async def _release(ctx, session: ShareSession) -> None:
+    """The member's session is gone: what it held goes back to Available (or Archived)."""
+    calls = [c.share_release(session.group_id, session.member_id)
+             for c in (ctx.partition(*tp) for tp in session.partitions) if c is not None]
+    await asyncio.gather(*calls, return_exceptions=True)
+
+
+def _open_session(ctx, header, request, connection, *, may_open: bool):
+    sessions = ctx.share_sessions
+    error, session, replaced = sessions.begin(request.group_id, request.member_id, request.share_session_epoch,
+                                              connection.connection_id if connection else 0, may_open=may_open)
+    if replaced is not None:
+        asyncio.ensure_future(_release(ctx, replaced))
+    if session is not None and request.share_session_epoch == 0 and connection is not None:
+        key = (request.group_id, request.member_id)
+
+        async def on_close():
+            current = sessions.sessions.get(key)
+            if current is session:
+                sessions.close(*key)
+                await _release(ctx, session)
+        connection.on_close.append(on_close)
+    return error, session
+
+
+async def _call(coro, what):
+    try:
+        return await coro
+    except Exception as e:  # the actor died or moved: the client refreshes metadata and retries
+        log.warning("%s on a partition actor failed: %s", what, e)
+        return None
+
+
+async def handle_share_fetch(ctx, header, request, connection) -> ShareFetchResponse:
+    lock_ms = int(ctx.config["group.share.record.lock.duration.ms"])
+    if not request.group_id or not request.member_id:
+        return ShareFetchResponse(error_code=ErrorCode.INVALID_REQUEST, error_message="group id and member id are required",
+                                  acquisition_lock_timeout_ms=lock_ms)
+    error, session = _open_session(ctx, header, request, connection, may_open=True)
+    if error:
+        return ShareFetchResponse(error_code=error, acquisition_lock_timeout_ms=lock_ms)
+    final = request.share_session_epoch == FINAL_EPOCH
+    asked = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
+    acks = {(t.topic_id, p.partition_index): _acks(p.acknowledgement_batches)
+            for t in request.topics for p in t.partitions if p.acknowledgement_batches}
+    if final and any(tp not in acks for tp in asked):
+        return ShareFetchResponse(error_code=ErrorCode.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms,
+                                  error_message="a ShareFetch that closes the session may only acknowledge")
+    if not final:
+        session.add(asked)
+        session.forget([(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions])
+    results: dict = {}
+
+    async def fetch_one(tp, wait_ms, with_acks):
+        client = ctx.partition(*tp)
+        if client is None:
+            topic = ctx.metadata.topic_by_id(tp[0])
+            results[tp] = (ErrorCode.NOT_LEADER_OR_FOLLOWER if topic and tp[1] < len(topic.partitions)
+                           else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            return
+        r = await _call(client.share_fetch(request.group_id, request.member_id,
+                                           acks=acks.get(tp) if with_acks else None,
+                                           max_records=request.max_records, batch_size=request.batch_size,
+                                           max_bytes=request.max_bytes, wait_ms=wait_ms,
+                                           fetch=not final), "share fetch")
+        results[tp] = r if r is not None else ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    partitions = list(acks) if final else session.rotated()
+    partitions += [tp for tp in acks if tp not in partitions]
+    await asyncio.gather(*(fetch_one(tp, 0, True) for tp in partitions))
+    got_records = any(not isinstance(r, int) and r.acquired for r in results.values())
+    if not final and not got_records and request.max_wait_ms > 0 and partitions:
+        waits = [asyncio.ensure_future(fetch_one(tp, request.max_wait_ms, False)) for tp in partitions
+                 if not isinstance(results.get(tp), int)]
+        if waits:
+            acked = {tp: results[tp] for tp in acks if tp in results}
+            _, pending = await asyncio.wait(waits, timeout=request.max_wait_ms / 1000 + 1,
+                                            return_when=asyncio.FIRST_COMPLETED)
+            for task in pending:
+                task.cancel()
+            for tp, r in acked.items():  # keep the acknowledgement outcome of the first pass
+                if not isinstance(results.get(tp), int) and not isinstance(r, int):
+                    results[tp].ack_error_code, results[tp].ack_error_message = r.ack_error_code, r.ack_error_message
+    if final:
+        ctx.share_sessions.close(request.group_id, request.member_id)
+        await _release(ctx, session)
+    return _fetch_response(ctx, results, acks, lock_ms)
+
+
+def _fetch_response(ctx, results, acks, lock_ms) -> ShareFetchResponse:
+    by_topic: dict = {}
+    for (topic_id, index), r in results.items():
+        if isinstance(r, int):
+            pd = ShareFetchResponse.PartitionData(partition_index=index, error_code=r, records=None)
+        else:
+            if not (r.acquired or r.error_code or (topic_id, index) in acks):
+                continue
+            pd = ShareFetchResponse.PartitionData(
+                partition_index=index, error_code=r.error_code, error_message=r.error_message,
+                acknowledge_error_code=r.ack_error_code, acknowledge_error_message=r.ack_error_message,
+                records=r.records if r.acquired else None,
+                acquired_records=[ShareFetchResponse.AcquiredRecords(first_offset=a[0], last_offset=a[1],
+                                                                     delivery_count=a[2]) for a in r.acquired])
+        leader_id, leader_epoch = _leader(ctx, topic_id, index)
+        pd.current_leader = ShareFetchResponse.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch)
+        by_topic.setdefault(topic_id, []).append(pd)
+    return ShareFetchResponse(error_code=0, acquisition_lock_timeout_ms=lock_ms, responses=[
+        ShareFetchResponse.ShareFetchableTopicResponse(topic_id=t, partitions=ps) for t, ps in by_topic.items()])
+
+
+async def handle_share_acknowledge(ctx, header, request, connection) -> ShareAcknowledgeResponse:
+    lock_ms = int(ctx.config["group.share.record.lock.duration.ms"])
+    if not request.group_id or not request.member_id:
+        return ShareAcknowledgeResponse(error_code=ErrorCode.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms,
+                                        error_message="group id and member id are required")
+    error, session = _open_session(ctx, header, request, connection, may_open=False)
+    if error:
+        return ShareAcknowledgeResponse(error_code=error, acquisition_lock_timeout_ms=lock_ms)
+    by_topic: dict = {}
+
+    async def ack_one(topic_id, p):
+        client = ctx.partition(topic_id, p.partition_index)
+        if client is None:
+            code, message = ErrorCode.NOT_LEADER_OR_FOLLOWER, None
+        else:
+            r = await _call(client.share_acknowledge(request.group_id, request.member_id,
+                                                     _acks(p.acknowledgement_batches)), "share acknowledge")
+            code, message = r if r is not None else (ErrorCode.NOT_LEADER_OR_FOLLOWER, None)
+        leader_id, leader_epoch = _leader(ctx, topic_id, p.partition_index)
+        by_topic.setdefault(topic_id, []).append(ShareAcknowledgeResponse.PartitionData(
+            partition_index=p.partition_index, error_code=code, error_message=message,
+            current_leader=ShareAcknowledgeResponse.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch)))
+
+    await asyncio.gather(*(ack_one(t.topic_id, p) for t in request.topics for p in t.partitions))
+    if request.share_session_epoch == FINAL_EPOCH:
+        ctx.share_sessions.close(request.group_id, request.member_id)
+        await _release(ctx, session)
+    return ShareAcknowledgeResponse(error_code=0, acquisition_lock_timeout_ms=lock_ms, responses=[
+        ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse(topic_id=t, partitions=ps) for t, ps in by_topic.items()])

@@ -1,0 +1,158 @@
+"""The group coordinator's Ray shell: one per `__consumer_offsets` partition, on the node of that
+partition's leader. It replays the partition at start, serves ShareGroupHeartbeat and the share
+group admin calls, appends each call's records before answering, expires member sessions on
+their deadlines, and has the share coordinators initialize newly assigned share-partitions.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+from actors import internal_topics
+from actors.coordinator_log import CoordinatorLog, CoordinatorLogError
+from actors.group_coordinator.core import GroupCoordinatorShard
+from actors.share_coordinator.core import state_partition_for
+from protocol.errors import ErrorCode
+
+log = logging.getLogger("kray.group_coordinator")
+METADATA_POLL_S = 10.0
+DEADLINE_POLL_S_MAX = 1.0
+UNINITIALIZED_START_OFFSET = -1  # the share-partition leader picks it by share.auto.offset.reset
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class GroupCoordinatorActor:
+    def __init__(self, spec: dict):
+        self.partition_index = spec["partition"]
+        self.config = spec["broker_config"]
+        self.controller = spec["controller"]
+        self.log = CoordinatorLog(spec["partition_actor"])
+        self.shard: GroupCoordinatorShard | None = None
+        self.loading: asyncio.Task | None = None
+        self.image = None
+        self.tasks: list[asyncio.Task] = []
+
+    # ---- loading and background work -------------------------------------------------------
+    async def _ready(self) -> GroupCoordinatorShard:
+        if self.shard is None:
+            if self.loading is None:
+                self.loading = asyncio.ensure_future(self._load())
+            await asyncio.shield(self.loading)
+        return self.shard
+
+    async def _load(self) -> None:
+        self.image = await self.controller.wait_for_metadata.remote(-1, 0)
+        shard = GroupCoordinatorShard(self.config)
+        for _offset, key, value in await self.log.replay():
+            shard.replay(key, value)
+        self.shard = shard
+        self.tasks = [asyncio.ensure_future(self._follow_metadata()), asyncio.ensure_future(self._expire_loop())]
+
+    async def _follow_metadata(self) -> None:
+        while True:
+            try:
+                image = await self.controller.wait_for_metadata.remote(self.image.version, METADATA_POLL_S)
+                gone = {t.topic_id for t in self.image.topics.values()} - {t.topic_id for t in image.topics.values()}
+                self.image = image
+                if gone and self.shard is not None:
+                    await self._commit(self.shard.on_topics_deleted(gone))
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("metadata refresh failed: %s", e)
+                await asyncio.sleep(1.0)
+
+    async def _expire_loop(self) -> None:
+        while True:
+            deadline = self.shard.next_deadline_ms()
+            wait_s = DEADLINE_POLL_S_MAX if deadline is None else min(max((deadline - now_ms()) / 1000, 0.01),
+                                                                      DEADLINE_POLL_S_MAX)
+            await asyncio.sleep(wait_s)
+            try:
+                await self._commit(self.shard.expire_sessions(now_ms()))
+            except Exception:
+                log.exception("expiring share group members failed")
+
+    def _topics(self) -> dict[str, tuple[uuid.UUID, int]]:
+        return {t.name: (t.topic_id, len(t.partitions)) for t in self.image.topics.values() if not t.internal}
+
+    async def _commit(self, records: list) -> int:
+        if not records:
+            return 0
+        try:
+            await self.log.append(records)
+        except CoordinatorLogError as e:
+            log.warning("group record append failed (%s); reloading the shard from the log", e)
+            self.shard, self.loading = None, None
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return 0
+
+    # ---- share groups ------------------------------------------------------------------------
+    async def share_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, rack_id: str | None,
+                                    subscribed_topic_names: list[str] | None, client_id: str, client_host: str):
+        shard = await self._ready()
+        result, records = shard.share_group_heartbeat(
+            group_id, member_id, member_epoch, rack_id=rack_id, subscribed_topic_names=subscribed_topic_names,
+            client_id=client_id, client_host=client_host, now_ms=now_ms(), topics=self._topics())
+        error = await self._commit(records)
+        if error:
+            result.error_code, result.error_message = error, "the group coordinator is reloading; retry"
+        elif result.initialize:
+            self.tasks.append(asyncio.ensure_future(self._initialize(group_id, result.initialize, result.state_epoch)))
+        return result
+
+    async def _initialize(self, group_id: str, partitions: list, state_epoch: int) -> None:
+        """InitializeShareGroupState for newly subscribed share-partitions, then make them assignable."""
+        done, failed = [], []
+        for topic_id, index in partitions:
+            try:
+                coordinator = await self._share_coordinator(group_id, topic_id, index)
+                error, message = await coordinator.initialize.remote(group_id, topic_id, index, state_epoch,
+                                                                     UNINITIALIZED_START_OFFSET)
+            except Exception as e:
+                error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
+            (failed if error else done).append((topic_id, index))
+            if error:
+                log.warning("initializing share state of %s %s-%d failed: %s", group_id, topic_id, index, message)
+        shard = await self._ready()
+        await self._commit(shard.mark_initialized(group_id, done) + shard.mark_initialize_failed(group_id, failed))
+
+    async def _share_coordinator(self, group_id: str, topic_id: uuid.UUID, index: int):
+        count = int(self.config["share.coordinator.state.topic.num.partitions"])
+        key = (internal_topics.SHARE_GROUP_STATE, state_partition_for(group_id, topic_id, index, count))
+        if key not in self.image.coordinators:
+            self.image = await self.controller.ensure_internal_topic.remote(internal_topics.SHARE_GROUP_STATE)
+        return self.image.coordinators[key]
+
+    async def describe(self, group_ids: list[str]):
+        shard = await self._ready()
+        return shard.describe(group_ids, self._topics())
+
+    async def list_groups(self, states_filter: list[str], types_filter: list[str]):
+        shard = await self._ready()
+        return shard.list_groups(states_filter, types_filter)
+
+    async def delete_groups(self, group_ids: list[str]):
+        """Delete empty share groups, their share state first (as Kafka's DeleteGroups does)."""
+        shard = await self._ready()
+        for group_id in group_ids:
+            for topic_id, index in shard.share_partitions(group_id):
+                if shard.describe([group_id], self._topics())[0].members:
+                    break
+                try:
+                    coordinator = await self._share_coordinator(group_id, topic_id, index)
+                    await coordinator.delete.remote(group_id, topic_id, index)
+                except Exception as e:
+                    log.warning("deleting share state of %s failed: %s", group_id, e)
+        results, records = shard.delete_groups(group_ids)
+        error = await self._commit(records)
+        return [(g, error or code, message) for g, code, message in results]
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()

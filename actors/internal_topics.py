@@ -1,0 +1,45 @@
+"""Kafka's internal topics and which of their partitions owns a key.
+
+`__consumer_offsets` shards the group coordinators and `__share_group_state` the share
+coordinators: a coordinator is the actor that follows the leadership of one partition. Keys map to
+partitions as Kafka maps them (the Java String hash of the key, made non-negative, modulo the
+partition count), so operators can reason about placement the same way.
+"""
+from __future__ import annotations
+
+import uuid
+
+CONSUMER_OFFSETS = "__consumer_offsets"
+SHARE_GROUP_STATE = "__share_group_state"
+
+PARTITION_COUNT_CONFIG = {CONSUMER_OFFSETS: "offsets.topic.num.partitions",
+                          SHARE_GROUP_STATE: "share.coordinator.state.topic.num.partitions"}
+REPLICATION_FACTOR_CONFIG = {CONSUMER_OFFSETS: "offsets.topic.replication.factor",
+                             SHARE_GROUP_STATE: "share.coordinator.state.topic.replication.factor"}
+# Kafka's configs for its internal topics: compacted, with small segments
+TOPIC_CONFIGS = {CONSUMER_OFFSETS: {"segment.bytes": 104857600},
+                 SHARE_GROUP_STATE: {"segment.bytes": 104857600}}
+
+
+def java_string_hash(text: str) -> int:
+    h = 0
+    for unit in text.encode("utf-16-be").hex(" ", 2).split():  # UTF-16 code units, like Java's String
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(key: str, partition_count: int) -> int:
+    """Kafka's Utils.abs(key.hashCode()) % partitionCount (Utils.abs maps MIN_VALUE to 0)."""
+    h = java_string_hash(key)
+    return (0 if h == -(1 << 31) else abs(h)) % partition_count
+
+
+def group_partition(group_id: str, partition_count: int) -> int:
+    return partition_for(group_id, partition_count)
+
+
+def share_state_partition(group_id: str, topic_id: uuid.UUID, partition: int, partition_count: int) -> int:
+    """The share coordinator's key is "group:topicId:partition" (topic id in Kafka's base64 form)."""
+    import base64
+    topic = base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+    return partition_for(f"{group_id}:{topic}:{partition}", partition_count)

@@ -1,0 +1,105 @@
+"""The share coordinator's Ray shell: one per `__share_group_state` partition, on the node of that
+partition's leader. It replays the partition into its shard at start, then serves the share-group
+state operations (Initialize, Read, Write, Delete, ReadSummary) for share-partition leaders,
+appending each operation's records before it answers. Records before the oldest live snapshot
+are pruned from the log.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+from actors.coordinator_log import CoordinatorLog, CoordinatorLogError
+from actors.share_coordinator.core import OpResult, ReadResult, ShareCoordinatorShard, SummaryResult
+from protocol.errors import ErrorCode
+
+log = logging.getLogger("kray.share_coordinator")
+PRUNE_INTERVAL_S = 30.0
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ShareCoordinatorActor:
+    def __init__(self, spec: dict):
+        self.partition_index = spec["partition"]
+        self.log = CoordinatorLog(spec["partition_actor"])
+        self.snapshot_update_records_max = int(
+            spec["broker_config"]["share.coordinator.snapshot.update.records.per.snapshot"])
+        self.shard: ShareCoordinatorShard | None = None
+        self.loading: asyncio.Task | None = None
+        self.pruner: asyncio.Task | None = None
+
+    async def _ready(self) -> ShareCoordinatorShard:
+        if self.shard is None:
+            if self.loading is None:
+                self.loading = asyncio.ensure_future(self._load())
+            await asyncio.shield(self.loading)
+        return self.shard
+
+    async def _load(self) -> None:
+        shard = ShareCoordinatorShard(snapshot_update_records_max=self.snapshot_update_records_max)
+        for offset, key, value in await self.log.replay():
+            shard.replay(key, value, offset)
+        self.shard = shard
+        self.pruner = asyncio.ensure_future(self._prune_loop())
+
+    async def _commit(self, result: OpResult | ReadResult) -> tuple[int, str | None]:
+        if result.error_code or not result.records:
+            return result.error_code, result.error_message
+        try:
+            offsets = await self.log.append(result.records)
+        except CoordinatorLogError as e:
+            log.warning("share-state append failed (%s); reloading the shard from the log", e)
+            self.shard, self.loading = None, None  # memory is ahead of the log: rebuild from it
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
+        self.shard.on_appended(result.records, offsets)
+        return 0, None
+
+    async def initialize(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int,
+                         start_offset: int) -> tuple[int, str | None]:
+        shard = await self._ready()
+        return await self._commit(shard.initialize(group_id, topic_id, partition, state_epoch=state_epoch,
+                                                   start_offset=start_offset, now_ms=now_ms()))
+
+    async def read(self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int) -> ReadResult:
+        shard = await self._ready()
+        result = shard.read(group_id, topic_id, partition, leader_epoch=leader_epoch, now_ms=now_ms())
+        error, message = await self._commit(result)
+        return result._replace(error_code=error, error_message=message, records=[]) if error else \
+            result._replace(records=[])
+
+    async def write(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int, leader_epoch: int,
+                    start_offset: int, state_batches: list, delivery_complete_count: int = -1) -> tuple[int, str | None]:
+        shard = await self._ready()
+        return await self._commit(shard.write(group_id, topic_id, partition, state_epoch=state_epoch,
+                                              leader_epoch=leader_epoch, start_offset=start_offset,
+                                              state_batches=state_batches,
+                                              delivery_complete_count=delivery_complete_count, now_ms=now_ms()))
+
+    async def delete(self, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[int, str | None]:
+        shard = await self._ready()
+        return await self._commit(shard.delete(group_id, topic_id, partition))
+
+    async def read_summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> SummaryResult:
+        shard = await self._ready()
+        return shard.read_summary(group_id, topic_id, partition)
+
+    async def _prune_loop(self) -> None:
+        while True:
+            await asyncio.sleep(PRUNE_INTERVAL_S)
+            try:
+                shard = self.shard
+                if shard is None:
+                    continue
+                await self._commit(OpResult(0, None, shard.snapshot_cold_partitions(now_ms=now_ms())))
+                await self.log.partition.delete_records.remote(shard.prunable_before_offset())
+            except Exception:
+                log.exception("pruning __share_group_state-%d failed", self.partition_index)
+
+    async def close(self) -> None:
+        if self.pruner:
+            self.pruner.cancel()

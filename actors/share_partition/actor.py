@@ -1,0 +1,268 @@
+"""The share-partition leaders' shell: one `SharePartition` per share group, hosted by the
+partition leader actor of their topic-partition (KIP-932: the share-partition leader lives with
+the partition leader and moves with it).
+
+Why inside the partition actor rather than an actor per (group, partition): a ShareFetch reads the
+log and acquires records in one step; as separate actors that is a Ray call (~2 ms of CPU here)
+per fetch on the hot path, and state would straddle two processes. In process, acquisition is a
+synchronous step right after the log read.
+
+Durability: what changes durable state (acknowledgements, releases, expiries, redeliveries) is
+written to the share coordinator before the request is answered. The shell reads the clock and
+polls lock deadlines; the core never does.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from actors import internal_topics
+from actors.share_coordinator.core import state_partition_for
+from actors.share_partition.core import SharePartition
+from protocol.errors import ErrorCode
+from protocol.record_batch import iter_batches
+
+log = logging.getLogger("kray.share_partition")
+SHARE_FETCH_BYTES_MAX = 8 * 1024 * 1024
+DEADLINE_POLL_S_MAX = 1.0
+NO_STATE_EPOCH = 0
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+ISO_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
+
+
+def parse_iso_duration_ms(text: str) -> int:
+    """ISO-8601 durations as share.auto.offset.reset=by_duration:<duration> takes them (PnDTnHnMnS)."""
+    m = ISO_DURATION.match(text.strip().upper())
+    if not m or text.strip().upper() in ("P", "PT"):
+        raise ValueError(f"{text!r} is not an ISO-8601 duration such as PT1H or P1DT30M")
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
+    return int((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
+
+
+@dataclass
+class ShareFetchResult:
+    error_code: int = 0
+    error_message: str | None = None
+    ack_error_code: int = 0
+    ack_error_message: str | None = None
+    records: Any = None
+    acquired: list = field(default_factory=list)  # [(first_offset, last_offset, delivery_count)]
+
+
+class ShareLeaders:
+    """All share-partition leaders of one topic-partition, inside its partition actor."""
+
+    def __init__(self, partition_actor, broker_config: dict, controller):
+        self.partition = partition_actor  # the PartitionActor that hosts us (its core is the log)
+        self.config = broker_config
+        self.controller = controller
+        self.groups: dict[str, SharePartition] = {}
+        self.state_epochs: dict[str, int] = {}
+        self.loading: dict[str, asyncio.Future] = {}
+        self.coordinators: dict[int, Any] = {}
+        self.acquirable = asyncio.Event()  # set when records may have become acquirable
+        self.timer: asyncio.Task | None = None
+
+    # ---- share coordinator -------------------------------------------------------------------
+    async def _coordinator(self, group_id: str):
+        count = int(self.config["share.coordinator.state.topic.num.partitions"])
+        index = state_partition_for(group_id, self.partition.topic_id, self.partition.partition, count)
+        if index not in self.coordinators:
+            image = await self.controller.ensure_internal_topic.remote(internal_topics.SHARE_GROUP_STATE)
+            for (name, i), handle in image.coordinators.items():
+                if name == internal_topics.SHARE_GROUP_STATE:
+                    self.coordinators[i] = handle
+        return self.coordinators[index]
+
+    async def _persist(self, group_id: str, sp: SharePartition) -> tuple[int, str | None]:
+        dirty = sp.take_dirty()
+        if dirty is None:
+            return 0, None
+        start_offset, batches = dirty
+        try:
+            coordinator = await self._coordinator(group_id)
+            error, message = await coordinator.write.remote(
+                group_id, self.partition.topic_id, self.partition.partition, self.state_epochs[group_id],
+                self.partition.leader_epoch, start_offset, [tuple(b) for b in batches])
+        except Exception as e:
+            error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, f"share coordinator unreachable: {e}"
+        if error:
+            sp.invalidate_persisted()  # the next write carries the whole state
+            log.warning("writing share state of %s failed: %s", group_id, message)
+        return error, message
+
+    async def _load(self, group_id: str) -> SharePartition:
+        core = self.partition.core
+        coordinator = await self._coordinator(group_id)
+        p = self.partition
+        result = await coordinator.read.remote(group_id, p.topic_id, p.partition, p.leader_epoch)
+        lock_ms = p.group_config(group_id, "share.record.lock.duration.ms",
+                                 self.config["group.share.record.lock.duration.ms"])
+        sp = SharePartition(group_id, p.topic_id, p.partition, record_lock_duration_ms=int(lock_ms),
+                            delivery_count_limit=int(self.config["group.share.delivery.count.limit"]),
+                            max_record_locks=int(self.config["group.share.partition.max.record.locks"]))
+        if result.error_code == 0 and result.start_offset >= 0:
+            sp.load(result.start_offset, result.state_batches, log_start_offset=core.log_start_offset)
+            self.state_epochs[group_id] = result.state_epoch
+            sp.take_dirty()
+            return sp
+        start = self._initial_offset(group_id)  # where share.auto.offset.reset says (Kafka's default: latest)
+        sp.load(start, [], log_start_offset=core.log_start_offset)
+        if result.error_code == 0:  # initialized by the group coordinator without a start offset
+            self.state_epochs[group_id] = result.state_epoch
+            error, message = await coordinator.write.remote(group_id, p.topic_id, p.partition, result.state_epoch,
+                                                            p.leader_epoch, start, [])
+        elif result.error_code == ErrorCode.INVALID_REQUEST:  # never initialized: do it here
+            self.state_epochs[group_id] = NO_STATE_EPOCH
+            error, message = await coordinator.initialize.remote(group_id, p.topic_id, p.partition,
+                                                                 NO_STATE_EPOCH, start)
+        else:
+            error, message = result.error_code, result.error_message
+        if error:
+            raise RuntimeError(f"cannot load the share-partition state of {group_id}: {message}")
+        sp.take_dirty()
+        return sp
+
+    def _initial_offset(self, group_id: str) -> int:
+        reset = self.partition.group_config(group_id, "share.auto.offset.reset", "latest")
+        core = self.partition.core
+        if reset == "earliest":
+            return core.log_start_offset
+        if reset.startswith("by_duration:"):
+            error, offset, _ = core.list_offsets(now_ms() - parse_iso_duration_ms(reset.split(":", 1)[1]))
+            return offset if error == 0 and offset >= 0 else core.high_watermark
+        return core.high_watermark
+
+    async def get(self, group_id: str) -> SharePartition:
+        sp = self.groups.get(group_id)
+        if sp is not None:
+            return sp
+        if group_id not in self.loading:
+            self.loading[group_id] = asyncio.ensure_future(self._load(group_id))
+        try:
+            sp = await asyncio.shield(self.loading[group_id])
+        except Exception:
+            self.loading.pop(group_id, None)
+            raise
+        self.groups.setdefault(group_id, sp)
+        self._ensure_timer()
+        return self.groups[group_id]
+
+    # ---- operations ---------------------------------------------------------------------------
+    async def share_fetch(self, group_id: str, member_id: str, *, acks, max_records: int, batch_size: int,
+                          max_bytes: int, wait_ms: int, fetch: bool = True) -> ShareFetchResult:
+        try:
+            sp = await self.get(group_id)
+        except Exception as e:
+            return ShareFetchResult(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=str(e))
+        result = ShareFetchResult()
+        if acks:
+            outcome = sp.acknowledge(member_id, acks, now_ms=now_ms())
+            result.ack_error_code = outcome.error_code
+            if outcome.changed:
+                self._wake()
+                error, message = await self._persist(group_id, sp)
+                if error and not result.ack_error_code:
+                    result.ack_error_code, result.ack_error_message = error, message
+        if not fetch:
+            return result
+        deadline = time.monotonic() + max(wait_ms, 0) / 1000
+        while True:
+            result.records, result.acquired = self._acquire(sp, member_id, max_records, batch_size, max_bytes)
+            if result.acquired:
+                await self._persist(group_id, sp)  # redelivery counts, and records archived on the way
+                return result
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return result
+            waiter = self.acquirable
+            data = asyncio.ensure_future(self.partition.wait_for_data(sp.end_offset, int(remaining * 1000)))
+            try:
+                await asyncio.wait([data, asyncio.ensure_future(waiter.wait())], timeout=remaining,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                data.cancel()
+
+    def _acquire(self, sp: SharePartition, member_id: str, max_records: int, batch_size: int, max_bytes: int):
+        """Read from the share-partition's fetch offset and acquire; synchronous, so nothing
+        interleaves between the read and the acquisition."""
+        core = self.partition.core
+        sp.on_log_start_offset(core.log_start_offset)
+        offset = sp.fetch_offset()
+        if offset is None or offset >= core.high_watermark:
+            return None, []
+        read = core.fetch(offset, min(max(max_bytes, 1), SHARE_FETCH_BYTES_MAX))
+        if read.error_code or not read.records:
+            return None, []
+        view = memoryview(read.records)
+        headers = list(iter_batches(view))
+        acquired = sp.acquire(member_id, [(h.base_offset, h.last_offset) for h in headers],
+                              max_records=max(max_records, 1), now_ms=now_ms(),
+                              batch_size=batch_size if batch_size > 0 else None, fetch_offset=offset)
+        if not acquired:
+            return None, []
+        first, last = acquired[0].first_offset, acquired[-1].last_offset
+        kept = [h for h in headers if h.last_offset >= first and h.base_offset <= last]
+        start, end = kept[0].offset_in_buf, kept[-1].offset_in_buf + kept[-1].size_bytes
+        return np.frombuffer(view[start:end], dtype=np.uint8), [tuple(a) for a in acquired]
+
+    async def share_acknowledge(self, group_id: str, member_id: str, acks) -> tuple[int, str | None]:
+        try:
+            sp = await self.get(group_id)
+        except Exception as e:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
+        outcome = sp.acknowledge(member_id, acks, now_ms=now_ms())
+        if outcome.changed:
+            self._wake()
+            error, message = await self._persist(group_id, sp)
+            if error:
+                return error, message
+        return outcome.error_code, None
+
+    async def share_release(self, group_id: str, member_id: str) -> None:
+        sp = self.groups.get(group_id)
+        if sp is not None and sp.release_member(member_id, now_ms=now_ms()):
+            self._wake()
+            await self._persist(group_id, sp)
+
+    def on_data(self) -> None:
+        self._wake()
+
+    # ---- lock deadlines ------------------------------------------------------------------------
+    def _wake(self) -> None:
+        self.acquirable.set()
+        self.acquirable = asyncio.Event()
+
+    def _ensure_timer(self) -> None:
+        if self.timer is None:
+            self.timer = asyncio.ensure_future(self._expire_loop())
+
+    async def _expire_loop(self) -> None:
+        while True:
+            deadlines = [d for d in (sp.next_deadline_ms() for sp in self.groups.values()) if d is not None]
+            wait_s = DEADLINE_POLL_S_MAX if not deadlines else min(max((min(deadlines) - now_ms()) / 1000, 0.01),
+                                                                   DEADLINE_POLL_S_MAX)
+            await asyncio.sleep(wait_s)
+            now = now_ms()
+            for group_id, sp in list(self.groups.items()):
+                if sp.expire_locks(now):
+                    self._wake()
+                    try:
+                        await self._persist(group_id, sp)
+                    except Exception:
+                        log.exception("persisting expired locks of %s failed", group_id)
+
+    def close(self) -> None:
+        if self.timer:
+            self.timer.cancel()

@@ -1,0 +1,178 @@
+"""Share groups (KIP-932) with confluent-kafka's ShareConsumer against a real `kray start`."""
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+
+from tests.kray_process import KrayProcess
+
+LOCK_MS = 2000
+OVERRIDES = (f"group.share.record.lock.duration.ms={LOCK_MS}", "group.share.min.record.lock.duration.ms=1000",
+             "group.share.heartbeat.interval.ms=1000", "group.share.min.heartbeat.interval.ms=500",
+             "group.share.delivery.count.limit=3")
+
+
+@pytest.fixture(scope="module")
+def kray_share(tmp_path_factory):
+    """A broker with short locks, fast heartbeats and a delivery limit of 3, so the tests run quickly."""
+    server = KrayProcess(tmp_path_factory.mktemp("kray-share"), overrides=OVERRIDES)
+    yield server.start()
+    server.stop()
+
+
+def new_topic_and_group(bootstrap, partitions, records):
+    topic, group = f"q-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest",
+                        incremental_operation=AlterConfigOpType.SET)])]).values():
+        f.result(30)
+    produce(bootstrap, topic, partitions, 0, records)
+    return topic, group
+
+
+def share_consumer(bootstrap, group, topic, explicit=True):
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                       "share.acknowledgement.mode": "explicit" if explicit else "implicit"})
+    c.subscribe([topic])
+    return c
+
+
+def test_mixed_accept_release_reject_accounts_for_every_record(kray_share):
+    topic, group = new_topic_and_group(kray_share, 3, 3000)
+    c = share_consumer(kray_share, group, topic)
+    accepted, rejected, released, redelivered = set(), set(), set(), {}
+    deadline = time.monotonic() + 90
+    while len(accepted) + len(rejected) < 3000 and time.monotonic() < deadline:
+        for m in c.poll(1.0):
+            assert m.error() is None, m.error()
+            i = int(m.key())
+            if i % 10 == 3:
+                assert i not in rejected, "a rejected record came back"
+                rejected.add(i)
+                c.acknowledge(m, AcknowledgeType.REJECT)
+            elif i % 10 == 7 and i not in released:
+                released.add(i)
+                c.acknowledge(m, AcknowledgeType.RELEASE)
+            else:
+                assert i not in accepted, "an accepted record came back"
+                if i in released:
+                    redelivered[i] = m.delivery_count()
+                accepted.add(i)
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+        c.commit_sync()
+    c.close()
+    assert accepted | rejected == set(range(3000)) and not accepted & rejected
+    assert len(rejected) == 300 and len(released) == 300
+    assert set(redelivered.values()) == {2}, "a released record comes back with delivery count 2"
+    assert set(redelivered) == released
+
+
+def test_implicit_mode_accepts_what_was_polled(kray_share):
+    topic, group = new_topic_and_group(kray_share, 2, 500)
+    c = share_consumer(kray_share, group, topic, explicit=False)
+    seen = []
+    deadline = time.monotonic() + 60
+    while len(seen) < 500 and time.monotonic() < deadline:
+        seen += [int(m.key()) for m in c.poll(1.0) if m.error() is None]
+    c.commit_sync()
+    c.close()
+    assert sorted(seen) == list(range(500))
+    again = share_consumer(kray_share, group, topic)
+    assert [m for m in again.poll(3.0) if m.error() is None] == [], "accepted records are never redelivered"
+    again.close()
+
+
+def produce(bootstrap, topic, partitions, first, count):
+    # small batches: a share-partition leader acquires whole batches, so this lets work spread
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 50})
+    for i in range(first, first + count):
+        p.produce(topic, key=b"%d" % i, value=b"v%d" % i, partition=i % partitions)
+    assert p.flush(30) == 0
+
+
+def test_more_consumers_than_partitions_all_get_work(kray_share):
+    topic, group = new_topic_and_group(kray_share, 2, 0)
+    consumers = [share_consumer(kray_share, group, topic) for _ in range(4)]
+    warm_until = time.monotonic() + 4  # every member joins and gets its (shared) partitions first
+    while time.monotonic() < warm_until:
+        for c in consumers:
+            assert [m for m in c.poll(0.2) if m.error() is None] == []
+    produce(kray_share, topic, 2, 0, 4000)
+    counts = [0] * 4
+    seen, deliveries, lock = set(), set(), threading.Lock()
+    stop = time.monotonic() + 60
+
+    def work(k):
+        c = consumers[k]
+        while time.monotonic() < stop:
+            with lock:
+                if len(seen) >= 4000:
+                    break
+            for m in c.poll(0.5):
+                if m.error() is None:
+                    time.sleep(0.0005)  # a little processing per record, so work spreads out
+                    delivery = (int(m.key()), m.delivery_count())
+                    with lock:  # redelivery after a lock expiry is allowed, a second copy of one delivery not
+                        assert delivery not in deliveries, "one delivery reached two members"
+                        deliveries.add(delivery)
+                        seen.add(int(m.key()))
+                    counts[k] += 1
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+            c.commit_sync()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for c in consumers:
+        c.close()
+    assert seen == set(range(4000))
+    assert all(n > 0 for n in counts), f"every consumer gets work: {counts}"
+
+
+def test_delivery_limit_archives_a_poison_record(kray_share):
+    topic, group = new_topic_and_group(kray_share, 1, 1)
+    c = share_consumer(kray_share, group, topic)
+    deliveries = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not deliveries or deliveries[-1] < 3):
+        for m in c.poll(1.0):
+            if m.error() is None:
+                deliveries.append(m.delivery_count())
+                c.acknowledge(m, AcknowledgeType.RELEASE)
+        c.commit_sync()
+    assert deliveries == [1, 2, 3]
+    assert [m for m in c.poll(3.0) if m.error() is None] == [], "archived at the delivery limit (3)"
+    c.close()
+
+
+def test_abandoned_records_come_back_after_the_lock_expires(kray_share):
+    topic, group = new_topic_and_group(kray_share, 1, 50)
+    holder = share_consumer(kray_share, group, topic)
+    held = []
+    deadline = time.monotonic() + 30
+    while not held and time.monotonic() < deadline:
+        held = [int(m.key()) for m in holder.poll(1.0) if m.error() is None]
+    assert held, "the first consumer got records"
+    # the holder neither acknowledges nor polls again: its locks run out after LOCK_MS
+    other = share_consumer(kray_share, group, topic)
+    again, counts = [], set()
+    deadline = time.monotonic() + 30
+    while len(again) < len(held) and time.monotonic() < deadline:
+        for m in other.poll(1.0):
+            if m.error() is None and int(m.key()) in held:
+                again.append(int(m.key()))
+                counts.add(m.delivery_count())
+                other.acknowledge(m, AcknowledgeType.ACCEPT)
+            elif m.error() is None:
+                other.acknowledge(m, AcknowledgeType.ACCEPT)
+        other.commit_sync()
+    assert sorted(again) == sorted(held) and counts == {2}
+    other.close()
+    holder.close()
