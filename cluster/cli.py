@@ -61,8 +61,12 @@ def main(argv: list[str] | None = None) -> int:
                        help="set one broker config, e.g. --override num.partitions=3 (repeatable)")
     start.set_defaults(func=cmd_start)
 
-    from cluster.tools import topics
+    from cluster.tools import configs, console_share_consumer, perf, share_groups, topics
     topics.add_parser(sub)
+    configs.add_parser(sub)
+    share_groups.add_parser(sub)
+    console_share_consumer.add_parser(sub)
+    perf.add_parsers(sub)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -64,6 +64,9 @@ class RayPartition:
     async def share_release(self, group_id, member_id):
         return await self.handle.share_release.remote(group_id, member_id)
 
+    async def share_forget(self, group_id):
+        return await self.handle.share_forget.remote(group_id)
+
 
 class RayController:
     """Typed wrappers around the controller actor's methods."""

@@ -129,6 +129,14 @@ class GroupCoordinatorActor:
             self.image = await self.controller.ensure_internal_topic.remote(internal_topics.SHARE_GROUP_STATE)
         return self.image.coordinators[key]
 
+    async def share_group_summary(self, group_id: str) -> tuple[int, int, list]:
+        """(error code, member count, its initialized/initializing share-partitions) for the admin APIs."""
+        shard = await self._ready()
+        described = shard.describe([group_id], self._topics())[0]
+        if described.error_code:
+            return described.error_code, 0, []
+        return 0, len(described.members), shard.share_partitions(group_id)
+
     async def describe(self, group_ids: list[str]):
         shard = await self._ready()
         return shard.describe(group_ids, self._topics())

@@ -186,6 +186,10 @@ class PartitionActor:
     async def share_release(self, group_id: str, member_id: str) -> None:
         await self.shares.share_release(group_id, member_id)
 
+    async def share_forget(self, group_id: str) -> None:
+        """An admin changed this group's share state: drop the cached copy; the next fetch reloads."""
+        self.shares.forget(group_id)
+
     async def delete_records(self, offset: int) -> tuple[int, int]:
         """Advance the log start offset to `offset` (DeleteRecords; coordinators prune with it)."""
         return self.core.delete_records(offset)

@@ -180,8 +180,8 @@ class ShareLeaders:
         deadline = time.monotonic() + max(wait_ms, 0) / 1000
         while True:
             result.records, result.acquired = self._acquire(sp, member_id, max_records, batch_size, max_bytes)
+            await self._persist(group_id, sp)  # redelivery counts, records archived on the way (if any)
             if result.acquired:
-                await self._persist(group_id, sp)  # redelivery counts, and records archived on the way
                 return result
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -236,8 +236,12 @@ class ShareLeaders:
             self._wake()
             await self._persist(group_id, sp)
 
-    def on_data(self) -> None:
-        self._wake()
+    def forget(self, group_id: str) -> None:
+        """Drop a group's share-partition (its state was altered or deleted by an admin, the group
+        being empty); the next use reloads it from the share coordinator."""
+        self.groups.pop(group_id, None)
+        self.loading.pop(group_id, None)
+        self.state_epochs.pop(group_id, None)
 
     # ---- lock deadlines ------------------------------------------------------------------------
     def _wake(self) -> None:

@@ -176,3 +176,49 @@ def test_abandoned_records_come_back_after_the_lock_expires(kray_share):
     assert sorted(again) == sorted(held) and counts == {2}
     other.close()
     holder.close()
+
+
+def kray_tool(bootstrap, *args, timeout_s=90):
+    import subprocess
+    import sys
+    from pathlib import Path
+    kray = str(Path(sys.executable).parent / "kray")
+    return subprocess.run([kray, *args, "--bootstrap-server", bootstrap], capture_output=True, text=True,
+                          timeout=timeout_s)
+
+
+def test_share_group_tools_describe_reset_and_delete(kray_share):
+    topic, group = f"jobs-{uuid.uuid4().hex[:6]}", f"workers-{uuid.uuid4().hex[:6]}"
+    assert kray_tool(kray_share, "topics", "--create", "--topic", topic, "--partitions", "1").returncode == 0
+    r = kray_tool(kray_share, "configs", "--entity-type", "groups", "--entity-name", group, "--alter",
+                  "--add-config", "share.auto.offset.reset=earliest")
+    assert r.returncode == 0, r.stderr
+    bad = kray_tool(kray_share, "configs", "--entity-type", "groups", "--entity-name", group, "--alter",
+                    "--add-config", "share.isolation.level=read_committed")
+    assert bad.returncode == 1 and "transactions" in bad.stderr
+    r = kray_tool(kray_share, "producer-perf-test", "--topic", topic, "--num-records", "3", "--throughput", "2.5",
+                  "--payload-monotonic")
+    assert r.returncode == 0 and "3 records sent" in r.stdout, r.stdout + r.stderr
+
+    r = kray_tool(kray_share, "console-share-consumer", "--topic", topic, "--group", group, "--max-messages", "3",
+                  "--timeout-ms", "30000", "--property", "print.delivery.count=true")
+    assert r.returncode == 0 and r.stdout.split() == ["1", "0", "1", "1", "1", "2"], r.stdout + r.stderr
+    assert group in kray_tool(kray_share, "share-groups", "--list").stdout.split()
+    offsets = kray_tool(kray_share, "share-groups", "--describe", "--group", group).stdout
+    assert f"{group}\t{topic}\t0\t3\t0" in offsets, offsets
+
+    dry = kray_tool(kray_share, "share-groups", "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest")
+    assert "dry run" in dry.stdout and f"{topic}\t0\t0" in dry.stdout
+    assert f"\t0\t3\t" in kray_tool(kray_share, "share-groups", "--describe", "--group", group).stdout
+    r = kray_tool(kray_share, "share-groups", "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
+                  "--execute")
+    assert r.returncode == 0, r.stderr
+    assert f"{group}\t{topic}\t0\t0\t3" in kray_tool(kray_share, "share-groups", "--describe", "--group", group).stdout
+    again = kray_tool(kray_share, "console-share-consumer", "--topic", topic, "--group", group, "--max-messages", "3",
+                      "--timeout-ms", "30000", "--reject")
+    assert again.stdout.split() == ["0", "1", "2"], "after the reset the records come again"
+
+    state = kray_tool(kray_share, "share-groups", "--describe", "--group", group, "--state").stdout
+    assert "Empty" in state
+    assert kray_tool(kray_share, "share-groups", "--delete", "--group", group).returncode == 0
+    assert group not in kray_tool(kray_share, "share-groups", "--list").stdout.split()

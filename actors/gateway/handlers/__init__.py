@@ -14,6 +14,8 @@ from actors.gateway.handlers.groups import (handle_delete_groups, handle_find_co
 from actors.gateway.handlers.list_offsets import handle_list_offsets
 from actors.gateway.handlers.produce import acks_zero, handle_produce
 from actors.gateway.handlers.producer_ids import handle_init_producer_id
+from actors.gateway.handlers.share_admin import (handle_alter_share_group_offsets, handle_delete_share_group_offsets,
+                                                 handle_describe_share_group_offsets)
 from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle_share_fetch
 from actors.gateway.handlers.topics import handle_create_partitions, handle_create_topics, handle_delete_topics
 
@@ -37,4 +39,7 @@ ROUTES: dict[int, Route] = {
     77: Route(handle_share_group_describe, 1, 1),
     78: Route(handle_share_fetch, 1, 1, with_connection=True),
     79: Route(handle_share_acknowledge, 1, 1, with_connection=True),
+    90: Route(handle_describe_share_group_offsets, 0, 1),
+    91: Route(handle_alter_share_group_offsets, 0, 0),
+    92: Route(handle_delete_share_group_offsets, 0, 0),
 }
