@@ -122,14 +122,14 @@ def _fetch_response(ctx, results, acks, lock_ms) -> ShareFetchResponse:
     by_topic: dict = {}
     for (topic_id, index), r in results.items():
         if isinstance(r, int):
-            pd = ShareFetchResponse.PartitionData(partition_index=index, error_code=r, records=None)
+            pd = ShareFetchResponse.PartitionData(partition_index=index, error_code=r, records=b"")
         else:
             if not (r.acquired or r.error_code or (topic_id, index) in acks):
                 continue
             pd = ShareFetchResponse.PartitionData(
                 partition_index=index, error_code=r.error_code, error_message=r.error_message,
                 acknowledge_error_code=r.ack_error_code, acknowledge_error_message=r.ack_error_message,
-                records=r.records if r.acquired else None,
+                records=r.records if r.acquired else b"",  # Records is nullable only in v0
                 acquired_records=[ShareFetchResponse.AcquiredRecords(first_offset=a[0], last_offset=a[1],
                                                                      delivery_count=a[2]) for a in r.acquired])
         leader_id, leader_epoch = _leader(ctx, topic_id, index)
