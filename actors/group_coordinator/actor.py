@@ -10,7 +10,7 @@ import logging
 import time
 import uuid
 
-from actors import internal_topics
+from actors import internal_topics, metrics
 from actors.coordinator_log import CoordinatorLog, CoordinatorLogError
 from actors.group_coordinator.core import GroupCoordinatorShard
 from actors.share_coordinator.core import state_partition_for
@@ -36,6 +36,7 @@ class GroupCoordinatorActor:
         self.loading: asyncio.Task | None = None
         self.image = None
         self.tasks: list[asyncio.Task] = []
+        self.rebalances_reported = 0
 
     # ---- loading and background work -------------------------------------------------------
     async def _ready(self) -> GroupCoordinatorShard:
@@ -67,6 +68,12 @@ class GroupCoordinatorActor:
                 log.warning("metadata refresh failed: %s", e)
                 await asyncio.sleep(1.0)
 
+    def _report_metrics(self) -> None:
+        m = self.shard.metrics()
+        metrics.record_group_counts(m.group_count_by_state)
+        metrics.record_rebalances(m.rebalance_count - self.rebalances_reported)
+        self.rebalances_reported = m.rebalance_count
+
     async def _expire_loop(self) -> None:
         while True:
             deadline = self.shard.next_deadline_ms()
@@ -75,6 +82,7 @@ class GroupCoordinatorActor:
             await asyncio.sleep(wait_s)
             try:
                 await self._commit(self.shard.expire_sessions(now_ms()))
+                self._report_metrics()
             except Exception:
                 log.exception("expiring share group members failed")
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from actors import internal_topics
+from actors import internal_topics, metrics
 from actors.share_coordinator.core import state_partition_for
 from actors.share_partition.core import SharePartition
 from protocol.errors import ErrorCode
@@ -103,6 +103,12 @@ class ShareLeaders:
         return error, message
 
     async def _load(self, group_id: str) -> SharePartition:
+        started = time.monotonic()
+        sp = await self._read_state(group_id)
+        metrics.record_load_time((time.monotonic() - started) * 1000)
+        return sp
+
+    async def _read_state(self, group_id: str) -> SharePartition:
         core = self.partition.core
         coordinator = await self._coordinator(group_id)
         p = self.partition
@@ -168,7 +174,7 @@ class ShareLeaders:
             return ShareFetchResult(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=str(e))
         result = ShareFetchResult()
         if acks:
-            outcome = sp.acknowledge(member_id, acks, now_ms=now_ms())
+            outcome = self._acknowledge(sp, member_id, acks)
             result.ack_error_code = outcome.error_code
             if outcome.changed:
                 self._wake()
@@ -222,13 +228,20 @@ class ShareLeaders:
             sp = await self.get(group_id)
         except Exception as e:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
-        outcome = sp.acknowledge(member_id, acks, now_ms=now_ms())
+        outcome = self._acknowledge(sp, member_id, acks)
         if outcome.changed:
             self._wake()
             error, message = await self._persist(group_id, sp)
             if error:
                 return error, message
         return outcome.error_code, None
+
+    @staticmethod
+    def _acknowledge(sp: SharePartition, member_id: str, acks):
+        before = dict(sp.metrics.acknowledged_records)
+        outcome = sp.acknowledge(member_id, acks, now_ms=now_ms())
+        metrics.record_acknowledgements(1, metrics.counter_deltas(before, sp.metrics.acknowledged_records))
+        return outcome
 
     async def share_release(self, group_id: str, member_id: str) -> None:
         sp = self.groups.get(group_id)

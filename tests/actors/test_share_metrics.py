@@ -1,0 +1,58 @@
+"""KIP-932 metrics reach Ray's Prometheus endpoint: acknowledgements by type, group counts."""
+import time
+import urllib.request
+
+import ray
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+
+from actors.metrics import counter_deltas
+
+
+def test_counter_deltas():
+    assert counter_deltas({1: 3, 2: 0}, {1: 5, 2: 0, 3: 1}) == {1: 2, 3: 1}
+
+
+def scrape() -> str:
+    port = ray._private.worker.global_worker.node.metrics_export_port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def test_acknowledgements_are_counted_by_type(broker):
+    topic, group = "metered", "metered-group"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])]).values():
+        f.result(30)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        p.produce(topic, value=b"%d" % i, partition=0)
+    p.flush(30)
+    c = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit"})
+    c.subscribe([topic])
+    done, deadline = 0, time.monotonic() + 60
+    while done < 10 and time.monotonic() < deadline:
+        for m in c.poll(1.0):
+            if m.error() is None:
+                c.acknowledge(m, AcknowledgeType.REJECT if int(m.value()) < 3 else AcknowledgeType.ACCEPT)
+                done += 1
+        c.commit_sync()
+    c.close()
+    assert done == 10
+    text, deadline = "", time.monotonic() + 60  # Ray exports metrics every few seconds
+    while time.monotonic() < deadline:
+        text = scrape()
+        if 'ack_type="reject"' in text and 'ack_type="accept"' in text and "kray_share_group_count" in text:
+            break
+        time.sleep(2)
+    # Ray prefixes its exports with ray_ and suffixes counters with _total; one line per worker
+    lines = [line for line in text.splitlines() if line.startswith("ray_kray_record_acknowledgement_count")]
+    values = {}
+    for line in lines:
+        for ack_type in ("reject", "accept"):
+            if f'ack_type="{ack_type}"' in line:
+                values[ack_type] = values.get(ack_type, 0) + float(line.rsplit(" ", 1)[1])
+    assert values.get("reject", 0) >= 3 and values.get("accept", 0) >= 7, lines
+    assert "ray_kray_share_partition_load_time_ms" in text
