@@ -3,6 +3,7 @@ place its records go. Durable coordinator state travels through the same log as 
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Iterator
 
@@ -28,6 +29,8 @@ class CoordinatorLog:
         self.partition = partition_actor
         self.leader_epoch = leader_epoch
         self.next_offset = 0
+        self.waiting: list[tuple[list, asyncio.Future]] = []
+        self.appending = False
 
     async def replay(self) -> list[tuple[int, bytes | None, bytes | None]]:
         """Every (offset, key, value) record of the partition, oldest first."""
@@ -53,9 +56,35 @@ class CoordinatorLog:
         return out
 
     async def append(self, records: list[tuple[bytes, bytes | None]]) -> list[int]:
-        """Append records in one batch; return their offsets."""
+        """Append records; return their offsets. Group commit: while one append is in flight, the
+        records of later calls wait and go together in the next batch (one Ray call for many)."""
         if not records:
             return []
+        future = asyncio.get_running_loop().create_future()
+        self.waiting.append((records, future))
+        if not self.appending:
+            self.appending = True
+            asyncio.ensure_future(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        try:
+            while self.waiting:
+                calls, self.waiting = self.waiting, []
+                try:
+                    offsets = await self._append_now([r for records, _ in calls for r in records])
+                except Exception as e:
+                    for _, future in calls:
+                        future.set_exception(e)
+                    continue
+                start = 0
+                for records, future in calls:
+                    future.set_result(offsets[start:start + len(records)])
+                    start += len(records)
+        finally:
+            self.appending = False
+
+    async def _append_now(self, records: list[tuple[bytes, bytes | None]]) -> list[int]:
         now_ms = time.time_ns() // 1_000_000
         batch = build_batch([(key, value, [], now_ms) for key, value in records])
         [result] = await self.partition.produce.remote([np.frombuffer(batch, dtype=np.uint8)], self.leader_epoch,

@@ -406,7 +406,7 @@ class Segment:
             if len(cache) >= POSITION_CACHE_ENTRIES:
                 del cache[next(iter(cache))]
             cache[next_offset] = start + cursor
-        return data if cursor == n else data[:cursor]
+        return data if cursor == n else memoryview(data)[:cursor]  # a view: no second copy
 
     def read_batch(self, position: int, size_bytes: int) -> BatchHeader:
         data = memoryview(os.pread(self.fd, size_bytes, position))

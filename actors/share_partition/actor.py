@@ -30,6 +30,10 @@ from protocol.record_batch import iter_batches
 
 log = logging.getLogger("kray.share_partition")
 SHARE_FETCH_BYTES_MAX = 8 * 1024 * 1024
+SHARE_FETCH_BYTES_MIN = 64 * 1024
+# A share fetch acquires about max_records records, so it reads about that many from the log (by
+# the bytes per record seen so far) instead of max_bytes: most of a large read would be thrown away.
+READ_HEADROOM = 1.25
 DEADLINE_POLL_S_MAX = 1.0
 NO_STATE_EPOCH = 0
 
@@ -72,6 +76,7 @@ class ShareLeaders:
         self.loading: dict[str, asyncio.Future] = {}
         self.coordinators: dict[int, Any] = {}
         self.acquirable = asyncio.Event()  # set when records may have become acquirable
+        self.bytes_per_record = 1024.0  # running estimate from what the log returned
         self.timer: asyncio.Task | None = None
 
     # ---- share coordinator -------------------------------------------------------------------
@@ -208,11 +213,15 @@ class ShareLeaders:
         offset = sp.fetch_offset()
         if offset is None or offset >= core.high_watermark:
             return None, []
-        read = core.fetch(offset, min(max(max_bytes, 1), SHARE_FETCH_BYTES_MAX))
+        wanted_bytes = int(max(max_records, 1) * self.bytes_per_record * READ_HEADROOM)
+        read = core.fetch(offset, min(max(max_bytes, 1), SHARE_FETCH_BYTES_MAX, max(wanted_bytes, SHARE_FETCH_BYTES_MIN)))
         if read.error_code or not read.records:
             return None, []
         view = memoryview(read.records)
         headers = list(iter_batches(view))
+        if headers:
+            records_read = headers[-1].last_offset - headers[0].base_offset + 1
+            self.bytes_per_record = 0.8 * self.bytes_per_record + 0.2 * (len(view) / max(records_read, 1))
         acquired = sp.acquire(member_id, [(h.base_offset, h.last_offset) for h in headers],
                               max_records=max(max_records, 1), now_ms=now_ms(),
                               batch_size=batch_size if batch_size > 0 else None, fetch_offset=offset)
