@@ -7,8 +7,6 @@ partition count), so operators can reason about placement the same way.
 """
 from __future__ import annotations
 
-import uuid
-
 CONSUMER_OFFSETS = "__consumer_offsets"
 SHARE_GROUP_STATE = "__share_group_state"
 
@@ -22,9 +20,11 @@ TOPIC_CONFIGS = {CONSUMER_OFFSETS: {"segment.bytes": 104857600},
 
 
 def java_string_hash(text: str) -> int:
+    """Java's String.hashCode (over UTF-16 code units, int32 wrap-around)."""
+    data = text.encode("utf-16-be")
     h = 0
-    for unit in text.encode("utf-16-be").hex(" ", 2).split():  # UTF-16 code units, like Java's String
-        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
 
 
@@ -36,10 +36,3 @@ def partition_for(key: str, partition_count: int) -> int:
 
 def group_partition(group_id: str, partition_count: int) -> int:
     return partition_for(group_id, partition_count)
-
-
-def share_state_partition(group_id: str, topic_id: uuid.UUID, partition: int, partition_count: int) -> int:
-    """The share coordinator's key is "group:topicId:partition" (topic id in Kafka's base64 form)."""
-    import base64
-    topic = base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
-    return partition_for(f"{group_id}:{topic}:{partition}", partition_count)

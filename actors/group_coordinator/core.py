@@ -39,7 +39,7 @@ from typing import Any
 
 from actors.group_coordinator import assignor, records as rec
 from actors.group_coordinator.records import Record
-from cluster.config import ConfigError
+from cluster.config import BROKER_DEFAULTS, ConfigError
 from protocol.errors import ErrorCode
 
 TopicsView = Mapping[str, tuple[uuid.UUID, int]]  # topic name -> (topic id, partition count)
@@ -49,18 +49,12 @@ LEAVE_GROUP_MEMBER_EPOCH = -1
 MEMBER_ID_LENGTH_MAX = 255   # clients send 22-character base64 UUIDs (KIP-1082)
 GROUP_TYPE_SHARE = "share"
 
-# Kafka 4.2's broker configs for share groups (GroupCoordinatorConfig), with Kafka's defaults.
-SHARE_GROUP_CONFIG_DEFAULTS: dict[str, Any] = {
-    "group.share.session.timeout.ms": 45000,
-    "group.share.min.session.timeout.ms": 45000,
-    "group.share.max.session.timeout.ms": 60000,
-    "group.share.heartbeat.interval.ms": 5000,
-    "group.share.min.heartbeat.interval.ms": 5000,
-    "group.share.max.heartbeat.interval.ms": 15000,
-    "group.share.max.size": 200,                       # Kafka bounds: 1..1000
-    "group.share.assignors": assignor.NAME,            # exactly one; "simple" or Kafka's SimpleAssignor class
-    "group.share.initialize.retry.interval.ms": 30000,  # internal in Kafka
-}
+# Kafka 4.2's broker configs for share groups (GroupCoordinatorConfig); defaults live in cluster.config.
+SHARE_GROUP_CONFIG_DEFAULTS: dict[str, Any] = {key: BROKER_DEFAULTS[key] for key in (
+    "group.share.session.timeout.ms", "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms",
+    "group.share.heartbeat.interval.ms", "group.share.min.heartbeat.interval.ms",
+    "group.share.max.heartbeat.interval.ms", "group.share.max.size", "group.share.assignors",
+    "group.share.initialize.retry.interval.ms")}
 
 
 class GroupState:

@@ -51,6 +51,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Iterable, NamedTuple
 
+from actors.internal_topics import java_string_hash, partition_for
 from protocol.coordinator_records import ShareSnapshotKey, ShareSnapshotValue, ShareUpdateKey, ShareUpdateValue
 from protocol.errors import ErrorCode
 
@@ -132,15 +133,6 @@ class SummaryResult(NamedTuple):
 
 # ---- key -> __share_group_state partition ------------------------------------------------------------------------
 
-def java_string_hash(s: str) -> int:
-    """Java's String.hashCode (over UTF-16 code units, int32 wrap-around)."""
-    data = s.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
 def _kafka_uuid_string(topic_id: uuid.UUID) -> str:
     """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, unpadded."""
     return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
@@ -152,9 +144,7 @@ def share_coordinator_key(group_id: str, topic_id: uuid.UUID, partition: int) ->
 
 
 def state_partition_for_key(coordinator_key: str, num_partitions: int) -> int:
-    """Kafka's rule: Utils.abs(key.hashCode()) % numPartitions (Utils.abs(MIN_VALUE) is 0)."""
-    h = java_string_hash(coordinator_key)
-    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+    return partition_for(coordinator_key, num_partitions)
 
 
 def state_partition_for(group_id: str, topic_id: uuid.UUID, partition: int, num_partitions: int) -> int:
