@@ -104,8 +104,11 @@ class ControllerActor:
         return dict(self.core.broker_config)
 
     # ---- commands --------------------------------------------------------------------------
-    async def register_broker(self, info: BrokerInfo) -> MetadataImage:
+    async def register_broker(self, info: BrokerInfo, gateway=None) -> MetadataImage:
         self._persist(self.core.register_broker(info))
+        if gateway is not None and ("gateway", info.broker_id) not in self.supervisors:
+            self.supervisors[("gateway", info.broker_id)] = asyncio.ensure_future(
+                self._supervise(("gateway", info.broker_id), gateway, "start", "until_stopped"))
         await self._await_listening([ref for topic in list(self.core.topics.values())
                                      for ref in self._start_partitions(topic)])
         for name in internal_topics.PARTITION_COUNT_CONFIG:
@@ -153,6 +156,10 @@ class ControllerActor:
         for p in topic.partitions:
             self.endpoints.pop((topic.topic_id, p.index), None)
         await asyncio.gather(*(a.delete.remote() for a in actors if a is not None), return_exceptions=True)
+        import ray
+        for a in actors:
+            if a is not None:
+                ray.kill(a, no_restart=True)  # its log is gone; so is its process
         return 0, None, topic.topic_id
 
     async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> tuple[int, str | None]:
@@ -233,13 +240,13 @@ class ControllerActor:
         if started:
             self._bump()
 
-    async def _supervise(self, key, actor) -> None:
-        """Keep a partition leader listening: when Ray restarts it (the pending until_closed call
-        fails), have it listen again, so Metadata names its new port."""
-        while self.partition_actors.get(key) is actor:
+    async def _supervise(self, key, actor, serve: str = "listen", until: str = "until_closed") -> None:
+        """Keep a partition leader (or a gateway) serving clients: when Ray restarts it (the pending
+        `until` call fails), call `serve` again, so it listens and Metadata names its port."""
+        while key[0] == "gateway" or self.partition_actors.get(key) is actor:
             try:
-                await actor.listen.remote()
-                await actor.until_closed.remote()
+                await getattr(actor, serve).remote()
+                await getattr(actor, until).remote()
                 return
             except asyncio.CancelledError:
                 raise
@@ -270,7 +277,8 @@ class ControllerActor:
             spec = {"topic": topic.name, "topic_id": topic.topic_id, "partition": p.index,
                     "leader_epoch": p.leader_epoch, "config": config, "broker_config": self.core.broker_config,
                     "log_dir": str(self.data_dir / f"broker-{p.leader}"), "internal": topic.internal,
-                    "controller": ray.get_runtime_context().current_actor, "listen_host": broker.host}
+                    "controller": ray.get_runtime_context().current_actor, "listen_host": broker.host,
+                    "retention_check_interval_ms": int(self.core.broker_config["log.retention.check.interval.ms"])}
             actor = start_partition(spec, broker.node_id)
             if self.core.broker_config["kray.partition.direct.listeners"] and not topic.internal:
                 listening.append(actor.listen.remote())

@@ -24,8 +24,7 @@ class GatewayActor:
         self.server: asyncio.AbstractServer | None = None
         self.watcher: asyncio.Task | None = None
         self.starting: asyncio.Future | None = None
-        # serve as soon as we run, also after Ray restarts us (the launcher awaits start() too)
-        ray.get_runtime_context().current_actor.start.remote()
+        self.stopped = asyncio.Event()
 
     async def start(self) -> tuple[str, int]:
         if self.starting is None:
@@ -37,12 +36,19 @@ class GatewayActor:
         self.server = await start_frontend(self.ctx, host, port)
         port = self.server.sockets[0].getsockname()[1]
         node_id = ray.get_runtime_context().get_node_id()
-        image = await self.controller.register_broker.remote(BrokerInfo(self.ctx.broker_id, host, port, None, node_id))
+        image = await self.controller.register_broker.remote(BrokerInfo(self.ctx.broker_id, host, port, None, node_id),
+                                                             ray.get_runtime_context().current_actor)
         self.ctx.set_metadata(image)
         self.watcher = asyncio.create_task(follow_metadata(self.ctx))
         return host, port
 
+    async def until_stopped(self) -> None:
+        """Returns when the gateway stops; raises in the caller if it dies (the controller's cue to
+        have the restarted gateway serve again)."""
+        await self.stopped.wait()
+
     async def stop(self) -> None:
+        self.stopped.set()
         if self.watcher:
             self.watcher.cancel()
         if self.server:

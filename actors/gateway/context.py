@@ -22,6 +22,9 @@ class PartitionClient(Protocol):
     async def list_offsets(self, timestamp: int, *, leader_epoch: int, isolation_level: int) -> Any: ...
 
 
+RELEASE = 2  # the ShareAcknowledge type that makes records Available again
+
+
 def as_array(buf: Any) -> np.ndarray:
     """Hand record bytes to Ray as a numpy view: Ray moves it out of band, without pickling a copy."""
     return np.frombuffer(buf, dtype=np.uint8)
@@ -55,8 +58,19 @@ class RayPartition:
         return await self.handle.list_offsets.remote(timestamp, leader_epoch, isolation_level)
 
     async def share_fetch(self, group_id, member_id, *, acks, max_records, batch_size, max_bytes, wait_ms, fetch):
-        return await self.handle.share_fetch.remote(group_id, member_id, acks, max_records, batch_size, max_bytes,
-                                                    wait_ms, fetch)
+        ref = self.handle.share_fetch.remote(group_id, member_id, acks, max_records, batch_size, max_bytes,
+                                             wait_ms, fetch)
+        try:
+            return await ref
+        except asyncio.CancelledError:  # the answer went out without us: give back what this call acquires
+            asyncio.ensure_future(self._release_unsent(ref, group_id, member_id))
+            raise
+
+    async def _release_unsent(self, ref, group_id, member_id):
+        result = await ref
+        if result.acquired:
+            await self.handle.share_acknowledge.remote(group_id, member_id,
+                                                       [(first, last, [RELEASE]) for first, last, _ in result.acquired])
 
     async def share_acknowledge(self, group_id, member_id, acks):
         return await self.handle.share_acknowledge.remote(group_id, member_id, acks)

@@ -171,9 +171,14 @@ class PartitionActor:
         return error, offset, ts, self.leader_epoch if error == 0 and offset >= 0 else -1
 
     # ---- share groups: the share-partition leaders of this partition live here ----------------
-    def group_config(self, group_id: str, key: str, default: str) -> str:
-        image = self.ctx.metadata if self.ctx is not None else None
-        return getattr(image, "group_configs", {}).get(group_id, {}).get(key, default) if image else default
+    async def group_configs(self, group_id: str) -> dict:
+        """The group's config overrides: from our front end's metadata image when we listen, else
+        asked of the controller (once per share-partition load)."""
+        if self.ctx is not None and self.ctx.metadata is not None:
+            image = self.ctx.metadata
+        else:
+            image = await self.spec["controller"].wait_for_metadata.remote(-1, 0)
+        return dict(image.group_configs.get(group_id, {}))
 
     async def share_fetch(self, group_id: str, member_id: str, acks, max_records: int, batch_size: int,
                           max_bytes: int, wait_ms: int, fetch: bool = True):

@@ -78,6 +78,7 @@ class ShareLeaders:
         self.acquirable = asyncio.Event()  # set when records may have become acquirable
         self.bytes_per_record = 1024.0  # running estimate from what the log returned
         self.timer: asyncio.Task | None = None
+        self.background: set[asyncio.Task] = set()
 
     # ---- share coordinator -------------------------------------------------------------------
     async def _coordinator(self, group_id: str):
@@ -107,6 +108,11 @@ class ShareLeaders:
             log.warning("writing share state of %s failed: %s", group_id, message)
         return error, message
 
+    def _persist_soon(self, group_id: str, sp: SharePartition) -> None:
+        task = asyncio.ensure_future(self._persist(group_id, sp))
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
     async def _load(self, group_id: str) -> SharePartition:
         started = time.monotonic()
         sp = await self._read_state(group_id)
@@ -117,9 +123,9 @@ class ShareLeaders:
         core = self.partition.core
         coordinator = await self._coordinator(group_id)
         p = self.partition
+        configs = await p.group_configs(group_id)
         result = await coordinator.read.remote(group_id, p.topic_id, p.partition, p.leader_epoch)
-        lock_ms = p.group_config(group_id, "share.record.lock.duration.ms",
-                                 self.config["group.share.record.lock.duration.ms"])
+        lock_ms = configs.get("share.record.lock.duration.ms", self.config["group.share.record.lock.duration.ms"])
         sp = SharePartition(group_id, p.topic_id, p.partition, record_lock_duration_ms=int(lock_ms),
                             delivery_count_limit=int(self.config["group.share.delivery.count.limit"]),
                             max_record_locks=int(self.config["group.share.partition.max.record.locks"]))
@@ -128,7 +134,7 @@ class ShareLeaders:
             self.state_epochs[group_id] = result.state_epoch
             sp.take_dirty()
             return sp
-        start = self._initial_offset(group_id)  # where share.auto.offset.reset says (Kafka's default: latest)
+        start = self._initial_offset(configs)  # where share.auto.offset.reset says (Kafka's default: latest)
         sp.load(start, [], log_start_offset=core.log_start_offset)
         if result.error_code == 0:  # initialized by the group coordinator without a start offset
             self.state_epochs[group_id] = result.state_epoch
@@ -145,8 +151,8 @@ class ShareLeaders:
         sp.take_dirty()
         return sp
 
-    def _initial_offset(self, group_id: str) -> int:
-        reset = self.partition.group_config(group_id, "share.auto.offset.reset", "latest")
+    def _initial_offset(self, group_configs: dict) -> int:
+        reset = group_configs.get("share.auto.offset.reset", "latest")
         core = self.partition.core
         if reset == "earliest":
             return core.log_start_offset
@@ -191,8 +197,10 @@ class ShareLeaders:
         deadline = time.monotonic() + max(wait_ms, 0) / 1000
         while True:
             result.records, result.acquired = self._acquire(sp, member_id, max_records, batch_size, max_bytes)
-            await self._persist(group_id, sp)  # redelivery counts, records archived on the way (if any)
             if result.acquired:
+                # redelivery counts and records archived on the way need not delay the answer, and no
+                # await may stand between acquiring and answering (a cancelled wait must not lose records)
+                self._persist_soon(group_id, sp)
                 return result
             remaining = deadline - time.monotonic()
             if remaining <= 0:

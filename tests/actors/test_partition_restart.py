@@ -39,3 +39,17 @@ def test_killed_partition_actor_comes_back_with_its_data(broker):
     # a new client learns the restarted leader's endpoint from Metadata and carries on
     assert produce(broker.bootstrap, "phoenix", [b"b%d" % i for i in range(100)]) == list(range(100, 200))
     assert read(broker.bootstrap, "phoenix", 200) == [b"a%d" % i for i in range(100)] + [b"b%d" % i for i in range(100)]
+
+
+def test_killed_gateway_serves_again_on_its_port(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("before-gateway-kill", 1, 1)])["before-gateway-kill"].result(30)
+    ray.kill(ray.get_actor(composition.gateway_name(0), namespace=composition.NAMESPACE), no_restart=False)
+    deadline, topics = time.monotonic() + 60, {}
+    while time.monotonic() < deadline:
+        try:
+            topics = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=5).topics
+            break
+        except Exception:
+            time.sleep(1)
+    assert "before-gateway-kill" in topics

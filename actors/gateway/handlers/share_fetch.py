@@ -18,6 +18,12 @@ from actors.gateway.share_sessions import FINAL_EPOCH, ShareSession
 log = logging.getLogger("kray.gateway")
 
 
+def _lock_ms(ctx, group_id) -> int:
+    """The acquisition lock duration clients are told: the group's share.record.lock.duration.ms."""
+    overrides = getattr(ctx.metadata, "group_configs", {}).get(group_id or "", {})
+    return int(overrides.get("share.record.lock.duration.ms", ctx.config["group.share.record.lock.duration.ms"]))
+
+
 def _acks(batches) -> list[tuple[int, int, list[int]]]:
     return [(b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in batches]
 
@@ -63,7 +69,7 @@ async def _call(coro, what):
 
 
 async def handle_share_fetch(ctx, header, request, connection) -> ShareFetchResponse:
-    lock_ms = int(ctx.config["group.share.record.lock.duration.ms"])
+    lock_ms = _lock_ms(ctx, request.group_id)
     if not request.group_id or not request.member_id:
         return ShareFetchResponse(error_code=ErrorCode.INVALID_REQUEST, error_message="group id and member id are required",
                                   acquisition_lock_timeout_ms=lock_ms)
@@ -140,7 +146,7 @@ def _fetch_response(ctx, results, acks, lock_ms) -> ShareFetchResponse:
 
 
 async def handle_share_acknowledge(ctx, header, request, connection) -> ShareAcknowledgeResponse:
-    lock_ms = int(ctx.config["group.share.record.lock.duration.ms"])
+    lock_ms = _lock_ms(ctx, request.group_id)
     if not request.group_id or not request.member_id:
         return ShareAcknowledgeResponse(error_code=ErrorCode.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms,
                                         error_message="group id and member id are required")

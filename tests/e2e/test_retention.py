@@ -1,0 +1,37 @@
+"""Retention deletes whole segments on the broker's timer and advances the log start offset."""
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.kray_process import KrayProcess
+
+
+def test_retention_bytes_deletes_old_segments(tmp_path):
+    server = KrayProcess(tmp_path / "data", overrides=("log.retention.check.interval.ms=300",))
+    bootstrap = server.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("short", 1, 1, config={
+            "segment.bytes": "20000", "retention.bytes": "40000"})])["short"].result(30)
+        # batches must stay below segment.bytes (else RECORD_LIST_TOO_LARGE, as in Kafka)
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.size": 8000})
+        errors = []
+        for i in range(300):
+            p.produce("short", value=b"x" * 1000, partition=0, on_delivery=lambda e, m: errors.append(e) if e else None)
+            p.poll(0)
+        assert p.flush(30) == 0 and errors == []
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "retention"})
+        low = high = 0
+        deadline = time.monotonic() + 30
+        while low == 0 and time.monotonic() < deadline:
+            low, high = c.get_watermark_offsets(TopicPartition("short", 0), timeout=10, cached=False)
+            time.sleep(0.3)
+        assert high == 300
+        assert 0 < low < 300 and high - low <= 100, (low, high)  # ~40 kB kept, whole segments only
+        c.assign([TopicPartition("short", 0, low)])
+        first = next(m for m in iter(lambda: c.poll(5.0), None) if m.error() is None)
+        assert first.offset() == low
+        c.close()
+    finally:
+        server.stop()
