@@ -95,3 +95,30 @@ class CoordinatorLog:
         return list(range(result.base_offset, result.base_offset + len(records)))
 
 
+
+
+class ShardHost:
+    """A coordinator shard loaded by replaying its partition: once, on first use, shared by the
+    calls that wait for it; after a failed append (memory ahead of the log) it is rebuilt."""
+
+    def __init__(self, log: CoordinatorLog, build):
+        self.log = log
+        self.build = build  # async (records) -> shard
+        self.shard = None
+        self.loading: asyncio.Future | None = None
+
+    async def ready(self):
+        if self.shard is None:
+            if self.loading is None:
+                self.loading = asyncio.ensure_future(self._load())
+            await asyncio.shield(self.loading)
+        return self.shard
+
+    async def _load(self) -> None:
+        try:
+            self.shard = await self.build(await self.log.replay())
+        finally:
+            self.loading = None
+
+    def invalidate(self) -> None:
+        self.shard, self.loading = None, None

@@ -11,7 +11,7 @@ import time
 import uuid
 
 from actors import internal_topics, metrics
-from actors.coordinator_log import CoordinatorLog, CoordinatorLogError
+from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost
 from actors.group_coordinator.core import GroupCoordinatorShard
 from actors.share_coordinator.core import state_partition_for
 from protocol.errors import ErrorCode
@@ -32,27 +32,29 @@ class GroupCoordinatorActor:
         self.config = spec["broker_config"]
         self.controller = spec["controller"]
         self.log = CoordinatorLog(spec["partition_actor"])
-        self.shard: GroupCoordinatorShard | None = None
-        self.loading: asyncio.Task | None = None
+        self.host = ShardHost(self.log, self._build)
         self.image = None
         self.tasks: list[asyncio.Task] = []
         self.rebalances_reported = 0
 
     # ---- loading and background work -------------------------------------------------------
-    async def _ready(self) -> GroupCoordinatorShard:
-        if self.shard is None:
-            if self.loading is None:
-                self.loading = asyncio.ensure_future(self._load())
-            await asyncio.shield(self.loading)
-        return self.shard
+    @property
+    def shard(self) -> GroupCoordinatorShard | None:
+        return self.host.shard
 
-    async def _load(self) -> None:
-        self.image = await self.controller.wait_for_metadata.remote(-1, 0)
+    async def _ready(self) -> GroupCoordinatorShard:
+        if self.image is None:
+            self.image = await self.controller.wait_for_metadata.remote(-1, 0)
+        shard = await self.host.ready()
+        if not self.tasks:
+            self.tasks = [asyncio.ensure_future(self._follow_metadata()), asyncio.ensure_future(self._expire_loop())]
+        return shard
+
+    async def _build(self, records) -> GroupCoordinatorShard:
         shard = GroupCoordinatorShard(self.config)
-        for _offset, key, value in await self.log.replay():
+        for _offset, key, value in records:
             shard.replay(key, value)
-        self.shard = shard
-        self.tasks = [asyncio.ensure_future(self._follow_metadata()), asyncio.ensure_future(self._expire_loop())]
+        return shard
 
     async def _follow_metadata(self) -> None:
         while True:
@@ -68,21 +70,22 @@ class GroupCoordinatorActor:
                 log.warning("metadata refresh failed: %s", e)
                 await asyncio.sleep(1.0)
 
-    def _report_metrics(self) -> None:
-        m = self.shard.metrics()
+    def _report_metrics(self, shard: GroupCoordinatorShard) -> None:
+        m = shard.metrics()
         metrics.record_group_counts(m.group_count_by_state)
         metrics.record_rebalances(m.rebalance_count - self.rebalances_reported)
         self.rebalances_reported = m.rebalance_count
 
     async def _expire_loop(self) -> None:
         while True:
-            deadline = self.shard.next_deadline_ms()
+            shard = await self._ready()
+            deadline = shard.next_deadline_ms()
             wait_s = DEADLINE_POLL_S_MAX if deadline is None else min(max((deadline - now_ms()) / 1000, 0.01),
                                                                       DEADLINE_POLL_S_MAX)
             await asyncio.sleep(wait_s)
             try:
-                await self._commit(self.shard.expire_sessions(now_ms()))
-                self._report_metrics()
+                await self._commit(shard.expire_sessions(now_ms()))
+                self._report_metrics(shard)
             except Exception:
                 log.exception("expiring share group members failed")
 
@@ -96,7 +99,7 @@ class GroupCoordinatorActor:
             await self.log.append(records)
         except CoordinatorLogError as e:
             log.warning("group record append failed (%s); reloading the shard from the log", e)
-            self.shard, self.loading = None, None
+            self.host.invalidate()
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return 0
 

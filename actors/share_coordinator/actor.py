@@ -11,7 +11,7 @@ import logging
 import time
 import uuid
 
-from actors.coordinator_log import CoordinatorLog, CoordinatorLogError
+from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost
 from actors.share_coordinator.core import OpResult, ReadResult, ShareCoordinatorShard, SummaryResult
 from protocol.errors import ErrorCode
 
@@ -29,23 +29,24 @@ class ShareCoordinatorActor:
         self.log = CoordinatorLog(spec["partition_actor"])
         self.snapshot_update_records_max = int(
             spec["broker_config"]["share.coordinator.snapshot.update.records.per.snapshot"])
-        self.shard: ShareCoordinatorShard | None = None
-        self.loading: asyncio.Task | None = None
+        self.host = ShardHost(self.log, self._build)
         self.pruner: asyncio.Task | None = None
 
-    async def _ready(self) -> ShareCoordinatorShard:
-        if self.shard is None:
-            if self.loading is None:
-                self.loading = asyncio.ensure_future(self._load())
-            await asyncio.shield(self.loading)
-        return self.shard
+    @property
+    def shard(self) -> ShareCoordinatorShard | None:
+        return self.host.shard
 
-    async def _load(self) -> None:
+    async def _ready(self) -> ShareCoordinatorShard:
+        shard = await self.host.ready()
+        if self.pruner is None:
+            self.pruner = asyncio.ensure_future(self._prune_loop())
+        return shard
+
+    async def _build(self, records) -> ShareCoordinatorShard:
         shard = ShareCoordinatorShard(snapshot_update_records_max=self.snapshot_update_records_max)
-        for offset, key, value in await self.log.replay():
+        for offset, key, value in records:
             shard.replay(key, value, offset)
-        self.shard = shard
-        self.pruner = asyncio.ensure_future(self._prune_loop())
+        return shard
 
     async def _commit(self, result: OpResult | ReadResult) -> tuple[int, str | None]:
         if result.error_code or not result.records:
@@ -54,9 +55,10 @@ class ShareCoordinatorActor:
             offsets = await self.log.append(result.records)
         except CoordinatorLogError as e:
             log.warning("share-state append failed (%s); reloading the shard from the log", e)
-            self.shard, self.loading = None, None  # memory is ahead of the log: rebuild from it
+            self.host.invalidate()  # memory is ahead of the log: rebuild from it
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
-        self.shard.on_appended(result.records, offsets)
+        if self.shard is not None:
+            self.shard.on_appended(result.records, offsets)
         return 0, None
 
     async def initialize(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int,
