@@ -12,7 +12,7 @@ import logging
 from protocol.errors import ErrorCode
 from protocol.messages import FetchResponse
 
-from actors.gateway.handlers.routing import resolve_topic
+from actors.gateway.handlers.routing import partition_client, resolve_topic
 
 log = logging.getLogger("kray.gateway")
 
@@ -64,13 +64,8 @@ async def handle_fetch(ctx, header, request) -> FetchResponse:
             pr = FetchResponse.PartitionData(partition_index=fp.partition, high_watermark=-1, last_stable_offset=-1,
                                              log_start_offset=-1, records=b"")
             tr.partitions.append(pr)
-            client = ctx.partition(topic.topic_id, fp.partition) if topic else None
-            if topic is None:
-                pr.error_code = unknown_error
-            elif client is None:
-                pr.error_code = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if fp.partition >= len(topic.partitions)
-                                 else ErrorCode.NOT_LEADER_OR_FOLLOWER)
-            else:
+            client, pr.error_code = partition_client(ctx, topic, fp.partition, unknown_error)
+            if client is not None:
                 wanted.append(_Wanted(client, fp.fetch_offset, fp.partition_max_bytes, fp.current_leader_epoch, pr))
     isolation = request.isolation_level
     sizes = await asyncio.gather(*(_read(w, isolation) for w in wanted))

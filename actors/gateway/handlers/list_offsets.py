@@ -8,6 +8,8 @@ import logging
 from protocol.errors import ErrorCode
 from protocol.messages import ListOffsetsResponse
 
+from actors.gateway.handlers.routing import partition_client
+
 log = logging.getLogger("kray.gateway")
 
 
@@ -31,12 +33,8 @@ async def handle_list_offsets(ctx, header, request) -> ListOffsetsResponse:
             pr = ListOffsetsResponse.ListOffsetsPartitionResponse(partition_index=p.partition_index, timestamp=-1,
                                                                   offset=-1, leader_epoch=-1)
             tr.partitions.append(pr)
-            client = ctx.partition(topic.topic_id, p.partition_index) if topic else None
-            if client is None:
-                pr.error_code = (ErrorCode.NOT_LEADER_OR_FOLLOWER
-                                 if topic and p.partition_index < len(topic.partitions)
-                                 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            else:
+            client, pr.error_code = partition_client(ctx, topic, p.partition_index)
+            if client is not None:
                 jobs.append(_one(client, p, request.isolation_level, pr))
     await asyncio.gather(*jobs)
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

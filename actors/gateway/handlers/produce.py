@@ -11,7 +11,7 @@ import logging
 from protocol.errors import ErrorCode
 from protocol.messages import ProduceResponse
 
-from actors.gateway.handlers.routing import resolve_topic
+from actors.gateway.handlers.routing import partition_client, resolve_topic
 
 log = logging.getLogger("kray.gateway")
 VALID_ACKS = (-1, 0, 1)
@@ -46,15 +46,10 @@ async def handle_produce(ctx, header, request) -> ProduceResponse:
             presp = ProduceResponse.PartitionProduceResponse(index=pdata.index, base_offset=-1,
                                                              log_append_time_ms=-1, log_start_offset=-1)
             topic_response.partition_responses.append(presp)
-            client = ctx.partition(topic.topic_id, pdata.index) if topic else None
+            client, presp.error_code = partition_client(ctx, topic, pdata.index, unknown_error)
             if request.acks not in VALID_ACKS:
                 presp.error_code = ErrorCode.INVALID_REQUIRED_ACKS
-            elif topic is None:
-                presp.error_code = unknown_error
-            elif client is None:
-                presp.error_code = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if pdata.index >= len(topic.partitions)
-                                    else ErrorCode.NOT_LEADER_OR_FOLLOWER)
-            else:
+            elif client is not None:
                 epoch = topic.partitions[pdata.index].leader_epoch
                 jobs.append(_produce_one(client, pdata.records, request.acks, request.timeout_ms, epoch))
                 slots.append(presp)

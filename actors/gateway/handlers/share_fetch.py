@@ -13,6 +13,7 @@ import logging
 from protocol.errors import ErrorCode
 from protocol.messages import ShareAcknowledgeResponse, ShareFetchResponse
 
+from actors.gateway.handlers.routing import partition_client
 from actors.gateway.share_sessions import FINAL_EPOCH, ShareSession
 
 log = logging.getLogger("kray.gateway")
@@ -89,11 +90,9 @@ async def handle_share_fetch(ctx, header, request, connection) -> ShareFetchResp
     results: dict = {}
 
     async def fetch_one(tp, wait_ms, with_acks):
-        client = ctx.partition(*tp)
+        client, error = partition_client(ctx, ctx.metadata.topic_by_id(tp[0]), tp[1], ErrorCode.UNKNOWN_TOPIC_ID)
         if client is None:
-            topic = ctx.metadata.topic_by_id(tp[0])
-            results[tp] = (ErrorCode.NOT_LEADER_OR_FOLLOWER if topic and tp[1] < len(topic.partitions)
-                           else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            results[tp] = error
             return
         r = await _call(client.share_fetch(request.group_id, request.member_id,
                                            acks=acks.get(tp) if with_acks else None,
@@ -156,10 +155,10 @@ async def handle_share_acknowledge(ctx, header, request, connection) -> ShareAck
     by_topic: dict = {}
 
     async def ack_one(topic_id, p):
-        client = ctx.partition(topic_id, p.partition_index)
-        if client is None:
-            code, message = ErrorCode.NOT_LEADER_OR_FOLLOWER, None
-        else:
+        client, code = partition_client(ctx, ctx.metadata.topic_by_id(topic_id), p.partition_index,
+                                        ErrorCode.UNKNOWN_TOPIC_ID)
+        message = None
+        if client is not None:
             r = await _call(client.share_acknowledge(request.group_id, request.member_id,
                                                      _acks(p.acknowledgement_batches)), "share acknowledge")
             code, message = r if r is not None else (ErrorCode.NOT_LEADER_OR_FOLLOWER, None)
