@@ -1,4 +1,6 @@
 """Restarting `kray start` on the same data dir brings back every topic and acknowledged record."""
+import time
+
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
@@ -54,5 +56,52 @@ def test_topics_and_acknowledged_records_survive_a_restart(tmp_path):
         p.produce("durable", value=b"after", partition=0, on_delivery=lambda e, m: offsets.append(m.offset()))
         p.flush(30)
         assert offsets == [RECORDS // 2]
+    finally:
+        server.stop()
+
+
+def test_share_group_acknowledgements_survive_a_restart(tmp_path):
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ResourceType
+    fast = ("group.share.heartbeat.interval.ms=1000", "group.share.min.heartbeat.interval.ms=500")
+
+    def consume(bootstrap, stop_after, forbidden=frozenset()):
+        c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "durable-workers",
+                           "share.acknowledgement.mode": "explicit"})
+        c.subscribe(["jobs"])
+        accepted, deadline = set(), time.monotonic() + 60
+        while len(accepted) < stop_after and time.monotonic() < deadline:
+            for m in c.poll(1.0):
+                if m.error() is None:
+                    assert int(m.key()) not in forbidden, "an acknowledged record came back after the restart"
+                    accepted.add(int(m.key()))
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+            c.commit_sync()
+        c.close()
+        return accepted
+
+    server = KrayProcess(tmp_path / "data", overrides=fast)
+    bootstrap = server.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("jobs", 2, 1)])["jobs"].result(30)
+        for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, "durable-workers",
+                incremental_configs=[ConfigEntry("share.auto.offset.reset", "earliest",
+                                                 incremental_operation=AlterConfigOpType.SET)])]).values():
+            f.result(30)
+        p = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 25})
+        for i in range(1000):
+            p.produce("jobs", key=b"%d" % i, value=b"job", partition=i % 2)
+        assert p.flush(30) == 0
+        first = consume(bootstrap, 400)
+        assert len(first) >= 400
+    finally:
+        assert server.stop() == 0
+
+    server = KrayProcess(tmp_path / "data", port=server.port, overrides=fast)
+    bootstrap = server.start()
+    try:
+        rest = consume(bootstrap, 1000 - len(first), forbidden=first)
+        assert first | rest == set(range(1000))
     finally:
         server.stop()
