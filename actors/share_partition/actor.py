@@ -184,24 +184,26 @@ class ShareLeaders:
         except Exception as e:
             return ShareFetchResult(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=str(e))
         result = ShareFetchResult()
+        acks_durable = None  # the write that makes this request's acknowledgements durable
         if acks:
             outcome = self._acknowledge(sp, member_id, acks)
             result.ack_error_code = outcome.error_code
             if outcome.changed:
                 self._wake()
-                error, message = await self._persist(group_id, sp)
-                if error and not result.ack_error_code:
-                    result.ack_error_code, result.ack_error_message = error, message
-        if not fetch:
+                acks_durable = asyncio.ensure_future(self._persist(group_id, sp))
+        if fetch:
+            # acquire while the acknowledgements are being written: the answer waits for both
+            result.records, result.acquired = self._acquire(sp, member_id, max_records, batch_size, max_bytes)
+        if acks_durable is not None:
+            error, message = await acks_durable
+            if error and not result.ack_error_code:
+                result.ack_error_code, result.ack_error_message = error, message
+        if not fetch or result.acquired:
+            if result.acquired:
+                self._persist_soon(group_id, sp)  # redelivery counts; need not delay the answer
             return result
         deadline = time.monotonic() + max(wait_ms, 0) / 1000
         while True:
-            result.records, result.acquired = self._acquire(sp, member_id, max_records, batch_size, max_bytes)
-            if result.acquired:
-                # redelivery counts and records archived on the way need not delay the answer, and no
-                # await may stand between acquiring and answering (a cancelled wait must not lose records)
-                self._persist_soon(group_id, sp)
-                return result
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return result
@@ -212,6 +214,11 @@ class ShareLeaders:
                                    return_when=asyncio.FIRST_COMPLETED)
             finally:
                 data.cancel()
+            # no await may stand between acquiring and answering: a cancelled wait must not lose records
+            result.records, result.acquired = self._acquire(sp, member_id, max_records, batch_size, max_bytes)
+            if result.acquired:
+                self._persist_soon(group_id, sp)
+                return result
 
     def _acquire(self, sp: SharePartition, member_id: str, max_records: int, batch_size: int, max_bytes: int):
         """Read from the share-partition's fetch offset and acquire; synchronous, so nothing
