@@ -12,6 +12,10 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 NAMESPACE = "kray"
+# Ray ties an actor's life to its creator's unless it is detached. Partition and coordinator actors
+# are created by the controller, and must survive a controller restart (which adopts them again by
+# name); the controller kills them itself when their topic goes, and `kray start` ends Ray whole.
+OUTLIVES_ITS_CREATOR = "detached"
 CONTROLLER_NAME = "controller"
 
 
@@ -49,7 +53,7 @@ def start_partition(spec: dict[str, Any], node_id: str):
     """One actor per topic-partition replica, pinned to the node whose disk holds its log."""
     from actors.partition.actor import PartitionActor
     return ray.remote(PartitionActor).options(
-        name=partition_name(spec["topic_id"], spec["partition"]), namespace=NAMESPACE, lifetime=None,
+        name=partition_name(spec["topic_id"], spec["partition"]), namespace=NAMESPACE, lifetime=OUTLIVES_ITS_CREATOR,
         max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=10000,
         scheduling_strategy=on_node(node_id),
     ).remote(spec)
@@ -68,7 +72,7 @@ def start_coordinator(spec: dict[str, Any], node_id: str):
     else:
         from actors.share_coordinator.actor import ShareCoordinatorActor as cls
     return ray.remote(cls).options(
-        name=coordinator_name(spec["topic"], spec["partition"]), namespace=NAMESPACE, lifetime=None,
+        name=coordinator_name(spec["topic"], spec["partition"]), namespace=NAMESPACE, lifetime=OUTLIVES_ITS_CREATOR,
         max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=1000,
         scheduling_strategy=on_node(node_id),
     ).remote(spec)

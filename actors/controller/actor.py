@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,11 +64,51 @@ class ControllerActor:
             if record["type"] != "cluster":
                 self.core.apply(record)
         self.core.finish_replay()
+        # metadata versions must keep growing across controller restarts (gateways ignore older
+        # images): start each incarnation at the clock, in microseconds, above any earlier version
+        self.core.metadata_version = max(self.core.metadata_version, time.time_ns() // 1000)
         self.partition_actors: dict[tuple[uuid.UUID, int], Any] = {}
         self.endpoints: dict[tuple[uuid.UUID, int], BrokerInfo] = {}
         self.coordinators: dict[tuple[str, int], Any] = {}
         self.supervisors: dict[tuple[uuid.UUID, int], asyncio.Task] = {}
         self.changed = asyncio.Event()
+        self.to_supervise = self._adopt_running_actors()
+
+    def _adopt_running_actors(self) -> list[tuple]:
+        """After Ray restarts the controller, the actors it had started are still running under
+        their names: find them again (the log says which should exist) instead of starting twins."""
+        import ray
+
+        from cluster import composition
+        def running(name):
+            try:
+                return ray.get_actor(name, namespace=composition.NAMESPACE)
+            except ValueError:
+                return None
+        direct = self.core.broker_config["kray.partition.direct.listeners"]
+        found = []
+        for topic in self.core.topics.values():
+            for p in topic.partitions:
+                key = (topic.topic_id, p.index)
+                actor = running(composition.partition_name(topic.topic_id, p.index))
+                if actor is not None:
+                    self.partition_actors[key] = actor
+                    if direct and not topic.internal:
+                        found.append((key, actor, "listen", "until_closed"))
+                coordinator = running(composition.coordinator_name(topic.name, p.index)) if topic.internal else None
+                if coordinator is not None:
+                    self.coordinators[(topic.name, p.index)] = coordinator
+        for broker_id in self.core.brokers:
+            gateway = running(composition.gateway_name(broker_id))
+            if gateway is not None:
+                found.append((("gateway", broker_id), gateway, "start", "until_stopped"))
+        return found
+
+    def _resume_supervision(self) -> None:
+        """Supervisors are asyncio tasks: start the adopted ones from the first async call."""
+        for key, actor, serve, until in self.to_supervise:
+            self.supervisors[key] = asyncio.ensure_future(self._supervise(key, actor, serve, until))
+        self.to_supervise = []
 
     # ---- metadata --------------------------------------------------------------------------
     def image(self) -> MetadataImage:
@@ -78,6 +119,7 @@ class ControllerActor:
 
     async def wait_for_metadata(self, known_version: int, timeout_s: float) -> MetadataImage:
         """Answer as soon as the metadata is newer than `known_version`, or at the timeout."""
+        self._resume_supervision()
         deadline = asyncio.get_running_loop().time() + min(timeout_s, METADATA_WAIT_S_MAX)
         while self.core.metadata_version <= known_version:
             remaining = deadline - asyncio.get_running_loop().time()
@@ -245,7 +287,9 @@ class ControllerActor:
         `until` call fails), call `serve` again, so it listens and Metadata names its port."""
         while key[0] == "gateway" or self.partition_actors.get(key) is actor:
             try:
-                await getattr(actor, serve).remote()
+                host, port = await getattr(actor, serve).remote()
+                if key[0] != "gateway":
+                    self.register_endpoint(key[0], key[1], host, port)
                 await getattr(actor, until).remote()
                 return
             except asyncio.CancelledError:

@@ -5,6 +5,7 @@ hand handlers other implementations of the same methods.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -23,6 +24,7 @@ class PartitionClient(Protocol):
 
 
 RELEASE = 2  # the ShareAcknowledge type that makes records Available again
+CONTROLLER_RETRY_S = 30.0
 
 
 def as_array(buf: Any) -> np.ndarray:
@@ -83,38 +85,52 @@ class RayPartition:
 
 
 class RayController:
-    """Typed wrappers around the controller actor's methods."""
+    """Typed wrappers around the controller actor's methods. While Ray restarts the controller,
+    calls are retried (with backoff, for up to CONTROLLER_RETRY_S) instead of failing the client's
+    request; a create that did land before a crash then answers TOPIC_ALREADY_EXISTS, as in Kafka."""
 
     def __init__(self, handle):
         self.handle = handle
 
+    async def _call(self, method: str, *args):
+        deadline = time.monotonic() + CONTROLLER_RETRY_S
+        delay_s = 0.1
+        while True:
+            try:
+                return await getattr(self.handle, method).remote(*args)
+            except (ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError):
+                if time.monotonic() + delay_s > deadline:
+                    raise
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, 2.0)
+
     async def create_topic(self, name, num_partitions, replication_factor, configs, validate_only, assignments):
-        return await self.handle.create_topic.remote(name, num_partitions, replication_factor, configs,
-                                                     validate_only, assignments)
+        return await self._call("create_topic", name, num_partitions, replication_factor, configs, validate_only,
+                                assignments)
 
     async def delete_topic(self, name):
-        return await self.handle.delete_topic.remote(name)
+        return await self._call("delete_topic", name)
 
     async def create_partitions(self, name, count, validate_only):
-        return await self.handle.create_partitions.remote(name, count, validate_only)
+        return await self._call("create_partitions", name, count, validate_only)
 
     async def alter_topic_configs(self, name, configs, incremental, validate_only):
-        return await self.handle.alter_topic_configs.remote(name, configs, incremental, validate_only)
+        return await self._call("alter_topic_configs", name, configs, incremental, validate_only)
 
     async def alter_group_configs(self, group_id, configs, incremental, validate_only):
-        return await self.handle.alter_group_configs.remote(group_id, configs, incremental, validate_only)
+        return await self._call("alter_group_configs", group_id, configs, incremental, validate_only)
 
     async def topic_configs(self, name):
-        return await self.handle.topic_configs.remote(name)
+        return await self._call("topic_configs", name)
 
     async def allocate_producer_id(self):
-        return await self.handle.allocate_producer_id.remote()
+        return await self._call("allocate_producer_id")
 
     async def ensure_internal_topic(self, name):
-        return await self.handle.ensure_internal_topic.remote(name)
+        return await self._call("ensure_internal_topic", name)
 
     async def wait_for_metadata(self, known_version, timeout_s):
-        return await self.handle.wait_for_metadata.remote(known_version, timeout_s)
+        return await self._call("wait_for_metadata", known_version, timeout_s)
 
 
 @dataclass
