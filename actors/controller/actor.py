@@ -11,9 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import ray
+
 from actors import internal_topics
 from actors.controller.core import BrokerInfo, ControllerCore, Outcome, TopicState
 from actors.controller.metadata_log import MetadataLog
+from cluster import composition
 from cluster.config import TopicConfig
 from protocol.errors import ErrorCode
 
@@ -77,9 +80,6 @@ class ControllerActor:
     def _adopt_running_actors(self) -> list[tuple]:
         """After Ray restarts the controller, the actors it had started are still running under
         their names: find them again (the log says which should exist) instead of starting twins."""
-        import ray
-
-        from cluster import composition
         def running(name):
             try:
                 return ray.get_actor(name, namespace=composition.NAMESPACE)
@@ -198,7 +198,6 @@ class ControllerActor:
         for p in topic.partitions:
             self.endpoints.pop((topic.topic_id, p.index), None)
         await asyncio.gather(*(a.delete.remote() for a in actors if a is not None), return_exceptions=True)
-        import ray
         for a in actors:
             if a is not None:
                 ray.kill(a, no_restart=True)  # its log is gone; so is its process
@@ -237,7 +236,6 @@ class ControllerActor:
 
     async def shutdown(self) -> None:
         """Close every partition actor this controller started (flushing their logs), then kill them."""
-        import ray
         for task in self.supervisors.values():
             task.cancel()
         actors = list(self.coordinators.values()) + list(self.partition_actors.values())
@@ -264,9 +262,6 @@ class ControllerActor:
 
     def _start_coordinators(self, topic: TopicState) -> None:
         """One coordinator actor per internal-topic partition, on the node of its leader."""
-        import ray
-
-        from cluster.composition import start_coordinator
         started = False
         for p in topic.partitions:
             key = (topic.name, p.index)
@@ -277,7 +272,7 @@ class ControllerActor:
             spec = {"topic": topic.name, "partition": p.index, "leader_epoch": p.leader_epoch,
                     "partition_actor": partition_actor, "broker_config": self.core.broker_config,
                     "controller": ray.get_runtime_context().current_actor}
-            self.coordinators[key] = start_coordinator(spec, broker.node_id)
+            self.coordinators[key] = composition.start_coordinator(spec, broker.node_id)
             started = True
         if started:
             self._bump()
@@ -308,9 +303,6 @@ class ControllerActor:
 
     def _start_partitions(self, topic: TopicState) -> list:
         """Start the missing partition actors of a topic; return the refs of their listen() calls."""
-        import ray
-
-        from cluster.composition import start_partition
         config = TopicConfig.from_kafka(self.core.effective_configs(topic))
         listening, started = [], False
         for p in topic.partitions:
@@ -323,7 +315,7 @@ class ControllerActor:
                     "log_dir": str(self.data_dir / f"broker-{p.leader}"), "internal": topic.internal,
                     "controller": ray.get_runtime_context().current_actor, "listen_host": broker.host,
                     "retention_check_interval_ms": int(self.core.broker_config["log.retention.check.interval.ms"])}
-            actor = start_partition(spec, broker.node_id)
+            actor = composition.start_partition(spec, broker.node_id)
             if self.core.broker_config["kray.partition.direct.listeners"] and not topic.internal:
                 listening.append(actor.listen.remote())
                 self.supervisors[key] = asyncio.ensure_future(self._supervise(key, actor))
