@@ -33,6 +33,7 @@ class GatewayActor:
 
     async def _start(self) -> tuple[str, int]:
         host, port = listener_address(self.config)
+        self.ctx.set_metadata(await self.ctx.controller.wait_for_metadata(-1, 0))  # before the first client
         self.server = await start_frontend(self.ctx, host, port)
         port = self.server.sockets[0].getsockname()[1]
         node_id = ray.get_runtime_context().get_node_id()

@@ -95,6 +95,7 @@ class PartitionActor:
         local = LocalPartition(self)
         ctx = GatewayContext(-1, self.spec["broker_config"], RayController(self.spec["controller"]),
                              client_for=lambda k, handle: local if k == key else None)
+        ctx.set_metadata(await ctx.controller.wait_for_metadata(-1, 0))  # before the first client
         self.ctx = ctx
         self.frontend = await start_frontend(ctx, self.spec["listen_host"], 0)
         host, port = self.spec["listen_host"], self.frontend.sockets[0].getsockname()[1]

@@ -60,15 +60,16 @@ def test_restarted_controller_adopts_running_actors(broker):
     admin.create_topics([NewTopic("survives-controller", 1, 1)])["survives-controller"].result(30)
     assert produce(broker.bootstrap, "survives-controller", [b"x%d" % i for i in range(10)]) == list(range(10))
     ray.kill(broker.controller, no_restart=False)
-    deadline, image = time.monotonic() + 60, None
-    while time.monotonic() < deadline:
+    deadline, image, topic_id = time.monotonic() + 60, None, None
+    while time.monotonic() < deadline:  # the restarted controller re-registers endpoints one by one
         try:
             image = ray.get(broker.controller.wait_for_metadata.remote(-1, 0), timeout=5)
-            if image.endpoints:
+            topic_id = image.topics["survives-controller"].topic_id
+            if (topic_id, 0) in image.endpoints:
                 break
         except Exception:
-            time.sleep(1)
-    topic_id = image.topics["survives-controller"].topic_id
+            pass
+        time.sleep(0.5)
     assert (topic_id, 0) in image.partition_actors and (topic_id, 0) in image.endpoints
     # clients keep producing to the same partition leader, and new topics can still be created
     assert produce(broker.bootstrap, "survives-controller", [b"y%d" % i for i in range(10)]) == list(range(10, 20))
