@@ -149,6 +149,19 @@ def _target_timestamp(args) -> int:
     raise AdminError("--reset-offsets needs --to-earliest, --to-latest or --to-datetime")
 
 
+def _list_offsets(conn, topic: str, indexes: list[int], timestamp: int) -> dict[int, int]:
+    """partition -> offset for one ListOffsets timestamp, from the partitions' leader."""
+    if not indexes:
+        return {}
+    r = conn.send(ListOffsetsRequest(replica_id=-1, isolation_level=0, timeout_ms=30000, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+            ListOffsetsRequest.ListOffsetsPartition(partition_index=i, timestamp=timestamp) for i in indexes])]))
+    failed = [p for p in r.topics[0].partitions if p.error_code]
+    if failed:
+        raise AdminError(f"{topic}-{failed[0].partition_index}: {ErrorCode(failed[0].error_code).name}")
+    return {p.partition_index: p.offset for p in r.topics[0].partitions}
+
+
 def _reset_offsets(conn, coordinator, args) -> int:
     if not args.topic:
         return _fail("--reset-offsets needs --topic TOPIC")
@@ -166,19 +179,10 @@ def _reset_offsets(conn, coordinator, args) -> int:
         for leader, indexes in by_leader.items():
             b = brokers[leader]
             with KafkaConnection(f"{b.host}:{b.port}", client_id="kray-share-groups") as leader_conn:
-                r = leader_conn.send(ListOffsetsRequest(replica_id=-1, isolation_level=0, timeout_ms=30000, topics=[
-                    ListOffsetsRequest.ListOffsetsTopic(name=topic.name, partitions=[
-                        ListOffsetsRequest.ListOffsetsPartition(partition_index=i, timestamp=timestamp)
-                        for i in indexes])]))
-            for p in r.topics[0].partitions:
-                if p.error_code:
-                    return _fail(f"{topic.name}-{p.partition_index}: {ErrorCode(p.error_code).name}")
-                if p.offset < 0:  # no record at or after that time: the end of the partition
-                    r2 = ListOffsetsRequest.ListOffsetsPartition(partition_index=p.partition_index, timestamp=LATEST)
-                    with KafkaConnection(f"{b.host}:{b.port}", client_id="kray-share-groups") as again:
-                        p = again.send(ListOffsetsRequest(replica_id=-1, isolation_level=0, timeout_ms=30000, topics=[
-                            ListOffsetsRequest.ListOffsetsTopic(name=topic.name, partitions=[r2])])).topics[0].partitions[0]
-                plan.append((topic.name, p.partition_index, p.offset))
+                found = _list_offsets(leader_conn, topic.name, indexes, timestamp)
+                # no record at or after that time: the end of the partition, as kafka-share-groups does
+                found |= _list_offsets(leader_conn, topic.name, [i for i, o in found.items() if o < 0], LATEST)
+            plan += [(topic.name, i, offset) for i, offset in found.items()]
     print("GROUP\tTOPIC\tPARTITION\tNEW-START-OFFSET")
     for name, index, offset in sorted(plan):
         print(f"{args.group}\t{name}\t{index}\t{offset}")
