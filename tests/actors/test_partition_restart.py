@@ -9,7 +9,9 @@ from cluster import composition
 
 
 def produce(bootstrap, topic, values):
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 60000})
+    # idempotent: a retry after the kill must not append twice (dedup survives the actor restart)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 60000,
+                  "enable.idempotence": True})
     acked = []
     for v in values:
         p.produce(topic, value=v, partition=0, on_delivery=lambda e, m: acked.append(m.offset()) if e is None else None)
