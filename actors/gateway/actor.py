@@ -27,14 +27,16 @@ class GatewayActor:
         self.stopped = asyncio.Event()
 
     async def start(self) -> tuple[str, int]:
-        if self.starting is None:
+        failed = self.starting is not None and self.starting.done() and self.starting.exception() is not None
+        if self.starting is None or failed:  # a failed start (port still held, controller away) may be retried
             self.starting = asyncio.ensure_future(self._start())
         return await asyncio.shield(self.starting)
 
     async def _start(self) -> tuple[str, int]:
         host, port = listener_address(self.config)
         self.ctx.set_metadata(await self.ctx.controller.wait_for_metadata(-1, 0))  # before the first client
-        self.server = await start_frontend(self.ctx, host, port)
+        if self.server is None:  # a retried start keeps the socket it already bound
+            self.server = await start_frontend(self.ctx, host, port)
         port = self.server.sockets[0].getsockname()[1]
         node_id = ray.get_runtime_context().get_node_id()
         image = await self.controller.register_broker.remote(BrokerInfo(self.ctx.broker_id, host, port, None, node_id),

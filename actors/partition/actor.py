@@ -81,7 +81,8 @@ class PartitionActor:
     async def listen(self) -> tuple[str, int]:
         """Serve this partition's produce and fetch to clients directly (no Ray hop on the data
         path); every other request is answered from the metadata image and the controller."""
-        if self.listening is None:
+        failed = self.listening is not None and self.listening.done() and self.listening.exception() is not None
+        if self.listening is None or failed:  # a failed attempt (controller away) may be retried
             self.listening = asyncio.ensure_future(self._listen())
         return await asyncio.shield(self.listening)
 
@@ -91,13 +92,14 @@ class PartitionActor:
         await self.closed.wait()
 
     async def _listen(self) -> tuple[str, int]:
-        key = (self.topic_id, self.partition)
-        local = LocalPartition(self)
-        ctx = GatewayContext(-1, self.spec["broker_config"], RayController(self.spec["controller"]),
-                             client_for=lambda k, handle: local if k == key else None)
+        if self.ctx is None:
+            key, local = (self.topic_id, self.partition), LocalPartition(self)
+            self.ctx = GatewayContext(-1, self.spec["broker_config"], RayController(self.spec["controller"]),
+                                      client_for=lambda k, handle: local if k == key else None)
+        ctx = self.ctx
         ctx.set_metadata(await ctx.controller.wait_for_metadata(-1, 0))  # before the first client
-        self.ctx = ctx
-        self.frontend = await start_frontend(ctx, self.spec["listen_host"], 0)
+        if self.frontend is None:  # a retried attempt keeps the socket it already bound
+            self.frontend = await start_frontend(ctx, self.spec["listen_host"], 0)
         host, port = self.spec["listen_host"], self.frontend.sockets[0].getsockname()[1]
         ctx.set_metadata(await self.spec["controller"].register_endpoint.remote(self.topic_id, self.partition,
                                                                                 host, port))

@@ -6,6 +6,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster import composition
+from tests.actors.restarts import kill_and_await_restart
 
 
 def produce(bootstrap, topic, values):
@@ -36,7 +37,7 @@ def test_killed_partition_actor_comes_back_with_its_data(broker):
 
     topic_id = ray.get(broker.controller.wait_for_metadata.remote(-1, 0)).topics["phoenix"].topic_id
     actor = ray.get_actor(composition.partition_name(topic_id, 0), namespace=composition.NAMESPACE)
-    ray.kill(actor, no_restart=False)
+    kill_and_await_restart(actor)
 
     # a new client learns the restarted leader's endpoint from Metadata and carries on
     assert produce(broker.bootstrap, "phoenix", [b"b%d" % i for i in range(100)]) == list(range(100, 200))
@@ -46,7 +47,7 @@ def test_killed_partition_actor_comes_back_with_its_data(broker):
 def test_killed_gateway_serves_again_on_its_port(broker):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic("before-gateway-kill", 1, 1)])["before-gateway-kill"].result(30)
-    ray.kill(ray.get_actor(composition.gateway_name(0), namespace=composition.NAMESPACE), no_restart=False)
+    kill_and_await_restart(ray.get_actor(composition.gateway_name(0), namespace=composition.NAMESPACE))
     deadline, topics = time.monotonic() + 60, {}
     while time.monotonic() < deadline:
         try:
@@ -61,7 +62,7 @@ def test_restarted_controller_adopts_running_actors(broker):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic("survives-controller", 1, 1)])["survives-controller"].result(30)
     assert produce(broker.bootstrap, "survives-controller", [b"x%d" % i for i in range(10)]) == list(range(10))
-    ray.kill(broker.controller, no_restart=False)
+    kill_and_await_restart(broker.controller)
     deadline, image, topic_id = time.monotonic() + 60, None, None
     while time.monotonic() < deadline:  # the restarted controller re-registers endpoints one by one
         try:

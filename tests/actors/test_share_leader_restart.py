@@ -7,6 +7,7 @@ from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
 from cluster import composition
+from tests.actors.restarts import kill_and_await_restart
 
 RECORDS = 400
 
@@ -37,8 +38,7 @@ def test_acknowledged_records_survive_a_share_partition_leader_kill(broker):
     first.close()
 
     topic_id = ray.get(broker.controller.wait_for_metadata.remote(-1, 0)).topics[topic].topic_id
-    ray.kill(ray.get_actor(composition.partition_name(topic_id, 0), namespace=composition.NAMESPACE),
-             no_restart=False)
+    kill_and_await_restart(ray.get_actor(composition.partition_name(topic_id, 0), namespace=composition.NAMESPACE))
 
     second = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit"})
     second.subscribe([topic])
