@@ -1,5 +1,8 @@
 """The internal-topic partition behind a coordinator: replayed when the coordinator starts, and the
 place its records go. Durable coordinator state travels through the same log as user data.
+
+A coordinator is the leader actor of its internal partition, so this log is that actor's own:
+appends and replays are calls within the process, not Ray calls.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ class CoordinatorLogError(RuntimeError):
 
 class CoordinatorLog:
     def __init__(self, partition_actor, leader_epoch: int = -1):
-        self.partition = partition_actor
+        self.partition = partition_actor  # the PartitionActor instance in this process
         self.leader_epoch = leader_epoch
         self.next_offset = 0
         self.waiting: list[tuple[list, asyncio.Future]] = []
@@ -36,7 +39,7 @@ class CoordinatorLog:
         """Every (offset, key, value) record of the partition, oldest first."""
         out, offset = [], 0
         while True:
-            result = await self.partition.fetch.remote(offset, REPLAY_FETCH_BYTES, self.leader_epoch, 0)
+            result = await self.partition.fetch(offset, REPLAY_FETCH_BYTES, self.leader_epoch, 0)
             if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and offset < result.log_start_offset:
                 offset = result.log_start_offset
                 continue
@@ -87,14 +90,12 @@ class CoordinatorLog:
     async def _append_now(self, records: list[tuple[bytes, bytes | None]]) -> list[int]:
         now_ms = time.time_ns() // 1_000_000
         batch = build_batch([(key, value, [], now_ms) for key, value in records])
-        [result] = await self.partition.produce.remote([np.frombuffer(batch, dtype=np.uint8)], self.leader_epoch,
-                                                       -1, APPEND_TIMEOUT_MS)
+        [result] = await self.partition.produce([np.frombuffer(batch, dtype=np.uint8)], self.leader_epoch,
+                                                -1, APPEND_TIMEOUT_MS)
         if result.error_code:
             raise CoordinatorLogError(result.error_code, result.error_message)
         self.next_offset = result.base_offset + len(records)
         return list(range(result.base_offset, result.base_offset + len(records)))
-
-
 
 
 class ShardHost:

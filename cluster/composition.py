@@ -12,9 +12,10 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 NAMESPACE = "kray"
-# Ray ties an actor's life to its creator's unless it is detached. Partition and coordinator actors
-# are created by the controller, and must survive a controller restart (which adopts them again by
-# name); the controller kills them itself when their topic goes, and `kray start` ends Ray whole.
+# Ray ties an actor's life to its creator's unless it is detached. Partition actors (coordinators
+# included: they lead internal-topic partitions) are created by the controller, and must survive a
+# controller restart (which adopts them again by name); the controller kills them itself when
+# their topic goes, and `kray start` ends Ray whole.
 OUTLIVES_ITS_CREATOR = "detached"
 CONTROLLER_NAME = "controller"
 
@@ -49,30 +50,24 @@ def start_gateway(broker_config: dict[str, Any], broker_id: int, node_id: str, c
     ).remote(broker_config, broker_id, controller)
 
 
+def partition_class(topic: str):
+    """A partition's leader actor: plain for user topics; for an internal topic, the coordinator
+    whose state that partition holds (its shard moves with the partition's leadership)."""
+    from actors import internal_topics
+    if topic == internal_topics.CONSUMER_OFFSETS:
+        from actors.group_coordinator.actor import GroupCoordinatorActor
+        return GroupCoordinatorActor
+    if topic == internal_topics.SHARE_GROUP_STATE:
+        from actors.share_coordinator.actor import ShareCoordinatorActor
+        return ShareCoordinatorActor
+    from actors.partition.actor import PartitionActor
+    return PartitionActor
+
+
 def start_partition(spec: dict[str, Any], node_id: str):
     """One actor per topic-partition replica, pinned to the node whose disk holds its log."""
-    from actors.partition.actor import PartitionActor
-    return ray.remote(PartitionActor).options(
+    return ray.remote(partition_class(spec["topic"])).options(
         name=partition_name(spec["topic_id"], spec["partition"]), namespace=NAMESPACE, lifetime=OUTLIVES_ITS_CREATOR,
         max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=10000,
-        scheduling_strategy=on_node(node_id),
-    ).remote(spec)
-
-
-def coordinator_name(topic: str, partition: int) -> str:
-    return f"coordinator{topic}-{partition}"
-
-
-def start_coordinator(spec: dict[str, Any], node_id: str):
-    """The group coordinator of a `__consumer_offsets` partition, or the share coordinator of a
-    `__share_group_state` partition, on the node that leads that partition."""
-    from actors import internal_topics
-    if spec["topic"] == internal_topics.CONSUMER_OFFSETS:
-        from actors.group_coordinator.actor import GroupCoordinatorActor as cls
-    else:
-        from actors.share_coordinator.actor import ShareCoordinatorActor as cls
-    return ray.remote(cls).options(
-        name=coordinator_name(spec["topic"], spec["partition"]), namespace=NAMESPACE, lifetime=OUTLIVES_ITS_CREATOR,
-        max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=1000,
         scheduling_strategy=on_node(node_id),
     ).remote(spec)

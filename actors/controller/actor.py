@@ -37,7 +37,7 @@ class MetadataImage:
     partition_actors: dict[tuple[uuid.UUID, int], Any] = field(default_factory=dict)
     # partition leaders listening for clients themselves, keyed like partition_actors
     endpoints: dict[tuple[uuid.UUID, int], BrokerInfo] = field(default_factory=dict)
-    # coordinator actors, keyed by (internal topic name, partition): group and share coordinators
+    # coordinators, keyed by (internal topic name, partition): the leader actors of those partitions
     coordinators: dict[tuple[str, int], Any] = field(default_factory=dict)
     group_configs: dict[str, dict[str, Any]] = field(default_factory=dict)  # overrides only
 
@@ -72,7 +72,6 @@ class ControllerActor:
         self.core.metadata_version = max(self.core.metadata_version, time.time_ns() // 1000)
         self.partition_actors: dict[tuple[uuid.UUID, int], Any] = {}
         self.endpoints: dict[tuple[uuid.UUID, int], BrokerInfo] = {}
-        self.coordinators: dict[tuple[str, int], Any] = {}
         self.supervisors: dict[tuple[uuid.UUID, int], asyncio.Task] = {}
         self.changed = asyncio.Event()
         self.to_supervise = self._adopt_running_actors()
@@ -95,9 +94,6 @@ class ControllerActor:
                     self.partition_actors[key] = actor
                     if direct and not topic.internal:
                         found.append((key, actor, "listen", "until_closed"))
-                coordinator = running(composition.coordinator_name(topic.name, p.index)) if topic.internal else None
-                if coordinator is not None:
-                    self.coordinators[(topic.name, p.index)] = coordinator
         for broker_id in self.core.brokers:
             gateway = running(composition.gateway_name(broker_id))
             if gateway is not None:
@@ -115,7 +111,13 @@ class ControllerActor:
         c = self.core
         return MetadataImage(c.metadata_version, c.cluster_id, c.controller_id(), dict(c.brokers),
                              dict(c.topics), dict(self.partition_actors), dict(self.endpoints),
-                             dict(self.coordinators), {g: dict(cfg) for g, cfg in c.group_configs.items()})
+                             self._coordinators(), {g: dict(cfg) for g, cfg in c.group_configs.items()})
+
+    def _coordinators(self) -> dict[tuple[str, int], Any]:
+        """(internal topic, partition) -> its leader actor, which is that partition's coordinator."""
+        return {(topic.name, p.index): self.partition_actors[(topic.topic_id, p.index)]
+                for topic in self.core.topics.values() if topic.internal
+                for p in topic.partitions if (topic.topic_id, p.index) in self.partition_actors}
 
     async def wait_for_metadata(self, known_version: int, timeout_s: float) -> MetadataImage:
         """Answer as soon as the metadata is newer than `known_version`, or at the timeout."""
@@ -153,13 +155,11 @@ class ControllerActor:
                 self._supervise(("gateway", info.broker_id), gateway, "start", "until_stopped"))
         await self._await_listening([ref for topic in list(self.core.topics.values())
                                      for ref in self._start_partitions(topic)])
-        for name in internal_topics.PARTITION_COUNT_CONFIG:
-            if name in self.core.topics:
-                self._start_coordinators(self.core.topics[name])
         return self.image()
 
     async def ensure_internal_topic(self, name: str) -> MetadataImage:
-        """Create `__consumer_offsets` or `__share_group_state` on first use, and its coordinators."""
+        """Create `__consumer_offsets` or `__share_group_state` on first use; the leaders of its
+        partitions are its coordinators."""
         if name not in self.core.topics:
             config = self.core.broker_config
             partitions = int(config[internal_topics.PARTITION_COUNT_CONFIG[name]])
@@ -169,8 +169,7 @@ class ControllerActor:
             self._persist(outcome)
             if outcome.error_code and outcome.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 raise RuntimeError(f"cannot create {name}: {outcome.message}")
-            self._start_partitions(self.core.topics[name])
-        self._start_coordinators(self.core.topics[name])
+        self._start_partitions(self.core.topics[name])
         return self.image()
 
     async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
@@ -238,9 +237,8 @@ class ControllerActor:
         """Close every partition actor this controller started (flushing their logs), then kill them."""
         for task in self.supervisors.values():
             task.cancel()
-        actors = list(self.coordinators.values()) + list(self.partition_actors.values())
+        actors = list(self.partition_actors.values())
         self.partition_actors.clear()
-        self.coordinators.clear()
         await asyncio.gather(*(a.close.remote() for a in actors), return_exceptions=True)
         for a in actors:
             ray.kill(a, no_restart=True)
@@ -259,23 +257,6 @@ class ControllerActor:
         self.core.metadata_version += 1
         self.changed.set()
         self.changed = asyncio.Event()
-
-    def _start_coordinators(self, topic: TopicState) -> None:
-        """One coordinator actor per internal-topic partition, on the node of its leader."""
-        started = False
-        for p in topic.partitions:
-            key = (topic.name, p.index)
-            broker = self.core.brokers.get(p.leader)
-            partition_actor = self.partition_actors.get((topic.topic_id, p.index))
-            if key in self.coordinators or broker is None or partition_actor is None:
-                continue
-            spec = {"topic": topic.name, "partition": p.index, "leader_epoch": p.leader_epoch,
-                    "partition_actor": partition_actor, "broker_config": self.core.broker_config,
-                    "controller": ray.get_runtime_context().current_actor}
-            self.coordinators[key] = composition.start_coordinator(spec, broker.node_id)
-            started = True
-        if started:
-            self._bump()
 
     async def _supervise(self, key, actor, serve: str = "listen", until: str = "until_closed") -> None:
         """Keep a partition leader (or a gateway) serving clients: when Ray restarts it (the pending

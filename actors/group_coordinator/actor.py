@@ -1,5 +1,6 @@
-"""The group coordinator's Ray shell: one per `__consumer_offsets` partition, on the node of that
-partition's leader. It replays the partition at start, serves ShareGroupHeartbeat and the share
+"""The group coordinator's Ray shell: the leader actor of one `__consumer_offsets` partition (its
+PartitionActor, plus the coordinator that writes its log in process, so the shard moves with the
+partition's leadership). It replays the partition on first use, serves ShareGroupHeartbeat and the share
 group admin calls, appends each call's records before answering, expires member sessions on
 their deadlines, and has the share coordinators initialize newly assigned share-partitions.
 """
@@ -13,6 +14,7 @@ import uuid
 from actors import internal_topics, metrics
 from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost
 from actors.group_coordinator.core import GroupCoordinatorShard
+from actors.partition.actor import PartitionActor
 from actors.share_coordinator.core import state_partition_for
 from protocol.errors import ErrorCode
 
@@ -26,13 +28,13 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class GroupCoordinatorActor:
+class GroupCoordinatorActor(PartitionActor):
     def __init__(self, spec: dict):
-        self.partition_index = spec["partition"]
+        super().__init__(spec)
         self.config = spec["broker_config"]
         self.controller = spec["controller"]
-        self.log = CoordinatorLog(spec["partition_actor"])
-        self.host = ShardHost(self.log, self._build)
+        self.group_log = CoordinatorLog(self)
+        self.host = ShardHost(self.group_log, self._build)
         self.image = None
         self.tasks: list[asyncio.Task] = []
         self.rebalances_reported = 0
@@ -96,7 +98,7 @@ class GroupCoordinatorActor:
         if not records:
             return 0
         try:
-            await self.log.append(records)
+            await self.group_log.append(records)
         except CoordinatorLogError as e:
             log.warning("group record append failed (%s); reloading the shard from the log", e)
             self.host.invalidate()
@@ -123,7 +125,7 @@ class GroupCoordinatorActor:
         for topic_id, index in partitions:
             try:
                 coordinator = await self._share_coordinator(group_id, topic_id, index)
-                error, message = await coordinator.initialize.remote(group_id, topic_id, index, state_epoch,
+                error, message = await coordinator.initialize_state.remote(group_id, topic_id, index, state_epoch,
                                                                      UNINITIALIZED_START_OFFSET)
             except Exception as e:
                 error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
@@ -165,7 +167,7 @@ class GroupCoordinatorActor:
                     break
                 try:
                     coordinator = await self._share_coordinator(group_id, topic_id, index)
-                    await coordinator.delete.remote(group_id, topic_id, index)
+                    await coordinator.delete_state.remote(group_id, topic_id, index)
                 except Exception as e:
                     log.warning("deleting share state of %s failed: %s", group_id, e)
         results, records = shard.delete_groups(group_ids)
@@ -175,3 +177,4 @@ class GroupCoordinatorActor:
     async def close(self) -> None:
         for task in self.tasks:
             task.cancel()
+        await super().close()

@@ -1,8 +1,11 @@
-"""The share coordinator's Ray shell: one per `__share_group_state` partition, on the node of that
-partition's leader. It replays the partition into its shard at start, then serves the share-group
-state operations (Initialize, Read, Write, Delete, ReadSummary) for share-partition leaders,
-appending each operation's records before it answers. Records before the oldest live snapshot
-are pruned from the log.
+"""The share coordinator's Ray shell: the leader actor of one `__share_group_state` partition.
+
+It is that partition's PartitionActor (the log, fetchable like any other) plus the share
+coordinator that writes it, so its shard moves with the partition's leadership and a state write
+is one Ray call (from the share-partition leader), with the append in process. It replays the
+partition into its shard on first use, then serves the share-group state operations (Initialize,
+Read, Write, Delete, ReadSummary) for share-partition leaders and the admin APIs, appending each
+operation's records before it answers. Records before the oldest live snapshot are pruned.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import time
 import uuid
 
 from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost
+from actors.partition.actor import PartitionActor
 from actors.share_coordinator.core import OpResult, ReadResult, ShareCoordinatorShard, SummaryResult
 from protocol.errors import ErrorCode
 
@@ -23,13 +27,13 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class ShareCoordinatorActor:
+class ShareCoordinatorActor(PartitionActor):
     def __init__(self, spec: dict):
-        self.partition_index = spec["partition"]
-        self.log = CoordinatorLog(spec["partition_actor"])
+        super().__init__(spec)
+        self.state_log = CoordinatorLog(self)
         self.snapshot_update_records_max = int(
             spec["broker_config"]["share.coordinator.snapshot.update.records.per.snapshot"])
-        self.host = ShardHost(self.log, self._build)
+        self.host = ShardHost(self.state_log, self._build)
         self.pruner: asyncio.Task | None = None
 
     @property
@@ -52,7 +56,7 @@ class ShareCoordinatorActor:
         if result.error_code or not result.records:
             return result.error_code, result.error_message
         try:
-            offsets = await self.log.append(result.records)
+            offsets = await self.state_log.append(result.records)
         except CoordinatorLogError as e:
             log.warning("share-state append failed (%s); reloading the shard from the log", e)
             self.host.invalidate()  # memory is ahead of the log: rebuild from it
@@ -61,20 +65,20 @@ class ShareCoordinatorActor:
             self.shard.on_appended(result.records, offsets)
         return 0, None
 
-    async def initialize(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int,
+    async def initialize_state(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int,
                          start_offset: int) -> tuple[int, str | None]:
         shard = await self._ready()
         return await self._commit(shard.initialize(group_id, topic_id, partition, state_epoch=state_epoch,
                                                    start_offset=start_offset, now_ms=now_ms()))
 
-    async def read(self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int) -> ReadResult:
+    async def read_state(self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int) -> ReadResult:
         shard = await self._ready()
         result = shard.read(group_id, topic_id, partition, leader_epoch=leader_epoch, now_ms=now_ms())
         error, message = await self._commit(result)
         return result._replace(error_code=error, error_message=message, records=[]) if error else \
             result._replace(records=[])
 
-    async def write(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int, leader_epoch: int,
+    async def write_state(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int, leader_epoch: int,
                     start_offset: int, state_batches: list, delivery_complete_count: int = -1) -> tuple[int, str | None]:
         shard = await self._ready()
         return await self._commit(shard.write(group_id, topic_id, partition, state_epoch=state_epoch,
@@ -82,11 +86,11 @@ class ShareCoordinatorActor:
                                               state_batches=state_batches,
                                               delivery_complete_count=delivery_complete_count, now_ms=now_ms()))
 
-    async def delete(self, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[int, str | None]:
+    async def delete_state(self, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[int, str | None]:
         shard = await self._ready()
         return await self._commit(shard.delete(group_id, topic_id, partition))
 
-    async def read_summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> SummaryResult:
+    async def read_state_summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> SummaryResult:
         shard = await self._ready()
         return shard.read_summary(group_id, topic_id, partition)
 
@@ -98,10 +102,11 @@ class ShareCoordinatorActor:
                 if shard is None:
                     continue
                 await self._commit(OpResult(0, None, shard.snapshot_cold_partitions(now_ms=now_ms())))
-                await self.log.partition.delete_records.remote(shard.prunable_before_offset())
+                await self.delete_records(shard.prunable_before_offset())
             except Exception:
-                log.exception("pruning __share_group_state-%d failed", self.partition_index)
+                log.exception("pruning %s-%d failed", self.topic, self.partition)
 
     async def close(self) -> None:
         if self.pruner:
             self.pruner.cancel()
+        await super().close()

@@ -98,7 +98,7 @@ class ShareLeaders:
         start_offset, batches = dirty
         try:
             coordinator = await self._coordinator(group_id)
-            error, message = await coordinator.write.remote(
+            error, message = await coordinator.write_state.remote(
                 group_id, self.partition.topic_id, self.partition.partition, self.state_epochs[group_id],
                 self.partition.leader_epoch, start_offset, [tuple(b) for b in batches])
         except Exception as e:
@@ -124,7 +124,7 @@ class ShareLeaders:
         coordinator = await self._coordinator(group_id)
         p = self.partition
         configs = await p.group_configs(group_id)
-        result = await coordinator.read.remote(group_id, p.topic_id, p.partition, p.leader_epoch)
+        result = await coordinator.read_state.remote(group_id, p.topic_id, p.partition, p.leader_epoch)
         lock_ms = configs.get("share.record.lock.duration.ms", self.config["group.share.record.lock.duration.ms"])
         sp = SharePartition(group_id, p.topic_id, p.partition, record_lock_duration_ms=int(lock_ms),
                             delivery_count_limit=int(self.config["group.share.delivery.count.limit"]),
@@ -138,11 +138,11 @@ class ShareLeaders:
         sp.load(start, [], log_start_offset=core.log_start_offset)
         if result.error_code == 0:  # initialized by the group coordinator without a start offset
             self.state_epochs[group_id] = result.state_epoch
-            error, message = await coordinator.write.remote(group_id, p.topic_id, p.partition, result.state_epoch,
+            error, message = await coordinator.write_state.remote(group_id, p.topic_id, p.partition, result.state_epoch,
                                                             p.leader_epoch, start, [])
         elif result.error_code == ErrorCode.INVALID_REQUEST:  # never initialized: do it here
             self.state_epochs[group_id] = NO_STATE_EPOCH
-            error, message = await coordinator.initialize.remote(group_id, p.topic_id, p.partition,
+            error, message = await coordinator.initialize_state.remote(group_id, p.topic_id, p.partition,
                                                                  NO_STATE_EPOCH, start)
         else:
             error, message = result.error_code, result.error_message

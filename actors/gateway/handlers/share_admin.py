@@ -42,7 +42,7 @@ async def _describe_partition(ctx, group_id, topic, index):
         part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return part
     try:
-        s = await (await _share_coordinator(ctx, group_id, topic.topic_id, index)).read_summary.remote(
+        s = await (await _share_coordinator(ctx, group_id, topic.topic_id, index)).read_state_summary.remote(
             group_id, topic.topic_id, index)
         part.error_code, part.error_message = s.error_code, s.error_message
         if s.error_code or s.start_offset < 0:
@@ -137,8 +137,8 @@ async def handle_alter_share_group_offsets(ctx, header, request) -> AlterShareGr
                 continue
             try:
                 coordinator = await _share_coordinator(ctx, group_id, topic.topic_id, p.partition_index)
-                summary = await coordinator.read_summary.remote(group_id, topic.topic_id, p.partition_index)
-                part.error_code, part.error_message = await coordinator.initialize.remote(
+                summary = await coordinator.read_state_summary.remote(group_id, topic.topic_id, p.partition_index)
+                part.error_code, part.error_message = await coordinator.initialize_state.remote(
                     group_id, topic.topic_id, p.partition_index, max(summary.state_epoch, 0) + 1, p.start_offset)
                 await _forget(ctx, group_id, topic.topic_id, p.partition_index)
             except Exception as e:
@@ -165,7 +165,7 @@ async def handle_delete_share_group_offsets(ctx, header, request) -> DeleteShare
         for index in range(len(topic.partitions)):
             try:
                 coordinator = await _share_coordinator(ctx, group_id, topic.topic_id, index)
-                code, text = await coordinator.delete.remote(group_id, topic.topic_id, index)
+                code, text = await coordinator.delete_state.remote(group_id, topic.topic_id, index)
                 if code:
                     result.error_code, result.error_message = code, text
                 await _forget(ctx, group_id, topic.topic_id, index)
