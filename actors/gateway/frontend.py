@@ -18,8 +18,8 @@ LISTEN_BACKLOG = 1024
 METADATA_POLL_S = 10.0
 
 
-async def start_frontend(ctx, host: str, port: int) -> asyncio.AbstractServer:
-    dispatch = Dispatcher(ctx, ROUTES)
+async def start_frontend(ctx, host: str, port: int, routes=ROUTES) -> asyncio.AbstractServer:
+    dispatch = Dispatcher(ctx, routes)
     ctx.advertised = dispatch.advertised()
     frame_bytes_max = int(ctx.config["socket.request.max.bytes"])
     idle_timeout_s = int(ctx.config["connections.max.idle.ms"]) / 1000

@@ -15,7 +15,9 @@ import time
 import uuid
 
 from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost
+from actors.gateway.frontend import start_frontend
 from actors.partition.actor import PartitionActor
+from actors.share_coordinator.wire import STATE_ROUTES, StateListenerContext
 from actors.share_coordinator.core import OpResult, ReadResult, ShareCoordinatorShard, SummaryResult
 from protocol.errors import ErrorCode
 
@@ -35,6 +37,7 @@ class ShareCoordinatorActor(PartitionActor):
             spec["broker_config"]["share.coordinator.snapshot.update.records.per.snapshot"])
         self.host = ShardHost(self.state_log, self._build)
         self.pruner: asyncio.Task | None = None
+        self.state_server: asyncio.Future | None = None
 
     @property
     def shard(self) -> ShareCoordinatorShard | None:
@@ -94,6 +97,15 @@ class ShareCoordinatorActor(PartitionActor):
         shard = await self._ready()
         return shard.read_summary(group_id, topic_id, partition)
 
+    async def state_listener(self) -> tuple[str, int]:
+        """The address of this coordinator's share-state listener (see wire.py), started on first ask."""
+        failed = self.state_server is not None and self.state_server.done() and self.state_server.exception()
+        if self.state_server is None or failed:
+            self.state_server = asyncio.ensure_future(start_frontend(
+                StateListenerContext(self, self.spec["broker_config"]), self.spec["listen_host"], 0, STATE_ROUTES))
+        server = await asyncio.shield(self.state_server)
+        return self.spec["listen_host"], server.sockets[0].getsockname()[1]
+
     async def _prune_loop(self) -> None:
         while True:
             await asyncio.sleep(PRUNE_INTERVAL_S)
@@ -109,4 +121,6 @@ class ShareCoordinatorActor(PartitionActor):
     async def close(self) -> None:
         if self.pruner:
             self.pruner.cancel()
+        if self.state_server is not None and self.state_server.done() and not self.state_server.exception():
+            self.state_server.result().close()
         await super().close()

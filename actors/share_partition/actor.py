@@ -25,7 +25,9 @@ import numpy as np
 from actors import internal_topics, metrics
 from actors.share_coordinator.core import state_partition_for
 from actors.share_partition.core import SharePartition
+from actors.share_partition.state_client import StateConnection
 from protocol.errors import ErrorCode
+from protocol.messages import WriteShareGroupStateRequest
 from protocol.record_batch import iter_batches
 
 log = logging.getLogger("kray.share_partition")
@@ -36,6 +38,8 @@ SHARE_FETCH_BYTES_MIN = 64 * 1024
 READ_HEADROOM = 1.25
 DEADLINE_POLL_S_MAX = 1.0
 NO_STATE_EPOCH = 0
+STATE_WRITE_TIMEOUT_S = 30.0
+WRITE_VERSION = 1
 
 
 def now_ms() -> int:
@@ -75,15 +79,19 @@ class ShareLeaders:
         self.state_epochs: dict[str, int] = {}
         self.loading: dict[str, asyncio.Future] = {}
         self.coordinators: dict[int, Any] = {}
+        self.state_connections: dict[int, asyncio.Future] = {}  # coordinator index -> StateConnection
         self.acquirable = asyncio.Event()  # set when records may have become acquirable
         self.bytes_per_record = 1024.0  # running estimate from what the log returned
         self.timer: asyncio.Task | None = None
         self.background: set[asyncio.Task] = set()
 
     # ---- share coordinator -------------------------------------------------------------------
-    async def _coordinator(self, group_id: str):
+    def _coordinator_index(self, group_id: str) -> int:
         count = int(self.config["share.coordinator.state.topic.num.partitions"])
-        index = state_partition_for(group_id, self.partition.topic_id, self.partition.partition, count)
+        return state_partition_for(group_id, self.partition.topic_id, self.partition.partition, count)
+
+    async def _coordinator(self, group_id: str):
+        index = self._coordinator_index(group_id)
         if index not in self.coordinators:
             image = await self.controller.ensure_internal_topic.remote(internal_topics.SHARE_GROUP_STATE)
             for (name, i), handle in image.coordinators.items():
@@ -91,16 +99,43 @@ class ShareLeaders:
                     self.coordinators[i] = handle
         return self.coordinators[index]
 
+    async def _state_connection(self, group_id: str) -> StateConnection:
+        """A kept-open connection to the coordinator's state listener; a new one after a failure
+        (the coordinator restarted, perhaps elsewhere: its handle tells the new address)."""
+        index = self._coordinator_index(group_id)
+        opening = self.state_connections.get(index)
+        if opening is not None and opening.done() and (opening.exception() or not opening.result().usable):
+            opening = None
+        if opening is None:
+            opening = self.state_connections[index] = asyncio.ensure_future(self._connect(group_id))
+        return await asyncio.shield(opening)
+
+    async def _connect(self, group_id: str) -> StateConnection:
+        host, port = await (await self._coordinator(group_id)).state_listener.remote()
+        return await StateConnection.open(host, port, STATE_WRITE_TIMEOUT_S)
+
+    async def _write_state(self, group_id: str, start_offset: int, batches: list) -> tuple[int, str | None]:
+        """WriteShareGroupState, over the coordinator's state listener (not a Ray call: see
+        actors/share_coordinator/wire.py)."""
+        W = WriteShareGroupStateRequest
+        p = self.partition
+        request = W(group_id=group_id, topics=[W.WriteStateData(topic_id=p.topic_id, partitions=[W.PartitionData(
+            partition=p.partition, state_epoch=self.state_epochs[group_id], leader_epoch=p.leader_epoch,
+            start_offset=start_offset, delivery_complete_count=-1, state_batches=[
+                W.StateBatch(first_offset=b[0], last_offset=b[1], delivery_state=b[2], delivery_count=b[3])
+                for b in batches])])])
+        connection = await self._state_connection(group_id)
+        response = await connection.call(request, WRITE_VERSION, STATE_WRITE_TIMEOUT_S)
+        result = response.results[0].partitions[0]
+        return result.error_code, result.error_message
+
     async def _persist(self, group_id: str, sp: SharePartition) -> tuple[int, str | None]:
         dirty = sp.take_dirty()
         if dirty is None:
             return 0, None
         start_offset, batches = dirty
         try:
-            coordinator = await self._coordinator(group_id)
-            error, message = await coordinator.write_state.remote(
-                group_id, self.partition.topic_id, self.partition.partition, self.state_epochs[group_id],
-                self.partition.leader_epoch, start_offset, [tuple(b) for b in batches])
+            error, message = await self._write_state(group_id, start_offset, batches)
         except Exception as e:
             error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, f"share coordinator unreachable: {e}"
         if error:
@@ -307,3 +342,6 @@ class ShareLeaders:
     def close(self) -> None:
         if self.timer:
             self.timer.cancel()
+        for opening in self.state_connections.values():
+            if opening.done() and not opening.exception():
+                opening.result().close()
