@@ -17,7 +17,9 @@ a group takes ~1 s, not ~5 s), then:
    (a) Plain fetch: one Consumer, assign() from offset 0, reads all N (benchmarks.throughput's
    fetch worker).  (b) Share consume: --consumers ShareConsumers (default: one per partition),
    each in its own process, one fresh share group with share.auto.offset.reset=earliest set first
-   (IncrementalAlterConfigs on the GROUP resource), share.acknowledgement.mode=implicit; they poll
+   (IncrementalAlterConfigs on the GROUP resource) and its share-partitions initialized at the
+   earliest offsets by `kray share-groups --reset-offsets --execute` before anyone joins (so every
+   member is assigned on its first heartbeat), share.acknowledgement.mode=implicit; they poll
    until the group has seen N distinct keys (a shared counter), then commit_sync() and close().
    Throughput counts from the first record any member received to the moment the N-th distinct
    key arrived; the time from subscribe() to the first record (join + assignment) is reported
@@ -45,6 +47,7 @@ import queue
 import random
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,7 +57,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.throughput import (MB, MIB, REPO, HERE, fmt, free_port, log, machine_info,  # noqa: E402
+from benchmarks.throughput import (MB, MIB, REPO, HERE, fmt, free_port, kray_bin, log, machine_info,  # noqa: E402
                                    make_kray, run_worker)
 
 _BROKER_CPU = None  # set by main(): the broker process tree's CPU seconds so far
@@ -506,6 +509,17 @@ def phase_share_vs_fetch(ctx, bootstrap: str, args, stamp: str, res: dict) -> No
     f = with_broker_cpu(res["plain_fetch"], cpu0)
     log(f"plain fetch: {f['rec_s']:,.0f} rec/s, {f['mb_s']} MB/s in {f['wall_s']}s, broker CPU {f.get('broker_cpu_s')}s")
 
+    # KIP-932: resetting offsets may initialize a share group. Done before anyone joins, every member
+    # is assigned on its first heartbeat; otherwise the first heartbeats start the initialization
+    # and some members wait up to a heartbeat interval for their partitions, which this phase
+    # would count against consumption throughput (time to first record reports joining apart).
+    reset = subprocess.run([kray_bin(args.kray_bin), "share-groups", "--bootstrap-server", bootstrap, "--reset-offsets",
+                            "--group", group, "--topic", topic, "--to-earliest", "--execute"],
+                           capture_output=True, text=True, timeout=120)
+    if reset.returncode != 0:
+        raise RuntimeError(f"kray share-groups --reset-offsets failed: {reset.stdout}{reset.stderr}")
+    log(f"group {group} initialized at the earliest offsets (kray share-groups --reset-offsets --execute)")
+
     c = args.consumers or args.partitions
     log(f"phase 1b: share consume, {c} ShareConsumer process(es), group {group}, "
         f"share.acknowledgement.mode={args.ack_mode}")
@@ -580,7 +594,8 @@ def write_outputs(doc: dict, outdir: Path) -> None:
               f"batch.num.messages={w['batch_num_messages']}"
               + (f": {p['rec_s']:,.0f} rec/s, {p['mb_s']} MB/s" if p else "") + "). "
               f"Plain fetch: one Consumer, assign() from offset 0. Share: {w['consumers']} ShareConsumer "
-              f"processes, one fresh group (share.auto.offset.reset=earliest), "
+              f"processes, one fresh group (share.auto.offset.reset=earliest), initialized at the earliest offsets "
+              f"by `kray share-groups --reset-offsets --to-earliest --execute` before the members join, "
               f"share.acknowledgement.mode={w['ack_mode']}; rate from the first record received to the "
               f"N-th distinct one.", "",
               "| mode | consumers | records/s | MB/s | wall s | time to first record s | per-consumer records | missing | duplicate deliveries | delivery count > 1 | client-seen disconnects | broker CPU s |",

@@ -150,6 +150,14 @@ class GroupCoordinatorActor(PartitionActor):
             return described.error_code, 0, []
         return 0, len(described.members), shard.share_partitions(group_id)
 
+    async def share_offsets_altered(self, group_id: str, partitions: dict) -> tuple[int, str | None]:
+        """AlterShareGroupOffsets set these share-partitions' start offsets (see the core)."""
+        shard = await self._ready()
+        error, message, records = shard.share_offsets_altered(group_id, partitions)
+        if not error and await self._commit(records):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is reloading; retry"
+        return error, message
+
     async def describe(self, group_ids: list[str]):
         shard = await self._ready()
         return shard.describe(group_ids, self._topics())

@@ -483,6 +483,31 @@ class GroupCoordinatorShard:
             group.initialized.add(tp)
         return [group.init_record()]
 
+    def share_offsets_altered(self, group_id: str, partitions: Mapping[TopicPartition, str]
+                              ) -> tuple[int, str | None, list[Record]]:
+        """AlterShareGroupOffsets set the start offsets of these share-partitions ({(topic id,
+        partition): topic name}). KIP-932: the tool may also initialize a share group, so a group
+        that does not exist yet is created, empty. Either way the share-partitions count as
+        initialized: the first member's heartbeat must not initialize them again, which would
+        replace the start offset just set."""
+        if group_id in self._foreign:
+            return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.", []
+        group = self._groups.get(group_id)
+        if group is not None and group.members:
+            return ErrorCode.NON_EMPTY_GROUP, f"Share group {group_id} has members.", []
+        records = []
+        if group is None:
+            group = self._groups[group_id] = _ShareGroup(group_id)
+            records.append(rec.share_group_metadata(group_id, group.group_epoch, group.metadata_hash))
+        for (topic_id, index), name in partitions.items():
+            group.initializing.pop((topic_id, index), None)
+            group.initialized.add((topic_id, index))
+            group.topic_names[topic_id] = name
+            group.deleting.discard(topic_id)
+        if partitions:
+            records.append(group.init_record())
+        return ErrorCode.NONE, None, records
+
     def mark_initialize_failed(self, group_id: str, partitions: Iterable[TopicPartition]) -> list[Record]:
         """Kafka's uninitializeShareGroupState: forget these initializing partitions; the next heartbeat retries."""
         group = self._groups.get(group_id)

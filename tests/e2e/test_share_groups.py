@@ -222,3 +222,25 @@ def test_share_group_tools_describe_reset_and_delete(kray_share):
     assert "Empty" in state
     assert kray_tool(kray_share, "share-groups", "--delete", "--group", group).returncode == 0
     assert group not in kray_tool(kray_share, "share-groups", "--list").stdout.split()
+
+
+def test_reset_offsets_initializes_a_group_before_its_first_member(kray_share):
+    """KIP-932: the reset tool can initialize a share group; its first member starts where the reset
+    put it (here the earliest offset), not where share.auto.offset.reset (default latest) would."""
+    topic, group = f"backlog-{uuid.uuid4().hex[:6]}", f"late-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": kray_share})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    produce(kray_share, topic, 1, 0, 20)
+    r = kray_tool(kray_share, "share-groups", "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
+                  "--execute")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert group in kray_tool(kray_share, "share-groups", "--list").stdout.split()
+    c = share_consumer(kray_share, group, topic)
+    keys, deadline = set(), time.monotonic() + 30
+    while len(keys) < 20 and time.monotonic() < deadline:
+        for m in c.poll(1.0):
+            assert m.error() is None, m.error()
+            keys.add(int(m.key()))
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+    c.close()
+    assert keys == set(range(20))

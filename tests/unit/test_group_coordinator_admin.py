@@ -128,3 +128,24 @@ def test_config_rejects_out_of_bounds(overrides):
 def test_heartbeat_interval_must_be_below_session_timeout():
     with pytest.raises(ConfigError):
         ShareGroupConfig(session_timeout_ms=5000, min_session_timeout_ms=5000, heartbeat_interval_ms=5000)
+
+
+def test_altering_offsets_initializes_a_new_share_group_and_its_first_member_is_assigned_at_once():
+    h = Harness(auto_initialize=False, orders=2)
+    tid = topic_id("orders")
+    error, _, records = h.shard.share_offsets_altered("fresh", {(tid, 0): "orders", (tid, 1): "orders"})
+    h.log += records
+    assert error == 0
+    assert h.shard.list_groups() == [("fresh", "Empty", "share")], "KIP-932: the tool can initialize a share group"
+    assert sorted(h.replayed().share_partitions("fresh")) == [(tid, 0), (tid, 1)], "persisted"
+    first = h.hb("fresh", "a", 0, ["orders"])
+    assert first.initialize == [], "no second initialization: it would replace the start offsets just set"
+    assert first.assignment == [(tid, [0, 1])]
+
+
+def test_altering_offsets_refuses_a_group_with_members_and_a_consumer_group():
+    h = Harness(orders=1)
+    h.join("busy", "a", ["orders"])
+    assert h.shard.share_offsets_altered("busy", {(topic_id("orders"), 0): "orders"})[0] == ErrorCode.NON_EMPTY_GROUP
+    h.shard.register_foreign_group("classic-g", "classic")
+    assert h.shard.share_offsets_altered("classic-g", {})[0] == ErrorCode.GROUP_ID_NOT_FOUND

@@ -123,9 +123,9 @@ async def _forget(ctx, group_id, topic_id, index):
 async def handle_alter_share_group_offsets(ctx, header, request) -> AlterShareGroupOffsetsResponse:
     group_id = request.group_id
     error, message, _ = await _require_empty(ctx, group_id)
-    if error:
+    if error and error != ErrorCode.GROUP_ID_NOT_FOUND:  # KIP-932: this may also initialize a new share group
         return AlterShareGroupOffsetsResponse(throttle_time_ms=0, error_code=error, error_message=message)
-    responses = []
+    responses, altered = [], {}
     for t in request.topics:
         topic = ctx.metadata.topics.get(t.topic_name)
         parts = []
@@ -143,8 +143,18 @@ async def handle_alter_share_group_offsets(ctx, header, request) -> AlterShareGr
                 await _forget(ctx, group_id, topic.topic_id, p.partition_index)
             except Exception as e:
                 part.error_code, part.error_message = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
+            if not part.error_code:
+                altered[(topic.topic_id, p.partition_index)] = (t.topic_name, part)
         responses.append(AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic(
             topic_name=t.topic_name, topic_id=topic.topic_id if topic else None, partitions=parts))
+    if altered:  # the group (created if new) holds them as initialized: a first join must not reset them
+        try:
+            error, message = await (await group_coordinator(ctx, group_id)).share_offsets_altered.remote(
+                group_id, {tp: name for tp, (name, _) in altered.items()})
+        except Exception as e:
+            error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
+        for _, part in altered.values():
+            part.error_code, part.error_message = error, message
     return AlterShareGroupOffsetsResponse(throttle_time_ms=0, error_code=0, responses=responses)
 
 
