@@ -696,7 +696,7 @@ def write_outputs(doc: dict, outdir: Path) -> None:
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--records", type=int, default=200_000, help="phase 1 records")
+    ap.add_argument("--records", type=int, default=500_000, help="phase 1 records")
     ap.add_argument("--record-size", type=int, default=1024)
     ap.add_argument("--partitions", type=int, default=3, help="phase 1 partitions")
     ap.add_argument("--consumers", type=int, default=0, help="phase 1 share consumers (0: one per partition)")
