@@ -59,9 +59,10 @@ class RayPartition:
     async def list_offsets(self, timestamp, *, leader_epoch, isolation_level):
         return await self.handle.list_offsets.remote(timestamp, leader_epoch, isolation_level)
 
-    async def share_fetch(self, group_id, member_id, *, acks, max_records, batch_size, max_bytes, wait_ms, fetch):
+    async def share_fetch(self, group_id, member_id, *, acks, max_records, batch_size, max_bytes, wait_ms, fetch,
+                          record_limit=False):
         ref = self.handle.share_fetch.remote(group_id, member_id, acks, max_records, batch_size, max_bytes,
-                                             wait_ms, fetch)
+                                             wait_ms, fetch, record_limit)
         try:
             return await ref
         except asyncio.CancelledError:  # the answer went out without us: give back what this call acquires

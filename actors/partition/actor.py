@@ -43,9 +43,10 @@ class LocalPartition:
     async def list_offsets(self, timestamp, *, leader_epoch, isolation_level):
         return await self.actor.list_offsets(timestamp, leader_epoch, isolation_level)
 
-    async def share_fetch(self, group_id, member_id, *, acks, max_records, batch_size, max_bytes, wait_ms, fetch):
+    async def share_fetch(self, group_id, member_id, *, acks, max_records, batch_size, max_bytes, wait_ms, fetch,
+                          record_limit=False):
         return await self.actor.share_fetch(group_id, member_id, acks, max_records, batch_size, max_bytes, wait_ms,
-                                            fetch)
+                                            fetch, record_limit)
 
     async def share_acknowledge(self, group_id, member_id, acks):
         return await self.actor.share_acknowledge(group_id, member_id, acks)
@@ -184,9 +185,10 @@ class PartitionActor:
         return dict(image.group_configs.get(group_id, {}))
 
     async def share_fetch(self, group_id: str, member_id: str, acks, max_records: int, batch_size: int,
-                          max_bytes: int, wait_ms: int, fetch: bool = True):
+                          max_bytes: int, wait_ms: int, fetch: bool = True, record_limit: bool = False):
         return await self.shares.share_fetch(group_id, member_id, acks=acks, max_records=max_records,
-                                             batch_size=batch_size, max_bytes=max_bytes, wait_ms=wait_ms, fetch=fetch)
+                                             batch_size=batch_size, max_bytes=max_bytes, wait_ms=wait_ms, fetch=fetch,
+                                             record_limit=record_limit)
 
     async def share_acknowledge(self, group_id: str, member_id: str, acks) -> tuple[int, str | None]:
         return await self.shares.share_acknowledge(group_id, member_id, acks)

@@ -213,7 +213,8 @@ class ShareLeaders:
 
     # ---- operations ---------------------------------------------------------------------------
     async def share_fetch(self, group_id: str, member_id: str, *, acks, max_records: int, batch_size: int,
-                          max_bytes: int, wait_ms: int, fetch: bool = True) -> ShareFetchResult:
+                          max_bytes: int, wait_ms: int, fetch: bool = True,
+                          record_limit: bool = False) -> ShareFetchResult:
         try:
             sp = await self.get(group_id)
         except Exception as e:
@@ -228,7 +229,8 @@ class ShareLeaders:
                 acks_durable = asyncio.ensure_future(self._persist(group_id, sp))
         if fetch:
             # acquire while the acknowledgements are being written: the answer waits for both
-            result.records, result.acquired = self._acquire(sp, member_id, max_records, batch_size, max_bytes)
+            result.records, result.acquired = self._acquire(sp, member_id, max_records, batch_size, max_bytes,
+                                                            record_limit)
         if acks_durable is not None:
             error, message = await acks_durable
             if error and not result.ack_error_code:
@@ -250,12 +252,14 @@ class ShareLeaders:
             finally:
                 data.cancel()
             # no await may stand between acquiring and answering: a cancelled wait must not lose records
-            result.records, result.acquired = self._acquire(sp, member_id, max_records, batch_size, max_bytes)
+            result.records, result.acquired = self._acquire(sp, member_id, max_records, batch_size, max_bytes,
+                                                            record_limit)
             if result.acquired:
                 self._persist_soon(group_id, sp)
                 return result
 
-    def _acquire(self, sp: SharePartition, member_id: str, max_records: int, batch_size: int, max_bytes: int):
+    def _acquire(self, sp: SharePartition, member_id: str, max_records: int, batch_size: int, max_bytes: int,
+                 record_limit: bool = False):
         """Read from the share-partition's fetch offset and acquire; synchronous, so nothing
         interleaves between the read and the acquisition."""
         core = self.partition.core
@@ -274,7 +278,8 @@ class ShareLeaders:
             self.bytes_per_record = 0.8 * self.bytes_per_record + 0.2 * (len(view) / max(records_read, 1))
         acquired = sp.acquire(member_id, [(h.base_offset, h.last_offset) for h in headers],
                               max_records=max(max_records, 1), now_ms=now_ms(),
-                              batch_size=batch_size if batch_size > 0 else None, fetch_offset=offset)
+                              batch_size=batch_size if batch_size > 0 else None, fetch_offset=offset,
+                              record_limit=record_limit)
         if not acquired:
             return None, []
         first, last = acquired[0].first_offset, acquired[-1].last_offset

@@ -402,13 +402,15 @@ class SharePartition:
 
     def acquire(self, member_id: str, batches: Sequence[tuple[int, int]], *, max_records: int,
                 now_ms: int, batch_size: int | None = None, fetch_offset: int | None = None,
-                aborted: Sequence[tuple[int, int]] = ()) -> list[Acquired]:
+                aborted: Sequence[tuple[int, int]] = (), record_limit: bool = False) -> list[Acquired]:
         """Acquire for ``member_id`` what the log read returned.
 
         ``batches``: (base_offset, last_offset) of the log batches read, in offset order, from
         ``fetch_offset`` (the value of ``fetch_offset()`` the read used; if given, Available
         records between it and the first batch are archived as no longer in the log).
-        ``max_records``: soft limit, rounded up to the end of a log batch. ``batch_size``: split the
+        ``max_records``: soft limit, rounded up to the end of a log batch; with ``record_limit``
+        (ShareFetch v2 acquire mode record_limit, KIP-1206) a hard one, splitting a log batch if it
+        must (the whole batch is still sent; the client keeps the acquired records). ``batch_size``: split the
         returned ranges at log batch boundaries once they hold that many records (ShareFetch
         BatchSize). ``aborted``: offset ranges of aborted transactional batches (read_committed).
         Returns the AcquiredRecords ranges, in offset order."""
@@ -452,7 +454,7 @@ class SharePartition:
             if stop is not None:
                 b = min(b, stop)
             elif b - a + 1 >= remaining:
-                stop = _batch_end(bases, batches, a + remaining - 1)
+                stop = a + remaining - 1 if record_limit else _batch_end(bases, batches, a + remaining - 1)
                 b = min(b, stop)
                 remaining = 0
             else:
@@ -468,7 +470,7 @@ class SharePartition:
             if room > 0:
                 if stop is None:
                     x = self._end + min(remaining, room) - 1
-                    end = hi if x >= hi else _batch_end(bases, batches, x)
+                    end = min(x, hi) if record_limit else hi if x >= hi else _batch_end(bases, batches, x)
                 else:
                     end = min(hi, stop)
                 new_span = (self._end, end)

@@ -244,3 +244,65 @@ def test_reset_offsets_initializes_a_group_before_its_first_member(kray_share):
             c.acknowledge(m, AcknowledgeType.ACCEPT)
     c.close()
     assert keys == set(range(20))
+
+
+def test_share_fetch_v2_record_limit_and_renew(kray_share):
+    """KIP-1206 and KIP-1222 over the wire with our own client (confluent-kafka 2.16.1 speaks v1):
+    acquire mode record_limit splits a log batch at MaxRecords; RENEW keeps a lock past its
+    duration while unrenewed records in the same batch lose theirs."""
+    from cluster.admin import KafkaConnection
+    from protocol.errors import ErrorCode
+    from protocol.messages import ShareAcknowledgeRequest as A, ShareFetchRequest as F, \
+        ShareGroupHeartbeatRequest as H
+
+    topic, group = new_topic_and_group(kray_share, 1, 10)  # one partition, one log batch of 10
+    member = uuid.uuid4().hex[:22]
+    with KafkaConnection(kray_share) as conn:
+        assert conn.version_for(F.API_KEY) == 2 and conn.version_for(A.API_KEY) == 2
+        deadline, assigned = time.monotonic() + 30, []
+        epoch = 0
+        while not assigned and time.monotonic() < deadline:
+            hb = conn.send(H(group_id=group, member_id=member, member_epoch=epoch,
+                             subscribed_topic_names=[topic] if epoch == 0 else None), 1)
+            assert hb.error_code == 0, hb.error_message
+            epoch = hb.member_epoch
+            assigned = hb.assignment.topic_partitions if hb.assignment else []
+            if not assigned:
+                time.sleep(0.5)
+        topic_id = assigned[0].topic_id
+
+        def fetch(session_epoch, acks=(), **kw):
+            req = dict(group_id=group, member_id=member, share_session_epoch=session_epoch, max_wait_ms=5000,
+                       min_bytes=1, max_bytes=1 << 20, max_records=6, batch_size=6, topics=[F.FetchTopic(
+                           topic_id=topic_id, partitions=[F.FetchPartition(partition_index=0, acknowledgement_batches=[
+                               F.AcknowledgementBatch(first_offset=a, last_offset=b, acknowledge_types=[t])
+                               for a, b, t in acks])])], forgotten_topics_data=[])
+            req.update(kw)
+            return conn.send(F(**req), 2)
+
+        got = fetch(0, share_acquire_mode=1)
+        assert got.error_code == 0, got.error_message
+        (part,) = got.responses[0].partitions
+        assert [(a.first_offset, a.last_offset) for a in part.acquired_records] == [(0, 5)], \
+            "record_limit: 6 of the batch's 10 records"
+        time.sleep(LOCK_MS / 1000 * 0.6)
+        renew = fetch(1, acks=[(0, 2, 4)], is_renew_ack=True, max_wait_ms=0, min_bytes=0, max_bytes=0, max_records=0)
+        assert renew.error_code == 0 and renew.responses[0].partitions[0].acknowledge_error_code == 0
+        assert renew.responses[0].partitions[0].acquired_records == [], "a renew-only request fetches nothing"
+        time.sleep(LOCK_MS / 1000 * 0.7)  # past the first lock's deadline, within the renewed one
+
+        def ack(session_epoch, first, last):
+            r = conn.send(A(group_id=group, member_id=member, share_session_epoch=session_epoch, topics=[
+                A.AcknowledgeTopic(topic_id=topic_id, partitions=[A.AcknowledgePartition(
+                    partition_index=0, acknowledgement_batches=[A.AcknowledgementBatch(
+                        first_offset=first, last_offset=last, acknowledge_types=[1])])])]), 2)
+            assert r.error_code == 0 and r.acquisition_lock_timeout_ms == LOCK_MS
+            return r.responses[0].partitions[0].error_code
+
+        assert ack(2, 0, 2) == 0, "renewed: still held"
+        assert ack(3, 3, 5) == ErrorCode.INVALID_RECORD_STATE, "not renewed: the lock expired"
+
+        bad = fetch(4, acks=[(6, 6, 4)], share_acquire_mode=0)  # RENEW without IsRenewAck
+        assert bad.error_code == ErrorCode.INVALID_REQUEST
+        bad = fetch(4, acks=[(6, 6, 4)], is_renew_ack=True)  # fetch limits must be 0
+        assert bad.error_code == ErrorCode.INVALID_REQUEST

@@ -470,3 +470,19 @@ def test_cost_grows_with_ranges_not_records():
         sp.acknowledge(f"m{i % 3}", [(got[0].first_offset, got[-1].last_offset, [ACCEPT])], now_ms=i)
     assert sp.start_offset == base + 100_000
     assert time.perf_counter() - t0 < 0.5
+
+
+# ---------------------------------------------------------------------------- acquire mode record_limit (KIP-1206)
+
+def test_record_limit_splits_a_log_batch_and_batch_optimized_rounds_up():
+    batches = [(0, 9), (10, 19)]
+    soft = make()
+    assert [tuple(a) for a in soft.acquire("m1", batches, max_records=3, now_ms=0)] == [(0, 9, 1)]
+    hard = make()
+    assert [tuple(a) for a in hard.acquire("m1", batches, max_records=3, now_ms=0, record_limit=True)] == [(0, 2, 1)]
+    assert [tuple(a) for a in hard.acquire("m2", batches, max_records=12, now_ms=0, record_limit=True)] == \
+        [(3, 14, 1)], "the rest of the first batch and part of the next, for another member"
+    # a released record in flight counts against the limit like a new one
+    assert hard.acknowledge("m1", [(1, 1, [RELEASE])], now_ms=1).error_codes == (OK,)
+    assert [tuple(a) for a in hard.acquire("m3", batches, max_records=2, now_ms=2, record_limit=True)] == \
+        [(1, 1, 2), (15, 15, 1)]

@@ -1,5 +1,7 @@
 """ShareFetch and ShareAcknowledge (KIP-932): share sessions, piggybacked acknowledgements,
-long-poll on max_wait_ms, and one call per share-partition per request.
+long-poll on max_wait_ms, and one call per share-partition per request. Version 2 adds the
+record_limit acquire mode (KIP-1206: MaxRecords is a hard limit) and RENEW acknowledgements in
+requests flagged IsRenewAck, which extend locks and fetch nothing (KIP-1222).
 
 The share-partition leader lives with the partition leader (see actors/partition/actor.py);
 through a partition's own listener these calls stay in process, through a gateway they are Ray
@@ -27,6 +29,22 @@ def _lock_ms(ctx, group_id) -> int:
 
 def _acks(batches) -> list[tuple[int, int, list[int]]]:
     return [(b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in batches]
+
+
+RENEW = 4
+BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1  # ShareFetch v2 ShareAcquireMode (KIP-1206)
+
+
+def _renew_error(header, request, acks) -> str | None:
+    """KIP-1222: RENEW acknowledgements come only in v2 requests flagged IsRenewAck, which fetch
+    nothing (so their fetch limits must be zero). What is wrong, or None."""
+    renewing = any(RENEW in types for batches in acks.values() for _, _, types in batches)
+    flagged = header.api_version >= 2 and request.is_renew_ack
+    if renewing and not flagged:
+        return "RENEW acknowledgements need version 2 with IsRenewAck set"
+    if flagged and any(getattr(request, f, 0) for f in ("max_wait_ms", "min_bytes", "max_bytes", "max_records")):
+        return "a ShareFetch with IsRenewAck fetches nothing: MaxWaitMs, MinBytes, MaxBytes and MaxRecords must be 0"
+    return None
 
 
 def _leader(ctx, topic_id, index):
@@ -74,16 +92,24 @@ async def handle_share_fetch(ctx, header, request, connection) -> ShareFetchResp
     if not request.group_id or not request.member_id:
         return ShareFetchResponse(error_code=ErrorCode.INVALID_REQUEST, error_message="group id and member id are required",
                                   acquisition_lock_timeout_ms=lock_ms)
-    error, session = _open_session(ctx, header, request, connection, may_open=True)
-    if error:
-        return ShareFetchResponse(error_code=error, acquisition_lock_timeout_ms=lock_ms)
     final = request.share_session_epoch == FINAL_EPOCH
     asked = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
     acks = {(t.topic_id, p.partition_index): _acks(p.acknowledgement_batches)
             for t in request.topics for p in t.partitions if p.acknowledgement_batches}
+    # an invalid request changes nothing, the share session's epoch included
+    invalid = _renew_error(header, request, acks)
     if final and any(tp not in acks for tp in asked):
+        invalid = "a ShareFetch that closes the session may only acknowledge"
+    if header.api_version >= 2 and request.share_acquire_mode not in (BATCH_OPTIMIZED, RECORD_LIMIT):
+        invalid = f"unknown ShareAcquireMode {request.share_acquire_mode} (0: batch_optimized, 1: record_limit)"
+    if invalid:
         return ShareFetchResponse(error_code=ErrorCode.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms,
-                                  error_message="a ShareFetch that closes the session may only acknowledge")
+                                  error_message=invalid)
+    error, session = _open_session(ctx, header, request, connection, may_open=True)
+    if error:
+        return ShareFetchResponse(error_code=error, acquisition_lock_timeout_ms=lock_ms)
+    fetching = not final and not (header.api_version >= 2 and request.is_renew_ack)
+    record_limit = header.api_version >= 2 and request.share_acquire_mode == RECORD_LIMIT
     if not final:
         session.add(asked)
         session.forget([(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions])
@@ -98,14 +124,14 @@ async def handle_share_fetch(ctx, header, request, connection) -> ShareFetchResp
                                            acks=acks.get(tp) if with_acks else None,
                                            max_records=request.max_records, batch_size=request.batch_size,
                                            max_bytes=request.max_bytes, wait_ms=wait_ms,
-                                           fetch=not final), "share fetch")
+                                           fetch=fetching, record_limit=record_limit), "share fetch")
         results[tp] = r if r is not None else ErrorCode.NOT_LEADER_OR_FOLLOWER
 
-    partitions = list(acks) if final else session.rotated()
+    partitions = session.rotated() if fetching else list(acks)
     partitions += [tp for tp in acks if tp not in partitions]
     await asyncio.gather(*(fetch_one(tp, 0, True) for tp in partitions))
     got_records = any(not isinstance(r, int) and r.acquired for r in results.values())
-    if not final and not got_records and request.max_wait_ms > 0 and partitions:
+    if fetching and not got_records and request.max_wait_ms > 0 and partitions:
         waits = [asyncio.ensure_future(fetch_one(tp, request.max_wait_ms, False)) for tp in partitions
                  if not isinstance(results.get(tp), int)]
         if waits:
@@ -149,6 +175,11 @@ async def handle_share_acknowledge(ctx, header, request, connection) -> ShareAck
     if not request.group_id or not request.member_id:
         return ShareAcknowledgeResponse(error_code=ErrorCode.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms,
                                         error_message="group id and member id are required")
+    renewing = any(RENEW in b.acknowledge_types for t in request.topics for p in t.partitions
+                   for b in p.acknowledgement_batches)
+    if renewing and not (header.api_version >= 2 and request.is_renew_ack):
+        return ShareAcknowledgeResponse(error_code=ErrorCode.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms,
+                                        error_message="RENEW acknowledgements need version 2 with IsRenewAck set")
     error, session = _open_session(ctx, header, request, connection, may_open=False)
     if error:
         return ShareAcknowledgeResponse(error_code=error, acquisition_lock_timeout_ms=lock_ms)
