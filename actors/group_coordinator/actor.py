@@ -1,8 +1,9 @@
 """The group coordinator's Ray shell: the leader actor of one `__consumer_offsets` partition (its
 PartitionActor, plus the coordinator that writes its log in process, so the shard moves with the
-partition's leadership). It replays the partition on first use, serves ShareGroupHeartbeat and the share
-group admin calls, appends each call's records before answering, expires member sessions on
-their deadlines, and has the share coordinators initialize newly assigned share-partitions.
+partition's leadership). It replays the partition on first use, serves ShareGroupHeartbeat and
+the share group admin calls, appends each call's records before answering, expires member
+sessions on their deadlines, and has the share coordinators initialize newly assigned
+share-partitions.
 """
 from __future__ import annotations
 
@@ -126,7 +127,7 @@ class GroupCoordinatorActor(PartitionActor):
             try:
                 coordinator = await self._share_coordinator(group_id, topic_id, index)
                 error, message = await coordinator.initialize_state.remote(group_id, topic_id, index, state_epoch,
-                                                                     UNINITIALIZED_START_OFFSET)
+                                                                           UNINITIALIZED_START_OFFSET)
             except Exception as e:
                 error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
             (failed if error else done).append((topic_id, index))

@@ -1,11 +1,12 @@
 """The share coordinator's Ray shell: the leader actor of one `__share_group_state` partition.
 
 It is that partition's PartitionActor (the log, fetchable like any other) plus the share
-coordinator that writes it, so its shard moves with the partition's leadership and a state write
-is one Ray call (from the share-partition leader), with the append in process. It replays the
-partition into its shard on first use, then serves the share-group state operations (Initialize,
-Read, Write, Delete, ReadSummary) for share-partition leaders and the admin APIs, appending each
-operation's records before it answers. Records before the oldest live snapshot are pruned.
+coordinator that writes it, so its shard moves with the partition's leadership and appends stay
+in process. It replays the partition into its shard on first use, then serves the share-group
+state operations (Initialize, Read, Write, Delete, ReadSummary): as actor methods for the group
+coordinator and the admin APIs, and on its state listener (wire.py) for share-partition leaders,
+whose writes come with every acknowledgement. Each operation's records are appended before it
+answers. Records before the oldest live snapshot are pruned.
 """
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ class ShareCoordinatorActor(PartitionActor):
         return 0, None
 
     async def initialize_state(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int,
-                         start_offset: int) -> tuple[int, str | None]:
+                               start_offset: int) -> tuple[int, str | None]:
         shard = await self._ready()
         return await self._commit(shard.initialize(group_id, topic_id, partition, state_epoch=state_epoch,
                                                    start_offset=start_offset, now_ms=now_ms()))
@@ -81,8 +82,9 @@ class ShareCoordinatorActor(PartitionActor):
         return result._replace(error_code=error, error_message=message, records=[]) if error else \
             result._replace(records=[])
 
-    async def write_state(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int, leader_epoch: int,
-                    start_offset: int, state_batches: list, delivery_complete_count: int = -1) -> tuple[int, str | None]:
+    async def write_state(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int,
+                          leader_epoch: int, start_offset: int, state_batches: list,
+                          delivery_complete_count: int = -1) -> tuple[int, str | None]:
         shard = await self._ready()
         return await self._commit(shard.write(group_id, topic_id, partition, state_epoch=state_epoch,
                                               leader_epoch=leader_epoch, start_offset=start_offset,

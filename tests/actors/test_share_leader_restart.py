@@ -5,11 +5,11 @@ import time
 
 import pytest
 import ray
-from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+from confluent_kafka import AcknowledgeType, ShareConsumer
 
 from actors import internal_topics
 from cluster import composition
+from tests.actors.queues import queue_with_records
 from tests.actors.restarts import kill_and_await_restart
 
 RECORDS = 400
@@ -27,15 +27,7 @@ VICTIMS = {"share-partition leader": ["topic"],
 def test_acknowledged_records_survive_a_kill(broker, victim):
     slug = victim.replace(" ", "-")
     bootstrap, topic, group = broker.bootstrap, f"durable-queue-{slug}", f"durable-group-{slug}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])]).values():
-        f.result(30)
-    p = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 20})
-    for i in range(RECORDS):
-        p.produce(topic, key=b"%d" % i, value=b"v", partition=0)
-    assert p.flush(30) == 0
+    queue_with_records(bootstrap, topic, group, RECORDS, batch_records=20)
 
     # small polls, so that the kill falls between acknowledged records and records still to deliver
     first = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit",

@@ -3,10 +3,10 @@ import time
 import urllib.request
 
 import ray
-from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+from confluent_kafka import AcknowledgeType, ShareConsumer
 
 from actors.metrics import counter_deltas
+from tests.actors.queues import queue_with_records
 
 
 def test_counter_deltas():
@@ -21,15 +21,7 @@ def scrape() -> str:
 
 def test_acknowledgements_are_counted_by_type(broker):
     topic, group = "metered", "metered-group"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])]).values():
-        f.result(30)
-    p = Producer({"bootstrap.servers": broker.bootstrap})
-    for i in range(10):
-        p.produce(topic, value=b"%d" % i, partition=0)
-    p.flush(30)
+    queue_with_records(broker.bootstrap, topic, group, 10)
     c = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit"})
     c.subscribe([topic])
     done, deadline = 0, time.monotonic() + 60

@@ -7,14 +7,14 @@ import time
 import uuid
 
 import ray
-from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+from confluent_kafka import AcknowledgeType, ShareConsumer
 
 from actors import internal_topics
 from cluster.admin import KafkaConnection
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader, encode_request
 from protocol.messages import MetadataRequest, WriteShareGroupStateRequest as W
+from tests.actors.queues import queue_with_records
 
 
 def closed_after(address, data: bytes, half_close=False) -> bool:
@@ -45,15 +45,7 @@ def consume(bootstrap, group, topic, count, timeout_s=60):
 
 def test_bad_input_to_the_state_listener_loses_no_share_state(broker):
     topic, group = "state-listener-fuzz", "state-listener-group"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])]).values():
-        f.result(30)
-    p = Producer({"bootstrap.servers": broker.bootstrap, "batch.num.messages": 10})
-    for i in range(40):
-        p.produce(topic, key=b"%d" % i, value=b"v", partition=0)
-    assert p.flush(30) == 0
+    queue_with_records(broker.bootstrap, topic, group, 40)
     first = consume(broker.bootstrap, group, topic, 20)
     assert len(first) >= 20
 
