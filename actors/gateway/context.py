@@ -90,8 +90,9 @@ class RayController:
     calls are retried (with backoff, for up to CONTROLLER_RETRY_S) instead of failing the client's
     request; a create that did land before a crash then answers TOPIC_ALREADY_EXISTS, as in Kafka."""
 
-    def __init__(self, handle):
+    def __init__(self, handle, for_partition: tuple[uuid.UUID, int] | None = None):
         self.handle = handle
+        self.for_partition = for_partition  # a partition leader's: its metadata images carry only its own handle
 
     async def _call(self, method: str, *args):
         deadline = time.monotonic() + CONTROLLER_RETRY_S
@@ -131,7 +132,7 @@ class RayController:
         return await self._call("ensure_internal_topic", name)
 
     async def wait_for_metadata(self, known_version, timeout_s):
-        return await self._call("wait_for_metadata", known_version, timeout_s)
+        return await self._call("wait_for_metadata", known_version, timeout_s, self.for_partition)
 
 
 @dataclass

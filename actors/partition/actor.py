@@ -95,7 +95,7 @@ class PartitionActor:
     async def _listen(self) -> tuple[str, int]:
         if self.ctx is None:
             key, local = (self.topic_id, self.partition), LocalPartition(self)
-            self.ctx = GatewayContext(-1, self.spec["broker_config"], RayController(self.spec["controller"]),
+            self.ctx = GatewayContext(-1, self.spec["broker_config"], RayController(self.spec["controller"], key),
                                       client_for=lambda k, handle: local if k == key else None)
         ctx = self.ctx
         ctx.set_metadata(await ctx.controller.wait_for_metadata(-1, 0))  # before the first client
@@ -181,7 +181,7 @@ class PartitionActor:
         if self.ctx is not None and self.ctx.metadata is not None:
             image = self.ctx.metadata
         else:
-            image = await self.spec["controller"].wait_for_metadata.remote(-1, 0)
+            image = await self.spec["controller"].wait_for_metadata.remote(-1, 0, (self.topic_id, self.partition))
         return dict(image.group_configs.get(group_id, {}))
 
     async def share_fetch(self, group_id: str, member_id: str, acks, max_records: int, batch_size: int,
