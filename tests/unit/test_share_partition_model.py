@@ -63,7 +63,7 @@ class Model:
         self.settle()
         return len(hits)
 
-    def acquire(self, member, batches, max_records, now, fetch_offset, aborted):
+    def acquire(self, member, batches, max_records, now, fetch_offset, aborted, record_limit=False):
         self.expire(now)
         if max_records <= 0 or not batches:
             return []
@@ -97,13 +97,13 @@ class Model:
                 if stop is None:
                     remaining -= 1
                     if remaining == 0:
-                        stop = batch_end(o)
+                        stop = o if record_limit else batch_end(o)
         if hi >= self.end and (stop is None or stop >= self.end):
             room = self.max_locks - (self.end - self.start)
             if room > 0:
                 if stop is None:
                     x = self.end + min(remaining, room) - 1
-                    last = hi if x >= hi else batch_end(x)
+                    last = min(x, hi) if record_limit else hi if x >= hi else batch_end(x)
                 else:
                     last = min(hi, stop)
                 for o in range(self.end, last + 1):
@@ -277,11 +277,12 @@ class SharePartitionMachine(RuleBasedStateMachine):
 
     # -- share-partition operations
     @rule(member=st.sampled_from(MEMBERS), max_records=st.integers(0, 12), n_batches=st.integers(1, 5),
-          pass_fetch_offset=st.booleans(), batch_size=st.sampled_from([None, 1, 3]), data=st.data())
-    def acquire(self, member, max_records, n_batches, pass_fetch_offset, batch_size, data):
-        self._acquire(member, max_records, n_batches, pass_fetch_offset, batch_size, data)
+          pass_fetch_offset=st.booleans(), batch_size=st.sampled_from([None, 1, 3]), record_limit=st.booleans(),
+          data=st.data())
+    def acquire(self, member, max_records, n_batches, pass_fetch_offset, batch_size, record_limit, data):
+        self._acquire(member, max_records, n_batches, pass_fetch_offset, batch_size, data, record_limit)
 
-    def _acquire(self, member, max_records, n_batches, pass_fetch_offset, batch_size, data):
+    def _acquire(self, member, max_records, n_batches, pass_fetch_offset, batch_size, data, record_limit=False):
         self.sp.expire_locks(self.now)
         self.model.expire(self.now)
         fo = self.model.fetch_offset()
@@ -295,11 +296,13 @@ class SharePartitionMachine(RuleBasedStateMachine):
             aborted = [data.draw(st.sampled_from(batches))]
         got = self.sp.acquire(member, batches, max_records=max_records, now_ms=self.now,
                               batch_size=batch_size, fetch_offset=read_from if pass_fetch_offset else None,
-                              aborted=aborted)
+                              aborted=aborted, record_limit=record_limit)
         want = self.model.acquire(member, batches, max_records, self.now,
-                                  read_from if pass_fetch_offset else None, aborted)
+                                  read_from if pass_fetch_offset else None, aborted, record_limit)
         assert [(o, a.delivery_count) for a in got for o in range(a.first_offset, a.last_offset + 1)] == want
         assert all(a.first_offset <= a.last_offset for a in got)
+        if record_limit:             # KIP-1206: a hard limit
+            assert len(want) <= max_records
         if batch_size is None:       # returned ranges are maximal
             assert all(x.last_offset + 1 != y.first_offset or x.delivery_count != y.delivery_count
                        for x, y in zip(got, got[1:]))
