@@ -12,6 +12,7 @@ import ray
 from actors.controller.core import BrokerInfo
 from actors.gateway.context import GatewayContext, RayController, RayPartition
 from actors.gateway.frontend import follow_metadata, start_frontend
+from actors.startup import start_unless_started
 from cluster.config import listener_address
 
 
@@ -27,9 +28,7 @@ class GatewayActor:
         self.stopped = asyncio.Event()
 
     async def start(self) -> tuple[str, int]:
-        failed = self.starting is not None and self.starting.done() and self.starting.exception() is not None
-        if self.starting is None or failed:  # a failed start (port still held, controller away) may be retried
-            self.starting = asyncio.ensure_future(self._start())
+        self.starting = start_unless_started(self.starting, self._start)
         return await asyncio.shield(self.starting)
 
     async def _start(self) -> tuple[str, int]:

@@ -18,6 +18,7 @@ from actors.gateway.context import GatewayContext, RayController
 from actors.gateway.frontend import follow_metadata, start_frontend
 from actors.partition.core import PartitionCore
 from actors.share_partition.actor import ShareLeaders
+from actors.startup import start_unless_started
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("kray.partition")
@@ -82,9 +83,7 @@ class PartitionActor:
     async def listen(self) -> tuple[str, int]:
         """Serve this partition's produce and fetch to clients directly (no Ray hop on the data
         path); every other request is answered from the metadata image and the controller."""
-        failed = self.listening is not None and self.listening.done() and self.listening.exception() is not None
-        if self.listening is None or failed:  # a failed attempt (controller away) may be retried
-            self.listening = asyncio.ensure_future(self._listen())
+        self.listening = start_unless_started(self.listening, self._listen)
         return await asyncio.shield(self.listening)
 
     async def until_closed(self) -> None:

@@ -20,6 +20,7 @@ from actors.gateway.frontend import start_frontend
 from actors.partition.actor import PartitionActor
 from actors.share_coordinator.wire import STATE_ROUTES, StateListenerContext
 from actors.share_coordinator.core import OpResult, ReadResult, ShareCoordinatorShard, SummaryResult
+from actors.startup import start_unless_started, succeeded
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("kray.share_coordinator")
@@ -101,10 +102,8 @@ class ShareCoordinatorActor(PartitionActor):
 
     async def state_listener(self) -> tuple[str, int]:
         """The address of this coordinator's share-state listener (see wire.py), started on first ask."""
-        failed = self.state_server is not None and self.state_server.done() and self.state_server.exception()
-        if self.state_server is None or failed:
-            self.state_server = asyncio.ensure_future(start_frontend(
-                StateListenerContext(self, self.spec["broker_config"]), self.spec["listen_host"], 0, STATE_ROUTES))
+        self.state_server = start_unless_started(self.state_server, lambda: start_frontend(
+            StateListenerContext(self, self.spec["broker_config"]), self.spec["listen_host"], 0, STATE_ROUTES))
         server = await asyncio.shield(self.state_server)
         return self.spec["listen_host"], server.sockets[0].getsockname()[1]
 
@@ -123,6 +122,6 @@ class ShareCoordinatorActor(PartitionActor):
     async def close(self) -> None:
         if self.pruner:
             self.pruner.cancel()
-        if self.state_server is not None and self.state_server.done() and not self.state_server.exception():
+        if succeeded(self.state_server):
             self.state_server.result().close()
         await super().close()

@@ -26,6 +26,7 @@ from actors import internal_topics, metrics
 from actors.share_coordinator.core import state_partition_for
 from actors.share_partition.core import SharePartition
 from actors.share_partition.state_client import StateConnection
+from actors.startup import start_unless_started, succeeded
 from protocol.errors import ErrorCode
 from protocol.messages import WriteShareGroupStateRequest
 from protocol.record_batch import iter_batches
@@ -79,6 +80,7 @@ class ShareLeaders:
         self.state_epochs: dict[str, int] = {}
         self.loading: dict[str, asyncio.Future] = {}
         self.coordinators: dict[int, Any] = {}
+        self.coordinator_indexes: dict[str, int] = {}  # group id -> its __share_group_state partition
         self.state_connections: dict[int, asyncio.Future] = {}  # coordinator index -> StateConnection
         self.acquirable = asyncio.Event()  # set when records may have become acquirable
         self.bytes_per_record = 1024.0  # running estimate from what the log returned
@@ -87,8 +89,12 @@ class ShareLeaders:
 
     # ---- share coordinator -------------------------------------------------------------------
     def _coordinator_index(self, group_id: str) -> int:
-        count = int(self.config["share.coordinator.state.topic.num.partitions"])
-        return state_partition_for(group_id, self.partition.topic_id, self.partition.partition, count)
+        index = self.coordinator_indexes.get(group_id)
+        if index is None:  # a string hash: once per group, not on every write
+            count = int(self.config["share.coordinator.state.topic.num.partitions"])
+            index = self.coordinator_indexes[group_id] = state_partition_for(
+                group_id, self.partition.topic_id, self.partition.partition, count)
+        return index
 
     async def _coordinator(self, group_id: str):
         index = self._coordinator_index(group_id)
@@ -104,10 +110,9 @@ class ShareLeaders:
         (the coordinator restarted, perhaps elsewhere: its handle tells the new address)."""
         index = self._coordinator_index(group_id)
         opening = self.state_connections.get(index)
-        if opening is not None and opening.done() and (opening.exception() or not opening.result().usable):
-            opening = None
-        if opening is None:
-            opening = self.state_connections[index] = asyncio.ensure_future(self._connect(group_id))
+        if opening is not None and succeeded(opening) and not opening.result().usable:
+            opening = None  # it worked, then failed: connect again
+        opening = self.state_connections[index] = start_unless_started(opening, lambda: self._connect(group_id))
         return await asyncio.shield(opening)
 
     async def _connect(self, group_id: str) -> StateConnection:
@@ -348,5 +353,5 @@ class ShareLeaders:
         if self.timer:
             self.timer.cancel()
         for opening in self.state_connections.values():
-            if opening.done() and not opening.exception():
+            if succeeded(opening):
                 opening.result().close()

@@ -36,8 +36,9 @@ BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1  # ShareFetch v2 ShareAcquireMode (KIP-1206
 
 
 def _renew_error(header, request, acks) -> str | None:
-    """KIP-1222: RENEW acknowledgements come only in v2 requests flagged IsRenewAck, which fetch
-    nothing (so their fetch limits must be zero). What is wrong, or None."""
+    """KIP-1222: RENEW acknowledgements come only in v2 requests flagged IsRenewAck; a ShareFetch so
+    flagged fetches nothing, so its fetch limits must be zero (a ShareAcknowledge has none). What is
+    wrong, or None."""
     renewing = any(RENEW in types for batches in acks.values() for _, _, types in batches)
     flagged = header.api_version >= 2 and request.is_renew_ack
     if renewing and not flagged:
@@ -175,11 +176,11 @@ async def handle_share_acknowledge(ctx, header, request, connection) -> ShareAck
     if not request.group_id or not request.member_id:
         return ShareAcknowledgeResponse(error_code=ErrorCode.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms,
                                         error_message="group id and member id are required")
-    renewing = any(RENEW in b.acknowledge_types for t in request.topics for p in t.partitions
-                   for b in p.acknowledgement_batches)
-    if renewing and not (header.api_version >= 2 and request.is_renew_ack):
+    invalid = _renew_error(header, request, {(t.topic_id, p.partition_index): _acks(p.acknowledgement_batches)
+                                             for t in request.topics for p in t.partitions})
+    if invalid:
         return ShareAcknowledgeResponse(error_code=ErrorCode.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms,
-                                        error_message="RENEW acknowledgements need version 2 with IsRenewAck set")
+                                        error_message=invalid)
     error, session = _open_session(ctx, header, request, connection, may_open=False)
     if error:
         return ShareAcknowledgeResponse(error_code=error, acquisition_lock_timeout_ms=lock_ms)
