@@ -1,6 +1,7 @@
 """`kray`: the command line, shaped like Kafka's tools.
 
   kray start [--port 9092] [--data-dir DIR] [--config FILE] [--override key=value ...]
+             [--nodes N | --address auto|HOST:PORT]
   kray topics (--create|--list|--describe|--delete) --bootstrap-server HOST:PORT [--topic T] ...
 """
 from __future__ import annotations
@@ -11,9 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-from cluster.config import ConfigError, load_broker_config, with_listener
-
-DEFAULT_LOCAL_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "local.toml"
+from cluster.config import DEFAULT_LOCAL_CONFIG, ConfigError, load_broker_config, with_listener
 
 
 def cmd_start(args) -> int:
@@ -26,11 +25,21 @@ def cmd_start(args) -> int:
     except (ConfigError, OSError) as e:
         print(f"kray start: {e}", file=sys.stderr)
         return 2
-    from cluster.local import LocalBroker
+    from cluster.local import LocalBroker, LocalCluster
 
     stop = threading.Event()
-    broker = LocalBroker(config)
-    print(f"Starting Kray (data in {Path(config['log.dirs']).resolve()}) ...", flush=True)
+    if args.nodes and args.address:
+        print("kray start: --nodes starts a Ray cluster of its own; --address joins one: pick one", file=sys.stderr)
+        return 2
+    if args.nodes:
+        broker = LocalCluster(args.nodes, data_dir=config["log.dirs"], config_path=config_path,
+                              overrides={k: v for k, v in (o.split("=", 1) for o in overrides)},
+                              port=args.port if args.port is not None else 0, host=args.host or "127.0.0.1")
+        what = f"{args.nodes} broker nodes on this machine"
+    else:
+        broker = LocalBroker(config, address=args.address)
+        what = f"brokers on every node of the Ray cluster at {args.address}" if args.address else "a broker"
+    print(f"Starting Kray: {what} (data in {Path(config['log.dirs']).resolve()}) ...", flush=True)
     try:
         bootstrap = broker.start()
         for sig in (signal.SIGINT, signal.SIGTERM):  # after ray.init, which installs its own handlers
@@ -52,8 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kray", description="Kray: a Kafka-compatible broker on Ray actors")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    start = sub.add_parser("start", help="run a single-node broker on an embedded local Ray (foreground)")
-    start.add_argument("--port", type=int, help="listener port (default 9092)")
+    start = sub.add_parser("start", help="run Kray in the foreground: one broker on an embedded local Ray, "
+                                         "several (--nodes), or one per node of a Ray cluster (--address)")
+    start.add_argument("--port", type=int, help="listener port (default 9092; with --nodes: the first broker's, "
+                                                "the others count up; 0: any free port)")
+    start.add_argument("--nodes", type=int, help="run N broker nodes on this machine (a local multi-node Ray cluster)")
+    start.add_argument("--address", help="deploy onto an existing Ray cluster (auto, or the head's HOST:PORT): "
+                                         "a broker on every node, nodes that join later included")
     start.add_argument("--host", help="listener host (default 127.0.0.1)")
     start.add_argument("--data-dir", help="where logs and metadata live (default ./data)")
     start.add_argument("--config", help="a TOML file of broker configs (default configs/local.toml)")

@@ -12,10 +12,10 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 NAMESPACE = "kray"
-# Ray ties an actor's life to its creator's unless it is detached. Partition actors (coordinators
-# included: they lead internal-topic partitions) are created by the controller, and must survive a
-# controller restart (which adopts them again by name); the controller kills them itself when
-# their topic goes, and `kray start` ends Ray whole.
+# Ray ties an actor's life to its creator's unless it is detached. Gateways and partition actors
+# (coordinators included: they lead internal-topic partitions) are created by the controller, and
+# must survive a controller restart (which adopts them again by name); the controller kills them
+# itself when their topic goes or on shutdown, and `kray start` ends Ray whole.
 OUTLIVES_ITS_CREATOR = "detached"
 CONTROLLER_NAME = "controller"
 
@@ -41,13 +41,19 @@ def start_controller(broker_config: dict[str, Any], node_id: str):
     ).remote(broker_config)
 
 
-def start_gateway(broker_config: dict[str, Any], broker_id: int, node_id: str, controller):
+def start_gateway(broker_config: dict[str, Any], broker_id: int, node_id: str, controller, port: int | None):
+    """A node's broker: its one client listener. Started by the controller, so it must outlive it."""
     from actors.gateway.actor import GatewayActor
     return ray.remote(GatewayActor).options(
-        name=gateway_name(broker_id), namespace=NAMESPACE, lifetime=None, max_restarts=-1,
+        name=gateway_name(broker_id), namespace=NAMESPACE, lifetime=OUTLIVES_ITS_CREATOR, max_restarts=-1,
         max_task_retries=0, num_cpus=0, max_concurrency=10000,
         scheduling_strategy=on_node(node_id),
-    ).remote(broker_config, broker_id, controller)
+    ).remote(broker_config, broker_id, controller, port)
+
+
+async def run_on_node(node_id: str, fn, *args):
+    """Run a small function on a given node (e.g. to read a file on its disk)."""
+    return await ray.remote(fn).options(num_cpus=0, max_retries=0, scheduling_strategy=on_node(node_id)).remote(*args)
 
 
 def partition_class(topic: str):

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+DEFAULT_LOCAL_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "local.toml"
+
 BROKER_DEFAULTS: dict[str, Any] = {
     "broker.id": 0,
     "listeners": "PLAINTEXT://127.0.0.1:9092",
@@ -53,9 +55,6 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "group.share.assignors": "simple",
     "group.share.initialize.retry.interval.ms": 30000,
     "share.coordinator.snapshot.update.records.per.snapshot": 500,
-    # Kray's own: partition leaders also listen for clients and are advertised as brokers of their
-    # own, so produce and fetch skip the gateway's Ray hop (false: everything goes through gateways)
-    "kray.partition.direct.listeners": True,
 }
 
 # topic config -> the broker config that supplies its default

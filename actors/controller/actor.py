@@ -16,6 +16,7 @@ import ray
 from actors import internal_topics
 from actors.controller.core import BrokerInfo, ControllerCore, Outcome, TopicState
 from actors.controller.metadata_log import MetadataLog
+from actors.controller.nodes import NodeView, proposed_broker_id, recorded_broker_id
 from cluster import composition
 from cluster.config import TopicConfig
 from protocol.errors import ErrorCode
@@ -24,6 +25,8 @@ log = logging.getLogger("kray.controller")
 METADATA_WAIT_S_MAX = 30.0
 PARTITION_START_TIMEOUT_S = 60.0
 SUPERVISE_RETRY_S = 0.2
+SUPERVISE_RETRY_S_MAX = 5.0
+NODE_POLL_S = 1.0
 
 
 @dataclass
@@ -35,8 +38,8 @@ class MetadataImage:
     brokers: dict[int, BrokerInfo]
     topics: dict[str, TopicState]
     partition_actors: dict[tuple[uuid.UUID, int], Any] = field(default_factory=dict)
-    # partition leaders listening for clients themselves, keyed like partition_actors
-    endpoints: dict[tuple[uuid.UUID, int], BrokerInfo] = field(default_factory=dict)
+    # where each partition leader's data-path listener is, on its own node (keyed like partition_actors)
+    partition_listeners: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
     # coordinators, keyed by (internal topic name, partition): the leader actors of those partitions
     coordinators: dict[tuple[str, int], Any] = field(default_factory=dict)
     group_configs: dict[str, dict[str, Any]] = field(default_factory=dict)  # overrides only
@@ -48,9 +51,9 @@ class MetadataImage:
         return self.topics_by_id.get(topic_id)
 
     def leader_id(self, topic: TopicState, index: int) -> int:
-        """The broker id clients should send this partition's produce and fetch requests to."""
-        endpoint = self.endpoints.get((topic.topic_id, index))
-        return endpoint.broker_id if endpoint else topic.partitions[index].leader
+        """The broker clients send this partition's produce and fetch requests to: the broker of
+        the node that hosts its leader actor."""
+        return topic.partitions[index].leader
 
 
 class ControllerActor:
@@ -71,9 +74,14 @@ class ControllerActor:
         # images): start each incarnation at the clock, in microseconds, above any earlier version
         self.core.metadata_version = max(self.core.metadata_version, time.time_ns() // 1000)
         self.partition_actors: dict[tuple[uuid.UUID, int], Any] = {}
-        self.endpoints: dict[tuple[uuid.UUID, int], BrokerInfo] = {}
+        self.partition_listeners: dict[tuple[uuid.UUID, int], str] = {}
         self.supervisors: dict[tuple[uuid.UUID, int], asyncio.Task] = {}
         self.changed = asyncio.Event()
+        self.node_brokers: dict[str, int | None] = {}  # Ray node id -> its broker id (None: no broker there)
+        self.gateways: dict[int, Any] = {}
+        self.serving: set[int] = set()  # brokers whose gateway registered in this incarnation
+        self.broker_failures: dict[int, str] = {}  # broker id -> why its gateway could not start
+        self.node_watcher: asyncio.Task | None = None
         self.to_supervise = self._adopt_running_actors()
 
     def _adopt_running_actors(self) -> list[tuple]:
@@ -84,7 +92,6 @@ class ControllerActor:
                 return ray.get_actor(name, namespace=composition.NAMESPACE)
             except ValueError:
                 return None
-        direct = self.core.broker_config["kray.partition.direct.listeners"]
         found = []
         for topic in self.core.topics.values():
             for p in topic.partitions:
@@ -92,32 +99,83 @@ class ControllerActor:
                 actor = running(composition.partition_name(topic.topic_id, p.index))
                 if actor is not None:
                     self.partition_actors[key] = actor
-                    if direct and not topic.internal:
-                        found.append((key, actor, "listen", "until_closed"))
-        for broker_id in self.core.brokers:
+                    found.append((key, actor, "listen", "until_closed"))
+        for broker_id, broker in self.core.brokers.items():
             gateway = running(composition.gateway_name(broker_id))
             if gateway is not None:
+                self.gateways[broker_id] = gateway
+                self.node_brokers[broker.node_id] = broker_id
                 found.append((("gateway", broker_id), gateway, "start", "until_stopped"))
         return found
 
     def _resume_supervision(self) -> None:
-        """Supervisors are asyncio tasks: start the adopted ones from the first async call."""
+        """Supervisors and the node watcher are asyncio tasks: start them from the first async call."""
         for key, actor, serve, until in self.to_supervise:
             self.supervisors[key] = asyncio.ensure_future(self._supervise(key, actor, serve, until))
         self.to_supervise = []
+        if self.node_watcher is None:
+            self.node_watcher = asyncio.ensure_future(self._watch_nodes())
+
+    # ---- brokers: one per Ray node -----------------------------------------------------------
+    async def deploy_brokers(self, expected: int, timeout_s: float) -> list[BrokerInfo]:
+        """Run a broker (gateway) on every broker node of the Ray cluster, nodes that join later
+        included; answer once at least `expected` of them serve clients. Raises OSError when a
+        gateway cannot listen (its port is taken), TimeoutError when too few brokers come up."""
+        self._resume_supervision()
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            serving = [self.core.brokers[b] for b in sorted(self.serving)]
+            if len(serving) >= expected:
+                return serving
+            if self.broker_failures:
+                raise OSError("; ".join(f"broker {b}: {why}" for b, why in sorted(self.broker_failures.items())))
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise TimeoutError(f"{len(serving)} of {expected} brokers serve clients after {timeout_s:.0f} s; "
+                                   f"Ray nodes: {len(ray.nodes())} (is every broker node up?)")
+            try:
+                await asyncio.wait_for(self.changed.wait(), min(remaining, NODE_POLL_S))
+            except asyncio.TimeoutError:
+                pass
+
+    async def _watch_nodes(self) -> None:
+        while True:
+            try:
+                await self._deploy_new_nodes()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("starting brokers on new Ray nodes failed; trying again")
+            await asyncio.sleep(NODE_POLL_S)
+
+    async def _deploy_new_nodes(self) -> None:
+        for node in map(NodeView.of, ray.nodes()):
+            if not node.alive or node.node_id in self.node_brokers:
+                continue
+            if not node.hosts_broker:
+                self.node_brokers[node.node_id] = None
+                continue
+            broker_id = node.labelled_broker_id
+            if broker_id is None:
+                taken = {b for b in self.node_brokers.values() if b is not None}
+                proposed = proposed_broker_id(int(self.core.broker_config["broker.id"]), taken)
+                broker_id = await composition.run_on_node(node.node_id, recorded_broker_id, str(self.data_dir),
+                                                          proposed)
+            self.node_brokers[node.node_id] = broker_id
+            gateway = composition.start_gateway(self.core.broker_config, broker_id, node.node_id,
+                                                ray.get_runtime_context().current_actor, node.port)
+            self.gateways[broker_id] = gateway
+            key = ("gateway", broker_id)
+            self.supervisors[key] = asyncio.ensure_future(self._supervise(key, gateway, "start", "until_stopped"))
+            log.info("broker %d starting on Ray node %s", broker_id, node.node_id[:12])
 
     # ---- metadata --------------------------------------------------------------------------
-    def image(self, for_partition: tuple[uuid.UUID, int] | None = None) -> MetadataImage:
-        """The metadata as gateways need it; `for_partition`: as that partition's leader needs it,
-        with its own actor handle only. Every handle in an image is deserialized, and reference
-        counted with this actor, by every receiver: sending all of them to every partition leader
-        on every change cost O(partitions²) per change (creating a 1-partition topic took 3.3 s
-        with 62 partitions)."""
+    def image(self) -> MetadataImage:
+        """The metadata as gateways need it. Only gateways follow it (a few per cluster): every
+        actor handle in an image is deserialized, and reference counted, by every receiver."""
         c = self.core
-        actors = self.partition_actors if for_partition is None else \
-            {k: a for k, a in self.partition_actors.items() if k == for_partition}
         return MetadataImage(c.metadata_version, c.cluster_id, c.controller_id(), dict(c.brokers),
-                             dict(c.topics), dict(actors), dict(self.endpoints),
+                             dict(c.topics), dict(self.partition_actors), dict(self.partition_listeners),
                              self._coordinators(), {g: dict(cfg) for g, cfg in c.group_configs.items()})
 
     def _coordinators(self) -> dict[tuple[str, int], Any]:
@@ -126,8 +184,7 @@ class ControllerActor:
                 for topic in self.core.topics.values() if topic.internal
                 for p in topic.partitions if (topic.topic_id, p.index) in self.partition_actors}
 
-    async def wait_for_metadata(self, known_version: int, timeout_s: float,
-                                for_partition: tuple[uuid.UUID, int] | None = None) -> MetadataImage:
+    async def wait_for_metadata(self, known_version: int, timeout_s: float) -> MetadataImage:
         """Answer as soon as the metadata is newer than `known_version`, or at the timeout."""
         self._resume_supervision()
         deadline = asyncio.get_running_loop().time() + min(timeout_s, METADATA_WAIT_S_MAX)
@@ -139,12 +196,16 @@ class ControllerActor:
                 await asyncio.wait_for(self.changed.wait(), remaining)
             except asyncio.TimeoutError:
                 break
-        return self.image(for_partition)
+        return self.image()
 
     def topic_configs(self, name: str) -> dict[str, Any] | None:
         topic = self.core.topics.get(name)
         return None if topic is None else {"effective": self.core.effective_configs(topic),
                                            "overrides": dict(topic.configs)}
+
+    def group_configs(self, group_id: str) -> dict[str, Any]:
+        """A group's config overrides (KIP-932 share group configs)."""
+        return dict(self.core.group_configs.get(group_id, {}))
 
     def alter_group_configs(self, group_id: str, configs: dict[str, Any], incremental: bool,
                             validate_only: bool = False) -> tuple[int, str | None]:
@@ -158,6 +219,9 @@ class ControllerActor:
     # ---- commands --------------------------------------------------------------------------
     async def register_broker(self, info: BrokerInfo, gateway=None) -> MetadataImage:
         self._persist(self.core.register_broker(info))
+        self.serving.add(info.broker_id)
+        self.broker_failures.pop(info.broker_id, None)
+        self._bump()
         if gateway is not None and ("gateway", info.broker_id) not in self.supervisors:
             self.supervisors[("gateway", info.broker_id)] = asyncio.ensure_future(
                 self._supervise(("gateway", info.broker_id), gateway, "start", "until_stopped"))
@@ -203,7 +267,7 @@ class ControllerActor:
             return outcome.error_code, outcome.message, None
         actors = [self.partition_actors.pop((topic.topic_id, p.index), None) for p in topic.partitions]
         for p in topic.partitions:
-            self.endpoints.pop((topic.topic_id, p.index), None)
+            self.partition_listeners.pop((topic.topic_id, p.index), None)
         await asyncio.gather(*(a.delete.remote() for a in actors if a is not None), return_exceptions=True)
         for a in actors:
             if a is not None:
@@ -228,13 +292,11 @@ class ControllerActor:
                                    for p in topic.partitions if (topic.topic_id, p.index) in self.partition_actors))
         return outcome.error_code, outcome.message
 
-    def register_endpoint(self, topic_id: uuid.UUID, index: int, host: str, port: int) -> MetadataImage:
-        """A partition leader listens for clients itself: advertise it as a broker of its own."""
-        topic = self.core.topics_by_id.get(topic_id)
-        if topic is not None and index < len(topic.partitions):
-            self.endpoints[(topic_id, index)] = BrokerInfo(topic.partitions[index].endpoint_id, host, port)
+    def register_listener(self, topic_id: uuid.UUID, index: int, address: str) -> None:
+        """A partition leader's data-path listener is up: its node's gateway may connect."""
+        if (topic_id, index) in self.partition_actors and self.partition_listeners.get((topic_id, index)) != address:
+            self.partition_listeners[(topic_id, index)] = address
             self._bump()
-        return self.image((topic_id, index))
 
     def allocate_producer_id(self) -> int:
         producer_id, outcome = self.core.allocate_producer_id()
@@ -242,9 +304,16 @@ class ControllerActor:
         return producer_id
 
     async def shutdown(self) -> None:
-        """Close every partition actor this controller started (flushing their logs), then kill them."""
-        for task in self.supervisors.values():
-            task.cancel()
+        """Stop the gateways, close every partition actor this controller started (flushing their
+        logs), then kill them."""
+        for task in [*self.supervisors.values(), self.node_watcher]:
+            if task is not None:
+                task.cancel()
+        gateways = list(self.gateways.values())
+        self.gateways.clear()
+        await asyncio.gather(*(g.stop.remote() for g in gateways), return_exceptions=True)
+        for g in gateways:
+            ray.kill(g, no_restart=True)
         actors = list(self.partition_actors.values())
         self.partition_actors.clear()
         await asyncio.gather(*(a.close.remote() for a in actors), return_exceptions=True)
@@ -267,31 +336,44 @@ class ControllerActor:
         self.changed = asyncio.Event()
 
     async def _supervise(self, key, actor, serve: str = "listen", until: str = "until_closed") -> None:
-        """Keep a partition leader (or a gateway) serving clients: when Ray restarts it (the pending
-        `until` call fails), call `serve` again, so it listens and Metadata names its port."""
+        """Keep a partition leader (or a gateway) serving: when Ray restarts it (the pending `until`
+        call fails), call `serve` again, so it listens and the metadata names its new address."""
+        delay_s = SUPERVISE_RETRY_S
         while key[0] == "gateway" or self.partition_actors.get(key) is actor:
             try:
-                host, port = await getattr(actor, serve).remote()
+                address = await getattr(actor, serve).remote()
+                delay_s = SUPERVISE_RETRY_S
                 if key[0] != "gateway":
-                    self.register_endpoint(key[0], key[1], host, port)
+                    self.register_listener(key[0], key[1], address)
                 await getattr(actor, until).remote()
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                log.info("partition actor %s restarted (%s); asking it to listen again", key, type(e).__name__)
-                await asyncio.sleep(SUPERVISE_RETRY_S)
+                if key[0] == "gateway":
+                    self.serving.discard(key[1])
+                    self.broker_failures[key[1]] = str(getattr(e, "cause", None) or e).splitlines()[-1]
+                    self._bump()
+                log.info("%s failed or restarted (%s); asking it to serve again", key, type(e).__name__)
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, SUPERVISE_RETRY_S_MAX)
 
-    async def _await_listening(self, refs: list) -> None:
-        """Answer only once new partition leaders listen, so the first Metadata a client sees
-        already names them (a client that caches the gateway instead would pay the Ray hop)."""
-        if refs:
-            done, pending = await asyncio.wait([asyncio.ensure_future(r) for r in refs], timeout=PARTITION_START_TIMEOUT_S)
-            for task in pending:
-                task.cancel()
+    async def _await_listening(self, keys: list) -> None:
+        """Answer only once new partition leaders listen, so a client's first produce after a
+        create finds the leader reachable from its gateway."""
+        deadline = asyncio.get_running_loop().time() + PARTITION_START_TIMEOUT_S
+        while any(key not in self.partition_listeners for key in keys):
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return
+            try:
+                await asyncio.wait_for(self.changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                return
 
     def _start_partitions(self, topic: TopicState) -> list:
-        """Start the missing partition actors of a topic; return the refs of their listen() calls."""
+        """Start the missing partition actors of a topic (each supervised: asked to listen, and
+        again after Ray restarts it); return their keys."""
         config = TopicConfig.from_kafka(self.core.effective_configs(topic))
         listening, started = [], False
         for p in topic.partitions:
@@ -305,10 +387,9 @@ class ControllerActor:
                     "controller": ray.get_runtime_context().current_actor, "listen_host": broker.host,
                     "retention_check_interval_ms": int(self.core.broker_config["log.retention.check.interval.ms"])}
             actor = composition.start_partition(spec, broker.node_id)
-            if self.core.broker_config["kray.partition.direct.listeners"] and not topic.internal:
-                listening.append(actor.listen.remote())
-                self.supervisors[key] = asyncio.ensure_future(self._supervise(key, actor))
             self.partition_actors[key] = actor
+            self.supervisors[key] = asyncio.ensure_future(self._supervise(key, actor))
+            listening.append(key)
             started = True
         if started:
             self._bump()

@@ -18,9 +18,6 @@ TOPIC_NAME_LENGTH_MAX = 249
 TOPIC_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9._-]+$")
 PARTITIONS_PER_TOPIC_MAX = 10000
 PRODUCER_ID_BLOCK_SIZE = 1000
-# Partition leaders that serve clients directly appear in Metadata as brokers of their own; their
-# ids start here so they never collide with the ids of node brokers (gateways).
-ENDPOINT_ID_BASE = 1000
 
 
 @dataclass
@@ -39,7 +36,6 @@ class PartitionState:
     leader: int
     leader_epoch: int = 0
     isr: list[int] = field(default_factory=list)
-    endpoint_id: int = -1  # broker id under which this partition's leader serves clients directly
 
 
 @dataclass
@@ -57,6 +53,11 @@ class Outcome:
     error_code: int = 0
     message: str | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _partition_state(record: dict[str, Any]) -> PartitionState:
+    """Logs written before brokers were nodes also carry an `endpoint_id`: no longer used."""
+    return PartitionState(**{k: v for k, v in record.items() if k != "endpoint_id"})
 
 
 def topic_name_error(name: str) -> str | None:
@@ -81,7 +82,6 @@ class ControllerCore:
         self.next_producer_id = 0
         self.producer_id_limit = 0  # ids below this are reserved in the log
         self.metadata_version = 0
-        self.next_endpoint_id = ENDPOINT_ID_BASE
         self.group_configs: dict[str, dict[str, Any]] = {}
 
     # ---- queries -------------------------------------------------------------------------
@@ -136,8 +136,7 @@ class ControllerCore:
         return self._commit([{
             "type": "topic", "name": name, "topic_id": topic_id.bytes, "internal": internal, "configs": typed,
             "partitions": [{"index": i, "replicas": placement[i], "leader": placement[i][0], "leader_epoch": 0,
-                            "isr": placement[i], "endpoint_id": self.next_endpoint_id + i}
-                           for i in range(num_partitions)],
+                            "isr": placement[i]} for i in range(num_partitions)],
         }])
 
     def delete_topic(self, name: str) -> Outcome:
@@ -168,7 +167,7 @@ class ControllerCore:
         placement = self._place(len(self.topics), current, count - current, rf)
         return self._commit([{"type": "partitions", "topic_id": topic.topic_id.bytes, "added": [
             {"index": current + i, "replicas": placement[i], "leader": placement[i][0], "leader_epoch": 0,
-             "isr": placement[i], "endpoint_id": self.next_endpoint_id + i} for i in range(count - current)]}])
+             "isr": placement[i]} for i in range(count - current)]}])
 
     def alter_topic_configs(self, name: str, configs: dict[str, Any], *, incremental: bool,
                             validate_only: bool = False) -> Outcome:
@@ -222,19 +221,16 @@ class ControllerCore:
                                                            record.get("rack"), record.get("node_id", ""))
         elif kind == "topic":
             topic = TopicState(record["name"], uuid.UUID(bytes=record["topic_id"]),
-                               [PartitionState(**p) for p in record["partitions"]],
+                               [_partition_state(p) for p in record["partitions"]],
                                dict(record["configs"]), record["internal"])
             self.topics[topic.name] = topic
             self.topics_by_id[topic.topic_id] = topic
-            self._reserve_endpoint_ids(topic.partitions)
         elif kind == "delete_topic":
             topic = self.topics_by_id.pop(uuid.UUID(bytes=record["topic_id"]))
             del self.topics[topic.name]
         elif kind == "partitions":
             topic = self.topics_by_id[uuid.UUID(bytes=record["topic_id"])]
-            added = [PartitionState(**p) for p in record["added"]]
-            topic.partitions.extend(added)
-            self._reserve_endpoint_ids(added)
+            topic.partitions.extend(_partition_state(p) for p in record["added"])
         elif kind == "topic_configs":
             self.topics_by_id[uuid.UUID(bytes=record["topic_id"])].configs = dict(record["configs"])
         elif kind == "group_configs":
@@ -247,9 +243,6 @@ class ControllerCore:
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
         self.metadata_version += 1
-
-    def _reserve_endpoint_ids(self, partitions: list[PartitionState]) -> None:
-        self.next_endpoint_id = max([self.next_endpoint_id] + [p.endpoint_id + 1 for p in partitions])
 
     def finish_replay(self) -> None:
         """After a restart, skip the rest of the last reserved block: some of it may be in use."""

@@ -1,7 +1,8 @@
 """The gateway's Ray shell: an asyncio TCP server speaking Kafka, inside an async Ray actor.
 
-One gateway per Ray node; it registers itself with the controller as that node's broker and
-keeps its metadata image fresh by long-polling the controller.
+One gateway per Ray node: it is that node's broker. The controller starts it (see
+actors/controller/nodes.py for broker ids); it registers itself and keeps its metadata image
+fresh by long-polling the controller.
 """
 from __future__ import annotations
 
@@ -10,18 +11,20 @@ import asyncio
 import ray
 
 from actors.controller.core import BrokerInfo
-from actors.gateway.context import GatewayContext, RayController, RayPartition
+from actors.gateway.context import GatewayContext, RayController
 from actors.gateway.frontend import follow_metadata, start_frontend
 from actors.startup import start_unless_started
 from cluster.config import listener_address
 
+ANY_ADDRESS = ("0.0.0.0", "::", "")
+
 
 class GatewayActor:
-    def __init__(self, broker_config: dict, broker_id: int, controller):
+    def __init__(self, broker_config: dict, broker_id: int, controller, port: int | None = None):
         self.config = broker_config
+        self.port = port  # this node's listener port, where it differs from the `listeners` config
         self.controller = controller
-        self.ctx = GatewayContext(broker_id, broker_config, RayController(controller),
-                                  client_for=lambda key, handle: RayPartition(handle))
+        self.ctx = GatewayContext(broker_id, broker_config, RayController(controller))
         self.server: asyncio.AbstractServer | None = None
         self.watcher: asyncio.Task | None = None
         self.starting: asyncio.Future | None = None
@@ -33,11 +36,14 @@ class GatewayActor:
 
     async def _start(self) -> tuple[str, int]:
         host, port = listener_address(self.config)
+        port = port if self.port is None else self.port
         self.ctx.set_metadata(await self.ctx.controller.wait_for_metadata(-1, 0))  # before the first client
         if self.server is None:  # a retried start keeps the socket it already bound
             self.server = await start_frontend(self.ctx, host, port)
         port = self.server.sockets[0].getsockname()[1]
         node_id = ray.get_runtime_context().get_node_id()
+        if host in ANY_ADDRESS:  # listening on every interface: advertise the node's own address
+            host = ray.util.get_node_ip_address()
         image = await self.controller.register_broker.remote(BrokerInfo(self.ctx.broker_id, host, port, None, node_id),
                                                              ray.get_runtime_context().current_actor)
         self.ctx.set_metadata(image)

@@ -1,8 +1,6 @@
-"""The Kafka front end shared by every actor that accepts client connections: the node's gateway,
-and partition leaders that serve their own partition's produce and fetch directly.
-
-Both run the same dispatcher and handlers; they differ only in which partitions their context
-can reach (the gateway: every partition, over Ray; a partition leader: itself, in process).
+"""A Kafka front end: a TCP listener whose connections run one dispatcher and its handlers. The
+node's gateway serves clients with it; the share coordinator serves the share-state APIs to the
+share-partition leaders with it (an inter-broker listener of its own).
 """
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ class GroupCoordinatorActor(PartitionActor):
 
     async def _ready(self) -> GroupCoordinatorShard:
         if self.image is None:
-            self.image = await self.controller.wait_for_metadata.remote(-1, 0, (self.topic_id, self.partition))
+            self.image = await self.controller.wait_for_metadata.remote(-1, 0)
         shard = await self.host.ready()
         if not self.tasks:
             self.tasks = [asyncio.ensure_future(self._follow_metadata()), asyncio.ensure_future(self._expire_loop())]
@@ -62,8 +62,7 @@ class GroupCoordinatorActor(PartitionActor):
     async def _follow_metadata(self) -> None:
         while True:
             try:
-                image = await self.controller.wait_for_metadata.remote(self.image.version, METADATA_POLL_S,
-                                                                       (self.topic_id, self.partition))
+                image = await self.controller.wait_for_metadata.remote(self.image.version, METADATA_POLL_S)
                 gone = {t.topic_id for t in self.image.topics.values()} - {t.topic_id for t in image.topics.values()}
                 self.image = image
                 if gone and self.shard is not None:

@@ -1,22 +1,23 @@
 """The partition's Ray shell: owns one PartitionCore (log + producer state) for one topic-partition,
 reads the clock, fences leader epochs, wakes long-polling fetches, and runs retention on a timer.
+
+Its node's gateway reaches it over a Unix socket (listener.py: produce, fetch, share fetch...);
+Ray calls are for control: listen, reconfigure, delete, admin reads.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import ray
-
-from actors.gateway.context import GatewayContext, RayController
-from actors.gateway.frontend import follow_metadata, start_frontend
 from actors.partition.core import PartitionCore
+from actors.partition.listener import start_listener
+from actors.pipelined import unix_address
 from actors.share_partition.actor import ShareLeaders
 from actors.startup import start_unless_started
 from protocol.errors import ErrorCode
@@ -24,36 +25,6 @@ from protocol.errors import ErrorCode
 log = logging.getLogger("kray.partition")
 PARTITION_METADATA_FILE = "partition.metadata"
 RETENTION_CHECK_INTERVAL_MS_DEFAULT = 300000
-
-
-class LocalPartition:
-    """The PartitionClient a partition's own front end uses: its actor's methods, in process."""
-
-    def __init__(self, actor: "PartitionActor"):
-        self.actor = actor
-
-    async def produce(self, records, *, leader_epoch, acks, timeout_ms):
-        return (await self.actor.produce([records], leader_epoch, acks, timeout_ms))[0]
-
-    async def fetch(self, offset, max_bytes, *, leader_epoch, isolation_level):
-        return await self.actor.fetch(offset, max_bytes, leader_epoch, isolation_level)
-
-    async def wait_for_data(self, offset, timeout_ms):
-        return await self.actor.wait_for_data(offset, timeout_ms)
-
-    async def list_offsets(self, timestamp, *, leader_epoch, isolation_level):
-        return await self.actor.list_offsets(timestamp, leader_epoch, isolation_level)
-
-    async def share_fetch(self, group_id, member_id, *, acks, max_records, batch_size, max_bytes, wait_ms, fetch,
-                          record_limit=False):
-        return await self.actor.share_fetch(group_id, member_id, acks, max_records, batch_size, max_bytes, wait_ms,
-                                            fetch, record_limit)
-
-    async def share_acknowledge(self, group_id, member_id, acks):
-        return await self.actor.share_acknowledge(group_id, member_id, acks)
-
-    async def share_release(self, group_id, member_id):
-        return await self.actor.share_release(group_id, member_id)
 
 
 def now_ms() -> int:
@@ -73,38 +44,26 @@ class PartitionActor:
         self.data_arrived = asyncio.Event()
         self.retention_interval_s = spec.get("retention_check_interval_ms", RETENTION_CHECK_INTERVAL_MS_DEFAULT) / 1000
         self.retention_task: asyncio.Task | None = None
-        self.frontend = None
+        self.listener: asyncio.AbstractServer | None = None
         self.listening: asyncio.Future | None = None
-        self.watcher: asyncio.Task | None = None
-        self.ctx: GatewayContext | None = None
         self.shares = ShareLeaders(self, spec["broker_config"], spec["controller"])
         self.closed = asyncio.Event()
 
-    async def listen(self) -> tuple[str, int]:
-        """Serve this partition's produce and fetch to clients directly (no Ray hop on the data
-        path); every other request is answered from the metadata image and the controller."""
+    async def listen(self) -> str:
+        """Start the data-path listener for this node's gateway (once); return its address."""
         self.listening = start_unless_started(self.listening, self._listen)
         return await asyncio.shield(self.listening)
+
+    async def _listen(self) -> str:
+        address = unix_address(f"{os.getpid()}-{self.topic_id.hex[:12]}-{self.partition}")
+        if self.listener is None:  # a retried attempt keeps the socket it already bound
+            self.listener = await start_listener(self, address, int(self.spec["broker_config"]["socket.request.max.bytes"]))
+        return address
 
     async def until_closed(self) -> None:
         """Returns when this actor closes; raises in the caller when the actor dies, which is how
         the controller learns that Ray restarted it (and must have it listen again)."""
         await self.closed.wait()
-
-    async def _listen(self) -> tuple[str, int]:
-        if self.ctx is None:
-            key, local = (self.topic_id, self.partition), LocalPartition(self)
-            self.ctx = GatewayContext(-1, self.spec["broker_config"], RayController(self.spec["controller"], key),
-                                      client_for=lambda k, handle: local if k == key else None)
-        ctx = self.ctx
-        ctx.set_metadata(await ctx.controller.wait_for_metadata(-1, 0))  # before the first client
-        if self.frontend is None:  # a retried attempt keeps the socket it already bound
-            self.frontend = await start_frontend(ctx, self.spec["listen_host"], 0)
-        host, port = self.spec["listen_host"], self.frontend.sockets[0].getsockname()[1]
-        ctx.set_metadata(await self.spec["controller"].register_endpoint.remote(self.topic_id, self.partition,
-                                                                                host, port))
-        self.watcher = asyncio.get_running_loop().create_task(follow_metadata(ctx))
-        return host, port
 
     def _claim_dir(self) -> None:
         """A directory left by a deleted topic of the same name is not ours: start empty."""
@@ -131,7 +90,7 @@ class PartitionActor:
             except Exception:
                 log.exception("retention check of %s-%d failed", self.topic, self.partition)
 
-    async def produce(self, blobs: list[np.ndarray], leader_epoch: int, acks: int, timeout_ms: int) -> list:
+    async def produce(self, blobs: list, leader_epoch: int, acks: int, timeout_ms: int) -> list:
         """Append each blob (one client request's record batch for this partition) in order."""
         self._ensure_retention_timer()
         fenced = self._fence(leader_epoch)
@@ -148,10 +107,7 @@ class PartitionActor:
         fenced = self._fence(leader_epoch)
         if fenced:
             return self.core.fetch_error(fenced)
-        result = self.core.fetch(offset, max_bytes, isolation_level=isolation_level)
-        if result.records is not None and len(result.records) > 0:
-            result.records = np.frombuffer(result.records, dtype=np.uint8)
-        return result
+        return self.core.fetch(offset, max_bytes, isolation_level=isolation_level)
 
     async def wait_for_data(self, offset: int, timeout_ms: int) -> bool:
         """True as soon as records at or beyond `offset` are readable; False after timeout_ms."""
@@ -175,18 +131,16 @@ class PartitionActor:
 
     # ---- share groups: the share-partition leaders of this partition live here ----------------
     async def group_configs(self, group_id: str) -> dict:
-        """The group's config overrides: from our front end's metadata image when we listen, else
-        asked of the controller (once per share-partition load)."""
-        if self.ctx is not None and self.ctx.metadata is not None:
-            image = self.ctx.metadata
-        else:
-            image = await self.spec["controller"].wait_for_metadata.remote(-1, 0, (self.topic_id, self.partition))
-        return dict(image.group_configs.get(group_id, {}))
+        """The group's config overrides, asked of the controller (once per share-partition load)."""
+        return await self.spec["controller"].group_configs.remote(group_id)
+
+    async def share_wait(self, group_id: str, timeout_ms: int) -> bool:
+        return await self.shares.share_wait(group_id, timeout_ms)
 
     async def share_fetch(self, group_id: str, member_id: str, acks, max_records: int, batch_size: int,
-                          max_bytes: int, wait_ms: int, fetch: bool = True, record_limit: bool = False):
+                          max_bytes: int, fetch: bool = True, record_limit: bool = False):
         return await self.shares.share_fetch(group_id, member_id, acks=acks, max_records=max_records,
-                                             batch_size=batch_size, max_bytes=max_bytes, wait_ms=wait_ms, fetch=fetch,
+                                             batch_size=batch_size, max_bytes=max_bytes, fetch=fetch,
                                              record_limit=record_limit)
 
     async def share_acknowledge(self, group_id: str, member_id: str, acks) -> tuple[int, str | None]:
@@ -208,12 +162,11 @@ class PartitionActor:
 
     async def close(self) -> None:
         self.closed.set()
-        for task in (self.retention_task, self.watcher):
-            if task:
-                task.cancel()
+        if self.retention_task:
+            self.retention_task.cancel()
         self.shares.close()
-        if self.frontend:
-            self.frontend.close()
+        if self.listener:
+            self.listener.close()
         self.core.close()
 
     async def delete(self) -> None:

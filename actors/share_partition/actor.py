@@ -20,8 +20,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from actors import internal_topics, metrics
 from actors.share_coordinator.core import state_partition_for
 from actors.share_partition.core import SharePartition
@@ -218,8 +216,11 @@ class ShareLeaders:
 
     # ---- operations ---------------------------------------------------------------------------
     async def share_fetch(self, group_id: str, member_id: str, *, acks, max_records: int, batch_size: int,
-                          max_bytes: int, wait_ms: int, fetch: bool = True,
-                          record_limit: bool = False) -> ShareFetchResult:
+                          max_bytes: int, fetch: bool = True, record_limit: bool = False) -> ShareFetchResult:
+        """Apply `acks`, then (if `fetch`) acquire what is acquirable now. Never waits for records:
+        a long poll is share_wait, then a share_fetch whose answer is certain to be used, so no
+        record is acquired for a request that has already been answered (which would cost it a
+        delivery attempt it never had)."""
         try:
             sp = await self.get(group_id)
         except Exception as e:
@@ -236,32 +237,37 @@ class ShareLeaders:
             # acquire while the acknowledgements are being written: the answer waits for both
             result.records, result.acquired = self._acquire(sp, member_id, max_records, batch_size, max_bytes,
                                                             record_limit)
+            if result.acquired:
+                self._persist_soon(group_id, sp)  # delivery counts; need not delay the answer
         if acks_durable is not None:
             error, message = await acks_durable
             if error and not result.ack_error_code:
                 result.ack_error_code, result.ack_error_message = error, message
-        if not fetch or result.acquired:
-            if result.acquired:
-                self._persist_soon(group_id, sp)  # redelivery counts; need not delay the answer
-            return result
-        deadline = time.monotonic() + max(wait_ms, 0) / 1000
+        return result
+
+    async def share_wait(self, group_id: str, timeout_ms: int) -> bool:
+        """True as soon as records may be acquirable for the group (new records, released or
+        expired locks); False after timeout_ms. Acquires nothing."""
+        try:
+            sp = await self.get(group_id)
+        except Exception:
+            return True  # let the share fetch that follows report the error
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
         while True:
+            offset = sp.fetch_offset()
+            if offset is not None and offset < self.partition.core.high_watermark:
+                return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return result
+                return False
             waiter = self.acquirable
-            data = asyncio.ensure_future(self.partition.wait_for_data(sp.end_offset, int(remaining * 1000)))
+            data = asyncio.ensure_future(self.partition.wait_for_data(sp.end_offset, int(remaining * 1000) + 1))
+            woken = asyncio.ensure_future(waiter.wait())
             try:
-                await asyncio.wait([data, asyncio.ensure_future(waiter.wait())], timeout=remaining,
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait([data, woken], timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 data.cancel()
-            # no await may stand between acquiring and answering: a cancelled wait must not lose records
-            result.records, result.acquired = self._acquire(sp, member_id, max_records, batch_size, max_bytes,
-                                                            record_limit)
-            if result.acquired:
-                self._persist_soon(group_id, sp)
-                return result
+                woken.cancel()
 
     def _acquire(self, sp: SharePartition, member_id: str, max_records: int, batch_size: int, max_bytes: int,
                  record_limit: bool = False):
@@ -290,7 +296,7 @@ class ShareLeaders:
         first, last = acquired[0].first_offset, acquired[-1].last_offset
         kept = [h for h in headers if h.last_offset >= first and h.base_offset <= last]
         start, end = kept[0].offset_in_buf, kept[-1].offset_in_buf + kept[-1].size_bytes
-        return np.frombuffer(view[start:end], dtype=np.uint8), [tuple(a) for a in acquired]
+        return view[start:end], [tuple(a) for a in acquired]
 
     async def share_acknowledge(self, group_id: str, member_id: str, acks) -> tuple[int, str | None]:
         try:

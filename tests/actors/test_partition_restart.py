@@ -39,7 +39,7 @@ def test_killed_partition_actor_comes_back_with_its_data(broker):
     actor = ray.get_actor(composition.partition_name(topic_id, 0), namespace=composition.NAMESPACE)
     kill_and_await_restart(actor)
 
-    # a new client learns the restarted leader's endpoint from Metadata and carries on
+    # the gateway learns the restarted leader's new listener from the controller and carries on
     assert produce(broker.bootstrap, "phoenix", [b"b%d" % i for i in range(100)]) == list(range(100, 200))
     assert read(broker.bootstrap, "phoenix", 200) == [b"a%d" % i for i in range(100)] + [b"b%d" % i for i in range(100)]
 
@@ -64,16 +64,16 @@ def test_restarted_controller_adopts_running_actors(broker):
     assert produce(broker.bootstrap, "survives-controller", [b"x%d" % i for i in range(10)]) == list(range(10))
     kill_and_await_restart(broker.controller)
     deadline, image, topic_id = time.monotonic() + 60, None, None
-    while time.monotonic() < deadline:  # the restarted controller re-registers endpoints one by one
+    while time.monotonic() < deadline:  # the restarted controller re-registers listeners one by one
         try:
             image = ray.get(broker.controller.wait_for_metadata.remote(-1, 0), timeout=5)
             topic_id = image.topics["survives-controller"].topic_id
-            if (topic_id, 0) in image.endpoints:
+            if (topic_id, 0) in image.partition_listeners:
                 break
         except Exception:
             pass
         time.sleep(0.5)
-    assert (topic_id, 0) in image.partition_actors and (topic_id, 0) in image.endpoints
+    assert (topic_id, 0) in image.partition_actors and (topic_id, 0) in image.partition_listeners
     # clients keep producing to the same partition leader, and new topics can still be created
     assert produce(broker.bootstrap, "survives-controller", [b"y%d" % i for i in range(10)]) == list(range(10, 20))
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})

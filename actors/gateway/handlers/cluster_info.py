@@ -1,9 +1,8 @@
 """Metadata and DescribeCluster: answers read from the metadata image.
 
-Every Ray node runs one gateway and every gateway is a broker. A partition leader that listens
-for clients itself is advertised as a broker of its own (an endpoint id from 1000 up) and named
-as the partition's leader, so produce and fetch reach it with no hop; DescribeCluster lists the
-node brokers only.
+A broker is a Ray node: every node runs one gateway, its only client listener. A partition's
+leader is the broker of the node that hosts its leader actor; any gateway describes the whole
+cluster.
 """
 from __future__ import annotations
 
@@ -17,12 +16,10 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 def _partition_response(image, topic, p) -> MetadataResponse.MetadataResponsePartition:
-    leader_id = image.leader_id(topic, p.index)
-    as_seen = lambda ids: [leader_id if b == p.leader else b for b in ids]  # noqa: E731
     return MetadataResponse.MetadataResponsePartition(
         error_code=0 if p.leader in image.brokers else ErrorCode.LEADER_NOT_AVAILABLE,
-        partition_index=p.index, leader_id=leader_id, leader_epoch=p.leader_epoch,
-        replica_nodes=as_seen(p.replicas), isr_nodes=as_seen(p.isr), offline_replicas=[])
+        partition_index=p.index, leader_id=image.leader_id(topic, p.index), leader_epoch=p.leader_epoch,
+        replica_nodes=list(p.replicas), isr_nodes=list(p.isr), offline_replicas=[])
 
 
 def _topic_response(ctx, topic) -> MetadataResponse.MetadataResponseTopic:
@@ -66,7 +63,7 @@ async def handle_metadata(ctx, header, request) -> MetadataResponse:
         throttle_time_ms=0, cluster_id=image.cluster_id, controller_id=image.controller_id,
         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED, topics=topics,
         brokers=[MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-                 for b in (*image.brokers.values(), *image.endpoints.values())])
+                 for b in image.brokers.values()])
 
 
 async def handle_describe_cluster(ctx, header, request) -> DescribeClusterResponse:

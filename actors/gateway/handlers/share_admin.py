@@ -48,7 +48,7 @@ async def _describe_partition(ctx, group_id, topic, index):
         if s.error_code or s.start_offset < 0:
             return part
         part.start_offset, part.leader_epoch = s.start_offset, s.leader_epoch
-        client = ctx.partition(topic.topic_id, index)
+        client = ctx.any_partition(topic.topic_id, index)
         if client is not None:
             error, high_watermark, _, _ = await client.list_offsets(LATEST, leader_epoch=-1, isolation_level=0)
             if not error:
@@ -112,7 +112,7 @@ async def _require_empty(ctx, group_id):
 
 
 async def _forget(ctx, group_id, topic_id, index):
-    client = ctx.partition(topic_id, index)
+    client = ctx.any_partition(topic_id, index)
     if client is not None:
         try:
             await client.share_forget(group_id)

@@ -3,14 +3,15 @@ long-poll on max_wait_ms, and one call per share-partition per request. Version 
 record_limit acquire mode (KIP-1206: MaxRecords is a hard limit) and RENEW acknowledgements in
 requests flagged IsRenewAck, which extend locks and fetch nothing (KIP-1222).
 
-The share-partition leader lives with the partition leader (see actors/partition/actor.py);
-through a partition's own listener these calls stay in process, through a gateway they are Ray
-calls. A session belongs to its connection: closing either releases what the member holds.
+The share-partition leader lives with the partition leader (see actors/partition/actor.py); the
+gateway reaches the leaders of its node over their data-path sockets. A session belongs to its
+connection and to this broker (as in Kafka): closing either releases what the member holds here.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from protocol.errors import ErrorCode
 from protocol.messages import ShareAcknowledgeResponse, ShareFetchResponse
@@ -116,7 +117,7 @@ async def handle_share_fetch(ctx, header, request, connection) -> ShareFetchResp
         session.forget([(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions])
     results: dict = {}
 
-    async def fetch_one(tp, wait_ms, with_acks):
+    async def fetch_one(tp, with_acks):
         client, error = partition_client(ctx, ctx.metadata.topic_by_id(tp[0]), tp[1], ErrorCode.UNKNOWN_TOPIC_ID)
         if client is None:
             results[tp] = error
@@ -124,30 +125,51 @@ async def handle_share_fetch(ctx, header, request, connection) -> ShareFetchResp
         r = await _call(client.share_fetch(request.group_id, request.member_id,
                                            acks=acks.get(tp) if with_acks else None,
                                            max_records=request.max_records, batch_size=request.batch_size,
-                                           max_bytes=request.max_bytes, wait_ms=wait_ms,
-                                           fetch=fetching, record_limit=record_limit), "share fetch")
+                                           max_bytes=request.max_bytes, fetch=fetching,
+                                           record_limit=record_limit), "share fetch")
         results[tp] = r if r is not None else ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     partitions = session.rotated() if fetching else list(acks)
     partitions += [tp for tp in acks if tp not in partitions]
-    await asyncio.gather(*(fetch_one(tp, 0, True) for tp in partitions))
-    got_records = any(not isinstance(r, int) and r.acquired for r in results.values())
-    if fetching and not got_records and request.max_wait_ms > 0 and partitions:
-        waits = [asyncio.ensure_future(fetch_one(tp, request.max_wait_ms, False)) for tp in partitions
-                 if not isinstance(results.get(tp), int)]
-        if waits:
-            acked = {tp: results[tp] for tp in acks if tp in results}
-            _, pending = await asyncio.wait(waits, timeout=request.max_wait_ms / 1000 + 1,
-                                            return_when=asyncio.FIRST_COMPLETED)
-            for task in pending:
-                task.cancel()
-            for tp, r in acked.items():  # keep the acknowledgement outcome of the first pass
-                if not isinstance(results.get(tp), int) and not isinstance(r, int):
-                    results[tp].ack_error_code, results[tp].ack_error_message = r.ack_error_code, r.ack_error_message
+    await asyncio.gather(*(fetch_one(tp, True) for tp in partitions))
+    if fetching and request.max_wait_ms > 0 and not _got_records(results):
+        acked = {tp: results[tp] for tp in acks if tp in results}
+        await _long_poll(ctx, request, results, fetch_one)
+        for tp, r in acked.items():  # keep the acknowledgement outcome of the first pass
+            if not isinstance(results.get(tp), int) and not isinstance(r, int):
+                results[tp].ack_error_code, results[tp].ack_error_message = r.ack_error_code, r.ack_error_message
     if final:
         ctx.share_sessions.close(request.group_id, request.member_id)
         await _release(ctx, session)
     return _fetch_response(ctx, results, acks, lock_ms)
+
+
+def _got_records(results) -> bool:
+    return any(not isinstance(r, int) and r.acquired for r in results.values())
+
+
+async def _long_poll(ctx, request, results, fetch_one) -> None:
+    """Nothing acquired yet: wait (in the partition leaders) until one of the session's
+    partitions may have records, then acquire from those; until max_wait_ms has passed. The waits
+    acquire nothing, so a wait given up on leaves no record locked for an answer already sent."""
+    deadline = time.monotonic() + request.max_wait_ms / 1000
+    waiting = {tp: c for tp, r in results.items() if not isinstance(r, int)
+               for c in [ctx.partition(*tp)] if c is not None}
+    while waiting and not _got_records(results):
+        remaining_ms = int((deadline - time.monotonic()) * 1000)
+        if remaining_ms <= 0:
+            return
+        waits = {asyncio.ensure_future(c.share_wait(request.group_id, remaining_ms)): tp for tp, c in waiting.items()}
+        done, pending = await asyncio.wait(waits, timeout=remaining_ms / 1000 + 1, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()  # the leader's wait ends by itself at its timeout; it holds nothing
+        woken = [waits[t] for t in done if not t.cancelled() and t.exception() is None and t.result()]
+        failed = [waits[t] for t in done if not t.cancelled() and t.exception() is not None]
+        for tp in failed:
+            waiting.pop(tp)
+        if not woken and not failed:
+            return
+        await asyncio.gather(*(fetch_one(tp, False) for tp in woken))
 
 
 def _fetch_response(ctx, results, acks, lock_ms) -> ShareFetchResponse:

@@ -1,5 +1,6 @@
-"""With kray.partition.direct.listeners=false every request goes through the node's gateway and
-reaches partition actors over Ray: the same client workloads must behave the same."""
+"""A broker is a Ray node: on one node, clients see one broker (the node's gateway, its only
+client listener), which leads every partition and reaches the partition actors over their
+data-path sockets."""
 import time
 import uuid
 
@@ -13,18 +14,22 @@ from tests.kray_process import KrayProcess
 @pytest.fixture(scope="module")
 def kray_gateway_only(tmp_path_factory):
     server = KrayProcess(tmp_path_factory.mktemp("kray-gw"), overrides=(
-        "kray.partition.direct.listeners=false", "group.share.heartbeat.interval.ms=1000",
+        "group.share.heartbeat.interval.ms=1000",
         "group.share.min.heartbeat.interval.ms=500"))
     yield server.start()
     server.stop()
 
 
-def test_metadata_names_only_the_gateway(kray_gateway_only):
+def test_metadata_and_describe_cluster_name_the_node_broker_only(kray_gateway_only):
     admin = AdminClient({"bootstrap.servers": kray_gateway_only})
     admin.create_topics([NewTopic("gw-topic", 3, 1)])["gw-topic"].result(30)
     md = admin.list_topics(timeout=30)
-    assert list(md.brokers) == [0]
+    host, port = kray_gateway_only.split(":")
+    assert {b: (x.host, x.port) for b, x in md.brokers.items()} == {0: (host, int(port))}
     assert {p.leader for p in md.topics["gw-topic"].partitions.values()} == {0}
+    assert {tuple(p.replicas) for p in md.topics["gw-topic"].partitions.values()} == {(0,)}
+    described = admin.describe_cluster().result(30)
+    assert [n.id for n in described.nodes] == [0] and described.controller.id == 0
 
 
 def test_produce_fetch_and_share_consume_through_the_gateway(kray_gateway_only):

@@ -1,0 +1,102 @@
+"""How a gateway reaches the partition leaders on its node: `SocketPartition`, the data path over
+a kept-open Unix-socket connection per partition actor (actors/partition/wire.py); and
+`RayPartition`, Ray calls for the rare admin steps that may reach a partition on any node.
+
+A failed connection fails the calls waiting on it (the handlers answer a retriable error, the
+client refreshes metadata and retries); the next call opens a new one. When Ray restarts the
+actor, the controller's metadata names its new address and the gateway makes a new client.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from actors.partition import wire
+from actors.partition.core import FetchResult, ProduceResult
+from actors.pipelined import PipelinedConnection
+from actors.share_partition.actor import ShareFetchResult
+from actors.startup import start_unless_started, succeeded
+
+CONNECT_TIMEOUT_S = 10.0
+# produce waits for the append (and, with replication, for acks=all); fetch reads; long polls
+# carry their own timeout: a call that outlives its longest wait by this much means a stuck peer
+CALL_TIMEOUT_S = 60.0
+RESPONSE_BYTES_MAX = 256 * 1024 * 1024
+
+
+class SocketPartition:
+    def __init__(self, address: str):
+        self.address = address
+        self.opening: asyncio.Future | None = None
+
+    async def _connection(self) -> PipelinedConnection:
+        opening = self.opening
+        if opening is not None and succeeded(opening) and not opening.result().usable:
+            opening = None  # it worked, then failed: connect again
+        self.opening = start_unless_started(opening, lambda: PipelinedConnection.open_unix(
+            self.address, timeout_s=CONNECT_TIMEOUT_S, response_bytes_max=RESPONSE_BYTES_MAX))
+        return await asyncio.shield(self.opening)
+
+    async def _call(self, api_key: int, args: list, blobs=(), timeout_s: float = CALL_TIMEOUT_S):
+        connection = await self._connection()
+        body = await connection.call(lambda cid: wire.encode_request(api_key, cid, args, blobs), timeout_s)
+        return wire.decode_response(body)
+
+    def close(self) -> None:
+        if succeeded(self.opening):
+            self.opening.result().close()
+
+    # ---- the PartitionClient surface the handlers use ----------------------------------------
+    async def produce(self, records, *, leader_epoch, acks, timeout_ms):
+        (error, base_offset, append_time_ms, log_start, message, record_errors), _ = await self._call(
+            wire.PRODUCE, [leader_epoch, acks, timeout_ms], (records,))
+        return ProduceResult(error, base_offset, append_time_ms, log_start, [tuple(e) for e in record_errors],
+                             message)
+
+    async def fetch(self, offset, max_bytes, *, leader_epoch, isolation_level):
+        (error, high_watermark, last_stable, log_start, message), (records,) = await self._call(
+            wire.FETCH, [offset, max_bytes, leader_epoch, isolation_level])
+        return FetchResult(error, high_watermark, last_stable, log_start, records, message)
+
+    async def wait_for_data(self, offset, timeout_ms):
+        (ready,), _ = await self._call(wire.WAIT_FOR_DATA, [offset, timeout_ms],
+                                       timeout_s=timeout_ms / 1000 + CALL_TIMEOUT_S)
+        return ready
+
+    async def list_offsets(self, timestamp, *, leader_epoch, isolation_level):
+        out, _ = await self._call(wire.LIST_OFFSETS, [timestamp, leader_epoch, isolation_level])
+        return tuple(out)
+
+    async def share_fetch(self, group_id, member_id, *, acks, max_records, batch_size, max_bytes, fetch,
+                          record_limit=False):
+        """Acknowledge `acks` and (if `fetch`) acquire what is acquirable now; never waits."""
+        (error, message, ack_error, ack_message, acquired), (records,) = await self._call(
+            wire.SHARE_FETCH, [group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit])
+        return ShareFetchResult(error, message, ack_error, ack_message, records,
+                                [tuple(a) for a in acquired])
+
+    async def share_wait(self, group_id, timeout_ms):
+        (ready,), _ = await self._call(wire.SHARE_WAIT, [group_id, timeout_ms],
+                                       timeout_s=timeout_ms / 1000 + CALL_TIMEOUT_S)
+        return ready
+
+    async def share_acknowledge(self, group_id, member_id, acks):
+        out, _ = await self._call(wire.SHARE_ACKNOWLEDGE, [group_id, member_id, acks])
+        return tuple(out)
+
+    async def share_release(self, group_id, member_id):
+        await self._call(wire.SHARE_RELEASE, [group_id, member_id])
+
+
+class RayPartition:
+    """Admin steps on a partition of any node, as Ray calls (control path: rare, not per record)."""
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: Any):
+        self.handle = handle
+
+    async def list_offsets(self, timestamp, *, leader_epoch, isolation_level):
+        return await self.handle.list_offsets.remote(timestamp, leader_epoch, isolation_level)
+
+    async def share_forget(self, group_id):
+        return await self.handle.share_forget.remote(group_id)

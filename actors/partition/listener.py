@@ -1,0 +1,96 @@
+"""The partition leader's data-path listener: serves wire.py's API on a Unix socket for the
+gateway of its node, by calling the partition actor's own methods.
+
+Long polls (WAIT_FOR_DATA, SHARE_WAIT) wait here, in the partition actor, and answer with a
+flag only: whatever is read or acquired afterwards is asked for by a call whose answer is used,
+so a wait the gateway gave up on costs nothing and acquires nothing.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from actors.partition import wire
+from actors.pipelined import serve_multiplexed
+from protocol.errors import MalformedMessage
+
+# A gateway multiplexes all its clients' requests for this partition over one connection.
+INFLIGHT_REQUESTS_PER_CONNECTION_MAX = 4096
+
+
+def _expect(args: list, count: int, name: str) -> list:
+    if len(args) != count:
+        raise MalformedMessage(f"{name}: {len(args)} arguments, expected {count}")
+    return args
+
+
+async def _produce(actor, args, blobs):
+    leader_epoch, acks, timeout_ms = _expect(args, 3, "produce")
+    if len(blobs) != 1:
+        raise MalformedMessage(f"produce: {len(blobs)} record blobs, expected 1")
+    [r] = await actor.produce(blobs, leader_epoch, acks, timeout_ms)
+    return [r.error_code, r.base_offset, r.log_append_time_ms, r.log_start_offset, r.error_message,
+            [list(e) for e in r.record_errors]], ()
+
+
+async def _fetch(actor, args, blobs):
+    offset, max_bytes, leader_epoch, isolation_level = _expect(args, 4, "fetch")
+    r = await actor.fetch(offset, max_bytes, leader_epoch, isolation_level)
+    records = r.records if r.records is not None else b""
+    return [r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.error_message], (records,)
+
+
+async def _wait_for_data(actor, args, blobs):
+    offset, timeout_ms = _expect(args, 2, "wait_for_data")
+    return [await actor.wait_for_data(offset, timeout_ms)], ()
+
+
+async def _list_offsets(actor, args, blobs):
+    timestamp, leader_epoch, isolation_level = _expect(args, 3, "list_offsets")
+    return list(await actor.list_offsets(timestamp, leader_epoch, isolation_level)), ()
+
+
+async def _share_fetch(actor, args, blobs):
+    group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit = \
+        _expect(args, 8, "share_fetch")
+    r = await actor.share_fetch(group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit)
+    records = r.records if r.records is not None and r.acquired else b""
+    return [r.error_code, r.error_message, r.ack_error_code, r.ack_error_message,
+            [list(a) for a in r.acquired]], (records,)
+
+
+async def _share_wait(actor, args, blobs):
+    group_id, timeout_ms = _expect(args, 2, "share_wait")
+    return [await actor.share_wait(group_id, timeout_ms)], ()
+
+
+async def _share_acknowledge(actor, args, blobs):
+    group_id, member_id, acks = _expect(args, 3, "share_acknowledge")
+    return list(await actor.share_acknowledge(group_id, member_id, acks)), ()
+
+
+async def _share_release(actor, args, blobs):
+    group_id, member_id = _expect(args, 2, "share_release")
+    await actor.share_release(group_id, member_id)
+    return [], ()
+
+
+HANDLERS = {wire.PRODUCE: _produce, wire.FETCH: _fetch, wire.WAIT_FOR_DATA: _wait_for_data,
+            wire.LIST_OFFSETS: _list_offsets, wire.SHARE_FETCH: _share_fetch, wire.SHARE_WAIT: _share_wait,
+            wire.SHARE_ACKNOWLEDGE: _share_acknowledge, wire.SHARE_RELEASE: _share_release}
+
+
+async def start_listener(actor: Any, address: str, frame_bytes_max: int) -> asyncio.AbstractServer:
+    async def handle(body: memoryview) -> list:
+        api_key, correlation_id, args, blobs = wire.decode_request(body)
+        try:
+            out_args, out_blobs = await HANDLERS[api_key](actor, args, blobs)
+        except (TypeError, ValueError) as e:  # arguments of the wrong type or shape
+            raise MalformedMessage(f"{wire.API_NAMES[api_key]}: {e}") from None
+        return wire.encode_response(correlation_id, out_args, out_blobs)
+
+    async def serve(reader, writer):
+        await serve_multiplexed(reader, writer, handle, frame_bytes_max=frame_bytes_max,
+                                inflight_requests_max=INFLIGHT_REQUESTS_PER_CONNECTION_MAX)
+
+    return await asyncio.start_unix_server(serve, address)

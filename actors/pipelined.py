@@ -1,0 +1,165 @@
+"""Kept-open, pipelined connections between Kray's own processes (the data path).
+
+Both ends speak Kafka's framing: an int32 size, then a request whose header starts with the api
+key, version and correlation id, and a response that starts with the correlation id.
+
+- `PipelinedConnection` (client): many requests in flight on one connection; each caller waits
+  only for its own answer, matched by correlation id. Any failure closes the connection and fails
+  every request waiting on it; the caller decides what to do (open a new one, answer a retriable
+  error).
+- `serve_multiplexed` (server): every request is handled as soon as it arrives and answered as
+  soon as it is done, so a long poll never holds up a produce behind it (a Kafka broker answers
+  in request order; between our own processes nothing depends on that). Malformed bytes close the
+  connection and nothing else.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import sys
+from typing import Awaitable, Callable
+
+from protocol.framing import FrameDecoder, FrameTooLarge, MalformedFrame
+from protocol.primitives import INT32
+
+log = logging.getLogger("kray.pipelined")
+READ_CHUNK_BYTES = 256 * 1024
+
+
+class ConnectionClosed(ConnectionError):
+    pass
+
+
+def unix_address(name: str) -> str:
+    """Where a process-local listener binds: Linux's abstract namespace (no file to clean up,
+    gone with the process), else a file in the temp dir. `name` must be unique per process."""
+    if sys.platform.startswith("linux"):
+        return "\0kray-" + name
+    import tempfile
+    return os.path.join(tempfile.gettempdir(), f"kray-{name}.sock")
+
+
+class PipelinedConnection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, response_bytes_max: int):
+        self.reader, self.writer = reader, writer
+        self.response_bytes_max = response_bytes_max
+        self.correlation_ids = itertools.count(1)
+        self.waiting: dict[int, asyncio.Future] = {}
+        self.failure: Exception | None = None
+        self.receiver = asyncio.ensure_future(self._receive())
+
+    @classmethod
+    async def open_unix(cls, path: str, *, timeout_s: float, response_bytes_max: int) -> "PipelinedConnection":
+        reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path, limit=READ_CHUNK_BYTES), timeout_s)
+        return cls(reader, writer, response_bytes_max)
+
+    @classmethod
+    async def open_tcp(cls, host: str, port: int, *, timeout_s: float,
+                       response_bytes_max: int) -> "PipelinedConnection":
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+        return cls(reader, writer, response_bytes_max)
+
+    @property
+    def usable(self) -> bool:
+        return self.failure is None
+
+    async def call(self, build: Callable[[int], list], timeout_s: float | None) -> memoryview:
+        """Send the frame `build(correlation_id)` returns (a list of byte chunks, size prefix
+        included); return the response body after its correlation id."""
+        if self.failure is not None:
+            raise ConnectionClosed(f"connection closed: {self.failure}")
+        correlation_id = next(self.correlation_ids) & 0x7FFFFFFF
+        future = asyncio.get_running_loop().create_future()
+        self.waiting[correlation_id] = future
+        self.writer.writelines(build(correlation_id))
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except asyncio.TimeoutError:
+            self._fail(ConnectionClosed(f"no answer within {timeout_s} s"))
+            raise ConnectionClosed(f"no answer within {timeout_s} s") from None
+        except asyncio.CancelledError:
+            self.waiting.pop(correlation_id, None)  # the answer, when it comes, is dropped
+            raise
+
+    async def _receive(self) -> None:
+        decoder = FrameDecoder(self.response_bytes_max)
+        try:
+            while True:
+                data = await self.reader.read(READ_CHUNK_BYTES)
+                if not data:
+                    raise ConnectionClosed("the peer closed the connection")
+                for body in decoder.feed(data):
+                    body = memoryview(body)
+                    if len(body) < 4:
+                        raise ConnectionClosed("a response shorter than its correlation id")
+                    future = self.waiting.pop(INT32.unpack_from(body, 0)[0], None)
+                    if future is not None and not future.done():
+                        future.set_result(body[4:])
+        except asyncio.CancelledError:
+            self._fail(ConnectionClosed("closed"))
+        except Exception as e:
+            self._fail(e)
+
+    def _fail(self, error: Exception) -> None:
+        if self.failure is None:
+            self.failure = error
+        for future in self.waiting.values():
+            if not future.done():
+                future.set_exception(ConnectionClosed(str(error)))
+        self.waiting.clear()
+        self.writer.close()
+
+    def close(self) -> None:
+        self.receiver.cancel()
+        self._fail(ConnectionClosed("closed"))
+
+
+# A handler takes one request frame body and returns the response frame (a list of byte chunks,
+# size prefix included), or raises to close the connection.
+Handle = Callable[[memoryview], Awaitable[list]]
+
+
+async def serve_multiplexed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handle: Handle, *,
+                            frame_bytes_max: int, inflight_requests_max: int) -> None:
+    decoder = FrameDecoder(frame_bytes_max)
+    slots = asyncio.Semaphore(inflight_requests_max)
+    tasks: set[asyncio.Task] = set()
+    broken = asyncio.Event()
+
+    async def answer(body: memoryview) -> None:
+        try:
+            frame = await handle(body)
+            writer.writelines(frame)
+            await writer.drain()
+        except ConnectionError:
+            broken.set()
+        except Exception as e:
+            log.warning("closing an internal connection: %s", e)
+            broken.set()
+            writer.transport.abort()
+        finally:
+            slots.release()
+
+    try:
+        while not broken.is_set():
+            data = await reader.read(READ_CHUNK_BYTES)
+            if not data:
+                break
+            try:
+                frames = decoder.feed(data)
+            except (FrameTooLarge, MalformedFrame) as e:
+                log.warning("closing an internal connection: %s", e)
+                break
+            for body in frames:
+                await slots.acquire()
+                task = asyncio.ensure_future(answer(memoryview(body)))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        # requests already started run to their end (a share fetch may have acquired records by
+        # now: its leader keeps them locked until released or expired); their answers are dropped
+        writer.close()

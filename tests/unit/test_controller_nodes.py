@@ -1,0 +1,30 @@
+"""Broker ids of Ray nodes (actors/controller/nodes.py): labels first, then the id a node recorded
+beside its data, else a new one that no live broker has."""
+import pytest
+
+from actors.controller.nodes import NodeView, proposed_broker_id, recorded_broker_id
+
+
+def node(**labels):
+    return NodeView.of({"NodeID": "ab" * 28, "Alive": True, "NodeManagerAddress": "10.0.0.5", "Labels": labels})
+
+
+def test_labels_name_the_broker_its_port_and_controller_only_nodes():
+    assert node(**{"kray-broker-id": "3", "kray-port": "9094"}).labelled_broker_id == 3
+    assert node(**{"kray-port": "9094"}).port == 9094
+    assert node().labelled_broker_id is None and node().hosts_broker
+    assert not node(**{"kray-role": "controller"}).hosts_broker
+    with pytest.raises(ValueError, match="kray-broker-id"):
+        node(**{"kray-broker-id": "first"}).labelled_broker_id
+
+
+def test_new_ids_prefer_the_configured_one_then_the_lowest_free():
+    assert proposed_broker_id(0, set()) == 0
+    assert proposed_broker_id(0, {0, 1, 3}) == 2
+    assert proposed_broker_id(7, {0}) == 7
+
+
+def test_a_node_finds_its_recorded_id_again(tmp_path):
+    assert recorded_broker_id(str(tmp_path), proposed=4) == 4
+    assert recorded_broker_id(str(tmp_path), proposed=9) == 4, "meta.properties wins over a new proposal"
+    assert "broker.id=4" in (tmp_path / "meta.properties").read_text()

@@ -1,0 +1,56 @@
+"""The gateway -> partition data path (actors/partition/wire.py): frames round-trip with record
+bytes untouched, and malformed frames are refused with MalformedMessage (which closes that one
+internal connection) instead of crashing or being misread."""
+import random
+
+import pytest
+
+from actors.partition import wire
+from protocol.errors import MalformedMessage
+from protocol.framing import FrameDecoder
+
+
+def _body(chunks) -> memoryview:
+    [body] = FrameDecoder(1 << 30).feed(b"".join(chunks))
+    return memoryview(body)
+
+
+def test_request_round_trips_with_blobs_as_sent():
+    records = bytes(range(256)) * 40
+    api_key, correlation_id, args, blobs = wire.decode_request(_body(
+        wire.encode_request(wire.PRODUCE, 77, [3, -1, 30000], (records,))))
+    assert (api_key, correlation_id, args) == (wire.PRODUCE, 77, [3, -1, 30000])
+    assert [bytes(b) for b in blobs] == [records]
+
+
+def test_response_round_trips_and_empty_blobs_stay_empty():
+    body = _body(wire.encode_response(9, [0, 10, 10, 0, None], (b"",)))
+    assert body[:4].tobytes() == (9).to_bytes(4, "big")
+    args, blobs = wire.decode_response(body[4:])
+    assert args == [0, 10, 10, 0, None] and [bytes(b) for b in blobs] == [b""]
+
+
+@pytest.mark.parametrize("mangle", [
+    lambda b: b[:8],                                   # shorter than its header
+    lambda b: b"\x00\x00" + b[2:],                     # a Kafka api key (Produce), not an internal one
+    lambda b: b[:10] + b"\xff\xff\xff\xff" + b[14:],  # a meta size past the end
+    lambda b: b + b"junk",                             # bytes after the last blob
+    lambda b: b[:-1],                                  # a blob cut short
+])
+def test_malformed_requests_are_refused(mangle):
+    good = bytes(_body(wire.encode_request(wire.FETCH, 1, [0, 1024, 0, 0], (b"abc",))))
+    with pytest.raises(MalformedMessage):
+        wire.decode_request(memoryview(mangle(good)))
+
+
+def test_random_bytes_never_escape_as_other_errors():
+    rng = random.Random(932)
+    good = bytes(_body(wire.encode_request(wire.SHARE_FETCH, 5, ["g", "m", None, 500, 500, 1 << 20, True, False])))
+    for _ in range(3000):
+        data = bytearray(good)
+        for _ in range(rng.randint(1, 6)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        try:
+            wire.decode_request(memoryview(bytes(data[:rng.randint(0, len(data))])))
+        except MalformedMessage:
+            pass
