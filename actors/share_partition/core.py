@@ -75,6 +75,7 @@ delivery attempt, as the KIP says). A group-level
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
@@ -85,12 +86,40 @@ from protocol.errors import ErrorCode
 __all__ = [
     "AckOutcome", "AckType", "Acquired", "Event", "IllegalTransition", "RecordState",
     "ShareMetrics", "SharePartition", "StateBatch", "TRANSITIONS", "next_state",
+    "parse_iso_duration_ms", "start_offset_timestamp",
 ]
 
 DEFAULT_RECORD_LOCK_DURATION_MS = 30_000      # group.share.record.lock.duration.ms
 DEFAULT_DELIVERY_COUNT_LIMIT = 5              # group.share.delivery.count.limit (2..10)
 DEFAULT_MAX_RECORD_LOCKS = 2000               # group.share.partition.max.record.locks
 DELIVERY_COUNT_LIMIT_MIN, DELIVERY_COUNT_LIMIT_MAX = 2, 10
+LATEST_TIMESTAMP, EARLIEST_TIMESTAMP = -1, -2  # ListOffsets: the end offset, the log start offset
+ISO_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
+
+
+def parse_iso_duration_ms(text: str) -> int:
+    """ISO-8601 durations as share.auto.offset.reset=by_duration:<duration> takes them (PnDTnHnMnS)."""
+    m = ISO_DURATION.match(text.strip().upper())
+    if not m or text.strip().upper() in ("P", "PT"):
+        raise ValueError(f"{text!r} is not an ISO-8601 duration such as PT1H or P1DT30M")
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
+    return int((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
+
+
+def start_offset_timestamp(reset: str | None, now_ms: int) -> int:
+    """Where a new share-partition starts, by ``share.auto.offset.reset``, as the ListOffsets
+    timestamp to look up: latest (the default) -> -1, the end offset; earliest -> -2, the log start;
+    by_duration:<ISO-8601 duration> -> ``now_ms`` minus the duration, the first record at or after
+    it (when there is none, the end offset: the caller looks up -1 then). Raises ValueError for
+    anything else."""
+    reset = reset or "latest"
+    if reset == "latest":
+        return LATEST_TIMESTAMP
+    if reset == "earliest":
+        return EARLIEST_TIMESTAMP
+    if reset.startswith("by_duration:"):
+        return now_ms - parse_iso_duration_ms(reset.split(":", 1)[1])
+    raise ValueError(f"share.auto.offset.reset must be latest, earliest or by_duration:<duration>, not {reset!r}")
 
 
 class RecordState(IntEnum):

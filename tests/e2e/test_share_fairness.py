@@ -1,4 +1,4 @@
-"""Share groups stay fair (issue 7, item 6a), with confluent-kafka 2.16.1's
+"""Share groups stay fair and lose nothing (issue 7, items 5 and 6a), with confluent-kafka 2.16.1's
 ShareConsumer against a real `kray start` that keeps Kafka's default acquisition lock (30 s), so a
 record held by a member that stopped polling stays held for 30 s."""
 import time
@@ -86,6 +86,24 @@ def drain(consumer, keys, want, timeout_s):
             consumer.acknowledge(m, AcknowledgeType.ACCEPT)
     consumer.commit_sync()
     return keys
+
+
+def test_latest_reset_keeps_every_record_produced_after_the_assignment(kray_fair):
+    """share.auto.offset.reset=latest (the default) is resolved when the group coordinator initializes the
+    share-partition (KIP-932 InitializeShareGroupState), not when the share-partition leader is first asked
+    for records: a consumer that has its assignment and then waits gets every record produced afterwards."""
+    group = f"latest-{uuid.uuid4().hex[:8]}"
+    topic = create_topic(kray_fair, 3)
+    produce(kray_fair, topic, 3, 30)            # before the group exists: latest skips these
+    c = share_consumer(kray_fair, group, topic)
+    try:
+        # subscribed, not fetching yet: the heartbeats run in librdkafka's background thread
+        wait_for(lambda: sum(assignments(kray_fair, group).values()) == 3, 30, "the member's assignment")
+        produce(kray_fair, topic, 3, 300, first=1000)
+        keys = drain(c, [], 300, 30)
+    finally:
+        c.close()
+    assert sorted(keys) == list(range(1000, 1300)), f"{len(keys)} of 300 records produced after the assignment"
 
 
 def test_a_joining_member_gets_work_while_idle_members_hold_fetches(kray_fair):
