@@ -3,7 +3,7 @@ PartitionActor, plus the coordinator that writes its log in process, so the shar
 partition's leadership). It replays the partition on first use, serves ShareGroupHeartbeat and
 the share group admin calls, appends each call's records before answering, expires member
 sessions on their deadlines, and has the share coordinators initialize newly assigned
-share-partitions.
+share-partitions, at the start offsets share.auto.offset.reset gives at that moment.
 """
 from __future__ import annotations
 
@@ -17,16 +17,40 @@ from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHos
 from actors.group_coordinator.core import GroupCoordinatorShard
 from actors.partition.actor import PartitionActor
 from actors.share_coordinator.core import state_partition_for
+from actors.share_partition.core import LATEST_TIMESTAMP, start_offset_timestamp
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("kray.group_coordinator")
 METADATA_POLL_S = 10.0
 DEADLINE_POLL_S_MAX = 1.0
 UNINITIALIZED_START_OFFSET = -1  # the share-partition leader picks it by share.auto.offset.reset
+NO_LEADER_EPOCH = -1
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+async def resolve_start_offset(partition, group_configs: dict, now_ms: int) -> int:
+    """Where a share-partition being initialized starts (KIP-932 InitializeShareGroupState), by the
+    group's share.auto.offset.reset, asked of the partition's leader actor (``list_offsets``, one Ray
+    call; two for by_duration with no record that recent, which starts at the end): latest = the end
+    offset now, so that every record produced after a member's assignment is delivered; earliest =
+    the log start. UNINITIALIZED_START_OFFSET if it cannot be told (no handle, an error): the
+    share-partition leader then resolves it when it first loads the state."""
+    if partition is None:
+        return UNINITIALIZED_START_OFFSET
+    isolation = READ_COMMITTED if group_configs.get("share.isolation.level") == "read_committed" else READ_UNCOMMITTED
+    try:
+        timestamp = start_offset_timestamp(group_configs.get("share.auto.offset.reset"), now_ms)
+        error, offset, *_ = await partition.list_offsets.remote(timestamp, NO_LEADER_EPOCH, isolation)
+        if not error and offset < 0 and timestamp != LATEST_TIMESTAMP:
+            error, offset, *_ = await partition.list_offsets.remote(LATEST_TIMESTAMP, NO_LEADER_EPOCH, isolation)
+    except Exception as e:
+        log.warning("looking up the start offset of a share-partition failed: %s", e)
+        return UNINITIALIZED_START_OFFSET
+    return offset if not error and offset >= 0 else UNINITIALIZED_START_OFFSET
 
 
 class GroupCoordinatorActor(PartitionActor):
@@ -121,13 +145,23 @@ class GroupCoordinatorActor(PartitionActor):
         return result
 
     async def _initialize(self, group_id: str, partitions: list, state_epoch: int) -> None:
-        """InitializeShareGroupState for newly subscribed share-partitions, then make them assignable."""
+        """InitializeShareGroupState for newly subscribed share-partitions, at the offsets where
+        share.auto.offset.reset says they start (resolved now, before any member is assigned them),
+        then make them assignable."""
+        try:  # every partition actor's handle: once per initialization, not on the data path
+            image = await self.controller.wait_for_metadata.remote(-1, 0)
+        except Exception as e:
+            log.warning("no metadata to look up share-partition start offsets: %s", e)
+            image = None
+        configs = image.group_configs.get(group_id, {}) if image is not None else {}
         done, failed = [], []
         for topic_id, index in partitions:
             try:
+                partition = image.partition_actors.get((topic_id, index)) if image is not None else None
+                start_offset = await resolve_start_offset(partition, configs, now_ms())
                 coordinator = await self._share_coordinator(group_id, topic_id, index)
                 error, message = await coordinator.initialize_state.remote(group_id, topic_id, index, state_epoch,
-                                                                           UNINITIALIZED_START_OFFSET)
+                                                                           start_offset)
             except Exception as e:
                 error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
             (failed if error else done).append((topic_id, index))

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from actors import internal_topics, metrics
 from actors.share_coordinator.core import state_partition_for
-from actors.share_partition.core import SharePartition
+from actors.share_partition.core import LATEST_TIMESTAMP, SharePartition, start_offset_timestamp
 from actors.share_partition.state_client import StateConnection
 from actors.startup import start_unless_started, succeeded
 from protocol.errors import ErrorCode
@@ -43,18 +42,6 @@ WRITE_VERSION = 1
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-ISO_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
-
-
-def parse_iso_duration_ms(text: str) -> int:
-    """ISO-8601 durations as share.auto.offset.reset=by_duration:<duration> takes them (PnDTnHnMnS)."""
-    m = ISO_DURATION.match(text.strip().upper())
-    if not m or text.strip().upper() in ("P", "PT"):
-        raise ValueError(f"{text!r} is not an ISO-8601 duration such as PT1H or P1DT30M")
-    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
-    return int((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
 
 
 @dataclass
@@ -172,7 +159,10 @@ class ShareLeaders:
             self.state_epochs[group_id] = result.state_epoch
             sp.take_dirty()
             return sp
-        start = self._initial_offset(configs)  # where share.auto.offset.reset says (Kafka's default: latest)
+        # The group coordinator resolves share.auto.offset.reset when it initializes the share-partition
+        # (KIP-932 InitializeShareGroupState), so that nothing produced after a member's assignment is
+        # skipped. When it could not (or the state was never initialized), it is resolved here, now.
+        start = self._initial_offset(configs)
         sp.load(start, [], log_start_offset=core.log_start_offset)
         if result.error_code == 0:  # initialized by the group coordinator without a start offset
             self.state_epochs[group_id] = result.state_epoch
@@ -190,14 +180,16 @@ class ShareLeaders:
         return sp
 
     def _initial_offset(self, group_configs: dict) -> int:
-        reset = group_configs.get("share.auto.offset.reset", "latest")
+        """Where share.auto.offset.reset (Kafka's default: latest) starts the share-partition now."""
         core = self.partition.core
-        if reset == "earliest":
-            return core.log_start_offset
-        if reset.startswith("by_duration:"):
-            error, offset, _ = core.list_offsets(now_ms() - parse_iso_duration_ms(reset.split(":", 1)[1]))
-            return offset if error == 0 and offset >= 0 else core.high_watermark
-        return core.high_watermark
+        try:
+            timestamp = start_offset_timestamp(group_configs.get("share.auto.offset.reset"), now_ms())
+        except ValueError:  # configs are validated when set: not expected
+            timestamp = LATEST_TIMESTAMP
+        error, offset, _ = core.list_offsets(timestamp)
+        if error or offset < 0:  # by_duration: no record that recent
+            error, offset, _ = core.list_offsets(LATEST_TIMESTAMP)
+        return offset if error == 0 and offset >= 0 else core.high_watermark
 
     async def get(self, group_id: str) -> SharePartition:
         sp = self.groups.get(group_id)

@@ -31,10 +31,14 @@ KIP-932 decisions (section names of the KIP):
   in-flight records whatever their state, exactly like Kafka's ``SharePartition`` (in-flight count
   = SPEO - SPSO). Available in-flight records can always be re-acquired; new records beyond the
   SPEO are acquired only while the window has room, rounded up to the end of the log batch (so the
-  window may overshoot by less than one batch, as in Kafka).
-* Batches ("Batching"): acquisition works on whole log batches when it can. ``max_records`` is a
-  soft limit: once reached, acquisition continues to the end of the log batch that holds the
-  last acquired offset. A batch is only acquired partially when its records' states differ.
+  window may overshoot by less than one batch, as in Kafka), but never past ``max_records``.
+* Batches and MaxRecords ("Batching"; KIP-1206): ``max_records`` is a hard limit in every acquire
+  mode; a log batch is acquired partially when it must (its bytes are still sent whole, and
+  AcquiredRecords lists only the acquired offsets: the client drops the rest). Kafka's default
+  ``batch_optimized`` mode rounds up to whole batches instead; with producer batches of ~1,000
+  records and librdkafka's MaxRecords of 500, that let idle members' waiting ShareFetches hoard
+  records a joining member then waited a lock duration (30 s) for (issue 7, item 6a). In
+  ``record_limit`` mode the in-flight window is not rounded up either.
 * Gaps ("Fetching and acknowledging records", unmaterialized batches; "Log compaction"): the range
   from the first fetched batch's base offset to the last batch's last offset is acquired as a
   whole, including offsets the log lacks (compaction, control records); the consumer acknowledges
@@ -65,12 +69,13 @@ KIP-932 decisions (section names of the KIP):
 Not done (later Kafka behaviour beyond KIP-932): delivering a record on its last attempt alone /
 throttling batches of much-redelivered records; decrementing the delivery count when a session
 closes with records it may never have handed over (Kafka 4.1+; here a closed session counts as a
-delivery attempt, as the KIP says); the record_limit acquire mode (ShareFetch v2). A group-level
+delivery attempt, as the KIP says). A group-level
 ``share.record.lock.duration.ms`` is applied by setting ``record_lock_duration_ms``.
 """
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
@@ -81,12 +86,40 @@ from protocol.errors import ErrorCode
 __all__ = [
     "AckOutcome", "AckType", "Acquired", "Event", "IllegalTransition", "RecordState",
     "ShareMetrics", "SharePartition", "StateBatch", "TRANSITIONS", "next_state",
+    "parse_iso_duration_ms", "start_offset_timestamp",
 ]
 
 DEFAULT_RECORD_LOCK_DURATION_MS = 30_000      # group.share.record.lock.duration.ms
 DEFAULT_DELIVERY_COUNT_LIMIT = 5              # group.share.delivery.count.limit (2..10)
 DEFAULT_MAX_RECORD_LOCKS = 2000               # group.share.partition.max.record.locks
 DELIVERY_COUNT_LIMIT_MIN, DELIVERY_COUNT_LIMIT_MAX = 2, 10
+LATEST_TIMESTAMP, EARLIEST_TIMESTAMP = -1, -2  # ListOffsets: the end offset, the log start offset
+ISO_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
+
+
+def parse_iso_duration_ms(text: str) -> int:
+    """ISO-8601 durations as share.auto.offset.reset=by_duration:<duration> takes them (PnDTnHnMnS)."""
+    m = ISO_DURATION.match(text.strip().upper())
+    if not m or text.strip().upper() in ("P", "PT"):
+        raise ValueError(f"{text!r} is not an ISO-8601 duration such as PT1H or P1DT30M")
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
+    return int((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
+
+
+def start_offset_timestamp(reset: str | None, now_ms: int) -> int:
+    """Where a new share-partition starts, by ``share.auto.offset.reset``, as the ListOffsets
+    timestamp to look up: latest (the default) -> -1, the end offset; earliest -> -2, the log start;
+    by_duration:<ISO-8601 duration> -> ``now_ms`` minus the duration, the first record at or after
+    it (when there is none, the end offset: the caller looks up -1 then). Raises ValueError for
+    anything else."""
+    reset = reset or "latest"
+    if reset == "latest":
+        return LATEST_TIMESTAMP
+    if reset == "earliest":
+        return EARLIEST_TIMESTAMP
+    if reset.startswith("by_duration:"):
+        return now_ms - parse_iso_duration_ms(reset.split(":", 1)[1])
+    raise ValueError(f"share.auto.offset.reset must be latest, earliest or by_duration:<duration>, not {reset!r}")
 
 
 class RecordState(IntEnum):
@@ -408,9 +441,10 @@ class SharePartition:
         ``batches``: (base_offset, last_offset) of the log batches read, in offset order, from
         ``fetch_offset`` (the value of ``fetch_offset()`` the read used; if given, Available
         records between it and the first batch are archived as no longer in the log).
-        ``max_records``: soft limit, rounded up to the end of a log batch; with ``record_limit``
-        (ShareFetch v2 acquire mode record_limit, KIP-1206) a hard one, splitting a log batch if it
-        must (the whole batch is still sent; the client keeps the acquired records). ``batch_size``: split the
+        ``max_records``: a hard limit in every acquire mode, splitting a log batch if it must (the
+        whole batch is still sent; the client keeps the acquired records); ``record_limit``
+        (ShareFetch v2 acquire mode record_limit, KIP-1206) also keeps the in-flight window from
+        rounding up to the end of a log batch. ``batch_size``: split the
         returned ranges at log batch boundaries once they hold that many records (ShareFetch
         BatchSize). ``aborted``: offset ranges of aborted transactional batches (read_committed).
         Returns the AcquiredRecords ranges, in offset order."""
@@ -437,42 +471,33 @@ class SharePartition:
         self._settle()
         lo = max(base, self._start)
 
-        # 1. Available in-flight records in [lo, min(hi, SPEO - 1)]
+        # 1. Available in-flight records in [lo, min(hi, SPEO - 1)], at most max_records of them
         remaining = max_records
-        stop: int | None = None         # set once max_records is reached: end of that log batch
         spans: list[tuple[int, int]] = []
         k = max(bisect_right(self._firsts, lo) - 1, 0)
         in_flight_hi = min(hi, self._end - 1)
-        while k < len(self._ranges):
+        while k < len(self._ranges) and remaining > 0:
             r = self._ranges[k]
             k += 1
-            if r.first > in_flight_hi or (stop is not None and r.first > stop):
+            if r.first > in_flight_hi:
                 break
             if r.state is not AVAILABLE or r.last < lo:
                 continue
-            a, b = max(r.first, lo), min(r.last, in_flight_hi)
-            if stop is not None:
-                b = min(b, stop)
-            elif b - a + 1 >= remaining:
-                stop = a + remaining - 1 if record_limit else _batch_end(bases, batches, a + remaining - 1)
-                b = min(b, stop)
-                remaining = 0
-            else:
-                remaining -= b - a + 1
+            a = max(r.first, lo)
+            b = min(r.last, in_flight_hi, a + remaining - 1)
+            remaining -= b - a + 1
             spans.append((a, b))
         for a, b in spans:
             self._update(a, b, Event.ACQUIRE, member_id=member_id, now_ms=now_ms)
 
-        # 2. new records beyond the SPEO, while the in-flight window has room
+        # 2. new records beyond the SPEO, up to max_records in all, while the in-flight window has room
+        # (batch_optimized: the window rounds up to the end of a log batch, never past max_records)
         new_span = None
-        if hi >= self._end and (stop is None or stop >= self._end):
+        if hi >= self._end and remaining > 0:
             room = self.max_record_locks - self.in_flight_count()
             if room > 0:
-                if stop is None:
-                    x = self._end + min(remaining, room) - 1
-                    end = min(x, hi) if record_limit else hi if x >= hi else _batch_end(bases, batches, x)
-                else:
-                    end = min(hi, stop)
+                x = self._end + min(remaining, room) - 1
+                end = min(hi, self._end + remaining - 1, x if record_limit else _batch_end(bases, batches, x))
                 new_span = (self._end, end)
                 deadline = now_ms + self.record_lock_duration_ms
                 self._append(_Range(self._end, end, ACQUIRED, 1, member_id, deadline))

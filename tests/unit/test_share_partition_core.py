@@ -243,11 +243,30 @@ def test_spso_follows_the_kip_example():
 
 # ---------------------------------------------------------------------------- limits and batches
 
-def test_max_records_rounds_up_to_whole_batches():
-    sp = make()
-    assert sp.acquire("m1", [(0, 4), (5, 9)], max_records=3, now_ms=0) == [Acquired(0, 4, 1)]
-    assert sp.acquire("m1", [(5, 9)], max_records=5, now_ms=0) == [Acquired(5, 9, 1)]
-    assert sp.acquire("m1", [(10, 14), (15, 19)], max_records=6, now_ms=0) == [Acquired(10, 19, 1)]
+def test_max_records_is_a_hard_limit_in_every_acquire_mode():
+    """Issue 7 item 6a: librdkafka asks for 500 records and producers write batches of ~1,000; acquiring
+    whole batches let idle members' waiting ShareFetches hoard records a joining member then waited 30 s
+    for. A log batch is split instead (its bytes are sent whole; AcquiredRecords lists what is held)."""
+    for record_limit in (False, True):
+        sp = make()
+        assert sp.acquire("m1", [(0, 999)], max_records=500, now_ms=0, record_limit=record_limit) == [
+            Acquired(0, 499, 1)]
+        assert sp.fetch_offset() == 500
+        assert sp.acquire("m2", [(0, 999)], max_records=500, now_ms=0, fetch_offset=500,
+                          record_limit=record_limit) == [Acquired(500, 999, 1)]
+        sp = make()
+        assert sp.acquire("m1", [(0, 4), (5, 9)], max_records=3, now_ms=0, record_limit=record_limit) == [
+            Acquired(0, 2, 1)]
+        assert sp.acquire("m1", [(0, 4), (5, 9)], max_records=6, now_ms=0, fetch_offset=3,
+                          record_limit=record_limit) == [Acquired(3, 8, 1)]
+        # Available in-flight records too: a released batch goes out MaxRecords at a time
+        sp = make()
+        sp.acquire("m1", [(0, 999)], max_records=1000, now_ms=0)
+        sp.acknowledge("m1", [(0, 999, [RELEASE])], now_ms=1)
+        assert sp.acquire("m2", [(0, 999)], max_records=300, now_ms=2, fetch_offset=0,
+                          record_limit=record_limit) == [Acquired(0, 299, 2)]
+        assert sp.acquire("m3", [(0, 999)], max_records=300, now_ms=2, fetch_offset=300,
+                          record_limit=record_limit) == [Acquired(300, 599, 2)]
 
 
 def test_partial_batch_only_when_states_differ():
@@ -255,9 +274,9 @@ def test_partial_batch_only_when_states_differ():
     sp.acquire("m1", [(0, 9)], max_records=10, now_ms=0)
     sp.acknowledge("m1", [(0, 9, [RELEASE, ACCEPT, RELEASE, RELEASE, ACCEPT, RELEASE, RELEASE, RELEASE,
                                   RELEASE, RELEASE])], now_ms=1)
-    # 0 Available, 1 Ack, 2-3 Available, 4 Ack, 5-9 Available; max_records=2 rounds up to the batch
-    got = sp.acquire("m2", [(0, 9)], max_records=2, now_ms=2, fetch_offset=0)
-    assert got == [Acquired(0, 0, 2), Acquired(2, 3, 2), Acquired(5, 9, 2)]
+    # 0 Available, 1 Ack, 2-3 Available, 4 Ack, 5-9 Available
+    got = sp.acquire("m2", [(0, 9)], max_records=6, now_ms=2, fetch_offset=0)
+    assert got == [Acquired(0, 0, 2), Acquired(2, 3, 2), Acquired(5, 7, 2)]
 
 
 def test_max_record_locks_bounds_the_in_flight_window():
@@ -266,6 +285,10 @@ def test_max_record_locks_bounds_the_in_flight_window():
     got = sp.acquire("m1", log, max_records=100, now_ms=0)
     # 10 allowed, rounded up to the end of the batch holding offset 9: 0-11
     assert got == [Acquired(0, 11, 1)] and sp.in_flight_count() == 12
+    # rounded up to the batch, but never past MaxRecords; record_limit stops at the window exactly
+    assert make(max_record_locks=10).acquire("m1", log, max_records=11, now_ms=0) == [Acquired(0, 10, 1)]
+    assert make(max_record_locks=10).acquire("m1", log, max_records=11, now_ms=0, record_limit=True) == [
+        Acquired(0, 9, 1)]
     assert sp.fetch_offset() is None
     assert sp.acquire("m2", log[3:], max_records=100, now_ms=0) == []
     # Available in-flight records are still handed out at the limit
@@ -474,10 +497,8 @@ def test_cost_grows_with_ranges_not_records():
 
 # ---------------------------------------------------------------------------- acquire mode record_limit (KIP-1206)
 
-def test_record_limit_splits_a_log_batch_and_batch_optimized_rounds_up():
+def test_record_limit_splits_a_log_batch():
     batches = [(0, 9), (10, 19)]
-    soft = make()
-    assert [tuple(a) for a in soft.acquire("m1", batches, max_records=3, now_ms=0)] == [(0, 9, 1)]
     hard = make()
     assert [tuple(a) for a in hard.acquire("m1", batches, max_records=3, now_ms=0, record_limit=True)] == [(0, 2, 1)]
     assert [tuple(a) for a in hard.acquire("m2", batches, max_records=12, now_ms=0, record_limit=True)] == \

@@ -97,15 +97,13 @@ class Model:
                 if stop is None:
                     remaining -= 1
                     if remaining == 0:
-                        stop = o if record_limit else batch_end(o)
-        if hi >= self.end and (stop is None or stop >= self.end):
+                        stop = o                # MaxRecords is a hard limit in every acquire mode
+        if hi >= self.end and stop is None:
             room = self.max_locks - (self.end - self.start)
             if room > 0:
-                if stop is None:
-                    x = self.end + min(remaining, room) - 1
-                    last = min(x, hi) if record_limit else hi if x >= hi else batch_end(x)
-                else:
-                    last = min(hi, stop)
+                x = self.end + min(remaining, room) - 1
+                # the in-flight window rounds up to a batch end (not in record_limit mode), never past MaxRecords
+                last = min(hi, self.end + remaining - 1, x if record_limit else batch_end(x))
                 for o in range(self.end, last + 1):
                     self.recs[o] = [ACQUIRED, 1, member, now + self.lock_ms]
                     got.append(o)
@@ -301,8 +299,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
                                   read_from if pass_fetch_offset else None, aborted, record_limit)
         assert [(o, a.delivery_count) for a in got for o in range(a.first_offset, a.last_offset + 1)] == want
         assert all(a.first_offset <= a.last_offset for a in got)
-        if record_limit:             # KIP-1206: a hard limit
-            assert len(want) <= max_records
+        assert len(want) <= max_records   # a hard limit in every acquire mode (KIP-1206 record_limit, and issue 7 6a)
         if batch_size is None:       # returned ranges are maximal
             assert all(x.last_offset + 1 != y.first_offset or x.delivery_count != y.delivery_count
                        for x, y in zip(got, got[1:]))
