@@ -60,6 +60,11 @@ class PartitionActor:
             self.listener = await start_listener(self, address, int(self.spec["broker_config"]["socket.request.max.bytes"]))
         return address
 
+    def node_id(self) -> str:
+        """The Ray node this replica runs on (where placement really put it)."""
+        import ray
+        return ray.get_runtime_context().get_node_id()
+
     async def until_closed(self) -> None:
         """Returns when this actor closes; raises in the caller when the actor dies, which is how
         the controller learns that Ray restarted it (and must have it listen again)."""
