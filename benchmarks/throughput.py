@@ -105,6 +105,8 @@ def worker_produce(p: dict) -> None:
         "enable.idempotence": False,
         "message.timeout.ms": int(p["timeout"] * 1000),
     }
+    if p.get("client_defaults"):  # what a user gets without tuning: librdkafka's own defaults
+        conf = {"bootstrap.servers": bs, "acks": p["acks"], "message.timeout.ms": int(p["timeout"] * 1000)}
     conf.update(p.get("producer_conf") or {})
 
     rng = random.Random(0xC0FFEE)
@@ -213,6 +215,9 @@ def worker_fetch(p: dict) -> None:
         "queued.max.messages.kbytes": p["queued_kbytes"],
         "queued.min.messages": 1_000_000,
     }
+    if p.get("client_defaults"):
+        conf = {k: conf[k] for k in ("bootstrap.servers", "group.id", "enable.auto.commit", "enable.auto.offset.store",
+                                     "auto.offset.reset", "enable.partition.eof")}
     conf.update(p.get("consumer_conf") or {})
     c = Consumer(conf)
     try:
@@ -624,7 +629,7 @@ def bench_target(name: str, bootstrap: str, args, sampler: MemSampler | None) ->
         log(f"{name}: idle RSS {out['idle_rss_mib']} MiB in {idle['procs']} process(es)")
     common = dict(bootstrap=bootstrap, records=args.records, size=args.record_size,
                   stall_timeout=args.stall_timeout,
-                  partitions=args.partitions, timeout=args.phase_timeout,
+                  partitions=args.partitions, timeout=args.phase_timeout, client_defaults=args.client_defaults,
                   progress_every=args.progress_every)
     stamp = f"{int(time.time())}-{os.getpid()}"
     try:
@@ -745,7 +750,8 @@ def write_outputs(doc: dict, outdir: Path) -> None:
         "",
         f"Workload: {w['records']:,} records × {w['record_size']} B random values "
         f"({w['records'] * w['record_size'] / MIB:,.0f} MiB) into {w['partitions']} partitions, "
-        f"acks={w['acks']}, linger.ms={w['linger_ms']}, batch.size={w['batch_size']}, no compression; "
+        + (f"acks={w['acks']}, both clients with librdkafka's default settings; " if w.get("client_defaults") else
+           f"acks={w['acks']}, linger.ms={w['linger_ms']}, batch.size={w['batch_size']}, no compression; ") +
         f"one producer process, then one consumer (assign from offset 0). {w['summary'].split()[0].capitalize()} "
         f"of {w['repeats']} runs per phase, each on a fresh topic (MB = 10⁶ B of record values). Latency = produce() → delivery callback, "
         f"sampled over ~{w['latency_samples']:,} records. RSS = peak sum over the broker's process tree.",
@@ -823,6 +829,8 @@ def parse_args(argv):
     ap.add_argument("--repeats", type=int, default=3, help="produce+fetch runs per target (fresh topic each)")
     ap.add_argument("--summary", default="median", choices=["median", "best"],
                     help="which run the table shows per phase: the median run by MB/s, or the best")
+    ap.add_argument("--client-defaults", action="store_true",
+                    help="producer and consumer with librdkafka's default settings (ignores the tuning flags)")
     ap.add_argument("--linger-ms", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=1 << 20)
     ap.add_argument("--queue-kbytes", type=int, default=16 * 1024,
@@ -867,7 +875,7 @@ def main(argv=None) -> int:
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": cmdline.strip(),
         "machine": machine_info(targets),
-        "workload": {"records": args.records, "record_size": args.record_size,
+        "workload": {"records": args.records, "record_size": args.record_size, "client_defaults": args.client_defaults,
                      "partitions": args.partitions, "acks": args.acks, "linger_ms": args.linger_ms,
                      "batch_size": args.batch_size, "queue_kbytes": args.queue_kbytes,
                      "fetch_max_bytes": args.fetch_max_bytes,
