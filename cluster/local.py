@@ -31,6 +31,9 @@ FAST_HEALTH_CHECKS = {"health_check_period_ms": 500, "health_check_failure_thres
 
 def _init_ray(address: str) -> None:
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    # Ray announces on every start that its token authentication is on: good, and nothing a Kray
+    # user must act on (Kray's own listeners are PLAINTEXT; see README), so keep the console quiet
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     ray.init(address=address, namespace=composition.NAMESPACE, include_dashboard=False, log_to_driver=False,
              configure_logging=True, logging_level=logging.WARNING)
 
