@@ -139,3 +139,40 @@ def test_a_joining_member_gets_work_while_idle_members_hold_fetches(kray_fair):
     finally:
         for c in idle + ([newcomer] if newcomer else []):
             c.close()
+
+
+def test_a_first_delivery_is_delivery_one_while_partitions_move(kray_fair):
+    """Members join one by one while records arrive, so partitions move between them and long
+    polls are given up on mid-wait; records may only be redelivered after a delivery, so no
+    first delivery may carry a delivery count above 1 (issue 7, item 6b: a cancelled waiting
+    ShareFetch used to acquire records nobody received, and their first delivery said 2)."""
+    group = f"first-{uuid.uuid4().hex[:6]}"
+    topic = create_topic(kray_fair, 3, group, "earliest")
+    producer = Producer({"bootstrap.servers": kray_fair, "linger.ms": 1, "batch.num.messages": 20})
+    members, seen, sent = [], {}, 0
+    deadline = time.monotonic() + 60
+    for round_ in range(12):
+        if round_ % 4 == 0:  # a new member at rounds 0, 4, 8: partitions move
+            members.append(share_consumer(kray_fair, group, topic))
+        for i in range(250):
+            producer.produce(topic, key=b"%d" % sent, value=b"v", partition=sent % 3)
+            sent += 1
+        producer.poll(0)
+        for c in members:
+            for m in c.poll(0.3):
+                if m.error() is None:
+                    seen.setdefault(int(m.key()), []).append(m.delivery_count())
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+    assert producer.flush(30) == 0
+    while len(seen) < sent and time.monotonic() < deadline:
+        for c in members:
+            for m in c.poll(0.3):
+                if m.error() is None:
+                    seen.setdefault(int(m.key()), []).append(m.delivery_count())
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+    for c in members:
+        c.commit_sync()
+        c.close()
+    assert sorted(seen) == list(range(sent))
+    first_counts = [counts[0] for counts in seen.values()]
+    assert first_counts.count(1) == sent, f"{sent - first_counts.count(1)} first deliveries carried a count > 1"
