@@ -25,7 +25,8 @@ from protocol.framing import FrameDecoder, FrameTooLarge, MalformedFrame
 from protocol.primitives import INT32
 
 log = logging.getLogger("kray.pipelined")
-READ_CHUNK_BYTES = 256 * 1024
+# a fetch answer is up to max.partition.fetch.bytes (1 MiB by default): read it in few pieces
+READ_CHUNK_BYTES = 1024 * 1024
 
 
 class ConnectionClosed(ConnectionError):
@@ -73,7 +74,7 @@ class PipelinedConnection:
         correlation_id = next(self.correlation_ids) & 0x7FFFFFFF
         future = asyncio.get_running_loop().create_future()
         self.waiting[correlation_id] = future
-        self.writer.writelines(build(correlation_id))
+        _write(self.writer, build(correlation_id))
         try:
             return await asyncio.wait_for(future, timeout_s)
         except asyncio.TimeoutError:
@@ -116,6 +117,22 @@ class PipelinedConnection:
         self._fail(ConnectionClosed("closed"))
 
 
+def _write(writer: asyncio.StreamWriter, chunks: list) -> None:
+    """Write a frame's chunks without joining them first (writelines joins: a copy of every
+    record batch): small heads are joined, large blobs go to the transport as they are."""
+    head = []
+    for chunk in chunks:
+        if len(chunk) < 64 * 1024:
+            head.append(chunk)
+            continue
+        if head:
+            writer.write(b"".join(head))
+            head = []
+        writer.write(chunk)
+    if head:
+        writer.write(b"".join(head))
+
+
 # A handler takes one request frame body and returns the response frame (a list of byte chunks,
 # size prefix included), or raises to close the connection.
 Handle = Callable[[memoryview], Awaitable[list]]
@@ -131,7 +148,7 @@ async def serve_multiplexed(reader: asyncio.StreamReader, writer: asyncio.Stream
     async def answer(body: memoryview) -> None:
         try:
             frame = await handle(body)
-            writer.writelines(frame)
+            _write(writer, frame)
             await writer.drain()
         except ConnectionError:
             broken.set()
