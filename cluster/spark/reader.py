@@ -40,6 +40,7 @@ class ShareBatch:
         self._parts = parts            # (reader actor, batch id, count, Arrow table ref)
         self._partitions = partitions
         self.count = sum(p[2] for p in parts)
+        self.counts_by_reader = {str(reader._actor_id.hex()): count for reader, _, count, _ in parts}
         self.settled: str | None = None
         self._df = None
         self._table: pa.Table | None = None

@@ -5,7 +5,7 @@ and the batches it has handed out but not yet settled.
 by the caller), so Spark gets few, large blocks. The actor keeps, per batch, which offsets of which
 partition it holds, and settles them (ACCEPT / RELEASE / REJECT) through the member that acquired
 them. A renewal thread RENEWs the locks of everything held (buffered or handed out) every half
-lock duration, so a long Spark job keeps its batch.
+third of the lock duration, so a long Spark job keeps its batch.
 """
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ RECORD_SCHEMA = pa.schema([
     ("delivery_count", pa.int32()),
 ])
 PREFETCH_RECORDS_DEFAULT = 5000
+RENEW_TICK_S = 0.1
+RENEWALS_PER_LOCK = 3   # renew every third of the lock duration: a round trip may wait behind a fetch
 
 
 def to_arrow(chunks: list[FetchedRecords]) -> pa.Table:
@@ -72,10 +74,12 @@ class ShareReaderActor:
         self._buffered = 0
         self._prefetch_records = prefetch_records
         self._held: dict[int, dict[tuple[str, int], list[int]]] = {}
+        self._lost: dict[int, dict[tuple[str, int], int]] = {}   # batch -> records delivered again meanwhile
         self._batch_ids = itertools.count(1)
         self._closed = False
         self.renew_locks = renew_locks
         self.renewals = 0
+        self.renew_failures = 0
         self.member = ShareGroupMember(bootstrap, group, topics, on_records=self._on_records,
                                        want_records=self._room, fetch_max_wait_ms=fetch_max_wait_ms,
                                        client_id=client_id)
@@ -92,9 +96,36 @@ class ShareReaderActor:
         with self._cond:
             for c in chunks:
                 if c.offsets:
+                    self._forget_stale(c)
                     self._buffer.append(c)
                     self._buffered += len(c.offsets)
             self._cond.notify_all()
+
+    def _forget_stale(self, chunk: FetchedRecords) -> None:
+        """Records fetched again were lost by an earlier hold (its lock expired): an unsettled batch
+        must not settle this new delivery, and an older buffered copy must not be handed out."""
+        tp, lo, hi = (chunk.topic, chunk.partition), chunk.offsets[0], chunk.offsets[-1]
+        new = None
+        for batch_id, held in self._held.items():
+            offsets = held.get(tp)
+            if not offsets or min(offsets) > hi or max(offsets) < lo:
+                continue
+            new = new or set(chunk.offsets)
+            keep = [o for o in offsets if o not in new]
+            if len(keep) < len(offsets):
+                held[tp] = keep
+                lost = self._lost.setdefault(batch_id, {})
+                lost[tp] = lost.get(tp, 0) + len(offsets) - len(keep)
+        for i, old in enumerate(self._buffer):
+            if (old.topic, old.partition) != tp or old.offsets[0] > hi or old.offsets[-1] < lo:
+                continue
+            new = new or set(chunk.offsets)
+            keep = [j for j, o in enumerate(old.offsets) if o not in new]
+            if len(keep) < len(old.offsets):
+                self._buffered -= len(old.offsets) - len(keep)
+                self._buffer[i] = FetchedRecords(old.topic, old.partition, *(
+                    [column[j] for j in keep] for column in (old.offsets, old.timestamps_ms, old.keys, old.values,
+                                                             old.headers, old.delivery_counts)))
 
     # ---- remote API ----
 
@@ -141,8 +172,11 @@ class ShareReaderActor:
             raise ValueError(f"ack_type must be ACCEPT, RELEASE or REJECT, got {ack_type}")
         with self._cond:
             held = self._held.pop(batch_id, None)
+            lost = self._lost.pop(batch_id, {})
         if held is None:
             return [f"batch {batch_id} is not held by this reader (already settled?)"]
+        failures = [f"{t}-{p}: {n} records were held past their lock and delivered again (renew locks, or "
+                    f"raise share.record.lock.duration.ms)" for (t, p), n in sorted(lost.items())]
         rejects: dict[tuple[str, int], set[int]] = {}
         for topic, partition, offset in rejected:
             for (t, p) in held:
@@ -150,10 +184,11 @@ class ShareReaderActor:
                     rejects.setdefault((t, p), set()).add(offset)
         acks = []
         for (topic, partition), offsets in held.items():
+            if not offsets:
+                continue
             bad = rejects.get((topic, partition), set()) & set(offsets)
             ranges = offset_ranges([o for o in offsets if o not in bad], ack_type) + offset_ranges(bad, REJECT)
             acks.append(_Ack(topic, partition, sorted(ranges)))
-        failures = []
         for a in self.member.acknowledge_many(acks, timeout_s):
             if a.error_code:
                 failures.append(f"{a.topic}-{a.partition}: {_error_name(a.error_code)}"
@@ -162,7 +197,7 @@ class ShareReaderActor:
 
     def stats(self) -> dict[str, Any]:
         with self._cond:
-            return {"buffered": self._buffered, "held_batches": len(self._held), "renewals": self.renewals,
+            return {"buffered": self._buffered, "held_batches": len(self._held), "renewals": self.renewals, "renew_failures": self.renew_failures,
                     "lock_duration_ms": self.member.lock_duration_ms, "member_id": self.member.member_id,
                     "error": repr(self.member.error) if self.member.error else None}
 
@@ -180,11 +215,15 @@ class ShareReaderActor:
             raise RuntimeError(f"the share group reader stopped: {self.member.error}")
 
     def _renew_loop(self) -> None:
+        last = time.monotonic()
         while not self._closed:
-            lock_ms = self.member.lock_duration_ms or 30000
-            time.sleep(max(0.2, lock_ms / 2000))
-            if self._closed or not self.renew_locks:
+            time.sleep(RENEW_TICK_S)
+            lock_ms = self.member.lock_duration_ms  # known after the first fetch
+            if self._closed or not self.renew_locks or lock_ms is None:
                 continue
+            if time.monotonic() - last < lock_ms / 1000 / RENEWALS_PER_LOCK:
+                continue
+            last = time.monotonic()
             with self._cond:
                 holding: dict[tuple[str, int], list[int]] = {}
                 for held in self._held.values():
@@ -195,8 +234,12 @@ class ShareReaderActor:
             if not holding:
                 continue
             acks = self.member.acknowledge_many([_Ack(t, p, offset_ranges(o, RENEW)) for (t, p), o in holding.items()],
-                                                timeout_s=lock_ms / 2000)
+                                                timeout_s=lock_ms / 1000 / RENEWALS_PER_LOCK)
             self.renewals += 1
+            failed = [f"{a.topic}-{a.partition}: {_error_name(a.error_code)}" for a in acks if a.error_code]
+            if failed:
+                self.renew_failures += 1
+                log.warning("renewing locks failed on %s", "; ".join(failed))
             if any(a.error_code == 35 for a in acks):  # UNSUPPORTED_VERSION
                 log.warning("the broker cannot renew locks (Kafka < 4.2): batches must finish within "
                             "the group's share.record.lock.duration.ms")
