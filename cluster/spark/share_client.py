@@ -451,6 +451,15 @@ class ShareGroupMember:
         if not sent:
             self._stop.wait(0.05)
             return
+        try:
+            fetched = self._receive_round(sent)
+        except BaseException as e:  # the connection broke mid-round: nobody waits for an answer in vain
+            self._answer([a for a in acks if not a.done.is_set()], ErrorCode.NETWORK_EXCEPTION, str(e))
+            raise
+        if fetched:
+            self.on_records(fetched)
+
+    def _receive_round(self, sent: list[tuple[int, str, list[_Ack]]]) -> list[FetchedRecords]:
         fetched: list[FetchedRecords] = []
         for node, kind, node_acks in sent:
             conn = self._leaders[node]
@@ -478,10 +487,10 @@ class ShareGroupMember:
                         elif p.error_code == 0 and p.acquired_records:
                             fetched.append(self._decode(name, p))
             for a in node_acks:
-                a.error_code, a.error_message = codes.get((a.topic, a.partition), (0, None))
+                a.error_code, a.error_message = codes.get((a.topic, a.partition), (
+                    ErrorCode.UNKNOWN_SERVER_ERROR, "the broker's answer did not mention this partition"))
                 a.done.set()
-        if fetched:
-            self.on_records(fetched)
+        return fetched
 
     def _share_fetch(self, node: int, partitions, ack_map, forgotten, max_records: int) -> ShareFetchRequest:
         topics: dict[str, list] = {}
