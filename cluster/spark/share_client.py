@@ -460,7 +460,9 @@ class ShareGroupMember:
             self.on_records(fetched)
 
     def _receive_round(self, sent: list[tuple[int, str, list[_Ack]]]) -> list[FetchedRecords]:
-        fetched: list[FetchedRecords] = []
+        """Read every answer and settle the waiting acknowledgements first; decode records last,
+        so a commit does not wait for the decoding of the next batch's records."""
+        to_decode: list[tuple[str, Any]] = []
         for node, kind, node_acks in sent:
             conn = self._leaders[node]
             r = conn.receive(timeout_s=SOCKET_TIMEOUT_S + self.fetch_max_wait_ms / 1000)
@@ -485,12 +487,12 @@ class ShareGroupMember:
                         if p.error_code in METADATA_ERRORS:
                             self._refresh_metadata()
                         elif p.error_code == 0 and p.acquired_records:
-                            fetched.append(self._decode(name, p))
+                            to_decode.append((name, p))
             for a in node_acks:
                 a.error_code, a.error_message = codes.get((a.topic, a.partition), (
                     ErrorCode.UNKNOWN_SERVER_ERROR, "the broker's answer did not mention this partition"))
                 a.done.set()
-        return fetched
+        return [self._decode(name, p) for name, p in to_decode]
 
     def _share_fetch(self, node: int, partitions, ack_map, forgotten, max_records: int) -> ShareFetchRequest:
         topics: dict[str, list] = {}
