@@ -8,7 +8,8 @@
 """
 from cluster.spark.reader import BatchSettleError, ShareBatch, ShareGroupReader
 from cluster.spark.session import SparkStartError, start_spark, stop_spark
+from cluster.spark.share_client import ShareClientError
 from cluster.spark.writer import TopicWriteError, write_topic
 
 __all__ = ["start_spark", "stop_spark", "ShareGroupReader", "ShareBatch", "write_topic",
-           "BatchSettleError", "TopicWriteError", "SparkStartError"]
+           "BatchSettleError", "TopicWriteError", "SparkStartError", "ShareClientError"]

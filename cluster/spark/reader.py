@@ -9,6 +9,7 @@ archives a record that keeps failing, as for any consumer.
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Iterable, Iterator
 
@@ -17,12 +18,33 @@ import ray
 
 from cluster.spark.convert import arrow_to_spark
 from cluster.spark.reader_actor import ShareReaderActor
-from cluster.spark.share_client import ACCEPT, REJECT, RELEASE
+from cluster.admin import AdminError
+from cluster.spark.share_client import ACCEPT, RELEASE, Connection, ShareClientError
+from protocol.messages import MetadataRequest
+
+log = logging.getLogger("kray.spark")
 
 # Kafka consumer configs the reader understands (Kafka's spelling), and what they map to
 CONSUMER_CONFIGS = {"fetch.max.wait.ms": "fetch_max_wait_ms", "client.id": "client_id"}
 TAKE_GRACE_S = 30.0
 ROUND_WAIT_S = 0.1
+
+
+def check_topics(bootstrap: str, topics: list[str]) -> None:
+    """Fail in the driver, with what to do, before any reader actor starts."""
+    try:
+        conn = Connection(bootstrap, "kray-spark-check")
+    except AdminError as e:
+        raise ShareClientError(str(e)) from None
+    try:
+        r = conn.call(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+                                      allow_auto_topic_creation=False))
+    finally:
+        conn.close()
+    missing = [t.name for t in r.topics if t.error_code]
+    if missing:
+        raise ShareClientError(f"cannot read {', '.join(missing)} from {bootstrap}: no such topic; create it first "
+                               f"(kray topics --bootstrap-server {bootstrap} --create --topic {missing[0]})")
 
 
 def split_evenly(total: int, weights: dict[int, int]) -> dict[int, int]:
@@ -122,8 +144,11 @@ class ShareBatch:
             return
         if exc_type is None:
             self.commit()
-        else:
+            return
+        try:
             self.release()
+        except Exception as e:  # the pipeline's own error is the one to see; the records come back anyway
+            log.warning("releasing a failed batch of %d records: %s", self.count, e)
 
     def __repr__(self) -> str:
         return f"ShareBatch(count={self.count}, readers={len(self._parts)}, settled={self.settled})"
@@ -148,6 +173,7 @@ class ShareGroupReader:
             options["prefetch_records"] = prefetch_records
         if not ray.is_initialized():
             raise RuntimeError("Ray is not running: call ray.init() (or start_spark) before ShareGroupReader")
+        check_topics(bootstrap, topics)
         self._spark = spark
         self._spark_partitions = spark_partitions
         self.group = group

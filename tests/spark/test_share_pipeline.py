@@ -241,3 +241,10 @@ def test_writing_rows_the_broker_cannot_take_raises(bootstrap, spark):
     with pytest.raises(TopicWriteError, match="not acknowledged"):
         write_topic(df, bootstrap, "no-such-topic-and-no-auto-create", producer_config={
             "message.timeout.ms": 2000, "allow.auto.create.topics": False})
+
+
+def test_reading_a_topic_that_does_not_exist_says_how_to_create_it(bootstrap, spark):
+    from cluster.spark import ShareClientError
+
+    with pytest.raises(ShareClientError, match="no such topic; create it first"):
+        ShareGroupReader(spark, bootstrap, "g-missing", ["no-such-topic"], readers=1)
