@@ -45,7 +45,9 @@ def load_example():
 
 @pytest.fixture(scope="module")
 def bootstrap(tmp_path_factory):
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    owns_ray = not ray.is_initialized()
+    if owns_ray:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     config = load_broker_config(DEFAULT_LOCAL_CONFIG, overrides=[
         f"log.dirs={tmp_path_factory.mktemp('kray-spark')}", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}",
         "group.share.heartbeat.interval.ms=1000", "group.share.min.heartbeat.interval.ms=500",
@@ -56,7 +58,8 @@ def bootstrap(tmp_path_factory):
         yield broker.start()
     finally:
         broker.stop()
-        ray.shutdown()
+        if owns_ray:
+            ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -248,3 +251,18 @@ def test_reading_a_topic_that_does_not_exist_says_how_to_create_it(bootstrap, sp
 
     with pytest.raises(ShareClientError, match="no such topic; create it first"):
         ShareGroupReader(spark, bootstrap, "g-missing", ["no-such-topic"], readers=1)
+
+
+def test_closing_a_reader_hands_what_it_held_to_another_at_once(bootstrap, spark):
+    topic, group = queue(bootstrap, 100)
+    first = ShareGroupReader(spark, bootstrap, group, [topic], readers=1)
+    batch = one_batch(first, 60)  # 60 in the batch, the other 40 in the reader's buffer
+    assert batch.count == 60
+    with ShareGroupReader(spark, bootstrap, group, [topic], readers=1) as second:
+        assert one_batch(second, 100, timeout_s=2.0) is None, "the first reader holds everything"
+        closed_at = time.monotonic()
+        first.close()
+        got = one_batch(second, 100, timeout_s=LOCK_MS / 1000)
+        assert time.monotonic() - closed_at < LOCK_MS / 1000, "released by close, not by lock expiry"
+        assert sorted(got.table.column("offset").to_pylist()) == list(range(100))
+        got.commit()
