@@ -129,14 +129,9 @@ class ControllerActor:
                 return serving
             if self.broker_failures:
                 raise OSError("; ".join(f"broker {b}: {why}" for b, why in sorted(self.broker_failures.items())))
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
+            if not await self._await_change(deadline):  # registrations and failures both bump
                 raise TimeoutError(f"{len(serving)} of {expected} brokers serve clients after {timeout_s:.0f} s; "
                                    f"Ray nodes: {len(ray.nodes())} (is every broker node up?)")
-            try:
-                await asyncio.wait_for(self.changed.wait(), min(remaining, NODE_POLL_S))
-            except asyncio.TimeoutError:
-                pass
 
     async def _watch_nodes(self) -> None:
         while True:
@@ -188,14 +183,8 @@ class ControllerActor:
         """Answer as soon as the metadata is newer than `known_version`, or at the timeout."""
         self._resume_supervision()
         deadline = asyncio.get_running_loop().time() + min(timeout_s, METADATA_WAIT_S_MAX)
-        while self.core.metadata_version <= known_version:
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                break
-            try:
-                await asyncio.wait_for(self.changed.wait(), remaining)
-            except asyncio.TimeoutError:
-                break
+        while self.core.metadata_version <= known_version and await self._await_change(deadline):
+            pass
         return self.image()
 
     def topic_configs(self, name: str) -> dict[str, Any] | None:
@@ -362,14 +351,20 @@ class ControllerActor:
         """Answer only once new partition leaders listen, so a client's first produce after a
         create finds the leader reachable from its gateway."""
         deadline = asyncio.get_running_loop().time() + PARTITION_START_TIMEOUT_S
-        while any(key not in self.partition_listeners for key in keys):
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                return
-            try:
-                await asyncio.wait_for(self.changed.wait(), remaining)
-            except asyncio.TimeoutError:
-                return
+        while any(key not in self.partition_listeners for key in keys) and await self._await_change(deadline):
+            pass
+
+    async def _await_change(self, deadline: float) -> bool:
+        """Wait for the next change (a persisted record or a bump); False once `deadline` (loop
+        time) passes without one."""
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return False
+        try:
+            await asyncio.wait_for(self.changed.wait(), remaining)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     def _start_partitions(self, topic: TopicState) -> list:
         """Start the missing partition actors of a topic (each supervised: asked to listen, and
