@@ -92,11 +92,17 @@ def encode_request(header: RequestHeader, body) -> bytes:
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, body) -> bytes:
     """A whole response frame (size prefix included); ``body`` is bytes-like or a list of bytes-like chunks."""
+    return b"".join(encode_response_chunks(api_key, api_version, correlation_id, body))
+
+
+def encode_response_chunks(api_key: int, api_version: int, correlation_id: int, body) -> list:
+    """``encode_response`` as a list of chunks, the body's chunks uncopied: a chunk may be any
+    object with a length that its writer knows how to send (the gateway's file regions)."""
     tagged = _EMPTY_TAGGED_FIELDS if response_header_version(api_key, api_version) == 1 else b""
     size_bytes = 4 + len(tagged) + p.size_bytes(body)
     out = [_RESPONSE_FIXED.pack(size_bytes, correlation_id), tagged]
     _append_body(out, body)
-    return b"".join(out)
+    return out
 
 
 def _append_body(out: list, body) -> None:

@@ -13,6 +13,7 @@ from typing import Awaitable, Callable
 
 from protocol.framing import FrameDecoder, FrameTooLarge, MalformedFrame
 from protocol.errors import MalformedMessage
+from actors.gateway.file_region import write_frame
 
 log = logging.getLogger("kray.gateway")
 
@@ -104,8 +105,13 @@ async def _respond_in_order(pending: asyncio.Queue, writer: asyncio.StreamWriter
             writer.transport.abort()
             return
         if frame is not None:
-            writer.write(frame)
-            await writer.drain()
+            try:
+                await write_frame(writer, frame)
+            except (ConnectionError, OSError) as e:
+                log.warning("closing connection to %s: %s", writer.get_extra_info("peername"), e)
+                _cancel_rest(pending)
+                writer.transport.abort()
+                return
 
 
 def _cancel_rest(pending: asyncio.Queue) -> None:

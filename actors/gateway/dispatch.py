@@ -11,9 +11,10 @@ from typing import Any, Awaitable, Callable
 
 from protocol.apis import API_BY_KEY
 from protocol.errors import ErrorCode, MalformedMessage
-from protocol.headers import RequestHeader, decode_request_header, encode_response
+from protocol.headers import RequestHeader, decode_request_header, encode_response, encode_response_chunks
 
 from actors.gateway.connection import CloseConnection
+from actors.gateway.file_region import FileRegion
 
 log = logging.getLogger("kray.gateway")
 
@@ -37,7 +38,7 @@ class Dispatcher:
     def advertised(self) -> list[tuple[int, int, int]]:
         return sorted((key, r.min_version, r.max_version) for key, r in self.routes.items())
 
-    async def __call__(self, body: memoryview, connection=None) -> bytes | None:
+    async def __call__(self, body: memoryview, connection=None) -> bytes | list | None:
         header, offset = decode_request_header(body)
         route = self.routes.get(header.api_key)
         spec = API_BY_KEY.get(header.api_key)
@@ -55,8 +56,10 @@ class Dispatcher:
             response = await route.handler(self.ctx, header, request)
         if route.no_response is not None and route.no_response(request):
             return None
-        return encode_response(header.api_key, header.api_version, header.correlation_id,
-                               response.encode(header.api_version))
+        chunks = response.encode_chunks(header.api_version)
+        if any(type(c) is FileRegion for c in chunks):  # a Fetch with records to send from files
+            return encode_response_chunks(header.api_key, header.api_version, header.correlation_id, chunks)
+        return encode_response(header.api_key, header.api_version, header.correlation_id, chunks)
 
     def _unsupported_api_versions(self, header: RequestHeader) -> bytes:
         from protocol.messages import ApiVersionsResponse

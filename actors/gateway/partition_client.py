@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from actors.gateway.file_region import FileRegion
 from actors.partition import wire
 from actors.partition.core import FetchResult, ProduceResult
 from actors.pipelined import PipelinedConnection
@@ -22,6 +23,7 @@ CONNECT_TIMEOUT_S = 10.0
 # carry their own timeout: a call that outlives its longest wait by this much means a stuck peer
 CALL_TIMEOUT_S = 60.0
 RESPONSE_BYTES_MAX = 256 * 1024 * 1024
+FETCH_ATTEMPTS = 3  # a fetch whose segment is deleted under it is asked again
 
 
 class SocketPartition:
@@ -54,9 +56,18 @@ class SocketPartition:
                              message)
 
     async def fetch(self, offset, max_bytes, *, leader_epoch, isolation_level):
-        (error, high_watermark, last_stable, log_start, message), (records,) = await self._call(
-            wire.FETCH, [offset, max_bytes, leader_epoch, isolation_level])
-        return FetchResult(error, high_watermark, last_stable, log_start, records, message)
+        """Records come back as a FileRegion: sent from the segment file when the response goes out."""
+        for _ in range(FETCH_ATTEMPTS):
+            (error, high_watermark, last_stable, log_start, message, path, position, size_bytes), _ = \
+                await self._call(wire.FETCH, [offset, max_bytes, leader_epoch, isolation_level])
+            if not size_bytes:
+                return FetchResult(error, high_watermark, last_stable, log_start, b"", message)
+            try:
+                records = FileRegion.open(path, position, size_bytes)
+            except FileNotFoundError:  # retention deleted the segment just now: ask again
+                continue
+            return FetchResult(error, high_watermark, last_stable, log_start, records, message)
+        raise ConnectionError(f"segment {path} vanished {FETCH_ATTEMPTS} times while fetching offset {offset}")
 
     async def wait_for_data(self, offset, timeout_ms):
         (ready,), _ = await self._call(wire.WAIT_FOR_DATA, [offset, timeout_ms],

@@ -114,6 +114,13 @@ class PartitionActor:
             return self.core.fetch_error(fenced)
         return self.core.fetch(offset, max_bytes, isolation_level=isolation_level)
 
+    async def fetch_slice(self, offset: int, max_bytes: int, leader_epoch: int, isolation_level: int):
+        """``fetch`` for this node's gateway: where the records lie, not the bytes (zero copy)."""
+        fenced = self._fence(leader_epoch)
+        if fenced:
+            return self.core.fetch_error(fenced)
+        return self.core.fetch_slice(offset, max_bytes, isolation_level=isolation_level)
+
     async def wait_for_data(self, offset: int, timeout_ms: int) -> bool:
         """True as soon as records at or beyond `offset` are readable; False after timeout_ms."""
         deadline = asyncio.get_running_loop().time() + timeout_ms / 1000

@@ -225,10 +225,19 @@ class PartitionCore:
         """Consumer fetch, bounded by the high watermark (= last stable offset: no transactions).
         ``min_one_batch``: KIP-74, a first batch larger than max_bytes is still returned whole
         (Kafka does so for the first partition of a response only)."""
+        return self._fetch(self._log.read, offset, max_bytes, min_one_batch)
+
+    def fetch_slice(self, offset: int, max_bytes: int, *, isolation_level: int = READ_UNCOMMITTED,
+                    min_one_batch: bool = True) -> FetchResult:
+        """``fetch`` answering where the records lie (a FileSlice of a segment) instead of the
+        bytes: the node's gateway sends them from the file (sendfile), as Kafka does."""
+        return self._fetch(self._log.slice, offset, max_bytes, min_one_batch)
+
+    def _fetch(self, read, offset: int, max_bytes: int, min_one_batch: bool) -> FetchResult:
         log = self._log
         high_watermark = log.high_watermark
         try:
-            records = log.read(offset, max_bytes, max_offset=high_watermark, min_one_batch=min_one_batch)
+            records = read(offset, max_bytes, max_offset=high_watermark, min_one_batch=min_one_batch)
         except OffsetOutOfRange as exc:
             return FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, high_watermark, high_watermark,
                                log.log_start_offset, b"", str(exc))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from actors.partition.log import FileSlice
 from actors.partition import wire
 from actors.pipelined import serve_multiplexed
 from protocol.errors import MalformedMessage
@@ -35,9 +36,10 @@ async def _produce(actor, args, blobs):
 
 async def _fetch(actor, args, blobs):
     offset, max_bytes, leader_epoch, isolation_level = _expect(args, 4, "fetch")
-    r = await actor.fetch(offset, max_bytes, leader_epoch, isolation_level)
-    records = r.records if r.records is not None else b""
-    return [r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.error_message], (records,)
+    r = await actor.fetch_slice(offset, max_bytes, leader_epoch, isolation_level)
+    path, position, size_bytes = r.records if isinstance(r.records, FileSlice) else ("", 0, 0)
+    return [r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.error_message,
+            path, position, size_bytes], ()
 
 
 async def _wait_for_data(actor, args, blobs):

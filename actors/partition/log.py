@@ -17,7 +17,7 @@ import os
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from protocol.record_batch import (
     INT32_MAX, NO_TIMESTAMP, BatchHeader, CorruptRecord, iter_batches, patch_base_offset,
@@ -35,6 +35,13 @@ DEFAULT_SEGMENT_BYTES = 1024 * 1024 * 1024        # segment.bytes
 DEFAULT_INDEX_INTERVAL_BYTES = 4096               # index.interval.bytes
 DEFAULT_SEGMENT_INDEX_BYTES = 10 * 1024 * 1024    # segment.index.bytes
 DEFAULT_SEGMENT_MS = 7 * 24 * 3600 * 1000         # segment.ms
+
+
+class FileSlice(NamedTuple):
+    """Bytes of a segment file: what a fetch sends, named rather than copied."""
+    path: str
+    position: int
+    size_bytes: int
 
 
 class OffsetOutOfRange(Exception):
@@ -248,19 +255,39 @@ class Log:
         partition of a fetch response, hence ``min_one_batch``), never batches at or beyond
         ``max_offset`` (the high watermark). Reads stay within one segment, like Kafka's.
         Empty at the end; OffsetOutOfRange outside [log_start_offset, log_end_offset]."""
+        found = self._find(offset, max_bytes, max_offset, min_one_batch)
+        if found is None:
+            return b""
+        segment, position, size_bytes = found
+        return os.pread(segment.fd, size_bytes, position)
+
+    def slice(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+              min_one_batch: bool = True) -> FileSlice:
+        """Where ``read`` would read: the segment file and byte range, for a reader in another
+        process of this node to send with sendfile (the zero-copy fetch). The range holds whole
+        batches below ``max_offset`` and stays valid while the segment exists: batches are never
+        rewritten in place, only truncated above the high watermark or deleted with the segment."""
+        found = self._find(offset, max_bytes, max_offset, min_one_batch)
+        if found is None:
+            return FileSlice("", 0, 0)
+        segment, position, size_bytes = found
+        return FileSlice(str(segment.log_path), position, size_bytes)
+
+    def _find(self, offset: int, max_bytes: int, max_offset: int | None,
+              min_one_batch: bool) -> tuple[Segment, int, int] | None:
         log_end_offset = self.log_end_offset
         if offset < self._log_start_offset or offset > log_end_offset:
             raise OffsetOutOfRange(offset, self._log_start_offset, log_end_offset)
         upper = log_end_offset if max_offset is None else min(max_offset, log_end_offset)
         if offset >= upper:
-            return b""
+            return None
         for segment in self._segments[self._segment_slot(offset):]:
             if segment.base_offset >= upper:
                 break
-            data = segment.read(offset, max_bytes, upper, min_one_batch=min_one_batch)
-            if data is not None:
-                return data
-        return b""
+            where = segment.slice(offset, max_bytes, upper, min_one_batch=min_one_batch)
+            if where is not None:
+                return (segment, *where) if where[1] else None
+        return None
 
     def iter_batch_headers(self, start_offset: int | None = None) -> Iterator[BatchHeader]:
         """Headers (only the 61-byte header is guaranteed readable) from the batch containing

@@ -372,41 +372,67 @@ class Segment:
             position += cursor
         return None
 
-    def read(self, offset: int, max_bytes: int, upper_offset: int, *,
-             min_one_batch: bool = True) -> bytes | None:
-        """Whole batches from the one containing ``offset``; at least one batch (KIP-74) unless
-        ``min_one_batch`` is off, at most ``max_bytes`` otherwise, none with last offset >=
-        ``upper_offset``. None: nothing at or after ``offset`` in this segment."""
+    def slice(self, offset: int, max_bytes: int, upper_offset: int, *,
+              min_one_batch: bool = True) -> tuple[int, int] | None:
+        """Where the whole batches from the one containing ``offset`` lie: (position, size_bytes).
+        At least one batch (KIP-74) unless ``min_one_batch`` is off, at most ``max_bytes``
+        otherwise, none with last offset >= ``upper_offset``. Reads batch headers only, so a
+        fetch can be served from the file itself (sendfile). None: nothing at or after
+        ``offset`` in this segment."""
         found = self.locate(offset)
         if found is None:
             return None
         start, _base, last, size = found
         if last >= upper_offset or (size > max_bytes and not min_one_batch):
-            return b""
+            return start, 0
         limit = min(self.size_bytes, start + max(max_bytes, size))
         if upper_offset < self.next_offset:
             cut = self.locate(upper_offset)
             if cut is not None:
                 limit = min(limit, cut[0])
-        data = os.pread(self.fd, limit - start, start)
+        if limit == self.size_bytes:  # the segment's end is a batch boundary
+            self._remember(self.next_offset, limit)
+            return start, limit - start
+        return start, self._last_boundary(start + size, limit) - start
+
+    def _last_boundary(self, boundary: int, limit: int) -> int:
+        """The last batch boundary <= ``limit``, walking headers from ``boundary`` (a batch
+        start <= limit), or from a later offset-index entry when there is one."""
         positions = self.offset_index.values
         slot = bisect_right(positions, limit) - 1
-        cursor = positions[slot] - start if slot >= 0 and positions[slot] > start else 0
-        last_batch = -1
-        n = len(data)
-        while cursor + LOG_OVERHEAD_BYTES <= n:
-            next_cursor = cursor + LOG_OVERHEAD_BYTES + _INT32.unpack_from(data, cursor + 8)[0]
-            if next_cursor > n or next_cursor - cursor < BATCH_OVERHEAD_BYTES:
+        if slot >= 0 and positions[slot] > boundary:
+            boundary = positions[slot]
+        while limit - boundary >= BATCH_OVERHEAD_BYTES:
+            chunk = os.pread(self.fd, min(LOCATE_READ_BYTES, limit - boundary), boundary)
+            n, cursor = len(chunk), 0
+            while cursor + LOG_OVERHEAD_BYTES <= n:
+                size = LOG_OVERHEAD_BYTES + _INT32.unpack_from(chunk, cursor + 8)[0]
+                if size < BATCH_OVERHEAD_BYTES:
+                    raise CorruptRecord(f"{self.log_path}: bad batch length at {boundary + cursor}")
+                if boundary + cursor + size > limit:
+                    self._remember(_LENGTH.unpack_from(chunk, cursor)[0], boundary + cursor)
+                    return boundary + cursor
+                cursor += size
+            if cursor == 0:
                 break
-            last_batch, cursor = cursor, next_cursor
-        if last_batch >= 0 and last_batch + LAST_OFFSET_DELTA_POS + 4 <= n:
-            base = _LENGTH.unpack_from(data, last_batch)[0]
-            next_offset = base + _INT32.unpack_from(data, last_batch + LAST_OFFSET_DELTA_POS)[0] + 1
-            cache = self._position_cache
-            if len(cache) >= POSITION_CACHE_ENTRIES:
-                del cache[next(iter(cache))]
-            cache[next_offset] = start + cursor
-        return data if cursor == n else memoryview(data)[:cursor]  # a view: no second copy
+            boundary += cursor
+        return boundary
+
+    def _remember(self, offset: int, position: int) -> None:
+        """Where the next fetch (from ``offset``) will start: saves its index walk."""
+        cache = self._position_cache
+        if len(cache) >= POSITION_CACHE_ENTRIES:
+            del cache[next(iter(cache))]
+        cache[offset] = position
+
+    def read(self, offset: int, max_bytes: int, upper_offset: int, *,
+             min_one_batch: bool = True) -> bytes | None:
+        """The bytes of ``slice``: whole batches from the one containing ``offset``."""
+        where = self.slice(offset, max_bytes, upper_offset, min_one_batch=min_one_batch)
+        if where is None:
+            return None
+        position, size_bytes = where
+        return os.pread(self.fd, size_bytes, position) if size_bytes else b""
 
     def read_batch(self, position: int, size_bytes: int) -> BatchHeader:
         data = memoryview(os.pread(self.fd, size_bytes, position))

@@ -26,7 +26,9 @@ import msgpack
 from protocol.errors import MalformedMessage
 
 PRODUCE = 32000          # [leader_epoch, acks, timeout_ms] + [records]
-FETCH = 32001            # [offset, max_bytes, leader_epoch, isolation_level]
+FETCH = 32001            # [offset, max_bytes, leader_epoch, isolation_level] -> [error, high_watermark,
+                         # last_stable, log_start, message, segment path, position, size_bytes]: where the
+                         # records lie; the gateway (same node) sends them from the file
 WAIT_FOR_DATA = 32002    # [offset, timeout_ms]: True once records at or past offset are readable
 LIST_OFFSETS = 32003     # [timestamp, leader_epoch, isolation_level]
 SHARE_FETCH = 32004      # [group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit]

@@ -143,6 +143,39 @@ def test_sparse_index_lookup_matches_linear_scan(tmp_path):
     assert [(b, l) for b, l, _ in read_all(log, max_bytes=5000)] == [(b, l) for b, l, _ in expected]
 
 
+def test_reads_match_a_naive_model_of_whole_batches(tmp_path):
+    """Random batch sizes, fetch sizes and high watermarks: a read is exactly the whole batches a
+    naive walk over every batch picks (index entries, the position cache and the header walk are
+    only shortcuts), and the slice a sendfile would send names the same bytes."""
+    log = Log.open(tmp_path, index_interval_bytes=700)
+    rng = random.Random(11)
+    batches = []  # (base, last, size)
+    for _ in range(600):
+        data = batch(rng.randint(1, 5), value_bytes=rng.choice((0, 10, 200, 3000)))
+        info = log.append(data, leader_epoch=0, now_ms=0)
+        batches.append((info.base_offset, info.last_offset, len(data)))
+    segment = log._segments[0]
+    for _ in range(3000):
+        offset = rng.randrange(log.log_end_offset + 1)
+        max_bytes = rng.choice((1, 100, 5000, 60_000, 1 << 20))
+        upper = rng.randint(offset, log.log_end_offset)
+        log.high_watermark = upper
+        first = min(b for b in range(len(batches)) if batches[b][1] >= offset) if offset < upper else None
+        want = []
+        if first is not None and batches[first][1] < upper:
+            budget = max(max_bytes, batches[first][2])
+            for base, last, size in batches[first:]:
+                if last >= upper or size > budget:
+                    break
+                want.append((base, last))
+                budget -= size
+        got = log.read(offset, max_bytes, max_offset=upper)
+        assert [(h.base_offset, h.last_offset) for h in headers(got)] == want, (offset, max_bytes, upper)
+        where = segment.slice(offset, max_bytes, upper)
+        if where is not None:
+            assert os.pread(segment.fd, where[1], where[0]) == bytes(got)
+
+
 def test_reopen_gives_identical_reads(tmp_path):
     log = Log.open(tmp_path, segment_bytes=5000, index_interval_bytes=200)
     for i in range(100):

@@ -12,6 +12,7 @@ import logging
 from protocol.errors import ErrorCode
 from protocol.messages import FetchResponse
 
+from actors.gateway.file_region import FileRegion
 from actors.gateway.handlers.routing import partition_client, resolve_topic
 
 log = logging.getLogger("kray.gateway")
@@ -34,6 +35,8 @@ async def _read(w: _Wanted, isolation_level: int) -> int:
         w.response.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
         return 0
     p = w.response
+    if isinstance(p.records, FileRegion):  # read again after a wait: the first answer is dropped
+        p.records.close()
     p.error_code, p.high_watermark = r.error_code, r.high_watermark
     p.last_stable_offset, p.log_start_offset = r.last_stable_offset, r.log_start_offset
     p.records = r.records
@@ -83,6 +86,8 @@ def _trim_to_max_bytes(wanted: list[_Wanted], sizes: list[int], max_bytes: int) 
     total = 0
     for w, size in zip(wanted, sizes):
         if size and total and total + size > max_bytes:
+            if isinstance(w.response.records, FileRegion):
+                w.response.records.close()
             w.response.records = b""
             continue
         total += size
