@@ -18,6 +18,7 @@ import asyncio
 import itertools
 import logging
 import os
+import socket
 import sys
 from typing import Awaitable, Callable
 
@@ -27,6 +28,7 @@ from protocol.primitives import INT32
 log = logging.getLogger("kray.pipelined")
 # a fetch answer is up to max.partition.fetch.bytes (1 MiB by default): read it in few pieces
 READ_CHUNK_BYTES = 1024 * 1024
+SOCKET_BUFFER_BYTES = 4 * 1024 * 1024  # SO_SNDBUF / SO_RCVBUF of data-path sockets
 
 
 class ConnectionClosed(ConnectionError):
@@ -42,9 +44,24 @@ def unix_address(name: str) -> str:
     return os.path.join(tempfile.gettempdir(), f"kray-{name}.sock")
 
 
+def widen_socket_buffers(writer: asyncio.StreamWriter) -> None:
+    """Socket buffers that hold a whole record batch (the kernel caps them at net.core.wmem_max /
+    rmem_max): a large frame then goes out in one send instead of being copied into the
+    transport's buffer and trickled out 200 KiB at a time."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
+        except OSError:
+            pass
+
+
 class PipelinedConnection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, response_bytes_max: int):
         self.reader, self.writer = reader, writer
+        widen_socket_buffers(writer)
         self.response_bytes_max = response_bytes_max
         self.correlation_ids = itertools.count(1)
         self.waiting: dict[int, asyncio.Future] = {}
@@ -140,6 +157,7 @@ Handle = Callable[[memoryview], Awaitable[list]]
 
 async def serve_multiplexed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handle: Handle, *,
                             frame_bytes_max: int, inflight_requests_max: int) -> None:
+    widen_socket_buffers(writer)
     decoder = FrameDecoder(frame_bytes_max)
     slots = asyncio.Semaphore(inflight_requests_max)
     tasks: set[asyncio.Task] = set()

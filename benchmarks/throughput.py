@@ -327,13 +327,15 @@ def proc_tree(root: int, same_session: bool) -> dict[int, tuple]:
     return {pid: table[pid] for pid in found if table[pid][4] != "Z"}  # zombies hold no memory
 
 
-def _rss_pss(pid: int) -> tuple[int, int]:
+def _rss_pss(pid: int, with_pss: bool) -> tuple[int, int]:
     rss = pss = 0
     try:
         with open(f"/proc/{pid}/statm") as f:
             rss = int(f.read().split()[1]) * PAGE
     except OSError:
         return 0, 0
+    if not with_pss:
+        return rss, 0
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
@@ -345,11 +347,50 @@ def _rss_pss(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
-def mem_snapshot(root: int, same_session: bool) -> dict:
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _node_name(raylet_cmdline: str, raylet_pid: int) -> str:
+    """A Ray node's name in reports: its Kray broker id (the kray-broker-id label) if it has one."""
+    m = re.search(r'"kray-broker-id":\s*"(\d+)"', raylet_cmdline)
+    if m:
+        return f"broker {m.group(1)}"
+    if re.search(r'"kray-role":\s*"controller"', raylet_cmdline):
+        return "controller (Ray head)"
+    return f"Ray node (raylet {raylet_pid})"
+
+
+def per_node(tree: dict[int, tuple]) -> dict[str, dict]:
+    """Processes and memory grouped by Ray node: a worker belongs to the node whose raylet is its
+    ancestor; the rest (driver, GCS, dashboard) are shown apart."""
+    raylets = {pid: _cmdline(pid) for pid in tree}
+    raylets = {pid: cmd for pid, cmd in raylets.items() if "/raylet/raylet " in cmd}
+    out: dict[str, dict] = {}
+    for pid, st in tree.items():
+        up, seen = pid, 0
+        while up in tree and up not in raylets and seen < 64:
+            up, seen = tree[up][0], seen + 1
+        name = _node_name(raylets[up], up) if up in raylets else "outside Ray nodes (driver, GCS, dashboard)"
+        rss, pss = _rss_pss(pid, True)
+        node = out.setdefault(name, {"processes": 0, "rss_mib": 0.0, "pss_mib": 0.0})
+        node["processes"] += 1
+        node["rss_mib"] = round(node["rss_mib"] + rss / MIB, 1)
+        node["pss_mib"] = round(node["pss_mib"] + pss / MIB, 1)
+    return dict(sorted(out.items()))
+
+
+def mem_snapshot(root: int, same_session: bool, with_pss: bool = True) -> dict:
+    """RSS (and PSS: ~2 ms of kernel CPU per process to read, so the sampler reads it only at
+    the end of each phase, not every interval) of the broker's process tree."""
     tree = proc_tree(root, same_session)
     rss = pss = 0
     for pid in tree:
-        r, p = _rss_pss(pid)
+        r, p = _rss_pss(pid, with_pss)
         rss += r
         pss += p
     cpu = sum(st[3] for st in tree.values()) / CLK_TCK
@@ -367,8 +408,8 @@ class MemSampler(threading.Thread):
         self._stop_ev = threading.Event()
         self._lock = threading.Lock()
 
-    def sample(self) -> dict:
-        s = mem_snapshot(self.root, self.same_session)
+    def sample(self, with_pss: bool = True) -> dict:
+        s = mem_snapshot(self.root, self.same_session, with_pss)
         with self._lock:
             self.peak_rss = max(self.peak_rss, s["rss"])
             self.peak_pss = max(self.peak_pss, s["pss"])
@@ -379,7 +420,7 @@ class MemSampler(threading.Thread):
 
     def run(self):
         while not self._stop_ev.wait(self.interval):
-            self.sample()
+            self.sample(with_pss=False)
 
     def stop(self):
         self._stop_ev.set()
@@ -673,6 +714,9 @@ def bench_target(name: str, bootstrap: str, args, sampler: MemSampler | None) ->
             out["peak_rss_mib"] = round(sampler.peak_rss / MIB, 1)
             out["peak_pss_mib"] = round(sampler.peak_pss / MIB, 1)
             out["processes"] = sampler.max_procs
+            out["per_node"] = per_node(proc_tree(sampler.root, sampler.same_session))
+            for node, n in out["per_node"].items():
+                log(f"{name}: {node}: {n['processes']} process(es), RSS {n['rss_mib']} MiB, PSS {n['pss_mib']} MiB")
             log(f"{name}: peak RSS {out['peak_rss_mib']} MiB (PSS {out['peak_pss_mib']} MiB) "
                 f"in up to {out['processes']} process(es)")
     return out
@@ -767,6 +811,12 @@ def write_outputs(doc: dict, outdir: Path) -> None:
                f"{fmt(f.get('rec_s'), 0)} | {fmt(t.get('peak_rss_mib'))} | {fmt(t.get('processes'))} |")
         lines.append(row)
     lines.append("")
+    for name, t in doc["targets"].items():
+        nodes = t.get("per_node") or {}
+        if len(nodes) > 1 or name.startswith("kray"):
+            lines += [f"{name} at the end, per Ray node: " + "; ".join(
+                f"{node}: {n['processes']} processes, PSS {n['pss_mib']:,.0f} MiB (RSS {n['rss_mib']:,.0f})"
+                for node, n in nodes.items()), ""]
     for name, t in doc["targets"].items():
         if not t.get("ok", False):
             lines += [f"**{name} FAILED**: {t.get('error', '?')}", ""]
