@@ -381,6 +381,9 @@ def per_node(tree: dict[int, tuple]) -> dict[str, dict]:
         node["processes"] += 1
         node["rss_mib"] = round(node["rss_mib"] + rss / MIB, 1)
         node["pss_mib"] = round(node["pss_mib"] + pss / MIB, 1)
+    unlabeled = [name for name in out if name.startswith("Ray node (raylet")]
+    for i, name in enumerate(sorted(unlabeled), 1):  # raylet pids mean nothing to a reader
+        out[f"Ray node {i}" if len(unlabeled) > 1 else "Ray node"] = out.pop(name)
     return dict(sorted(out.items()))
 
 
