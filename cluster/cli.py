@@ -2,6 +2,7 @@
 
   kray start [--port 9092] [--data-dir DIR] [--config FILE] [--override key=value ...]
              [--nodes N | --address auto|HOST:PORT]
+  kray chaos --seed S [--nodes 3] [--duration 300] [--faults kill,kill-graceful,pause] [start's options]
   kray topics (--create|--list|--describe|--delete) --bootstrap-server HOST:PORT [--topic T] ...
 """
 from __future__ import annotations
@@ -45,6 +46,17 @@ def cmd_start(args) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):  # after ray.init, which installs its own handlers
             signal.signal(sig, lambda *_: stop.set())
         print(f"Kray is ready: bootstrap={bootstrap}", flush=True)
+        if args.command == "chaos":
+            from cluster.chaos import Stopped
+            try:
+                broker.chaos(args.seed, args.duration, stop=stop, faults=tuple(args.faults.split(",")),
+                             mean_gap_s=args.mean_gap, max_down=args.max_down)
+                print(f"The schedule is done; Kray keeps serving at {bootstrap}: Ctrl-C stops it", flush=True)
+            except Stopped:
+                pass
+            except ValueError as e:  # a schedule that can't be made: say so, stop the cluster
+                print(f"kray chaos: {e}", file=sys.stderr)
+                return 2
         while not stop.wait(0.5):
             pass
         print("Stopping Kray ...", flush=True)
@@ -74,6 +86,22 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--override", action="append", metavar="KEY=VALUE",
                        help="set one broker config, e.g. --override num.partitions=3 (repeatable)")
     start.set_defaults(func=cmd_start)
+
+    chaos = sub.add_parser("chaos", help="run N broker nodes on this machine and a seeded fault schedule on them "
+                                         "(kill, pause, restart), printing a timeline: failover tests beside your app")
+    chaos.add_argument("--nodes", type=int, default=3, help="broker nodes (default 3)")
+    chaos.add_argument("--seed", type=int, required=True, help="the schedule's seed: the same seed replays it")
+    chaos.add_argument("--duration", type=float, default=300, help="seconds of faults (default 300); every fault "
+                                                                   "is undone by then, and Kray keeps serving")
+    chaos.add_argument("--faults", default="kill,kill-graceful,pause",
+                       help="which faults, comma-separated (default kill,kill-graceful,pause)")
+    chaos.add_argument("--mean-gap", type=float, default=8.0, help="mean seconds between faults (default 8)")
+    chaos.add_argument("--max-down", type=int, default=1, help="brokers down at once at most (default 1)")
+    for option in ("--port", "--host", "--data-dir", "--config"):
+        chaos.add_argument(option, type=int if option == "--port" else str,
+                           help=next(a.help for a in start._actions if option in a.option_strings))
+    chaos.add_argument("--override", action="append", metavar="KEY=VALUE", help="set one broker config (repeatable)")
+    chaos.set_defaults(func=cmd_start, address=None)
 
     from cluster.tools import configs, console_share_consumer, perf, share_groups, topics
     topics.add_parser(sub)

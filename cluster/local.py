@@ -5,6 +5,8 @@
   instead: the controller on its head node, a broker on every node (nodes that join later too).
 - `LocalCluster(nodes=3)`: several broker nodes on one machine, on `ray.cluster_utils.Cluster`;
   the Ray head runs the controller and no broker, so losing a broker node never takes Ray down.
+  `kill_node`, `restart_node`, `pause_node` and `resume_node` act out a machine's loss, return
+  and stall, for failover tests.
 
 start() returns once clients can connect; stop() stops what Kray started (and the Ray it started).
 """
@@ -13,7 +15,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +59,34 @@ def stop_controller(controller) -> None:
         ray.kill(controller, no_restart=True)
     except Exception:
         pass
+
+
+def _node_pids(node) -> list[int]:
+    """The raylet of a ray.cluster_utils node and every process below it (Ray's workers and agents)."""
+    raylets = [info.process.pid for info in node.all_processes.get("raylet", [])]
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], list(raylets)
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 class LocalBroker:
@@ -126,6 +158,8 @@ class LocalCluster:
         self.controller = None
         self.bootstrap: str | None = None
         self._brokers: list = []
+        self._nodes: dict[int, Any] = {}            # broker id -> its ray.cluster_utils node
+        self._paused: dict[int, list[int]] = {}     # broker id -> pids stopped by pause_node
 
     def start(self) -> str:
         from ray.cluster_utils import Cluster
@@ -147,12 +181,64 @@ class LocalCluster:
         self.bootstrap = ",".join(f"{b.host}:{b.port}" for b in self._brokers)
         return self.bootstrap
 
-    def add_node(self, broker_id: int, *, wait: bool = True):
-        """A Ray node that is broker `broker_id` (its data in data_dir/broker-<id>)."""
+    def add_node(self, broker_id: int, *, wait: bool = True, port: int | None = None):
+        """A Ray node that is broker `broker_id` (its data in data_dir/broker-<id>), listening on
+        `port`, else on `self.port + broker_id - 1` when a base port was given, else a free one."""
         labels = {BROKER_ID_LABEL: str(broker_id)}
-        if self.port > 0:
-            labels[PORT_LABEL] = str(self.port + broker_id - 1)
-        return self.ray_cluster.add_node(wait=wait, num_cpus=1, labels=labels)
+        if port is None and self.port > 0:
+            port = self.port + broker_id - 1
+        if port is not None:
+            labels[PORT_LABEL] = str(port)
+        node = self.ray_cluster.add_node(wait=wait, num_cpus=1, labels=labels)
+        self._nodes[broker_id] = node
+        return node
+
+    # ---- failover testing: what a machine's loss, return and stall look like to Kray ----------
+    def kill_node(self, broker_id: int, graceful: bool = False) -> None:
+        """Broker `broker_id`'s Ray node dies: with graceful=False the raylet and every process
+        on the node (gateway, partition actors, Ray's agents) get SIGKILL at the same moment, as
+        when a machine loses power; graceful=True stops them with SIGTERM first."""
+        node = self._nodes.pop(broker_id, None)
+        if node is None:
+            raise KeyError(f"broker {broker_id} has no running node (running: {sorted(self._nodes)})")
+        self._paused.pop(broker_id, None)
+        if not graceful:
+            _signal_all(_node_pids(node), signal.SIGKILL)
+        self.ray_cluster.remove_node(node, allow_graceful=graceful)
+
+    def restart_node(self, broker_id: int, timeout_s: float = RAY_STARTUP_TIMEOUT_S) -> None:
+        """Broker `broker_id` comes back: a new Ray node with its labels, so the same broker id,
+        port (the one it had, even if it was a free one) and data directory
+        (`data_dir/broker-<id>`); returns once it serves clients again."""
+        if broker_id in self._nodes:
+            raise ValueError(f"broker {broker_id} is running: kill_node({broker_id}) first")
+        self.add_node(broker_id, port=next((b.port for b in self._brokers if b.broker_id == broker_id), None))
+        deadline = time.monotonic() + timeout_s
+        while broker_id not in self.metadata().brokers:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"broker {broker_id} did not serve clients within {timeout_s:.0f} s")
+            time.sleep(0.2)
+
+    def pause_node(self, broker_id: int) -> None:
+        """SIGSTOP every process of broker `broker_id`'s node: a stalled machine (a long GC pause,
+        a hung disk, a VM frozen by its host) that Ray and the controller see go silent."""
+        if broker_id not in self._nodes:
+            raise KeyError(f"broker {broker_id} has no running node")
+        pids = _node_pids(self._nodes[broker_id])
+        _signal_all(pids, signal.SIGSTOP)
+        self._paused.setdefault(broker_id, []).extend(pids)
+
+    def resume_node(self, broker_id: int) -> None:
+        """SIGCONT what pause_node stopped: the node wakes up and carries on where it was. A
+        pause longer than Ray's health checks allow (~1.5 s here) makes Ray declare the node dead,
+        and its raylet exits when it wakes, as a fenced Kafka broker must re-register: then the
+        broker is restarted (same id, port and data), and this returns once it serves again."""
+        _signal_all(self._paused.pop(broker_id, []), signal.SIGCONT)
+        node = self._nodes.get(broker_id)
+        if node is not None and not any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
+            log.info("broker %d was declared dead while paused: restarting it", broker_id)
+            self.kill_node(broker_id)
+            self.restart_node(broker_id)
 
     def _forget_current_cluster(self) -> None:
         """ray.cluster_utils records this cluster as the machine's current one, where any later
@@ -180,6 +266,8 @@ class LocalCluster:
         return image.leader_id(image.topics[topic], partition)
 
     def stop(self) -> None:
+        for broker_id in list(self._paused):
+            self.resume_node(broker_id)
         if self.controller is not None:
             stop_controller(self.controller)
             self.controller = None
@@ -190,6 +278,16 @@ class LocalCluster:
             self.ray_cluster = None
         if self._temp_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def chaos(self, seed: int, duration_s: float, *, stop=None, **schedule) -> None:
+        """Run a seeded fault schedule on this cluster (cluster/chaos.py): kills, restarts,
+        pauses and resumes of broker nodes, printing a timeline and every leadership move.
+        `schedule`: chaos.plan's options (faults, mean_gap_s, down_s, max_down); `stop`: a
+        threading.Event that cuts it short."""
+        from cluster import chaos
+        steps = chaos.plan(seed, self.brokers, duration_s, **schedule)
+        print(f"chaos seed {seed}: {len(steps)} steps over {duration_s:.0f} s on brokers {self.brokers}", flush=True)
+        chaos.run(self, steps, say=lambda line: print(line, flush=True), stop=stop)
 
     def __enter__(self) -> "LocalCluster":
         self.start()

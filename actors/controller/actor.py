@@ -83,6 +83,9 @@ class ControllerActor:
         self.broker_failures: dict[int, str] = {}  # broker id -> why its gateway could not start
         self.node_watcher: asyncio.Task | None = None
         self.to_supervise = self._adopt_running_actors()
+        # brokers the log knows but whose gateway isn't running (yet): left out of Metadata, as
+        # Kafka leaves out fenced brokers, until they register again
+        self.lost_brokers: set[int] = set(self.core.brokers) - set(self.gateways)
 
     def _adopt_running_actors(self) -> list[tuple]:
         """After Ray restarts the controller, the actors it had started are still running under
@@ -144,7 +147,11 @@ class ControllerActor:
             await asyncio.sleep(NODE_POLL_S)
 
     async def _deploy_new_nodes(self) -> None:
-        for node in map(NodeView.of, ray.nodes()):
+        nodes = list(map(NodeView.of, ray.nodes()))
+        alive = {node.node_id for node in nodes if node.alive}
+        for node_id in [n for n in self.node_brokers if n not in alive]:
+            self._node_lost(node_id)
+        for node in nodes:
             if not node.alive or node.node_id in self.node_brokers:
                 continue
             if not node.hosts_broker:
@@ -156,20 +163,51 @@ class ControllerActor:
                 proposed = proposed_broker_id(int(self.core.broker_config["broker.id"]), taken)
                 broker_id = await composition.run_on_node(node.node_id, recorded_broker_id, str(self.data_dir),
                                                           proposed)
-            self.node_brokers[node.node_id] = broker_id
             gateway = composition.start_gateway(self.core.broker_config, broker_id, node.node_id,
                                                 ray.get_runtime_context().current_actor, node.port)
+            self.node_brokers[node.node_id] = broker_id
             self.gateways[broker_id] = gateway
             key = ("gateway", broker_id)
             self.supervisors[key] = asyncio.ensure_future(self._supervise(key, gateway, "start", "until_stopped"))
             log.info("broker %d starting on Ray node %s", broker_id, node.node_id[:12])
+
+    def _node_lost(self, node_id: str) -> None:
+        """A broker's Ray node died: its gateway and the partition actors it hosted died with it
+        (Ray can't restart them elsewhere: they are pinned to the node that holds their data).
+        Forget them, so the broker's partitions show no leader, and so the node that returns with
+        the same broker id (its label, or meta.properties beside its logs) gets a gateway and
+        its partitions again, recovered from its data directory."""
+        broker_id = self.node_brokers.pop(node_id)
+        if broker_id is None:
+            return
+        log.warning("broker %d is gone with its Ray node %s", broker_id, node_id[:12])
+        self.serving.discard(broker_id)
+        self.lost_brokers.add(broker_id)
+        doomed = [(("gateway", broker_id), self.gateways.pop(broker_id, None))]
+        for topic in self.core.topics.values():
+            for p in topic.partitions:
+                key = (topic.topic_id, p.index)
+                if p.leader == broker_id and key in self.partition_actors:
+                    doomed.append((key, self.partition_actors.pop(key)))
+                    self.partition_listeners.pop(key, None)
+        for key, actor in doomed:
+            supervisor = self.supervisors.pop(key, None)
+            if supervisor is not None:
+                supervisor.cancel()
+            if actor is not None:
+                try:
+                    ray.kill(actor, no_restart=True)  # frees its name for the node that returns
+                except Exception as e:
+                    log.debug("could not kill %s: %s", key, e)
+        self._bump()
 
     # ---- metadata --------------------------------------------------------------------------
     def image(self) -> MetadataImage:
         """The metadata as gateways need it. Only gateways follow it (a few per cluster): every
         actor handle in an image is deserialized, and reference counted, by every receiver."""
         c = self.core
-        return MetadataImage(c.metadata_version, c.cluster_id, c.controller_id(), dict(c.brokers),
+        live = {b: info for b, info in c.brokers.items() if b not in self.lost_brokers}
+        return MetadataImage(c.metadata_version, c.cluster_id, c.controller_id(), live,
                              dict(c.topics), dict(self.partition_actors), dict(self.partition_listeners),
                              self._coordinators(), {g: dict(cfg) for g, cfg in c.group_configs.items()})
 
@@ -208,7 +246,7 @@ class ControllerActor:
     # ---- commands --------------------------------------------------------------------------
     async def register_broker(self, info: BrokerInfo, gateway=None) -> MetadataImage:
         self._persist(self.core.register_broker(info))
-        self.serving.add(info.broker_id)
+        self.lost_brokers.discard(info.broker_id)
         self.broker_failures.pop(info.broker_id, None)
         self._bump()
         if gateway is not None and ("gateway", info.broker_id) not in self.supervisors:
@@ -216,6 +254,8 @@ class ControllerActor:
                 self._supervise(("gateway", info.broker_id), gateway, "start", "until_stopped"))
         await self._await_listening([ref for topic in list(self.core.topics.values())
                                      for ref in self._start_partitions(topic)])
+        self.serving.add(info.broker_id)  # ready: its partitions listen and it knows it is published
+        self._bump()
         return self.image()
 
     async def ensure_internal_topic(self, name: str) -> MetadataImage:

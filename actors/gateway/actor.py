@@ -44,10 +44,15 @@ class GatewayActor:
         node_id = ray.get_runtime_context().get_node_id()
         if host in ANY_ADDRESS:  # listening on every interface: advertise the node's own address
             host = ray.util.get_node_ip_address()
+        # follow the metadata before registering: registration publishes this broker at once, but
+        # answers only after the partitions it leads listen (seconds, when logs recover), and
+        # clients may already connect; they must not see a cluster without this broker meanwhile
+        if self.watcher is None:
+            self.watcher = asyncio.create_task(follow_metadata(self.ctx))
         image = await self.controller.register_broker.remote(BrokerInfo(self.ctx.broker_id, host, port, None, node_id),
                                                              ray.get_runtime_context().current_actor)
-        self.ctx.set_metadata(image)
-        self.watcher = asyncio.create_task(follow_metadata(self.ctx))
+        if image.version > self.ctx.metadata.version:
+            self.ctx.set_metadata(image)
         return host, port
 
     async def until_stopped(self) -> None:
