@@ -118,7 +118,9 @@ def run(cluster, steps: list[Step], *, say: Callable[[str], None] = print, poll_
             elif step.action == PAUSE:
                 cluster.pause_node(step.broker_id)
             elif step.action == RESUME:
-                cluster.resume_node(step.broker_id)
+                if cluster.resume_node(step.broker_id):
+                    say(f"{stamp()} broker {step.broker_id} had been declared dead while paused: restarted, "
+                        f"serves clients again")
             else:
                 cluster.restart_node(step.broker_id)
                 say(f"{stamp()} broker {step.broker_id} serves clients again")

@@ -228,17 +228,19 @@ class LocalCluster:
         _signal_all(pids, signal.SIGSTOP)
         self._paused.setdefault(broker_id, []).extend(pids)
 
-    def resume_node(self, broker_id: int) -> None:
+    def resume_node(self, broker_id: int) -> bool:
         """SIGCONT what pause_node stopped: the node wakes up and carries on where it was. A
         pause longer than Ray's health checks allow (~1.5 s here) makes Ray declare the node dead,
         and its raylet exits when it wakes, as a fenced Kafka broker must re-register: then the
-        broker is restarted (same id, port and data), and this returns once it serves again."""
+        broker is restarted (same id, port and data), and this returns True once it serves again."""
         _signal_all(self._paused.pop(broker_id, []), signal.SIGCONT)
         node = self._nodes.get(broker_id)
-        if node is not None and not any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
-            log.info("broker %d was declared dead while paused: restarting it", broker_id)
-            self.kill_node(broker_id)
-            self.restart_node(broker_id)
+        if node is None or any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
+            return False
+        log.info("broker %d was declared dead while paused: restarting it", broker_id)
+        self.kill_node(broker_id)
+        self.restart_node(broker_id)
+        return True
 
     def _forget_current_cluster(self) -> None:
         """ray.cluster_utils records this cluster as the machine's current one, where any later

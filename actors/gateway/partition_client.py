@@ -13,6 +13,7 @@ from typing import Any
 
 from actors.gateway.file_region import FileRegion
 from actors.partition import wire
+from protocol.errors import ErrorCode
 from actors.partition.core import FetchResult, ProduceResult
 from actors.pipelined import PipelinedConnection
 from actors.share_partition.actor import ShareFetchResult
@@ -80,11 +81,18 @@ class SocketPartition:
 
     async def share_fetch(self, group_id, member_id, *, acks, max_records, batch_size, max_bytes, fetch,
                           record_limit=False):
-        """Acknowledge `acks` and (if `fetch`) acquire what is acquirable now; never waits."""
-        (error, message, ack_error, ack_message, acquired), (records,) = await self._call(
+        """Acknowledge `acks` and (if `fetch`) acquire what is acquirable now; never waits. The
+        acquired batches come back as a FileRegion, sent from the segment file."""
+        (error, message, ack_error, ack_message, acquired, path, position, size_bytes), _ = await self._call(
             wire.SHARE_FETCH, [group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit])
-        return ShareFetchResult(error, message, ack_error, ack_message, records,
-                                [tuple(a) for a in acquired])
+        records = b""
+        if size_bytes:
+            try:
+                records = FileRegion.open(path, position, size_bytes)
+            except FileNotFoundError:  # retention removed the segment in between: the records stay
+                acquired = []           # acquired until their lock expires, then go to another fetch
+                error, message = ErrorCode.UNKNOWN_SERVER_ERROR, f"segment {path} was deleted; fetch again"
+        return ShareFetchResult(error, message, ack_error, ack_message, records, [tuple(a) for a in acquired])
 
     async def share_wait(self, group_id, timeout_ms):
         (ready,), _ = await self._call(wire.SHARE_WAIT, [group_id, timeout_ms],

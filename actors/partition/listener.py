@@ -56,9 +56,9 @@ async def _share_fetch(actor, args, blobs):
     group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit = \
         _expect(args, 8, "share_fetch")
     r = await actor.share_fetch(group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit)
-    records = r.records if r.records is not None and r.acquired else b""
+    path, position, size_bytes = r.records if isinstance(r.records, FileSlice) and r.acquired else ("", 0, 0)
     return [r.error_code, r.error_message, r.ack_error_code, r.ack_error_message,
-            [list(a) for a in r.acquired]], (records,)
+            [list(a) for a in r.acquired], path, position, size_bytes], ()
 
 
 async def _share_wait(actor, args, blobs):

@@ -273,6 +273,16 @@ class Log:
         segment, position, size_bytes = found
         return FileSlice(str(segment.log_path), position, size_bytes)
 
+    def slice_spans(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+                    min_one_batch: bool = True) -> tuple[FileSlice, list[tuple[int, int, int, int]]]:
+        """``slice`` and the batches in it, (position, base offset, last offset, size) each, read
+        from their headers only: what a share-partition leader acquires from, without the bytes."""
+        found = self._find(offset, max_bytes, max_offset, min_one_batch)
+        if found is None:
+            return FileSlice("", 0, 0), []
+        segment, position, size_bytes = found
+        return FileSlice(str(segment.log_path), position, size_bytes), segment.spans(position, size_bytes)
+
     def _find(self, offset: int, max_bytes: int, max_offset: int | None,
               min_one_batch: bool) -> tuple[Segment, int, int] | None:
         log_end_offset = self.log_end_offset

@@ -418,6 +418,26 @@ class Segment:
             boundary += cursor
         return boundary
 
+    def spans(self, position: int, size_bytes: int) -> list[tuple[int, int, int, int]]:
+        """The batches in [position, position + size_bytes), a range of whole batches (from
+        ``slice``): (position, base offset, last offset, size) each, read from their headers."""
+        out, end = [], position + size_bytes
+        while position < end:
+            chunk = os.pread(self.fd, min(LOCATE_READ_BYTES, end - position), position)
+            n, cursor = len(chunk), 0
+            while cursor + LAST_OFFSET_DELTA_POS + 4 <= n and position + cursor < end:
+                base, length = _LENGTH.unpack_from(chunk, cursor)
+                size = LOG_OVERHEAD_BYTES + length
+                if size < BATCH_OVERHEAD_BYTES:
+                    raise CorruptRecord(f"{self.log_path}: bad batch length at {position + cursor}")
+                out.append((position + cursor, base, base + _INT32.unpack_from(chunk, cursor + LAST_OFFSET_DELTA_POS)[0],
+                            size))
+                cursor += size
+            if cursor == 0:
+                raise CorruptRecord(f"{self.log_path}: unreadable batch at position {position}")
+            position += cursor
+        return out
+
     def _remember(self, offset: int, position: int) -> None:
         """Where the next fetch (from ``offset``) will start: saves its index walk."""
         cache = self._position_cache

@@ -32,6 +32,8 @@ FETCH = 32001            # [offset, max_bytes, leader_epoch, isolation_level] ->
 WAIT_FOR_DATA = 32002    # [offset, timeout_ms]: True once records at or past offset are readable
 LIST_OFFSETS = 32003     # [timestamp, leader_epoch, isolation_level]
 SHARE_FETCH = 32004      # [group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit]
+                         # -> [error, message, ack_error, ack_message, acquired, segment path, position,
+                         # size_bytes]: the acquired batches are sent from the file, as FETCH's are
 SHARE_WAIT = 32005       # [group_id, timeout_ms]: True once records may be acquirable (acquires nothing)
 SHARE_ACKNOWLEDGE = 32006  # [group_id, member_id, acks]
 SHARE_RELEASE = 32007    # [group_id, member_id]

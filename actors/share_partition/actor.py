@@ -26,7 +26,7 @@ from actors.share_partition.state_client import StateConnection
 from actors.startup import start_unless_started, succeeded
 from protocol.errors import ErrorCode
 from protocol.messages import WriteShareGroupStateRequest
-from protocol.record_batch import iter_batches
+from actors.partition.log import FileSlice, OffsetOutOfRange
 
 log = logging.getLogger("kray.share_partition")
 SHARE_FETCH_BYTES_MAX = 8 * 1024 * 1024
@@ -50,7 +50,7 @@ class ShareFetchResult:
     error_message: str | None = None
     ack_error_code: int = 0
     ack_error_message: str | None = None
-    records: Any = None
+    records: Any = None  # a FileSlice of the segment holding the acquired batches (sent from the file)
     acquired: list = field(default_factory=list)  # [(first_offset, last_offset, delivery_count)]
 
 
@@ -271,24 +271,28 @@ class ShareLeaders:
         if offset is None or offset >= core.high_watermark:
             return None, []
         wanted_bytes = int(max(max_records, 1) * self.bytes_per_record * READ_HEADROOM)
-        read = core.fetch(offset, min(max(max_bytes, 1), SHARE_FETCH_BYTES_MAX, max(wanted_bytes, SHARE_FETCH_BYTES_MIN)))
-        if read.error_code or not read.records:
+        try:  # where the batches lie and their offsets, from their headers: the bytes stay in the file
+            where, spans = core.log.slice_spans(
+                offset, min(max(max_bytes, 1), SHARE_FETCH_BYTES_MAX, max(wanted_bytes, SHARE_FETCH_BYTES_MIN)),
+                max_offset=core.high_watermark)
+        except (OffsetOutOfRange, OSError) as e:
+            log.warning("share fetch of partition %s-%d at offset %d: %s", self.partition.topic_id,
+                        self.partition.partition, offset, e)
             return None, []
-        view = memoryview(read.records)
-        headers = list(iter_batches(view))
-        if headers:
-            records_read = headers[-1].last_offset - headers[0].base_offset + 1
-            self.bytes_per_record = 0.8 * self.bytes_per_record + 0.2 * (len(view) / max(records_read, 1))
-        acquired = sp.acquire(member_id, [(h.base_offset, h.last_offset) for h in headers],
+        if not spans:
+            return None, []
+        records_read = spans[-1][2] - spans[0][1] + 1
+        self.bytes_per_record = 0.8 * self.bytes_per_record + 0.2 * (where.size_bytes / max(records_read, 1))
+        acquired = sp.acquire(member_id, [(base, last) for _, base, last, _ in spans],
                               max_records=max(max_records, 1), now_ms=now_ms(),
                               batch_size=batch_size if batch_size > 0 else None, fetch_offset=offset,
                               record_limit=record_limit)
         if not acquired:
             return None, []
         first, last = acquired[0].first_offset, acquired[-1].last_offset
-        kept = [h for h in headers if h.last_offset >= first and h.base_offset <= last]
-        start, end = kept[0].offset_in_buf, kept[-1].offset_in_buf + kept[-1].size_bytes
-        return view[start:end], [tuple(a) for a in acquired]
+        kept = [span for span in spans if span[2] >= first and span[1] <= last]
+        start, end = kept[0][0], kept[-1][0] + kept[-1][3]
+        return FileSlice(where.path, start, end - start), [tuple(a) for a in acquired]
 
     async def share_acknowledge(self, group_id: str, member_id: str, acks) -> tuple[int, str | None]:
         try:

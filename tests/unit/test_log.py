@@ -174,6 +174,9 @@ def test_reads_match_a_naive_model_of_whole_batches(tmp_path):
         where = segment.slice(offset, max_bytes, upper)
         if where is not None:
             assert os.pread(segment.fd, where[1], where[0]) == bytes(got)
+        region, spans = log.slice_spans(offset, max_bytes, max_offset=upper)
+        assert [(b, l) for _, b, l, _ in spans] == want
+        assert sum(size for *_, size in spans) == region.size_bytes == len(got)
 
 
 def test_reopen_gives_identical_reads(tmp_path):
