@@ -1,0 +1,467 @@
+"""A deterministic simulation of Kray's replication and election cores (issue 8, item 7).
+
+Three brokers (each: an in-memory log of (leader epoch, write id) entries, a ReplicaCore with its
+leader-epoch cache), one controller (ReplicationControl), producers (acks=all and acks=1) and
+consumers, all stepped by one seeded scheduler. Each step picks one action with `random.Random
+(seed)`: deliver any in-flight message (so messages are reordered freely), drop or duplicate one,
+advance the clock, tick a broker or the controller, produce, consume, crash / restart / pause /
+resume a broker. Messages to a paused broker wait; messages to a crashed broker are lost.
+
+Durability assumption (stated, kept simple): every append and every truncation is fsynced before
+the broker does anything else, so a crash loses only volatile state (role, follower states,
+waiters, in-flight fetches, broker epoch); the log, its leader-epoch cache (rebuilt from the log's
+epochs, as Kafka does without a checkpoint) and the last high watermark survive. The controller
+never crashes (its metadata log is a list that is appended before anything is published).
+
+Invariants, checked after every step (see `check`):
+  I1 one writer per leader epoch, and it is the leader the controller elected for that epoch;
+  I2 logs agree below the high watermark: every replica's entries below its own high watermark
+     equal the committed log (the entries any leader has ever exposed below its HW), and the
+     committed log never changes;
+  I3 every acknowledged acks=all write is committed at its offset, and present on the current
+     leader once one is elected (from the ISR: unclean election is off);
+  I4 a leader's high watermark never goes backwards within its leader epoch, and HW <= LEO;
+  I5 a consumer only reads offsets below the high watermark, and what it reads is committed;
+  I6 the shell and the core agree: log length == core log end offset; the epoch cache agrees with
+     the epoch of the last entry.
+"""
+from __future__ import annotations
+
+import collections
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors.controller.elections import NO_LEADER, ReplicationControl
+from actors.partition.epoch_cache import LeaderEpochCache
+from actors.partition.replication import (
+    ACKS_ALL, AlterPartitionResponse, BatchSpan, FollowerAction, PartitionRegistration, ReplicaCore,
+    ReplicationConfig, Role,
+)
+from protocol.errors import ErrorCode
+
+KEY = ("orders", 0)
+BROKERS = (0, 1, 2)
+CONTROLLER = "controller"
+CLIENT = "client"
+
+SESSION_TIMEOUT_MS = 400        # broker.session.timeout.ms (scaled down)
+HEARTBEAT_INTERVAL_MS = 100     # broker.heartbeat.interval.ms (scaled down)
+REPLICA_LAG_TIME_MAX_MS = 250   # replica.lag.time.max.ms (scaled down)
+MIN_INSYNC_REPLICAS = 2
+FETCH_RETRY_MS = 150            # a follower re-sends a fetch that got no answer after this
+REQUEST_TIMEOUT_MS = 800        # acks=all waiters time out after this
+FETCH_BATCH_MAX = 4             # entries per follower fetch answer
+TIMELINE_STEPS = 60
+
+
+class InvariantViolation(AssertionError):
+    pass
+
+
+@dataclass
+class Message:
+    dst: Any
+    kind: str
+    body: tuple
+    src: Any = None
+
+
+@dataclass
+class Broker:
+    broker_id: int
+    log: list[tuple[int, int]] = field(default_factory=list)   # (leader epoch, write id) per offset
+    hw_checkpoint: int = 0
+    core: ReplicaCore | None = None
+    alive: bool = True
+    paused: bool = False
+    broker_epoch: int = -1
+    fetch_in_flight: tuple | None = None          # (request, sent_ms)
+    waiters: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # waiter -> (write, offset, since)
+    verified_upto: int = 0                         # I2: offsets below this were checked
+    last_heartbeat_ms: int = -10**9
+
+    def start(self, config: ReplicationConfig) -> None:
+        epochs = LeaderEpochCache()
+        for offset, (epoch, _) in enumerate(self.log):
+            epochs.assign(epoch, offset)
+        self.core = ReplicaCore(self.broker_id, log_end_offset=len(self.log),
+                                high_watermark=self.hw_checkpoint, epochs=epochs, config=config)
+        self.broker_epoch = -1
+        self.last_heartbeat_ms = -10**9
+        self.fetch_in_flight = None
+        self.waiters = {}
+
+    @property
+    def runnable(self) -> bool:
+        return self.alive and not self.paused
+
+
+class Simulation:
+    def __init__(self, seed: int, *, verbose: bool = False):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.verbose = verbose
+        self.now_ms = 0
+        self.step_no = 0
+        self.config = ReplicationConfig(replica_lag_time_max_ms=REPLICA_LAG_TIME_MAX_MS,
+                                        min_insync_replicas=MIN_INSYNC_REPLICAS)
+        self.controller = ReplicationControl(broker_session_timeout_ms=SESSION_TIMEOUT_MS)
+        self.metadata_log: list[dict] = []
+        self.brokers = {b: Broker(b) for b in BROKERS}
+        self.network: list[Message] = []
+        self.timeline: collections.deque[str] = collections.deque(maxlen=TIMELINE_STEPS)
+        self.next_write_id = 1
+        # invariant state
+        self.writer_of_epoch: dict[int, int] = {}
+        self.leader_of_epoch: dict[int, int] = {}
+        self.committed: list[tuple[int, int]] = []
+        self.acked: dict[int, int] = {}            # acks=all write id -> offset
+        self.leader_hw: dict[tuple[int, int], int] = {}
+        self.checked_leaders: set[tuple[int, int]] = set()
+        self.stats = collections.Counter()
+        # the cluster starts: brokers register and heartbeat, the partition is created
+        for b in self.brokers.values():
+            b.start(self.config)
+            decision = self.controller.register_broker(b.broker_id, self.now_ms)
+            self._append_metadata(decision.records)
+            b.broker_epoch = decision.broker_epoch
+            self._append_metadata(self.controller.heartbeat(b.broker_id, b.broker_epoch, self.now_ms).records)
+        self._append_metadata(self.controller.create_partition(KEY, BROKERS).records)
+        self._publish_all()
+
+    # ---- plumbing ----------------------------------------------------------------------------
+    def log(self, text: str) -> None:
+        line = f"[{self.step_no:4d} t={self.now_ms:5d}] {text}"
+        self.timeline.append(line)
+        if self.verbose:
+            print(line)
+
+    def send(self, src: Any, dst: Any, kind: str, *body: Any) -> None:
+        self.network.append(Message(dst, kind, body, src))
+
+    def _append_metadata(self, records: list[dict]) -> None:
+        """The controller's metadata log: appended before anything is published."""
+        for record in records:
+            self.metadata_log.append(record)
+            if record["type"] == "partition_change":
+                epoch, leader = record["leader_epoch"], record["leader"]
+                known = self.leader_of_epoch.setdefault(epoch, leader)
+                if known != leader:
+                    self.fail(f"controller elected {leader} and {known} in leader epoch {epoch}")
+                self.log(f"controller: {record['type']} leader={leader} epoch={epoch} "
+                         f"pe={record['partition_epoch']} isr={record['isr']}")
+            else:
+                self.log(f"controller: {record['type']} broker={record['broker_id']}")
+
+    def _registration(self) -> PartitionRegistration:
+        p = self.controller.partitions[KEY]
+        return PartitionRegistration(p.leader, p.leader_epoch, p.partition_epoch, tuple(p.replicas), tuple(p.isr))
+
+    def _publish_all(self) -> None:
+        reg = self._registration()
+        for b in BROKERS:
+            self.send(CONTROLLER, b, "metadata", reg)
+
+    def _controller_did(self, records: list[dict]) -> None:
+        self._append_metadata(records)
+        if any(r["type"] == "partition_change" for r in records):
+            self._publish_all()
+
+    def fail(self, what: str) -> None:
+        raise InvariantViolation(
+            f"seed {self.seed}, step {self.step_no}: {what}\n"
+            f"replay: python -m tests.sim --seed {self.seed} --steps {self.step_no} -v\n"
+            "last steps:\n" + "\n".join(self.timeline))
+
+    # ---- the scheduler -----------------------------------------------------------------------
+    def run(self, steps: int) -> "Simulation":
+        for _ in range(steps):
+            self.step()
+        return self
+
+    def step(self) -> None:
+        self.step_no += 1
+        rng = self.rng
+        roll = rng.random() * 100
+        if roll < 45:
+            deliverable = [i for i, m in enumerate(self.network) if self._deliverable(m)]
+            if deliverable:
+                self.deliver(self.network.pop(rng.choice(deliverable)))
+        elif roll < 46.5:
+            if self.network:
+                m = self.network.pop(rng.randrange(len(self.network)))
+                self.stats["dropped"] += 1
+                self.log(f"drop {m.kind} -> {m.dst}")
+        elif roll < 48:
+            if self.network:
+                m = rng.choice(self.network)
+                self.network.append(Message(m.dst, m.kind, m.body, m.src))
+                self.stats["duplicated"] += 1
+                self.log(f"duplicate {m.kind} -> {m.dst}")
+        elif roll < 58:
+            self.now_ms += rng.randint(1, 80)
+        elif roll < 80:
+            b = self.brokers[rng.choice(BROKERS)]
+            if b.runnable:
+                self.tick_broker(b)
+        elif roll < 84:
+            self.tick_controller()
+        elif roll < 95:
+            self.produce(ACKS_ALL if rng.random() < 0.6 else 1)
+        elif roll < 98:
+            self.consume()
+        else:
+            self.fault()
+        self.check()
+
+    def _deliverable(self, m: Message) -> bool:
+        """Messages to a paused broker wait; to a crashed one they are delivered (and lost)."""
+        if m.dst == CONTROLLER or m.dst == CLIENT:
+            return True
+        b = self.brokers[m.dst]
+        return not b.paused or not b.alive
+
+    def fault(self) -> None:
+        rng = self.rng
+        b = self.brokers[rng.choice(BROKERS)]
+        down = sum(1 for x in self.brokers.values() if not x.runnable)
+        choice = rng.random()
+        if choice < 0.2 and b.alive and down < 2:
+            b.alive = False
+            b.paused = False
+            self.stats["crashes"] += 1
+            self.log(f"CRASH broker {b.broker_id} (log end {len(b.log)}, hw {b.hw_checkpoint})")
+            if rng.random() < 0.5:  # Ray reports the node's death
+                self.send(None, CONTROLLER, "node_died", b.broker_id)
+        elif choice < 0.6 and not b.alive:
+            b.alive = True
+            b.start(self.config)
+            self.stats["restarts"] += 1
+            self.log(f"RESTART broker {b.broker_id} (log end {len(b.log)}, hw {b.hw_checkpoint})")
+            self.send(b.broker_id, CONTROLLER, "register", b.broker_id)
+        elif choice < 0.8 and b.runnable and down < 2:
+            b.paused = True
+            self.stats["pauses"] += 1
+            self.log(f"PAUSE broker {b.broker_id} (role {b.core.role.value}, epoch {b.core.leader_epoch})")
+        elif b.alive and b.paused:
+            b.paused = False
+            self.log(f"RESUME broker {b.broker_id} (role {b.core.role.value}, epoch {b.core.leader_epoch})")
+
+    # ---- controller --------------------------------------------------------------------------
+    def tick_controller(self) -> None:
+        self._controller_did(self.controller.tick(self.now_ms).records)
+        if self.rng.random() < 0.3:
+            self._controller_did(self.controller.balance_leaders().records)
+        self._publish_all()  # brokers that missed an update catch up (they read the metadata log)
+
+    def controller_receive(self, m: Message) -> None:
+        c = self.controller
+        if m.kind == "register":
+            (broker_id,) = m.body
+            decision = c.register_broker(broker_id, self.now_ms)
+            self._controller_did(decision.records)
+            self.send(CONTROLLER, broker_id, "registered", decision.broker_epoch)
+        elif m.kind == "heartbeat":
+            broker_id, epoch = m.body
+            self._controller_did(c.heartbeat(broker_id, epoch, self.now_ms).records)
+        elif m.kind == "node_died":
+            (broker_id,) = m.body
+            self._controller_did(c.broker_died(broker_id).records)
+        elif m.kind == "alter_partition":
+            broker_id, epoch, request = m.body
+            decision = c.alter_partition(broker_id, epoch, KEY, leader_epoch=request.leader_epoch,
+                                         partition_epoch=request.partition_epoch, new_isr=request.new_isr)
+            self._controller_did(decision.records)
+            p = decision.partition or {}
+            response = AlterPartitionResponse(decision.error_code, p.get("leader", NO_LEADER),
+                                              p.get("leader_epoch", -1), p.get("partition_epoch", -1),
+                                              tuple(p.get("isr", ())))
+            self.log(f"controller: alter_partition from {broker_id} {request.new_isr} -> error {decision.error_code}")
+            self.send(CONTROLLER, broker_id, "alter_partition_response", request, response)
+
+    # ---- brokers -----------------------------------------------------------------------------
+    def deliver(self, m: Message) -> None:
+        if m.dst == CONTROLLER:
+            self.controller_receive(m)
+        elif m.dst == CLIENT:
+            self.client_receive(m)
+        else:
+            b = self.brokers[m.dst]
+            if b.alive:
+                self.broker_receive(b, m)
+
+    def _effects(self, b: Broker, effects) -> None:
+        if effects.high_watermark is not None:
+            b.hw_checkpoint = b.core.high_watermark
+        for waiter_id, error in effects.released:
+            write_id, offset, _ = b.waiters.pop(waiter_id)
+            self.send(b.broker_id, CLIENT, "produce_response", write_id, ACKS_ALL, error, offset, b.broker_id)
+        if effects.alter_partition is not None:
+            self.send(b.broker_id, CONTROLLER, "alter_partition", b.broker_id, b.broker_epoch,
+                      effects.alter_partition)
+
+    def tick_broker(self, b: Broker) -> None:
+        core = b.core
+        if b.broker_epoch >= 0 and self.now_ms - b.last_heartbeat_ms >= HEARTBEAT_INTERVAL_MS:
+            b.last_heartbeat_ms = self.now_ms
+            self.send(b.broker_id, CONTROLLER, "heartbeat", b.broker_id, b.broker_epoch)
+        if core.role is Role.FOLLOWER:
+            if b.fetch_in_flight is None or self.now_ms - b.fetch_in_flight[1] >= FETCH_RETRY_MS:
+                request = core.next_fetch()
+                if request is not None:
+                    b.fetch_in_flight = (request, self.now_ms)
+                    self.send(b.broker_id, core.leader_id, "fetch", request)
+        elif core.role is Role.LEADER:
+            self._effects(b, core.tick(self.now_ms))
+            for waiter_id, (write_id, offset, since) in list(b.waiters.items()):
+                if self.now_ms - since >= REQUEST_TIMEOUT_MS and core.cancel_waiter(waiter_id):
+                    del b.waiters[waiter_id]
+                    self.send(b.broker_id, CLIENT, "produce_response", write_id, ACKS_ALL,
+                              ErrorCode.REQUEST_TIMED_OUT, offset, b.broker_id)
+
+    def broker_receive(self, b: Broker, m: Message) -> None:
+        core = b.core
+        if m.kind == "registered":
+            if b.broker_epoch < 0:
+                b.broker_epoch = m.body[0]
+        elif m.kind == "metadata":
+            (reg,) = m.body
+            before = (core.role, core.leader_epoch)
+            self._effects(b, core.apply_registration(reg, self.now_ms))
+            if (core.role, core.leader_epoch) != before:
+                self.log(f"broker {b.broker_id}: {core.role.value} in epoch {core.leader_epoch} "
+                         f"(log end {len(b.log)}, hw {core.high_watermark})")
+                b.fetch_in_flight = None
+        elif m.kind == "alter_partition_response":
+            request, response = m.body
+            self._effects(b, core.on_alter_partition_response(request, response, self.now_ms))
+        elif m.kind == "fetch":
+            (request,) = m.body
+            answer, effects = core.handle_follower_fetch(request, self.now_ms)
+            entries = []
+            if answer.read_from is not None:
+                entries = [(o, *b.log[o]) for o in range(answer.read_from,
+                                                          min(len(b.log), answer.read_from + FETCH_BATCH_MAX))]
+            self._effects(b, effects)
+            self.send(b.broker_id, m.src, "fetch_response", request, answer, entries)
+        elif m.kind == "fetch_response":
+            request, answer, entries = m.body
+            if b.fetch_in_flight is not None and b.fetch_in_flight[0] == request:
+                b.fetch_in_flight = None
+            step = core.on_fetch_response(request, answer, [BatchSpan(o, o, e) for o, e, _ in entries])
+            if step.action is FollowerAction.TRUNCATE:
+                self.stats["truncations"] += 1
+                self.log(f"broker {b.broker_id}: truncate {len(b.log)} -> {step.truncate_to} "
+                         f"(diverging {answer.diverging_epoch})")
+                del b.log[step.truncate_to:]
+                b.verified_upto = min(b.verified_upto, step.truncate_to)
+            elif step.action is FollowerAction.APPEND:
+                b.log.extend((e, w) for _, e, w in entries)
+            b.hw_checkpoint = core.high_watermark
+        elif m.kind == "produce":
+            write_id, acks = m.body
+            self.broker_produce(b, write_id, acks)
+
+    def broker_produce(self, b: Broker, write_id: int, acks: int) -> None:
+        core = b.core
+        error = core.check_produce(acks)
+        if error:
+            self.send(b.broker_id, CLIENT, "produce_response", write_id, acks, error, -1, b.broker_id)
+            return
+        offset = len(b.log)
+        b.log.append((core.leader_epoch, write_id))
+        writer = self.writer_of_epoch.setdefault(core.leader_epoch, b.broker_id)
+        if writer != b.broker_id:
+            self.fail(f"I1: brokers {writer} and {b.broker_id} both accepted writes in leader epoch {core.leader_epoch}")
+        if self.leader_of_epoch.get(core.leader_epoch) != b.broker_id:
+            self.fail(f"I1: broker {b.broker_id} wrote in epoch {core.leader_epoch}, whose elected leader is "
+                      f"{self.leader_of_epoch.get(core.leader_epoch)}")
+        self.log(f"broker {b.broker_id}: append write {write_id} at {offset} epoch {core.leader_epoch} acks={acks}")
+        self._effects(b, core.on_leader_append(len(b.log), self.now_ms))
+        if acks != ACKS_ALL:
+            self.send(b.broker_id, CLIENT, "produce_response", write_id, acks, ErrorCode.NONE, offset, b.broker_id)
+            return
+        waiter_id, error = core.register_waiter(offset + 1)
+        if error is not None:
+            self.send(b.broker_id, CLIENT, "produce_response", write_id, acks, error, offset, b.broker_id)
+        else:
+            b.waiters[waiter_id] = (write_id, offset, self.now_ms)
+
+    # ---- clients -----------------------------------------------------------------------------
+    def produce(self, acks: int) -> None:
+        leader = self.controller.partitions[KEY].leader
+        target = leader if leader != NO_LEADER and self.rng.random() < 0.75 else self.rng.choice(BROKERS)
+        write_id = self.next_write_id
+        self.next_write_id += 1
+        self.send(CLIENT, target, "produce", write_id, acks)
+
+    def client_receive(self, m: Message) -> None:
+        write_id, acks, error, offset, broker_id = m.body
+        if acks != ACKS_ALL or error != ErrorCode.NONE or write_id in self.acked:
+            return
+        if offset >= len(self.committed) or self.committed[offset][1] != write_id:
+            self.fail(f"I3: write {write_id} acknowledged at offset {offset} by broker {broker_id} "
+                      f"but the committed log has {self.committed[offset] if offset < len(self.committed) else None}")
+        self.acked[write_id] = offset
+        self.stats["acked"] += 1
+        self.log(f"client: write {write_id} acknowledged (acks=all) at {offset} by broker {broker_id}")
+
+    def consume(self) -> None:
+        """A consumer fetches from a broker that believes it leads (perhaps a stale one)."""
+        b = self.brokers[self.rng.choice(BROKERS)]
+        if not b.runnable or b.core.role is not Role.LEADER or b.core.high_watermark == 0:
+            return
+        hw = b.core.high_watermark
+        offset = self.rng.randrange(hw)
+        if offset >= hw:
+            self.fail(f"I5: consumer read offset {offset} at or above the high watermark {hw}")
+        if offset >= len(self.committed) or b.log[offset] != self.committed[offset]:
+            self.fail(f"I5: consumer read {b.log[offset]} at {offset} from broker {b.broker_id}: not committed")
+        self.stats["consumed"] += 1
+
+    # ---- invariants --------------------------------------------------------------------------
+    def check(self) -> None:
+        committed = self.committed
+        for b in self.brokers.values():
+            core = b.core
+            if len(b.log) != core.log_end_offset:
+                self.fail(f"I6: broker {b.broker_id} log has {len(b.log)} entries, core says {core.log_end_offset}")
+            if core.high_watermark > core.log_end_offset:
+                self.fail(f"I4: broker {b.broker_id} HW {core.high_watermark} above its LEO {core.log_end_offset}")
+            if b.log and core.epochs.epoch_for_offset(len(b.log) - 1) != b.log[-1][0]:
+                self.fail(f"I6: broker {b.broker_id} epoch cache {core.epochs.entries()} disagrees with its log")
+            if core.role is Role.LEADER and b.alive:
+                key = (b.broker_id, core.leader_epoch)
+                last = self.leader_hw.get(key, -1)
+                if core.high_watermark < last:
+                    self.fail(f"I4: leader {b.broker_id} HW went back from {last} to {core.high_watermark}")
+                self.leader_hw[key] = core.high_watermark
+                for o in range(len(committed), core.high_watermark):
+                    committed.append(b.log[o])
+        for b in self.brokers.values():
+            hw = min(b.core.high_watermark, len(b.log))
+            if hw > len(committed):
+                self.fail(f"I2: broker {b.broker_id} has HW {hw} but only {len(committed)} offsets were "
+                          f"ever committed by a leader")
+            for o in range(b.verified_upto, hw):
+                if b.log[o] != committed[o]:
+                    self.fail(f"I2: broker {b.broker_id} has {b.log[o]} at offset {o}, below its HW {hw}, "
+                              f"but {committed[o]} was committed there")
+            b.verified_upto = max(b.verified_upto, hw)
+        p = self.controller.partitions[KEY]
+        if p.leader != NO_LEADER:
+            b = self.brokers[p.leader]
+            key = (p.leader, p.leader_epoch)
+            if (b.alive and b.core.role is Role.LEADER and b.core.leader_epoch == p.leader_epoch
+                    and key not in self.checked_leaders):
+                self.checked_leaders.add(key)
+                self.stats["leaders"] += 1
+                for write_id, offset in self.acked.items():
+                    if offset >= len(b.log) or b.log[offset][1] != write_id:
+                        self.fail(f"I3: acknowledged write {write_id} at offset {offset} is missing on the new "
+                                  f"leader {p.leader} (epoch {p.leader_epoch})")
+
+
+def run_seed(seed: int, steps: int, *, verbose: bool = False) -> Simulation:
+    return Simulation(seed, verbose=verbose).run(steps)
