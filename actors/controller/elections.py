@@ -45,6 +45,7 @@ from protocol.errors import ErrorCode
 
 NO_LEADER = -1
 DEFAULT_BROKER_SESSION_TIMEOUT_MS = 9000  # broker.session.timeout.ms
+RECORD_TYPES = frozenset({"broker_registration", "unfence_broker", "fence_broker", "partition_change"})
 
 
 @dataclass
@@ -81,12 +82,18 @@ class Decision:
 
 class ReplicationControl:
     def __init__(self, *, broker_session_timeout_ms: int = DEFAULT_BROKER_SESSION_TIMEOUT_MS,
-                 unclean_leader_election_enable: bool | Callable[[Hashable], bool] = False):
+                 unclean_leader_election_enable: bool | Callable[[Hashable], bool] = False,
+                 on_apply: Callable[[dict[str, Any]], None] | None = None):
+        """`unclean_leader_election_enable`: a bool, or a function of the partition key (per-topic
+        configs). `partitions` may hold the owner's own partition objects (anything with replicas,
+        leader, leader_epoch, partition_epoch and isr attributes): records update them in place.
+        `on_apply` is called after each applied record (the owner bumps its metadata version)."""
         self.broker_session_timeout_ms = broker_session_timeout_ms
         self._unclean = (unclean_leader_election_enable if callable(unclean_leader_election_enable)
                          else (lambda key, v=bool(unclean_leader_election_enable): v))
+        self._on_apply = on_apply
         self.brokers: dict[int, BrokerLiveness] = {}
-        self.partitions: dict[Hashable, PartitionRegistration] = {}
+        self.partitions: dict[Hashable, Any] = {}
         self.next_broker_epoch = 1
 
     # ---- queries -------------------------------------------------------------------------
@@ -248,11 +255,18 @@ class ReplicationControl:
                 b.fenced = True
         elif kind == "partition_change":
             key = _key(record["partition"])
-            self.partitions[key] = PartitionRegistration(list(record["replicas"]), record["leader"],
-                                                         record["leader_epoch"], record["partition_epoch"],
-                                                         list(record["isr"]))
+            p = self.partitions.get(key)
+            if p is None:
+                self.partitions[key] = PartitionRegistration(list(record["replicas"]), record["leader"],
+                                                             record["leader_epoch"], record["partition_epoch"],
+                                                             list(record["isr"]))
+            else:
+                p.replicas, p.leader, p.isr = list(record["replicas"]), record["leader"], list(record["isr"])
+                p.leader_epoch, p.partition_epoch = record["leader_epoch"], record["partition_epoch"]
         else:
             raise ValueError(f"unknown replication record type {kind!r}")
+        if self._on_apply is not None:
+            self._on_apply(record)
 
     def finish_replay(self, now_ms: int) -> None:
         """After a controller restart: every unfenced broker gets a fresh session from now."""

@@ -20,10 +20,11 @@ Leader side (Kafka semantics, Kafka 4 trunk):
   `check_produce` and min.insync.replicas use changes only when the controller's answer or new
   metadata arrives; one proposal in flight at a time;
 * acks=all: `check_produce` answers NOT_ENOUGH_REPLICAS before the append when the committed ISR
-  is below min.insync.replicas; a waiter registered after the append is released when the high
-  watermark reaches its offset (NONE, or NOT_ENOUGH_REPLICAS_AFTER_APPEND when the maximal ISR fell
-  below min.insync.replicas meanwhile), with NOT_LEADER_OR_FOLLOWER when leadership is lost, and
-  is timed out by the shell (`cancel_waiter`);
+  is below min.insync.replicas; a waiter registered after the append is released with NONE when
+  the high watermark reaches its offset; with NOT_ENOUGH_REPLICAS_AFTER_APPEND as soon as the
+  committed ISR falls below min.insync.replicas (Kafka 4 stops the HW there, so the write could
+  only time out; answering at once is what Kafka 3 producers saw); with NOT_LEADER_OR_FOLLOWER when
+  leadership is lost; and is timed out by the shell (`cancel_waiter` -> REQUEST_TIMED_OUT);
 * a follower fetch carries the follower's current leader epoch (FENCED_LEADER_EPOCH if older,
   UNKNOWN_LEADER_EPOCH if newer), its fetch offset and its last fetched epoch; when its log
   diverges from the leader's the answer is a diverging epoch (epoch, end offset), as Fetch v12+
@@ -305,7 +306,7 @@ class ReplicaCore:
         self._next_waiter_id += 1
         if self.role is not Role.LEADER:
             return waiter_id, ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if self.high_watermark >= required_offset:
+        if self.high_watermark >= required_offset or len(self.isr) < self.effective_min_isr:
             return waiter_id, self._ack_error()
         self._waiters[waiter_id] = required_offset
         return waiter_id, None
@@ -315,7 +316,7 @@ class ReplicaCore:
         return self._waiters.pop(waiter_id, None) is not None
 
     def _ack_error(self) -> int:
-        if len(self.maximal_isr) < self.effective_min_isr:
+        if len(self.maximal_isr) < self.effective_min_isr or len(self.isr) < self.effective_min_isr:
             return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return ErrorCode.NONE
 
@@ -339,7 +340,9 @@ class ReplicaCore:
     def handle_follower_fetch(self, request: FetchRequest, now_ms: int) -> tuple[FetchAnswer, Effects]:
         error = self._check_leader_epoch(request.current_leader_epoch)
         if not error and request.replica_id not in self.followers:
-            error = ErrorCode.NOT_LEADER_OR_FOLLOWER  # not a replica of this partition
+            # the epoch matches but the replica is not (yet) in the assignment: Kafka answers
+            # UNKNOWN_LEADER_EPOCH so that the follower retries
+            error = ErrorCode.UNKNOWN_LEADER_EPOCH
         if error:
             return FetchAnswer(error), Effects()
         leo, hw, lso = self.log_end_offset, self.high_watermark, self.log_start_offset
@@ -429,6 +432,11 @@ class ReplicaCore:
             return effects
         if self._maybe_increment_high_watermark(now_ms):
             effects.high_watermark = self.high_watermark
+        if self._waiters and len(self.isr) < self.effective_min_isr:
+            # the high watermark cannot advance under min.insync.replicas (Kafka 4): answer the
+            # waiters now rather than letting them time out
+            effects.released.extend((w, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND) for w in self._waiters)
+            self._waiters.clear()
         if self._waiters:
             done = [(w, off) for w, off in self._waiters.items() if self.high_watermark >= off]
             if done:
