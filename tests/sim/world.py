@@ -51,7 +51,7 @@ REPLICA_LAG_TIME_MAX_MS = 250   # replica.lag.time.max.ms (scaled down)
 MIN_INSYNC_REPLICAS = 2
 FETCH_RETRY_MS = 150            # a follower re-sends a fetch that got no answer after this
 REQUEST_TIMEOUT_MS = 800        # acks=all waiters time out after this
-FETCH_BATCH_MAX = 4             # entries per follower fetch answer
+FETCH_BATCH_MAX = 16            # entries per follower fetch answer
 TIMELINE_STEPS = 60
 
 
@@ -184,35 +184,36 @@ class Simulation:
         self.step_no += 1
         rng = self.rng
         roll = rng.random() * 100
-        if roll < 45:
+        if roll < 60:
             deliverable = [i for i, m in enumerate(self.network) if self._deliverable(m)]
             if deliverable:
                 self.deliver(self.network.pop(rng.choice(deliverable)))
-        elif roll < 46.5:
+        elif roll < 61:
             if self.network:
                 m = self.network.pop(rng.randrange(len(self.network)))
                 self.stats["dropped"] += 1
                 self.log(f"drop {m.kind} -> {m.dst}")
-        elif roll < 48:
+        elif roll < 62:
             if self.network:
                 m = rng.choice(self.network)
                 self.network.append(Message(m.dst, m.kind, m.body, m.src))
                 self.stats["duplicated"] += 1
                 self.log(f"duplicate {m.kind} -> {m.dst}")
-        elif roll < 58:
+        elif roll < 71:
             self.now_ms += rng.randint(1, 80)
-        elif roll < 80:
+        elif roll < 85:
             b = self.brokers[rng.choice(BROKERS)]
             if b.runnable:
                 self.tick_broker(b)
-        elif roll < 84:
+        elif roll < 87:
             self.tick_controller()
-        elif roll < 95:
+        elif roll < 96:
             self.produce(ACKS_ALL if rng.random() < 0.6 else 1)
         elif roll < 98:
             self.consume()
         else:
             self.fault()
+        self.stats["max_in_flight"] = max(self.stats["max_in_flight"], len(self.network))
         self.check()
 
     def _deliverable(self, m: Message) -> bool:
@@ -223,37 +224,45 @@ class Simulation:
         return not b.paused or not b.alive
 
     def fault(self) -> None:
+        """Recover a broker that is down (60% when one is), else crash or pause a running one
+        (never more than two down at once: one in-sync replica must be able to survive)."""
         rng = self.rng
-        b = self.brokers[rng.choice(BROKERS)]
-        down = sum(1 for x in self.brokers.values() if not x.runnable)
-        choice = rng.random()
-        if choice < 0.2 and b.alive and down < 2:
+        down = [b for b in self.brokers.values() if not b.runnable]
+        if down and rng.random() < 0.6:
+            b = rng.choice(down)
+            if b.alive:
+                b.paused = False
+                self.log(f"RESUME broker {b.broker_id} (role {b.core.role.value}, epoch {b.core.leader_epoch})")
+            else:
+                b.alive = True
+                b.start(self.config)
+                self.stats["restarts"] += 1
+                self.log(f"RESTART broker {b.broker_id} (log end {len(b.log)}, hw {b.hw_checkpoint})")
+                self.send(b.broker_id, CONTROLLER, "register", b.broker_id)
+            return
+        if len(down) >= 2:
+            return
+        b = rng.choice([x for x in self.brokers.values() if x.runnable])
+        if rng.random() < 0.4:
             b.alive = False
-            b.paused = False
             self.stats["crashes"] += 1
             self.log(f"CRASH broker {b.broker_id} (log end {len(b.log)}, hw {b.hw_checkpoint})")
             if rng.random() < 0.5:  # Ray reports the node's death
                 self.send(None, CONTROLLER, "node_died", b.broker_id)
-        elif choice < 0.6 and not b.alive:
-            b.alive = True
-            b.start(self.config)
-            self.stats["restarts"] += 1
-            self.log(f"RESTART broker {b.broker_id} (log end {len(b.log)}, hw {b.hw_checkpoint})")
-            self.send(b.broker_id, CONTROLLER, "register", b.broker_id)
-        elif choice < 0.8 and b.runnable and down < 2:
+        else:
             b.paused = True
             self.stats["pauses"] += 1
             self.log(f"PAUSE broker {b.broker_id} (role {b.core.role.value}, epoch {b.core.leader_epoch})")
-        elif b.alive and b.paused:
-            b.paused = False
-            self.log(f"RESUME broker {b.broker_id} (role {b.core.role.value}, epoch {b.core.leader_epoch})")
 
     # ---- controller --------------------------------------------------------------------------
     def tick_controller(self) -> None:
         self._controller_did(self.controller.tick(self.now_ms).records)
         if self.rng.random() < 0.3:
-            self._controller_did(self.controller.balance_leaders().records)
-        self._publish_all()  # brokers that missed an update catch up (they read the metadata log)
+            records = self.controller.balance_leaders().records
+            self.stats["preferred_elections"] += len(records)
+            self._controller_did(records)
+        if self.rng.random() < 0.5:
+            self._publish_all()  # brokers that missed an update catch up (they read the metadata log)
 
     def controller_receive(self, m: Message) -> None:
         c = self.controller
@@ -273,6 +282,10 @@ class Simulation:
             decision = c.alter_partition(broker_id, epoch, KEY, leader_epoch=request.leader_epoch,
                                          partition_epoch=request.partition_epoch, new_isr=request.new_isr)
             self._controller_did(decision.records)
+            if decision.records:
+                self.stats["isr_changes"] += 1
+            elif decision.error_code:
+                self.stats[f"alter_partition_{ErrorCode(decision.error_code).name}"] += 1
             p = decision.partition or {}
             response = AlterPartitionResponse(decision.error_code, p.get("leader", NO_LEADER),
                                               p.get("leader_epoch", -1), p.get("partition_epoch", -1),
@@ -339,6 +352,10 @@ class Simulation:
         elif m.kind == "fetch":
             (request,) = m.body
             answer, effects = core.handle_follower_fetch(request, self.now_ms)
+            if answer.error_code:
+                self.stats[f"fetch_{ErrorCode(answer.error_code).name}"] += 1
+            elif answer.diverging_epoch is not None:
+                self.stats["diverging_epochs"] += 1
             entries = []
             if answer.read_from is not None:
                 entries = [(o, *b.log[o]) for o in range(answer.read_from,
@@ -367,6 +384,7 @@ class Simulation:
         core = b.core
         error = core.check_produce(acks)
         if error:
+            self.stats[f"produce_{ErrorCode(error).name}"] += 1
             self.send(b.broker_id, CLIENT, "produce_response", write_id, acks, error, -1, b.broker_id)
             return
         offset = len(b.log)
@@ -377,6 +395,8 @@ class Simulation:
         if self.leader_of_epoch.get(core.leader_epoch) != b.broker_id:
             self.fail(f"I1: broker {b.broker_id} wrote in epoch {core.leader_epoch}, whose elected leader is "
                       f"{self.leader_of_epoch.get(core.leader_epoch)}")
+        if core.leader_epoch < self.controller.partitions[KEY].leader_epoch:
+            self.stats["stale_leader_appends"] += 1  # a deposed leader that does not know it yet
         self.log(f"broker {b.broker_id}: append write {write_id} at {offset} epoch {core.leader_epoch} acks={acks}")
         self._effects(b, core.on_leader_append(len(b.log), self.now_ms))
         if acks != ACKS_ALL:
@@ -398,6 +418,8 @@ class Simulation:
 
     def client_receive(self, m: Message) -> None:
         write_id, acks, error, offset, broker_id = m.body
+        if error:
+            self.stats[f"client_{ErrorCode(error).name}"] += 1
         if acks != ACKS_ALL or error != ErrorCode.NONE or write_id in self.acked:
             return
         if offset >= len(self.committed) or self.committed[offset][1] != write_id:
