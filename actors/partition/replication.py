@@ -194,6 +194,7 @@ class ReplicaCore:
         self.leader_epoch_start_offset = UNKNOWN_OFFSET
         self.followers: dict[int, FollowerState] = {}
         self._pending: _Pending | None = None
+        self._refused: tuple[AlterPartitionRequest, int] | None = None
         self._waiters: dict[int, int] = {}            # waiter id -> required offset
         self._next_waiter_id = 1
 
@@ -403,6 +404,9 @@ class ReplicaCore:
 
     def _propose(self, new_isr: frozenset[int], *, maximal: frozenset[int], now_ms: int) -> Effects:
         request = AlterPartitionRequest(self.leader_epoch, self.partition_epoch, tuple(sorted(new_isr)))
+        if (self._refused is not None and self._refused[0] == request
+                and now_ms - self._refused[1] < ALTER_PARTITION_RETRY_MS):
+            return Effects()  # refused a moment ago (e.g. INELIGIBLE_REPLICA): no request storm
         self._pending = _Pending(request, frozenset(maximal), now_ms)
         return Effects(alter_partition=request)
 
@@ -414,7 +418,9 @@ class ReplicaCore:
             return Effects()
         if response.error_code != ErrorCode.NONE:
             # INVALID_UPDATE_VERSION, FENCED_LEADER_EPOCH, INELIGIBLE_REPLICA, ...: drop the
-            # proposal; newer metadata or the next tick/fetch decides again
+            # proposal; newer metadata or the next tick/fetch decides again (the same proposal
+            # not before ALTER_PARTITION_RETRY_MS)
+            self._refused = (request, now_ms)
             self._pending = None
             return self._after_change(now_ms)
         if (response.leader != self.broker_id or response.leader_epoch != self.leader_epoch

@@ -3,6 +3,7 @@
     python -m tests.sim --seed 42 --steps 300 -v       # replay one seed, printing every step
     python -m tests.sim --seeds 0:2000 --steps 300     # run a block of seeds, report the first failure
     python -m tests.sim --seeds 0:200 --break elect_outside_isr   # watch a deliberately broken rule fail
+    python -m tests.sim --seeds 0:200 --unclean      # unclean leader election: acknowledged writes lost
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--break", dest="break_rule", choices=sorted(BREAKS),
                         help="break one rule of the cores on purpose")
+    parser.add_argument("--unclean", action="store_true",
+                        help="unclean.leader.election.enable=true (acknowledged writes may be lost)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every step")
     args = parser.parse_args(argv)
     if args.seed is not None:
@@ -34,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with broken(args.break_rule):
         for seed in seeds:
-            sim = Simulation(seed, verbose=args.verbose)
+            sim = Simulation(seed, verbose=args.verbose, unclean_leader_election_enable=args.unclean)
             try:
                 sim.run(args.steps)
             except InvariantViolation as violation:

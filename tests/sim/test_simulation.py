@@ -39,3 +39,12 @@ def test_a_broken_rule_is_caught(rule):
                 Simulation(seed).run(STEPS)
     message = str(caught.value)
     assert "replay: python -m tests.sim --seed" in message and "last steps:" in message
+
+
+def test_unclean_election_can_lose_acknowledged_writes():
+    """Kafka's warning, reproduced: with unclean.leader.election.enable an out-of-sync replica may
+    lead, and acknowledged (or committed) records disappear. The same invariants catch it."""
+    with pytest.raises(InvariantViolation) as caught:
+        for seed in range(500):
+            Simulation(seed, unclean_leader_election_enable=True).run(STEPS)
+    assert "I2:" in str(caught.value) or "I3:" in str(caught.value)

@@ -98,7 +98,7 @@ class Broker:
 
 
 class Simulation:
-    def __init__(self, seed: int, *, verbose: bool = False):
+    def __init__(self, seed: int, *, verbose: bool = False, unclean_leader_election_enable: bool = False):
         self.seed = seed
         self.rng = random.Random(seed)
         self.verbose = verbose
@@ -106,7 +106,8 @@ class Simulation:
         self.step_no = 0
         self.config = ReplicationConfig(replica_lag_time_max_ms=REPLICA_LAG_TIME_MAX_MS,
                                         min_insync_replicas=MIN_INSYNC_REPLICAS)
-        self.controller = ReplicationControl(broker_session_timeout_ms=SESSION_TIMEOUT_MS)
+        self.controller = ReplicationControl(broker_session_timeout_ms=SESSION_TIMEOUT_MS,
+                                             unclean_leader_election_enable=unclean_leader_election_enable)
         self.metadata_log: list[dict] = []
         self.brokers = {b: Broker(b) for b in BROKERS}
         self.network: list[Message] = []

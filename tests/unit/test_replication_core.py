@@ -135,6 +135,10 @@ def test_isr_expands_when_a_follower_reaches_the_hw_and_the_epoch_start():
     effects = core.on_alter_partition_response(request, AlterPartitionResponse(ErrorCode.INELIGIBLE_REPLICA), 6)
     assert core.pending_alter_partition is None and core.maximal_isr == {0, 1}
     assert core.high_watermark == 10, "replica 2 is caught up and may join: the HW waits for it (Kafka)"
+    _, effects = fetch(core, 2, 12, 7)
+    assert effects.alter_partition is None, "the refused proposal is not repeated at once"
+    _, effects = fetch(core, 2, 12, 6 + 1000)
+    assert effects.alter_partition == request, "but is after ALTER_PARTITION_RETRY_MS"
 
 
 def test_new_follower_does_not_count_for_the_hw_until_it_catches_up():
