@@ -46,6 +46,7 @@ from protocol.errors import ErrorCode
 from .epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, EpochEndOffset, LeaderEpochCache
 
 NO_LEADER = -1
+NO_EPOCH_GIVEN = -1
 UNKNOWN_OFFSET = -1
 ACKS_ALL = -1
 ALTER_PARTITION_RETRY_MS = 1000  # resend an unanswered AlterPartition after this long
@@ -282,11 +283,28 @@ class ReplicaCore:
                 self.followers[r] = FollowerState(r)
         return self._after_change(now_ms)
 
+    def advance_log_start_offset(self, log_start_offset: int) -> None:
+        """Retention or DeleteRecords moved the log start up (never past the high watermark)."""
+        if log_start_offset > self.log_start_offset:
+            self.log_start_offset = log_start_offset
+            self.epochs.truncate_from_start(log_start_offset)
+
     # ---- leader: produce -------------------------------------------------------------------
-    def check_produce(self, acks: int) -> int:
-        """Before appending a producer's batch: may this replica take it?"""
+    def validate_leader_epoch(self, current_leader_epoch: int = NO_EPOCH_GIVEN) -> int:
+        """Every leader-side call: NOT_LEADER_OR_FOLLOWER unless this replica leads; a caller's
+        current leader epoch older than ours is FENCED_LEADER_EPOCH, newer is UNKNOWN_LEADER_EPOCH
+        (-1: the caller sent none, as old clients do; Kafka skips the check then)."""
         if self.role is not Role.LEADER:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if current_leader_epoch == NO_EPOCH_GIVEN:
+            return ErrorCode.NONE
+        return self._check_leader_epoch(current_leader_epoch)
+
+    def check_produce(self, acks: int, current_leader_epoch: int = NO_EPOCH_GIVEN) -> int:
+        """Before appending a producer's (or an internal writer's) batch: may this replica take it?"""
+        error = self.validate_leader_epoch(current_leader_epoch)
+        if error:
+            return error
         if acks == ACKS_ALL and len(self.isr) < self.effective_min_isr:
             return ErrorCode.NOT_ENOUGH_REPLICAS
         return ErrorCode.NONE

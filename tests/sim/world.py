@@ -18,8 +18,9 @@ Invariants, checked after every step (see `check`):
   I2 logs agree below the high watermark: every replica's entries below its own high watermark
      equal the committed log (the entries any leader has ever exposed below its HW), and the
      committed log never changes;
-  I3 every acknowledged acks=all write is committed at its offset, and present on the current
-     leader once one is elected (from the ISR: unclean election is off);
+  I3 every acknowledged acks=all write is committed at its offset, is held by every replica of
+     the controller's ISR (checked at each ISR change and each acknowledgement), and is present on
+     the current leader once one is elected (from the ISR: unclean election is off);
   I4 a leader's high watermark never goes backwards within its leader epoch, and HW <= LEO;
   I5 a consumer only reads offsets below the high watermark, and what it reads is committed;
   I6 the shell and the core agree: log length == core log end offset; the epoch cache agrees with
@@ -152,6 +153,7 @@ class Simulation:
                     self.fail(f"controller elected {leader} and {known} in leader epoch {epoch}")
                 self.log(f"controller: {record['type']} leader={leader} epoch={epoch} "
                          f"pe={record['partition_epoch']} isr={record['isr']}")
+                self._check_isr_holds_acked(record["isr"])
             else:
                 self.log(f"controller: {record['type']} broker={record['broker_id']}")
 
@@ -428,6 +430,7 @@ class Simulation:
                       f"but the committed log has {self.committed[offset] if offset < len(self.committed) else None}")
         self.acked[write_id] = offset
         self.stats["acked"] += 1
+        self._check_isr_holds_acked(self.controller.partitions[KEY].isr, only=(write_id, offset))
         self.log(f"client: write {write_id} acknowledged (acks=all) at {offset} by broker {broker_id}")
 
     def consume(self) -> None:
@@ -444,6 +447,17 @@ class Simulation:
         self.stats["consumed"] += 1
 
     # ---- invariants --------------------------------------------------------------------------
+    def _check_isr_holds_acked(self, isr, only: tuple[int, int] | None = None) -> None:
+        """I3b: every replica in the controller's ISR holds every acknowledged write (checked when
+        the ISR changes and when a write is acknowledged)."""
+        writes = [only] if only is not None else self.acked.items()
+        for r in isr:
+            log = self.brokers[r].log
+            for write_id, offset in writes:
+                if offset >= len(log) or log[offset][1] != write_id:
+                    self.fail(f"I3: acknowledged write {write_id} at offset {offset} is not on broker {r}, "
+                              f"a member of the controller's ISR {list(isr)}")
+
     def check(self) -> None:
         committed = self.committed
         for b in self.brokers.values():

@@ -75,6 +75,12 @@ def test_leader_epoch_checks_fence_stale_followers_and_stale_leaders():
     assert follower.handle_follower_fetch(FetchRequest(2, 1, 0, -1), 0)[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert follower.check_produce(1) == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert follower.offsets_for_leader_epoch(1, 0)[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    # produce and consumer reads that carry a leader epoch are checked too; -1 skips the check
+    assert core.check_produce(1, current_leader_epoch=0) == ErrorCode.FENCED_LEADER_EPOCH
+    assert core.check_produce(1, current_leader_epoch=2) == ErrorCode.UNKNOWN_LEADER_EPOCH
+    assert core.check_produce(1, current_leader_epoch=1) == core.check_produce(1) == ErrorCode.NONE
+    assert core.validate_leader_epoch(0) == ErrorCode.FENCED_LEADER_EPOCH and core.validate_leader_epoch() == 0
+    assert follower.validate_leader_epoch() == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 def test_diverging_epoch_when_the_followers_log_parted_from_the_leaders():
@@ -292,3 +298,12 @@ def test_leader_append_requires_leadership():
     core = follower()
     with pytest.raises(RuntimeError):
         core.on_leader_append(3, now_ms=0)
+
+
+def test_log_start_offset_moves_the_epoch_cache_and_bounds_fetches():
+    core = leader(10, epochs=LeaderEpochCache([(0, 0), (1, 6)]), leader_epoch=2)
+    core.advance_log_start_offset(4)
+    core.advance_log_start_offset(2)  # never backwards
+    assert core.log_start_offset == 4 and core.epochs.earliest_entry.start_offset == 4
+    answer, _ = fetch(core, 1, 3, 1, last_epoch=0)
+    assert answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and answer.log_start_offset == 4
