@@ -65,9 +65,11 @@ class PartitionRegistration:
     partition_epoch: int = 0
     isr: list[int] = field(default_factory=list)
 
-    def snapshot(self) -> dict[str, Any]:
-        return {"leader": self.leader, "leader_epoch": self.leader_epoch,
-                "partition_epoch": self.partition_epoch, "isr": list(self.isr), "replicas": list(self.replicas)}
+
+def partition_snapshot(p: Any) -> dict[str, Any]:
+    """The state an AlterPartition response carries (works for any partition object)."""
+    return {"leader": p.leader, "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
+            "isr": list(p.isr), "replicas": list(p.replicas)}
 
 
 @dataclass
@@ -195,11 +197,11 @@ class ReplicationControl:
             return Decision(ErrorCode.INELIGIBLE_REPLICA)
         isr = [r for r in p.replicas if r in isr]  # assignment order, as a canonical form
         if isr == p.isr:
-            return Decision(partition=p.snapshot())
+            return Decision(partition=partition_snapshot(p))
         records = self._commit([self._record(key, p, leader=p.leader, isr=isr, leader_epoch=p.leader_epoch)])
         p = self.partitions[key]
         return Decision(ErrorCode.NEW_LEADER_ELECTED if p.leader != broker_id else ErrorCode.NONE,
-                        records, p.snapshot())
+                        records, partition_snapshot(p))
 
     def balance_leaders(self) -> Decision:
         """Preferred leader election (auto.leader.rebalance.enable): the first replica leads when

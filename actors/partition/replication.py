@@ -18,7 +18,9 @@ Leader side (Kafka semantics, Kafka 4 trunk):
   start offset of the leader's epoch is proposed for addition on fetch;
 * ISR changes are proposals (AlterPartition carrying leader epoch + partition epoch); the ISR that
   `check_produce` and min.insync.replicas use changes only when the controller's answer or new
-  metadata arrives; one proposal in flight at a time;
+  metadata arrives; one proposal in flight at a time; after an error that leaves it unknown
+  whether the change was made, the maximal ISR stays until metadata arrives (see
+  `on_alter_partition_response`);
 * acks=all: `check_produce` answers NOT_ENOUGH_REPLICAS before the append when the committed ISR
   is below min.insync.replicas; a waiter registered after the append is released with NONE when
   the high watermark reaches its offset; with NOT_ENOUGH_REPLICAS_AFTER_APPEND as soon as the
@@ -172,6 +174,7 @@ class _Pending:
     request: AlterPartitionRequest
     maximal_isr: frozenset[int]
     sent_ms: int
+    awaiting_metadata: bool = False  # answered with an error that leaves the outcome unknown
 
 
 class ReplicaCore:
@@ -408,6 +411,8 @@ class ReplicaCore:
         if self.role is not Role.LEADER:
             return Effects()
         if self._pending is not None:
+            if self._pending.awaiting_metadata:
+                return Effects()
             if now_ms - self._pending.sent_ms >= ALTER_PARTITION_RETRY_MS:
                 self._pending.sent_ms = now_ms
                 return Effects(alter_partition=self._pending.request)
@@ -431,20 +436,24 @@ class ReplicaCore:
     def on_alter_partition_response(self, request: AlterPartitionRequest, response: AlterPartitionResponse,
                                     now_ms: int) -> Effects:
         """The controller answered `request`. Answers to anything but the pending proposal are
-        ignored (duplicates, answers overtaken by metadata)."""
-        if self.role is not Role.LEADER or self._pending is None or self._pending.request != request:
+        ignored (duplicates, answers overtaken by metadata).
+
+        Only INELIGIBLE_REPLICA and OPERATION_NOT_ATTEMPTED say for certain that the change was
+        not made: then the proposal is dropped (Kafka resets to the last committed state). Any other
+        error (INVALID_UPDATE_VERSION answers a retry or duplicate of a request that *was*
+        applied; FENCED_LEADER_EPOCH, NOT_CONTROLLER, ...) leaves the outcome unknown, so the
+        maximal ISR stays in force until the controller's metadata says what the ISR is."""
+        pending = self._pending
+        if self.role is not Role.LEADER or pending is None or pending.request != request:
             return Effects()
-        if response.error_code != ErrorCode.NONE:
-            # INVALID_UPDATE_VERSION, FENCED_LEADER_EPOCH, INELIGIBLE_REPLICA, ...: drop the
-            # proposal; newer metadata or the next tick/fetch decides again (the same proposal
-            # not before ALTER_PARTITION_RETRY_MS)
-            self._refused = (request, now_ms)
+        if response.error_code in (ErrorCode.INELIGIBLE_REPLICA, ErrorCode.OPERATION_NOT_ATTEMPTED):
+            self._refused = (request, now_ms)  # the same proposal not before ALTER_PARTITION_RETRY_MS
             self._pending = None
             return self._after_change(now_ms)
-        if (response.leader != self.broker_id or response.leader_epoch != self.leader_epoch
-                or response.partition_epoch <= self.partition_epoch):
-            self._pending = None  # overtaken: the metadata will tell
-            return self._after_change(now_ms)
+        if (response.error_code != ErrorCode.NONE or response.leader != self.broker_id
+                or response.leader_epoch != self.leader_epoch or response.partition_epoch <= self.partition_epoch):
+            pending.awaiting_metadata = True
+            return Effects()
         return self._update_isr(PartitionRegistration(response.leader, response.leader_epoch,
                                                       response.partition_epoch, self.replicas,
                                                       tuple(response.isr)), now_ms)

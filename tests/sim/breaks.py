@@ -52,7 +52,21 @@ def _shrink_isr_without_controller(original):
     return replication.ReplicaCore, "tick", tick
 
 
+def _forget_pending_on_any_error(original):
+    def on_alter_partition_response(self, request, response, now_ms):
+        # the bug: any AlterPartition error drops the pending ISR change, though a retried or
+        # duplicated request that was applied answers INVALID_UPDATE_VERSION (seed 5137 found it)
+        if (response.error_code and self.role is replication.Role.LEADER and self._pending is not None
+                and self._pending.request == request):
+            self._pending = None
+            return self._after_change(now_ms)
+        return original(self, request, response, now_ms)
+    return replication.ReplicaCore, "on_alter_partition_response", on_alter_partition_response
+
+
 BREAKS = {
+    "forget_pending_isr_change_on_any_error": (replication.ReplicaCore, "on_alter_partition_response",
+                                               _forget_pending_on_any_error),
     "elect_outside_isr": (elections.ReplicationControl, "_change", _elect_outside_isr),
     "hw_ignores_followers": (replication.ReplicaCore, "_maybe_increment_high_watermark", _hw_ignores_followers),
     "no_divergence_check": (replication.ReplicaCore, "handle_follower_fetch", _no_divergence_check),

@@ -10,6 +10,10 @@ from tests.sim.world import InvariantViolation, Simulation
 SEEDS = 2000
 BLOCK = 100
 STEPS = 600
+# seeds beyond the CI block that once found a bug (each note says which); they run every time
+REGRESSION_SEEDS = {
+    5137: "an INVALID_UPDATE_VERSION answering a duplicate AlterPartition dropped an applied ISR expansion",
+}
 
 
 @pytest.mark.parametrize("first_seed", range(0, SEEDS, BLOCK))
@@ -20,6 +24,11 @@ def test_invariants_hold(first_seed):
     # the block exercised what it claims to: failovers, divergence, acknowledged writes
     assert totals["acked"] > 0 and totals["leaders"] > BLOCK and totals["truncations"] > 0
     assert totals["crashes"] > 0 and totals["pauses"] > 0 and totals["dropped"] > 0 and totals["duplicated"] > 0
+
+
+@pytest.mark.parametrize("seed", sorted(REGRESSION_SEEDS))
+def test_regression_seeds(seed):
+    Simulation(seed).run(STEPS)
 
 
 def test_a_seed_replays_exactly():
@@ -35,7 +44,7 @@ def test_a_broken_rule_is_caught(rule):
     """The simulation can fail: breaking any one of these rules violates an invariant on some seed."""
     with broken(rule):
         with pytest.raises(InvariantViolation) as caught:
-            for seed in range(500):
+            for seed in [*REGRESSION_SEEDS, *range(500)]:
                 Simulation(seed).run(STEPS)
     message = str(caught.value)
     assert "replay: python -m tests.sim --seed" in message and "last steps:" in message

@@ -184,6 +184,12 @@ def test_controller_core_shares_its_partitions_and_replays_replication_records(t
     q = replayed.topics["orders"].partitions[0]
     assert (q.leader, q.leader_epoch, q.partition_epoch, q.isr) == (p.leader, p.leader_epoch, p.partition_epoch, p.isr)
     assert replayed.replication.partitions[key] is q and not replayed.replication.is_live(leader)
+    # AlterPartition on the ControllerCore's own partition objects
+    new_leader = p.leader
+    epoch = core.replication.brokers[new_leader].broker_epoch
+    decision = core.replication.alter_partition(new_leader, epoch, key, leader_epoch=1, partition_epoch=1,
+                                                new_isr=[new_leader])
+    assert decision.error_code == 0 and decision.partition["isr"] == [new_leader] and p.isr == [new_leader]
     log.append(core.delete_topic("orders").records)
     assert key not in core.replication.partitions
     log.close()

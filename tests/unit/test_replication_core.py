@@ -147,6 +147,27 @@ def test_isr_expands_when_a_follower_reaches_the_hw_and_the_epoch_start():
     assert effects.alter_partition == request, "but is after ALTER_PARTITION_RETRY_MS"
 
 
+def test_an_error_that_may_follow_an_applied_change_keeps_the_maximal_isr():
+    """Found by the simulation (seed 5137): the controller applied an expansion, and the answer to
+    a duplicate of the request (INVALID_UPDATE_VERSION) overtook the success. Dropping the pending
+    expansion let the HW pass records the new ISR member did not have."""
+    core = leader(0, isr=(0, 2))
+    core.on_leader_append(5, now_ms=0)
+    fetch(core, 2, 5, 1)
+    _, effects = fetch(core, 1, 5, 2)
+    request = effects.alter_partition
+    assert request.new_isr == (0, 1, 2)
+    core.on_leader_append(9, now_ms=3)
+    effects = core.on_alter_partition_response(request, AlterPartitionResponse(ErrorCode.INVALID_UPDATE_VERSION), 4)
+    assert core.maximal_isr == {0, 1, 2}, "unknown outcome: keep counting replica 1"
+    fetch(core, 2, 9, 5)
+    assert core.high_watermark == 5, "the HW waits for replica 1"
+    assert core.tick(now_ms=5000).alter_partition is None, "no resend: waiting for metadata"
+    # the late success (or the metadata) settles it
+    core.on_alter_partition_response(request, AlterPartitionResponse(0, 0, 1, 2, (0, 1, 2)), 6)
+    assert core.isr == {0, 1, 2} and core.pending_alter_partition is None
+
+
 def test_new_follower_does_not_count_for_the_hw_until_it_catches_up():
     core = leader(0, isr=(0, 1))
     core.on_leader_append(10, now_ms=0)
