@@ -97,6 +97,8 @@ class ReplicationControl:
         self.brokers: dict[int, BrokerLiveness] = {}
         self.partitions: dict[Hashable, Any] = {}
         self.next_broker_epoch = 1
+        # the last AlterPartition answered per partition: (broker id, broker epoch, proposal id, decision)
+        self._answered: dict[Hashable, tuple[int, int, int, Decision]] = {}
 
     # ---- queries -------------------------------------------------------------------------
     def is_live(self, broker_id: int) -> bool:
@@ -175,7 +177,29 @@ class ReplicationControl:
         return Decision(records=self._commit([record]))
 
     def alter_partition(self, broker_id: int, broker_epoch: int, key: Hashable, *, leader_epoch: int,
-                        partition_epoch: int, new_isr: Iterable[int]) -> Decision:
+                        partition_epoch: int, new_isr: Iterable[int], proposal_id: int = -1) -> Decision:
+        """With a `proposal_id` (>= 0) each proposal is decided once: a duplicate or resend of the
+        last proposal answered for this partition gets the same answer and changes nothing, an
+        older one is refused (INVALID_UPDATE_VERSION). So a leader may trust a refusal: no late
+        copy of the proposal will be applied after it. (The memory of answers is volatile: after a
+        controller restart, copies sent to the previous incarnation are gone with its connections.)"""
+        if proposal_id >= 0:
+            last = self._answered.get(key)
+            if last is not None and last[:2] == (broker_id, broker_epoch):
+                if proposal_id == last[2]:
+                    return Decision(last[3].error_code, [], last[3].partition)
+                if proposal_id < last[2]:
+                    return Decision(ErrorCode.INVALID_UPDATE_VERSION)
+            decision = self._alter_partition(broker_id, broker_epoch, key, leader_epoch=leader_epoch,
+                                             partition_epoch=partition_epoch, new_isr=new_isr)
+            if key in self.partitions:
+                self._answered[key] = (broker_id, broker_epoch, proposal_id, decision)
+            return decision
+        return self._alter_partition(broker_id, broker_epoch, key, leader_epoch=leader_epoch,
+                                     partition_epoch=partition_epoch, new_isr=new_isr)
+
+    def _alter_partition(self, broker_id: int, broker_epoch: int, key: Hashable, *, leader_epoch: int,
+                         partition_epoch: int, new_isr: Iterable[int]) -> Decision:
         b = self.brokers.get(broker_id)
         if b is None or b.broker_epoch != broker_epoch:
             return Decision(ErrorCode.STALE_BROKER_EPOCH)

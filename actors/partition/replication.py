@@ -78,10 +78,18 @@ class PartitionRegistration:
 
 @dataclass(frozen=True)
 class AlterPartitionRequest:
-    """A leader's proposal of a new ISR (one partition of Kafka's AlterPartition request)."""
+    """A leader's proposal of a new ISR (one partition of Kafka's AlterPartition request).
+    `proposal_id` grows with every new proposal of this replica (a resend keeps it): the
+    controller answers each proposal once and repeats that answer to duplicates, so that a late
+    copy of a refused proposal can never be applied after the leader gave up on it."""
     leader_epoch: int
     partition_epoch: int
     new_isr: tuple[int, ...]
+    proposal_id: int = -1
+
+    def same_change(self, other: "AlterPartitionRequest") -> bool:
+        return (self.leader_epoch, self.partition_epoch, self.new_isr) == \
+            (other.leader_epoch, other.partition_epoch, other.new_isr)
 
 
 @dataclass(frozen=True)
@@ -199,6 +207,7 @@ class ReplicaCore:
         self.followers: dict[int, FollowerState] = {}
         self._pending: _Pending | None = None
         self._refused: tuple[AlterPartitionRequest, int] | None = None
+        self._next_proposal_id = 0
         self._waiters: dict[int, int] = {}            # waiter id -> required offset
         self._next_waiter_id = 1
 
@@ -426,10 +435,12 @@ class ReplicaCore:
         return self._propose(self.isr - out_of_sync, maximal=self.isr, now_ms=now_ms)
 
     def _propose(self, new_isr: frozenset[int], *, maximal: frozenset[int], now_ms: int) -> Effects:
-        request = AlterPartitionRequest(self.leader_epoch, self.partition_epoch, tuple(sorted(new_isr)))
-        if (self._refused is not None and self._refused[0] == request
+        request = AlterPartitionRequest(self.leader_epoch, self.partition_epoch, tuple(sorted(new_isr)),
+                                        self._next_proposal_id)
+        if (self._refused is not None and self._refused[0].same_change(request)
                 and now_ms - self._refused[1] < ALTER_PARTITION_RETRY_MS):
             return Effects()  # refused a moment ago (e.g. INELIGIBLE_REPLICA): no request storm
+        self._next_proposal_id += 1
         self._pending = _Pending(request, frozenset(maximal), now_ms)
         return Effects(alter_partition=request)
 
@@ -439,10 +450,11 @@ class ReplicaCore:
         ignored (duplicates, answers overtaken by metadata).
 
         Only INELIGIBLE_REPLICA and OPERATION_NOT_ATTEMPTED say for certain that the change was
-        not made: then the proposal is dropped (Kafka resets to the last committed state). Any other
-        error (INVALID_UPDATE_VERSION answers a retry or duplicate of a request that *was*
-        applied; FENCED_LEADER_EPOCH, NOT_CONTROLLER, ...) leaves the outcome unknown, so the
-        maximal ISR stays in force until the controller's metadata says what the ISR is."""
+        not made (and, the controller answering each proposal id once, never will be): then the
+        proposal is dropped (Kafka resets to the last committed state). Any other error
+        (INVALID_UPDATE_VERSION may answer a retry of a request that *was* applied;
+        FENCED_LEADER_EPOCH, NOT_CONTROLLER, ...) leaves the outcome unknown, so the maximal ISR
+        stays in force until the controller's metadata says what the ISR is."""
         pending = self._pending
         if self.role is not Role.LEADER or pending is None or pending.request != request:
             return Effects()

@@ -64,7 +64,18 @@ def _forget_pending_on_any_error(original):
     return replication.ReplicaCore, "on_alter_partition_response", on_alter_partition_response
 
 
+def _controller_forgets_answers(original):
+    def alter_partition(self, broker_id, broker_epoch, key, *, leader_epoch, partition_epoch, new_isr,
+                        proposal_id=-1):
+        # the bug: the controller decides every copy of a proposal afresh, so a late copy of a
+        # refused expansion can be applied after the leader gave up on it (seed 8741 found it)
+        return original(self, broker_id, broker_epoch, key, leader_epoch=leader_epoch,
+                        partition_epoch=partition_epoch, new_isr=new_isr)
+    return elections.ReplicationControl, "alter_partition", alter_partition
+
+
 BREAKS = {
+    "controller_forgets_answers": (elections.ReplicationControl, "alter_partition", _controller_forgets_answers),
     "forget_pending_isr_change_on_any_error": (replication.ReplicaCore, "on_alter_partition_response",
                                                _forget_pending_on_any_error),
     "elect_outside_isr": (elections.ReplicationControl, "_change", _elect_outside_isr),

@@ -5,13 +5,15 @@ leader-epoch cache), one controller (ReplicationControl), producers (acks=all an
 consumers, all stepped by one seeded scheduler. Each step picks one action with `random.Random
 (seed)`: deliver any in-flight message (so messages are reordered freely), drop or duplicate one,
 advance the clock, tick a broker or the controller, produce, consume, crash / restart / pause /
-resume a broker. Messages to a paused broker wait; messages to a crashed broker are lost.
+resume a broker, restart the controller. Messages to a paused broker wait; messages to a crashed
+broker (or to the controller when it restarts) are lost.
 
 Durability assumption (stated, kept simple): every append and every truncation is fsynced before
 the broker does anything else, so a crash loses only volatile state (role, follower states,
 waiters, in-flight fetches, broker epoch); the log, its leader-epoch cache (rebuilt from the log's
-epochs, as Kafka does without a checkpoint) and the last high watermark survive. The controller
-never crashes (its metadata log is a list that is appended before anything is published).
+epochs, as Kafka does without a checkpoint) and the last high watermark survive. The controller's
+metadata log (a list, appended before anything is published) survives its restarts; its
+heartbeat times and its memory of AlterPartition answers do not.
 
 Invariants, checked after every step (see `check`):
   I1 one writer per leader epoch, and it is the leader the controller elected for that epoch;
@@ -107,6 +109,7 @@ class Simulation:
         self.step_no = 0
         self.config = ReplicationConfig(replica_lag_time_max_ms=REPLICA_LAG_TIME_MAX_MS,
                                         min_insync_replicas=MIN_INSYNC_REPLICAS)
+        self._unclean = unclean_leader_election_enable
         self.controller = ReplicationControl(broker_session_timeout_ms=SESSION_TIMEOUT_MS,
                                              unclean_leader_election_enable=unclean_leader_election_enable)
         self.metadata_log: list[dict] = []
@@ -198,7 +201,9 @@ class Simulation:
                 self.log(f"drop {m.kind} -> {m.dst}")
         elif roll < 62:
             if self.network:
-                m = rng.choice(self.network)
+                # ISR changes are rare and subtle: their requests and answers are duplicated more often
+                control = [m for m in self.network if m.kind.startswith("alter_partition")]
+                m = rng.choice(control if control and rng.random() < 0.5 else self.network)
                 self.network.append(Message(m.dst, m.kind, m.body, m.src))
                 self.stats["duplicated"] += 1
                 self.log(f"duplicate {m.kind} -> {m.dst}")
@@ -230,6 +235,9 @@ class Simulation:
         """Recover a broker that is down (60% when one is), else crash or pause a running one
         (never more than two down at once: one in-sync replica must be able to survive)."""
         rng = self.rng
+        if rng.random() < 0.08:
+            self.restart_controller()
+            return
         down = [b for b in self.brokers.values() if not b.runnable]
         if down and rng.random() < 0.6:
             b = rng.choice(down)
@@ -258,6 +266,20 @@ class Simulation:
             self.log(f"PAUSE broker {b.broker_id} (role {b.core.role.value}, epoch {b.core.leader_epoch})")
 
     # ---- controller --------------------------------------------------------------------------
+    def restart_controller(self) -> None:
+        """The controller's process restarts: a new ReplicationControl replays the metadata log
+        (heartbeat times and its memory of AlterPartition answers are gone); requests in flight to
+        the old incarnation die with its connections (a Ray actor restart fails pending calls)."""
+        self.controller = ReplicationControl(broker_session_timeout_ms=SESSION_TIMEOUT_MS,
+                                             unclean_leader_election_enable=self._unclean)
+        for record in self.metadata_log:
+            self.controller.apply(record)
+        self.controller.finish_replay(self.now_ms)
+        lost = [m for m in self.network if m.dst == CONTROLLER]
+        self.network = [m for m in self.network if m.dst != CONTROLLER]
+        self.stats["controller_restarts"] += 1
+        self.log(f"RESTART controller (replayed {len(self.metadata_log)} records, {len(lost)} requests lost)")
+
     def tick_controller(self) -> None:
         self._controller_did(self.controller.tick(self.now_ms).records)
         if self.rng.random() < 0.3:
@@ -283,7 +305,8 @@ class Simulation:
         elif m.kind == "alter_partition":
             broker_id, epoch, request = m.body
             decision = c.alter_partition(broker_id, epoch, KEY, leader_epoch=request.leader_epoch,
-                                         partition_epoch=request.partition_epoch, new_isr=request.new_isr)
+                                         partition_epoch=request.partition_epoch, new_isr=request.new_isr,
+                                         proposal_id=request.proposal_id)
             self._controller_did(decision.records)
             if decision.records:
                 self.stats["isr_changes"] += 1

@@ -193,3 +193,25 @@ def test_controller_core_shares_its_partitions_and_replays_replication_records(t
     log.append(core.delete_topic("orders").records)
     assert key not in core.replication.partitions
     log.close()
+
+
+def test_each_alter_partition_proposal_is_decided_once():
+    """A copy of a refused proposal that arrives after its broker became eligible must not be
+    applied (found by the simulation, seed 8741): duplicates get the first answer again."""
+    c, epochs = cluster()
+    c.broker_died(2)
+    ask = dict(leader_epoch=0, partition_epoch=1, new_isr=[0, 1, 2])
+    first = c.alter_partition(0, epochs[0], KEY, proposal_id=7, **ask)
+    assert first.error_code == ErrorCode.INELIGIBLE_REPLICA
+    epochs[2] = c.register_broker(2, now_ms=1).broker_epoch
+    c.heartbeat(2, epochs[2], now_ms=1)
+    late_copy = c.alter_partition(0, epochs[0], KEY, proposal_id=7, **ask)
+    assert late_copy.error_code == ErrorCode.INELIGIBLE_REPLICA and late_copy.records == []
+    assert state(c)[3] == [0, 1]
+    applied = c.alter_partition(0, epochs[0], KEY, proposal_id=8, **ask)
+    assert applied.error_code == 0 and state(c)[3] == [0, 1, 2]
+    again = c.alter_partition(0, epochs[0], KEY, proposal_id=8, **ask)
+    assert again.error_code == 0 and again.records == [] and again.partition == applied.partition
+    assert c.alter_partition(0, epochs[0], KEY, proposal_id=6, **ask).error_code == ErrorCode.INVALID_UPDATE_VERSION
+    # without proposal ids (old callers) the epoch checks alone apply
+    assert c.alter_partition(0, epochs[0], KEY, **ask).error_code == ErrorCode.INVALID_UPDATE_VERSION
