@@ -27,7 +27,8 @@ Semantics (as KRaft's):
   makes it the whole ISR;
 * every change bumps the partition epoch; a leader change bumps the leader epoch too;
 * unfencing a broker elects a leader for leaderless partitions it can lead;
-* AlterPartition (from the leader, with its broker epoch, leader epoch and partition epoch):
+* AlterPartition (from the leader, with its broker epoch, leader epoch, partition epoch and a
+  proposal id; each proposal id is decided once, duplicates get the same answer):
   STALE_BROKER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION, NOT_CONTROLLER (the request is newer than our
   state), FENCED_LEADER_EPOCH (older leader epoch), INVALID_REQUEST (not the leader, or an ISR not
   within the replicas / without the leader), INVALID_UPDATE_VERSION (older partition epoch),
@@ -57,8 +58,9 @@ class BrokerLiveness:
 
 
 @dataclass
-class PartitionRegistration:
-    """The controller's view of one partition (mutable; replaced field by field by records)."""
+class ControllerPartition:
+    """The controller's view of one partition when the owner brings none of its own (KRaft's
+    PartitionRegistration; ControllerCore uses its PartitionState objects instead)."""
     replicas: list[int]
     leader: int
     leader_epoch: int = 0
@@ -238,12 +240,12 @@ class ReplicationControl:
                                                       leader_epoch=p.leader_epoch + 1)])
         return Decision(records=records)
 
-    def _elect(self, key: Hashable, p: PartitionRegistration) -> list[dict[str, Any]]:
+    def _elect(self, key: Hashable, p: ControllerPartition) -> list[dict[str, Any]]:
         live = {i for i, x in self.brokers.items() if not x.fenced}
         change = self._change(key, p, isr=list(p.isr), live=live)
         return [change] if change is not None else []
 
-    def _change(self, key: Hashable, p: PartitionRegistration, *, isr: list[int],
+    def _change(self, key: Hashable, p: ControllerPartition, *, isr: list[int],
                 live: set[int]) -> dict[str, Any] | None:
         """PartitionChangeBuilder: keep a valid leader, else the first valid replica in assignment
         order, else (unclean) the first live replica, else no leader."""
@@ -260,7 +262,7 @@ class ReplicationControl:
                             leader_epoch=p.leader_epoch + (1 if leader != p.leader else 0))
 
     @staticmethod
-    def _record(key: Hashable, p: PartitionRegistration, *, leader: int, isr: list[int],
+    def _record(key: Hashable, p: ControllerPartition, *, leader: int, isr: list[int],
                 leader_epoch: int) -> dict[str, Any]:
         return {"type": "partition_change", "partition": key, "leader": leader, "leader_epoch": leader_epoch,
                 "partition_epoch": p.partition_epoch + 1, "isr": list(isr), "replicas": list(p.replicas)}
@@ -283,7 +285,7 @@ class ReplicationControl:
             key = _key(record["partition"])
             p = self.partitions.get(key)
             if p is None:
-                self.partitions[key] = PartitionRegistration(list(record["replicas"]), record["leader"],
+                self.partitions[key] = ControllerPartition(list(record["replicas"]), record["leader"],
                                                              record["leader_epoch"], record["partition_epoch"],
                                                              list(record["isr"]))
             else:

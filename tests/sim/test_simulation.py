@@ -14,12 +14,18 @@ STEPS = int(os.environ.get("KRAY_SIM_STEPS", 600))
 BLOCK = 100
 # Breaks whose failure needs a long and rare schedule, with the seeds (1000 steps) that show it,
 # found with `python -m tests.sim --seeds A:B --steps 1000 --break RULE`. Seeds depend on the
-# scheduler: when it changes, hunt again. (Both rules are also pinned by unit tests:
-# test_each_alter_partition_proposal_is_decided_once, test_an_error_that_may_follow_an_applied_change_
-# keeps_the_maximal_isr; the simulation found both bugs, at seeds 8741 and 5137 of commit 9bd811c.)
+# scheduler: when it changes, hunt again.
 RARE_BREAK_SEEDS: dict[str, list[int]] = {
-    "controller_forgets_answers": [],
-    "forget_pending_isr_change_on_any_error": [],
+    "controller_forgets_answers": [12207],  # 1 seed in 20,000 (the rule is also pinned by
+    # tests/unit/test_controller_elections.py::test_each_alter_partition_proposal_is_decided_once)
+}
+# Breaks no seed has shown yet; their rule is pinned by a unit test instead.
+NOT_REACHED = {
+    "forget_pending_isr_change_on_any_error":
+        "needs an applied change whose answer dies with a controller restart, a retry answered "
+        "INVALID_UPDATE_VERSION and a stalled new ISR member before metadata arrives: 0 of 30,000 "
+        "seeds x 1,000 steps once the controller decides each proposal once; pinned by "
+        "tests/unit/test_replication_core.py::test_an_error_that_may_follow_an_applied_change_keeps_the_maximal_isr",
 }
 RARE_BREAK_STEPS = 1000
 
@@ -42,14 +48,12 @@ def test_a_seed_replays_exactly():
     assert first.stats == second.stats
 
 
-@pytest.mark.parametrize("rule", sorted(BREAKS))
+@pytest.mark.parametrize("rule", sorted(set(BREAKS) - set(NOT_REACHED)))
 def test_a_broken_rule_is_caught(rule):
     """The simulation can fail: breaking any one of these rules violates an invariant on some seed."""
     seeds, steps = range(500), STEPS
     if rule in RARE_BREAK_SEEDS:
         seeds, steps = RARE_BREAK_SEEDS[rule], RARE_BREAK_STEPS
-        if not seeds:
-            pytest.skip(f"no seed of the current scheduler is known to show {rule!r}")
     with broken(rule):
         with pytest.raises(InvariantViolation) as caught:
             for seed in seeds:

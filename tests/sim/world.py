@@ -6,7 +6,7 @@ consumers, all stepped by one seeded scheduler. Each step picks one action with 
 (seed)`: deliver any in-flight message (so messages are reordered freely), drop or duplicate one,
 advance the clock, tick a broker or the controller, produce, consume, crash / restart / pause /
 resume a broker, restart the controller. Messages to a paused broker wait; messages to a crashed
-broker (or to the controller when it restarts) are lost.
+broker (or to and from the controller when it restarts) are lost.
 
 Durability assumption (stated, kept simple): every append and every truncation is fsynced before
 the broker does anything else, so a crash loses only volatile state (role, follower states,
@@ -30,7 +30,9 @@ Invariants, checked after every step (see `check`):
 """
 from __future__ import annotations
 
+import bisect
 import collections
+import itertools
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +58,17 @@ FETCH_RETRY_MS = 150            # a follower re-sends a fetch that got no answer
 REQUEST_TIMEOUT_MS = 800        # acks=all waiters time out after this
 FETCH_BATCH_MAX = 16            # entries per follower fetch answer
 TIMELINE_STEPS = 60
+
+# Swarm testing: each seed draws its own mix of actions (weights in percent), so that some runs
+# are calm and some are storms of drops, duplicates or faults; rare schedules come up far more
+# often than with one fixed mix.
+ACTIONS = ("deliver", "drop", "duplicate", "advance_clock", "tick_broker", "tick_controller",
+           "produce", "consume", "fault")
+WEIGHT_CHOICES = {
+    "deliver": (50, 60, 70), "drop": (0, 0.5, 1, 3), "duplicate": (0, 1, 3), "advance_clock": (6, 9, 14),
+    "tick_broker": (10, 14, 20), "tick_controller": (1, 2, 4), "produce": (5, 9, 15), "consume": (2,),
+    "fault": (0.5, 2, 4),
+}
 
 
 class InvariantViolation(AssertionError):
@@ -104,6 +117,8 @@ class Simulation:
     def __init__(self, seed: int, *, verbose: bool = False, unclean_leader_election_enable: bool = False):
         self.seed = seed
         self.rng = random.Random(seed)
+        self.weights = {a: self.rng.choice(WEIGHT_CHOICES[a]) for a in ACTIONS}
+        self.thresholds = list(itertools.accumulate(self.weights[a] for a in ACTIONS))
         self.verbose = verbose
         self.now_ms = 0
         self.step_no = 0
@@ -189,17 +204,17 @@ class Simulation:
     def step(self) -> None:
         self.step_no += 1
         rng = self.rng
-        roll = rng.random() * 100
-        if roll < 60:
+        action = ACTIONS[bisect.bisect_right(self.thresholds, rng.random() * self.thresholds[-1])]
+        if action == "deliver":
             deliverable = [i for i, m in enumerate(self.network) if self._deliverable(m)]
             if deliverable:
                 self.deliver(self.network.pop(rng.choice(deliverable)))
-        elif roll < 61:
+        elif action == "drop":
             if self.network:
                 m = self.network.pop(rng.randrange(len(self.network)))
                 self.stats["dropped"] += 1
                 self.log(f"drop {m.kind} -> {m.dst}")
-        elif roll < 62:
+        elif action == "duplicate":
             if self.network:
                 # ISR changes are rare and subtle: their requests and answers are duplicated more often
                 control = [m for m in self.network if m.kind.startswith("alter_partition")]
@@ -207,17 +222,17 @@ class Simulation:
                 self.network.append(Message(m.dst, m.kind, m.body, m.src))
                 self.stats["duplicated"] += 1
                 self.log(f"duplicate {m.kind} -> {m.dst}")
-        elif roll < 71:
+        elif action == "advance_clock":
             self.now_ms += rng.randint(1, 80)
-        elif roll < 85:
+        elif action == "tick_broker":
             b = self.brokers[rng.choice(BROKERS)]
             if b.runnable:
                 self.tick_broker(b)
-        elif roll < 87:
+        elif action == "tick_controller":
             self.tick_controller()
-        elif roll < 96:
+        elif action == "produce":
             self.produce(ACKS_ALL if rng.random() < 0.6 else 1)
-        elif roll < 98:
+        elif action == "consume":
             self.consume()
         else:
             self.fault()
@@ -269,16 +284,17 @@ class Simulation:
     def restart_controller(self) -> None:
         """The controller's process restarts: a new ReplicationControl replays the metadata log
         (heartbeat times and its memory of AlterPartition answers are gone); requests in flight to
-        the old incarnation die with its connections (a Ray actor restart fails pending calls)."""
+        the old incarnation and its answers die with its connections (a Ray actor restart fails
+        pending calls)."""
         self.controller = ReplicationControl(broker_session_timeout_ms=SESSION_TIMEOUT_MS,
                                              unclean_leader_election_enable=self._unclean)
         for record in self.metadata_log:
             self.controller.apply(record)
         self.controller.finish_replay(self.now_ms)
-        lost = [m for m in self.network if m.dst == CONTROLLER]
-        self.network = [m for m in self.network if m.dst != CONTROLLER]
+        lost = [m for m in self.network if CONTROLLER in (m.dst, m.src)]
+        self.network = [m for m in self.network if CONTROLLER not in (m.dst, m.src)]
         self.stats["controller_restarts"] += 1
-        self.log(f"RESTART controller (replayed {len(self.metadata_log)} records, {len(lost)} requests lost)")
+        self.log(f"RESTART controller (replayed {len(self.metadata_log)} records, {len(lost)} messages lost)")
 
     def tick_controller(self) -> None:
         self._controller_did(self.controller.tick(self.now_ms).records)
