@@ -2,8 +2,9 @@
 
 Three brokers (each: an in-memory log of (leader epoch, write id) entries, a ReplicaCore with its
 leader-epoch cache), one controller (ReplicationControl), producers (acks=all and acks=1) and
-consumers, all stepped by one seeded scheduler. Each step picks one action with `random.Random
-(seed)`: deliver any in-flight message (so messages are reordered freely), drop or duplicate one,
+consumers, all stepped by one seeded scheduler. Each seed first draws its own mix of actions
+(swarm testing), then each step picks one action with `random.Random(seed)`: deliver any in-flight
+message (so messages are reordered freely), drop or duplicate one,
 advance the clock, tick a broker or the controller, produce, consume, crash / restart / pause /
 resume a broker, restart the controller. Messages to a paused broker wait; messages to a crashed
 broker (or to and from the controller when it restarts) are lost.
@@ -140,6 +141,7 @@ class Simulation:
         self.leader_hw: dict[tuple[int, int], int] = {}
         self.checked_leaders: set[tuple[int, int]] = set()
         self.stats = collections.Counter()
+        self.log("mix: " + ", ".join(f"{a} {w}" for a, w in self.weights.items()))
         # the cluster starts: brokers register and heartbeat, the partition is created
         for b in self.brokers.values():
             b.start(self.config)
@@ -168,7 +170,7 @@ class Simulation:
                 epoch, leader = record["leader_epoch"], record["leader"]
                 known = self.leader_of_epoch.setdefault(epoch, leader)
                 if known != leader:
-                    self.fail(f"controller elected {leader} and {known} in leader epoch {epoch}")
+                    self.fail(f"I1: the controller elected {leader} and {known} in leader epoch {epoch}")
                 self.log(f"controller: {record['type']} leader={leader} epoch={epoch} "
                          f"pe={record['partition_epoch']} isr={record['isr']}")
                 self._check_isr_holds_acked(record["isr"])
@@ -193,6 +195,7 @@ class Simulation:
         raise InvariantViolation(
             f"seed {self.seed}, step {self.step_no}: {what}\n"
             f"replay: python -m tests.sim --seed {self.seed} --steps {self.step_no} -v\n"
+            "mix: " + ", ".join(f"{a} {w}" for a, w in self.weights.items()) + "\n"
             "last steps:\n" + "\n".join(self.timeline))
 
     # ---- the scheduler -----------------------------------------------------------------------
