@@ -178,7 +178,7 @@ def decode_checkpoint(text: str) -> list[EpochEntry]:
         raise CheckpointError("leader-epoch checkpoint checksum mismatch")
     if lines[0] != str(CHECKPOINT_VERSION):
         raise CheckpointError(f"leader-epoch checkpoint version {lines[0]!r} is not {CHECKPOINT_VERSION}")
-    if not lines[1].isdigit() or int(lines[1]) > CHECKPOINT_ENTRIES_MAX:
+    if not _is_number(lines[1]) or int(lines[1]) > CHECKPOINT_ENTRIES_MAX:
         raise CheckpointError(f"leader-epoch checkpoint entry count {lines[1]!r} is invalid")
     count = int(lines[1])
     rows = lines[2:-2]
@@ -187,10 +187,14 @@ def decode_checkpoint(text: str) -> list[EpochEntry]:
     entries = []
     for row in rows:
         parts = row.split(" ")
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        if len(parts) != 2 or not all(_is_number(p) for p in parts):
             raise CheckpointError(f"leader-epoch checkpoint line {row!r} is not '<epoch> <start_offset>'")
         entry = EpochEntry(int(parts[0]), int(parts[1]))
         if entries and (entry.epoch <= entries[-1].epoch or entry.start_offset <= entries[-1].start_offset):
             raise CheckpointError(f"leader-epoch checkpoint entries are not increasing at {row!r}")
         entries.append(entry)
     return entries
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 19

@@ -2,6 +2,7 @@
 import zlib
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from actors.partition.epoch_cache import (
     UNDEFINED_EPOCH_END, CheckpointError, EpochEndOffset, EpochEntry, LeaderEpochCache, decode_checkpoint,
@@ -88,6 +89,42 @@ def test_checkpoint_round_trip_and_corruption():
     with pytest.raises(CheckpointError):
         decode_checkpoint("")
     # well-formed checksums over bad content are still refused
-    for body in ("2\n0\n", "1\n2\n0 0\n", "1\n2\n3 0\n2 5\n", "1\n1\nx y\n", "1\n1\n-1 0\n"):
+    for body in ("2\n0\n", "1\n2\n0 0\n", "1\n2\n3 0\n2 5\n", "1\n1\nx y\n", "1\n1\n-1 0\n",
+                 "1\n1\n\u00b2 0\n", "1\n\u00b9\n0 0\n"):
         with pytest.raises(CheckpointError):
             decode_checkpoint(body + f"crc32 {zlib.crc32(body.encode()):08x}\n")
+
+
+# ---- property: the cache answers as a scan of the log would --------------------------------
+def _scan(log, requested_epoch):
+    """OffsetsForLeaderEpoch computed from the log's (offset -> epoch) entries directly."""
+    epochs = sorted(set(log))
+    if requested_epoch < 0 or not epochs or requested_epoch > epochs[-1]:
+        return EpochEndOffset(-1, -1)
+    if requested_epoch == epochs[-1]:
+        return EpochEndOffset(requested_epoch, len(log))
+    below = [e for e in epochs if e <= requested_epoch]
+    next_start = min(o for o, e in enumerate(log) if e > requested_epoch)
+    return EpochEndOffset(below[-1] if below else requested_epoch, next_start)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("append"), st.integers(0, 3), st.integers(1, 4)),
+                          st.tuples(st.just("truncate"), st.integers(0, 30), st.just(0))), max_size=25))
+def test_cache_matches_a_scan_of_the_log(ops):
+    log: list[int] = []
+    c = LeaderEpochCache()
+    for op, a, b in ops:
+        if op == "append":  # a batch of b records in epoch (latest + a): epochs never go down
+            epoch = (log[-1] if log else 0) + a
+            c.assign(epoch, len(log))
+            log.extend([epoch] * b)
+        else:
+            cut = min(a, len(log))
+            del log[cut:]
+            c.truncate_from_end(cut)
+        for requested in range(-1, (log[-1] if log else 0) + 3):
+            assert c.end_offset_for(requested, len(log)) == _scan(log, requested), (log, requested)
+        if log:
+            assert c.epoch_for_offset(len(log) - 1) == log[-1]
+            assert LeaderEpochCache.decode_checkpoint(c.encode_checkpoint()).entries() == c.entries()
