@@ -339,6 +339,8 @@ class ReplicaCore:
             return waiter_id, ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self.high_watermark >= required_offset or len(self.isr) < self.effective_min_isr:
             return waiter_id, self._ack_error()
+        if self._waiters and required_offset < next(reversed(self._waiters.values())):
+            raise ValueError(f"waiter for offset {required_offset} registered after one for a later offset")
         self._waiters[waiter_id] = required_offset
         return waiter_id, None
 
@@ -482,11 +484,18 @@ class ReplicaCore:
             # waiters now rather than letting them time out
             effects.released.extend((w, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND) for w in self._waiters)
             self._waiters.clear()
-        if self._waiters:
-            done = [(w, off) for w, off in self._waiters.items() if self.high_watermark >= off]
+        if self._waiters and effects.high_watermark is not None:
+            # waiters are registered in append order, so their offsets only grow: stop at the
+            # first that must still wait (O(released), not O(waiting))
+            hw = self.high_watermark
+            done = []
+            for w, off in self._waiters.items():
+                if off > hw:
+                    break
+                done.append(w)
             if done:
                 error = self._ack_error()
-                for w, _ in done:
+                for w in done:
                     del self._waiters[w]
                     effects.released.append((w, error))
         return effects

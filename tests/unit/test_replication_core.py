@@ -194,6 +194,18 @@ def test_acks_all_waits_for_the_high_watermark():
     assert core.register_waiter(3)[1] == ErrorCode.NONE, "already below the HW: answered at once"
     waiter, error = core.register_waiter(9)
     assert error is None and core.cancel_waiter(waiter) and not core.cancel_waiter(waiter)
+    # several waiters: released in offset order as the HW passes each
+    core.on_leader_append(9, now_ms=3)
+    w5, _ = core.register_waiter(5)
+    w7, _ = core.register_waiter(7)
+    w9, _ = core.register_waiter(9)
+    with pytest.raises(ValueError):
+        core.register_waiter(6)  # waiters come in append order
+    fetch(core, 1, 9, 4)
+    _, effects = fetch(core, 2, 7, 4)
+    assert effects.released == [(w5, 0), (w7, 0)] and core.waiter_count == 1
+    _, effects = fetch(core, 2, 9, 5)
+    assert effects.released == [(w9, 0)]
 
 
 def test_min_insync_replicas_before_and_after_the_append():
