@@ -209,6 +209,7 @@ class ReplicaCore:
         self._refused: tuple[AlterPartitionRequest, int] | None = None
         self._next_proposal_id = 0
         self._waiters: dict[int, int] = {}            # waiter id -> required offset
+        self._waiters_in_order = True                 # offsets non-decreasing in insertion order
         self._next_waiter_id = 1
 
     # ---- views -----------------------------------------------------------------------------
@@ -265,6 +266,7 @@ class ReplicaCore:
     def _become_follower(self, reg: PartitionRegistration) -> Effects:
         released = [(w, ErrorCode.NOT_LEADER_OR_FOLLOWER) for w in self._waiters]
         self._waiters.clear()
+        self._waiters_in_order = True
         self._set_registration(reg)
         self.role = Role.FOLLOWER
         self.leader_id = reg.leader
@@ -340,7 +342,7 @@ class ReplicaCore:
         if self.high_watermark >= required_offset or len(self.isr) < self.effective_min_isr:
             return waiter_id, self._ack_error()
         if self._waiters and required_offset < next(reversed(self._waiters.values())):
-            raise ValueError(f"waiter for offset {required_offset} registered after one for a later offset")
+            self._waiters_in_order = False  # e.g. an idempotent duplicate answered with its old offset
         self._waiters[waiter_id] = required_offset
         return waiter_id, None
 
@@ -485,19 +487,23 @@ class ReplicaCore:
             effects.released.extend((w, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND) for w in self._waiters)
             self._waiters.clear()
         if self._waiters and effects.high_watermark is not None:
-            # waiters are registered in append order, so their offsets only grow: stop at the
+            # waiters are usually registered in append order, offsets growing: then stop at the
             # first that must still wait (O(released), not O(waiting))
             hw = self.high_watermark
             done = []
             for w, off in self._waiters.items():
                 if off > hw:
-                    break
+                    if self._waiters_in_order:
+                        break
+                    continue
                 done.append(w)
             if done:
                 error = self._ack_error()
                 for w in done:
                     del self._waiters[w]
                     effects.released.append((w, error))
+        if not self._waiters:
+            self._waiters_in_order = True
         return effects
 
     def _maybe_increment_high_watermark(self, now_ms: int) -> bool:
