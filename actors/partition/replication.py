@@ -150,6 +150,7 @@ class Effects:
 class FollowerAction(Enum):
     IGNORE = "ignore"        # stale or duplicate answer, or an error: wait for metadata / retry
     TRUNCATE = "truncate"    # cut the log at `truncate_to`, then fetch again
+    RESET = "reset"          # delete the whole log; it starts again, empty, at `truncate_to`
     APPEND = "append"        # append the fetched batches (already reflected in the core)
     NONE = "none"            # nothing to append; the high watermark may have moved
 
@@ -586,12 +587,12 @@ class ReplicaCore:
         if 0 <= answer.log_end_offset < self.log_end_offset:
             target = answer.log_end_offset
             self._truncate_to(target)
-        else:
-            target = max(answer.log_start_offset, 0)
-            self.epochs.clear()
-            self.log_end_offset = self.log_start_offset = target
-            self.high_watermark = target
-        return FollowerStep(FollowerAction.TRUNCATE, truncate_to=target, high_watermark=self.high_watermark)
+            return FollowerStep(FollowerAction.TRUNCATE, truncate_to=target, high_watermark=self.high_watermark)
+        target = max(answer.log_start_offset, 0)
+        self.epochs.clear()
+        self.log_end_offset = self.log_start_offset = target
+        self.high_watermark = target
+        return FollowerStep(FollowerAction.RESET, truncate_to=target, high_watermark=self.high_watermark)
 
     def _truncate_to(self, offset: int) -> None:
         self.epochs.truncate_from_end(offset)

@@ -412,6 +412,8 @@ class Simulation:
             if b.fetch_in_flight is not None and b.fetch_in_flight[0] == request:
                 b.fetch_in_flight = None
             step = core.on_fetch_response(request, answer, [BatchSpan(o, o, e) for o, e, _ in entries])
+            if step.action is FollowerAction.RESET:
+                self.fail(f"broker {b.broker_id} was told to reset its log: nothing in the simulation deletes records")
             if step.action is FollowerAction.TRUNCATE:
                 self.stats["truncations"] += 1
                 self.log(f"broker {b.broker_id}: truncate {len(b.log)} -> {step.truncate_to} "

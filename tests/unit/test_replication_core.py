@@ -321,10 +321,11 @@ def test_follower_that_never_saw_the_leaders_epoch_truncates_in_rounds():
 def test_follower_out_of_range_resets_to_the_leaders_log():
     core = follower(8, [(0, 0)], high_watermark=4)
     step = core.on_fetch_response(core.next_fetch(), FetchAnswer(ErrorCode.OFFSET_OUT_OF_RANGE, 5, 0, 6))
-    assert step.truncate_to == 6 and core.log_end_offset == 6 and core.high_watermark == 4
+    assert step.action is FollowerAction.TRUNCATE and step.truncate_to == 6 and core.log_end_offset == 6 and core.high_watermark == 4
     core = follower(2, [(0, 0)])
     step = core.on_fetch_response(core.next_fetch(), FetchAnswer(ErrorCode.OFFSET_OUT_OF_RANGE, 50, 40, 60))
-    assert step.truncate_to == 40 and core.log_end_offset == 40 and len(core.epochs) == 0
+    assert step.action is FollowerAction.RESET and step.truncate_to == 40
+    assert core.log_end_offset == core.log_start_offset == 40 and len(core.epochs) == 0
 
 
 def test_leader_append_requires_leadership():
