@@ -215,3 +215,28 @@ def test_each_alter_partition_proposal_is_decided_once():
     assert c.alter_partition(0, epochs[0], KEY, proposal_id=6, **ask).error_code == ErrorCode.INVALID_UPDATE_VERSION
     # without proposal ids (old callers) the epoch checks alone apply
     assert c.alter_partition(0, epochs[0], KEY, **ask).error_code == ErrorCode.INVALID_UPDATE_VERSION
+
+
+def test_fencing_a_broker_touches_every_partition_it_is_in():
+    c, epochs = cluster()
+    c.create_partition(("t", 1), [1, 2, 0])
+    c.create_partition(("t", 2), [2, 0, 1])
+    c.create_partition(("u", 0), [0, 2])
+    assert [c.partitions[k].leader for k in (KEY, ("t", 1), ("t", 2), ("u", 0))] == [0, 1, 2, 0]
+    records = c.broker_died(0).records
+    changed = {r["partition"]: (r["leader"], r["leader_epoch"], r["isr"]) for r in records[1:]}
+    assert changed == {KEY: (1, 1, [1, 2]), ("t", 1): (1, 0, [1, 2]), ("t", 2): (2, 0, [2, 1]),
+                       ("u", 0): (2, 1, [2])}
+    assert sorted(c.partitions_led_by(2)) == [("t", 2), ("u", 0)]
+    # the broker returns, rejoins the ISRs (through each leader's AlterPartition), and the
+    # preferred leaders move back
+    epochs[0] = c.register_broker(0, now_ms=1).broker_epoch
+    c.heartbeat(0, epochs[0], now_ms=1)
+    for key in (KEY, ("u", 0)):
+        p = c.partitions[key]
+        c.alter_partition(p.leader, epochs[p.leader], key, leader_epoch=p.leader_epoch,
+                          partition_epoch=p.partition_epoch, new_isr=[*p.isr, 0])
+    moved = c.balance_leaders().records
+    assert {r["partition"] for r in moved} == {KEY, ("u", 0)}
+    assert c.partitions[KEY].leader == 0 and c.partitions[("u", 0)].leader == 0
+    assert c.partitions[("t", 2)].leader == 2
