@@ -161,6 +161,7 @@ class FollowerStep:
     truncate_to: int | None = None
     high_watermark: int | None = None
     error_code: int = ErrorCode.NONE
+    log_start_offset: int | None = None   # the leader's log start moved ours up to here: delete below
 
 
 @dataclass
@@ -562,8 +563,14 @@ class ReplicaCore:
         new_hw = min(answer.high_watermark, self.log_end_offset)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
+        # the leader's log start (retention, DeleteRecords) moves ours, never past our HW
+        new_start = min(answer.log_start_offset, self.high_watermark)
+        moved = new_start > self.log_start_offset
+        if moved:
+            self.advance_log_start_offset(new_start)
         return FollowerStep(FollowerAction.APPEND if spans else FollowerAction.NONE,
-                            high_watermark=self.high_watermark)
+                            high_watermark=self.high_watermark,
+                            log_start_offset=self.log_start_offset if moved else None)
 
     def _truncation_offset(self, diverging: EpochEndOffset) -> int:
         """Kafka's AbstractFetcherThread.getOffsetTruncationState, from the follower's epoch cache."""

@@ -26,8 +26,10 @@ Invariants, checked after every step (see `check`):
      the current leader once one is elected (from the ISR: unclean election is off);
   I4 a leader's high watermark never goes backwards within its leader epoch, and HW <= LEO;
   I5 a consumer only reads offsets below the high watermark, and what it reads is committed;
-  I6 the shell and the core agree: log length == core log end offset; the epoch cache agrees with
-     the epoch of the last entry.
+  I6 the shell and the core agree: log length == core log end offset, same log start offset; the
+     epoch cache agrees with the epoch of the last entry.
+Records deleted on purpose (DeleteRecords on a leader, below its high watermark; followers follow
+the leader's log start) are exempt from I2/I3 below each replica's log start.
 """
 from __future__ import annotations
 
@@ -64,11 +66,11 @@ TIMELINE_STEPS = 60
 # are calm and some are storms of drops, duplicates or faults; rare schedules come up far more
 # often than with one fixed mix.
 ACTIONS = ("deliver", "drop", "duplicate", "advance_clock", "tick_broker", "tick_controller",
-           "produce", "consume", "fault")
+           "produce", "consume", "fault", "delete_records")
 WEIGHT_CHOICES = {
     "deliver": (50, 60, 70), "drop": (0, 0.5, 1, 3), "duplicate": (0, 1, 3), "advance_clock": (6, 9, 14),
     "tick_broker": (10, 14, 20), "tick_controller": (1, 2, 4), "produce": (5, 9, 15), "consume": (2,),
-    "fault": (0.5, 2, 4),
+    "fault": (0.5, 2, 4), "delete_records": (0, 0.3, 1),
 }
 
 
@@ -87,7 +89,9 @@ class Message:
 @dataclass
 class Broker:
     broker_id: int
-    log: list[tuple[int, int]] = field(default_factory=list)   # (leader epoch, write id) per offset
+    # (leader epoch, write id) per offset; None below the log start (deleted records)
+    log: list[tuple[int, int] | None] = field(default_factory=list)
+    log_start: int = 0
     hw_checkpoint: int = 0
     core: ReplicaCore | None = None
     alive: bool = True
@@ -100,9 +104,9 @@ class Broker:
 
     def start(self, config: ReplicationConfig) -> None:
         epochs = LeaderEpochCache()
-        for offset, (epoch, _) in enumerate(self.log):
-            epochs.assign(epoch, offset)
-        self.core = ReplicaCore(self.broker_id, log_end_offset=len(self.log),
+        for offset in range(self.log_start, len(self.log)):
+            epochs.assign(self.log[offset][0], offset)
+        self.core = ReplicaCore(self.broker_id, log_end_offset=len(self.log), log_start_offset=self.log_start,
                                 high_watermark=self.hw_checkpoint, epochs=epochs, config=config)
         self.broker_epoch = -1
         self.last_heartbeat_ms = -10**9
@@ -112,6 +116,14 @@ class Broker:
     @property
     def runnable(self) -> bool:
         return self.alive and not self.paused
+
+    def delete_below(self, offset: int) -> None:
+        """Retention / DeleteRecords: records below `offset` are gone (durably)."""
+        for o in range(self.log_start, min(offset, len(self.log))):
+            self.log[o] = None
+        if offset > len(self.log):
+            self.log.extend([None] * (offset - len(self.log)))
+        self.log_start = max(self.log_start, offset)
 
 
 class Simulation:
@@ -237,6 +249,8 @@ class Simulation:
             self.produce(ACKS_ALL if rng.random() < 0.6 else 1)
         elif action == "consume":
             self.consume()
+        elif action == "delete_records":
+            self.delete_records()
         else:
             self.fault()
         self.stats["max_in_flight"] = max(self.stats["max_in_flight"], len(self.network))
@@ -413,7 +427,12 @@ class Simulation:
                 b.fetch_in_flight = None
             step = core.on_fetch_response(request, answer, [BatchSpan(o, o, e) for o, e, _ in entries])
             if step.action is FollowerAction.RESET:
-                self.fail(f"broker {b.broker_id} was told to reset its log: nothing in the simulation deletes records")
+                self.stats["resets"] += 1
+                self.log(f"broker {b.broker_id}: reset, log starts empty at {step.truncate_to}")
+                b.log = []
+                b.log_start = 0
+                b.delete_below(step.truncate_to)
+                b.verified_upto = min(b.verified_upto, step.truncate_to)
             if step.action is FollowerAction.TRUNCATE:
                 self.stats["truncations"] += 1
                 self.log(f"broker {b.broker_id}: truncate {len(b.log)} -> {step.truncate_to} "
@@ -422,6 +441,8 @@ class Simulation:
                 b.verified_upto = min(b.verified_upto, step.truncate_to)
             elif step.action is FollowerAction.APPEND:
                 b.log.extend((e, w) for _, e, w in entries)
+            if step.log_start_offset is not None:
+                b.delete_below(step.log_start_offset)
             b.hw_checkpoint = core.high_watermark
         elif m.kind == "produce":
             write_id, acks = m.body
@@ -483,12 +504,25 @@ class Simulation:
         if not b.runnable or b.core.role is not Role.LEADER or b.core.high_watermark == 0:
             return
         hw = b.core.high_watermark
-        offset = self.rng.randrange(hw)
+        if hw <= b.log_start:
+            return
+        offset = self.rng.randrange(b.log_start, hw)
         if offset >= hw:
             self.fail(f"I5: consumer read offset {offset} at or above the high watermark {hw}")
         if offset >= len(self.committed) or b.log[offset] != self.committed[offset]:
             self.fail(f"I5: consumer read {b.log[offset]} at {offset} from broker {b.broker_id}: not committed")
         self.stats["consumed"] += 1
+
+    def delete_records(self) -> None:
+        """DeleteRecords on a broker that believes it leads: its log start moves up to at most its HW."""
+        b = self.brokers[self.rng.choice(BROKERS)]
+        if not b.runnable or b.core.role is not Role.LEADER or b.core.high_watermark <= b.log_start:
+            return
+        offset = self.rng.randint(b.log_start + 1, b.core.high_watermark)
+        b.core.advance_log_start_offset(offset)
+        b.delete_below(offset)
+        self.stats["deleted_records"] += 1
+        self.log(f"broker {b.broker_id}: delete records below {offset}")
 
     # ---- invariants --------------------------------------------------------------------------
     def _check_isr_holds_acked(self, isr, only: tuple[int, int] | None = None) -> None:
@@ -496,8 +530,11 @@ class Simulation:
         the ISR changes and when a write is acknowledged)."""
         writes = [only] if only is not None else self.acked.items()
         for r in isr:
-            log = self.brokers[r].log
+            broker = self.brokers[r]
+            log = broker.log
             for write_id, offset in writes:
+                if offset < broker.log_start:
+                    continue  # deleted on purpose
                 if offset >= len(log) or log[offset][1] != write_id:
                     self.fail(f"I3: acknowledged write {write_id} at offset {offset} is not on broker {r}, "
                               f"a member of the controller's ISR {list(isr)}")
@@ -510,7 +547,9 @@ class Simulation:
                 self.fail(f"I6: broker {b.broker_id} log has {len(b.log)} entries, core says {core.log_end_offset}")
             if core.high_watermark > core.log_end_offset:
                 self.fail(f"I4: broker {b.broker_id} HW {core.high_watermark} above its LEO {core.log_end_offset}")
-            if b.log and core.epochs.epoch_for_offset(len(b.log) - 1) != b.log[-1][0]:
+            if core.log_start_offset != b.log_start:
+                self.fail(f"I6: broker {b.broker_id} log starts at {b.log_start}, core says {core.log_start_offset}")
+            if len(b.log) > b.log_start and core.epochs.epoch_for_offset(len(b.log) - 1) != b.log[-1][0]:
                 self.fail(f"I6: broker {b.broker_id} epoch cache {core.epochs.entries()} disagrees with its log")
             if core.role is Role.LEADER and b.alive:
                 key = (b.broker_id, core.leader_epoch)
@@ -519,13 +558,16 @@ class Simulation:
                     self.fail(f"I4: leader {b.broker_id} HW went back from {last} to {core.high_watermark}")
                 self.leader_hw[key] = core.high_watermark
                 for o in range(len(committed), core.high_watermark):
+                    if b.log[o] is None:
+                        self.fail(f"I2: leader {b.broker_id} exposes offset {o} below its HW, but that record "
+                                  f"was deleted before any leader committed it")
                     committed.append(b.log[o])
         for b in self.brokers.values():
             hw = min(b.core.high_watermark, len(b.log))
             if hw > len(committed):
                 self.fail(f"I2: broker {b.broker_id} has HW {hw} but only {len(committed)} offsets were "
                           f"ever committed by a leader")
-            for o in range(b.verified_upto, hw):
+            for o in range(max(b.verified_upto, b.log_start), hw):
                 if b.log[o] != committed[o]:
                     self.fail(f"I2: broker {b.broker_id} has {b.log[o]} at offset {o}, below its HW {hw}, "
                               f"but {committed[o]} was committed there")
@@ -539,6 +581,8 @@ class Simulation:
                 self.checked_leaders.add(key)
                 self.stats["leaders"] += 1
                 for write_id, offset in self.acked.items():
+                    if offset < b.log_start:
+                        continue  # deleted on purpose
                     if offset >= len(b.log) or b.log[offset][1] != write_id:
                         self.fail(f"I3: acknowledged write {write_id} at offset {offset} is missing on the new "
                                   f"leader {p.leader} (epoch {p.leader_epoch})")

@@ -341,3 +341,14 @@ def test_log_start_offset_moves_the_epoch_cache_and_bounds_fetches():
     assert core.log_start_offset == 4 and core.epochs.earliest_entry.start_offset == 4
     answer, _ = fetch(core, 1, 3, 1, last_epoch=0)
     assert answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and answer.log_start_offset == 4
+
+
+def test_follower_log_start_follows_the_leaders_up_to_its_own_hw():
+    core = follower()
+    step = core.on_fetch_response(core.next_fetch(), FetchAnswer(0, 4, 3, 10, read_from=0), [BatchSpan(0, 9, 0)])
+    assert step.log_start_offset == 3 and core.log_start_offset == 3
+    assert core.epochs.earliest_entry.start_offset == 3
+    step = core.on_fetch_response(core.next_fetch(), FetchAnswer(0, 6, 8, 10, read_from=10))
+    assert step.log_start_offset == 6, "never past the follower's own high watermark"
+    step = core.on_fetch_response(core.next_fetch(), FetchAnswer(0, 6, 6, 10, read_from=10))
+    assert step.log_start_offset is None
