@@ -551,7 +551,9 @@ class ReplicaCore:
         if answer.diverging_epoch is not None:
             target = self._truncation_offset(answer.diverging_epoch)
             self._truncate_to(target)
-            return FollowerStep(FollowerAction.TRUNCATE, truncate_to=target, high_watermark=self.high_watermark)
+            moved = self._follow_log_start(answer.log_start_offset)
+            return FollowerStep(FollowerAction.TRUNCATE, truncate_to=target, high_watermark=self.high_watermark,
+                                log_start_offset=self.log_start_offset if moved else None)
         spans = list(batches)
         if spans and spans[0].base_offset != self.log_end_offset:
             return FollowerStep(FollowerAction.IGNORE)
@@ -563,14 +565,23 @@ class ReplicaCore:
         new_hw = min(answer.high_watermark, self.log_end_offset)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
-        # the leader's log start (retention, DeleteRecords) moves ours, never past our HW
-        new_start = min(answer.log_start_offset, self.high_watermark)
-        moved = new_start > self.log_start_offset
-        if moved:
-            self.advance_log_start_offset(new_start)
+        moved = self._follow_log_start(answer.log_start_offset)
         return FollowerStep(FollowerAction.APPEND if spans else FollowerAction.NONE,
                             high_watermark=self.high_watermark,
                             log_start_offset=self.log_start_offset if moved else None)
+
+    def _follow_log_start(self, leader_log_start_offset: int) -> bool:
+        """The leader's log start (retention, DeleteRecords) moves ours: what lies below it is gone
+        from the partition. That includes records this replica never had confirmed (a diverging
+        epoch older than the leader's first one ends at the leader's log start, vouching for
+        nothing below it), which must not survive to be served if this replica leads. The high
+        watermark comes up with it (log start <= HW). Beyond our log end, the next fetch is out of
+        range and resets the log instead."""
+        if not self.log_start_offset < leader_log_start_offset <= self.log_end_offset:
+            return False
+        self.advance_log_start_offset(leader_log_start_offset)
+        self.high_watermark = max(self.high_watermark, leader_log_start_offset)
+        return True
 
     def _truncation_offset(self, diverging: EpochEndOffset) -> int:
         """Kafka's AbstractFetcherThread.getOffsetTruncationState, from the follower's epoch cache."""

@@ -343,12 +343,29 @@ def test_log_start_offset_moves_the_epoch_cache_and_bounds_fetches():
     assert answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and answer.log_start_offset == 4
 
 
-def test_follower_log_start_follows_the_leaders_up_to_its_own_hw():
+def test_follower_log_start_follows_the_leaders():
     core = follower()
     step = core.on_fetch_response(core.next_fetch(), FetchAnswer(0, 4, 3, 10, read_from=0), [BatchSpan(0, 9, 0)])
     assert step.log_start_offset == 3 and core.log_start_offset == 3
     assert core.epochs.earliest_entry.start_offset == 3
     step = core.on_fetch_response(core.next_fetch(), FetchAnswer(0, 6, 8, 10, read_from=10))
-    assert step.log_start_offset == 6, "never past the follower's own high watermark"
-    step = core.on_fetch_response(core.next_fetch(), FetchAnswer(0, 6, 6, 10, read_from=10))
+    assert step.log_start_offset == 8 and core.high_watermark == 8, "log start <= HW"
+    step = core.on_fetch_response(core.next_fetch(), FetchAnswer(0, 6, 8, 10, read_from=10))
     assert step.log_start_offset is None
+    step = core.on_fetch_response(core.next_fetch(), FetchAnswer(0, 12, 11, 12, read_from=10))
+    assert step.log_start_offset is None, "beyond our log end: the next fetch resets instead"
+
+
+def test_unconfirmed_records_below_the_leaders_log_start_do_not_survive_a_truncation():
+    """Found by the simulation with DeleteRecords (seed 27268): the leader deleted offset 0, so its
+    epoch cache starts at 1; a follower with its own old epoch-0 records got the diverging epoch
+    (0, 1) and kept offset 0, a record never committed, which it would serve if elected."""
+    leader_core = leader(4, epochs=LeaderEpochCache([(1, 0)]), leader_epoch=1)
+    leader_core.advance_log_start_offset(1)
+    core = follower(4, [(0, 0)], leader_epoch=1)
+    request = core.next_fetch()
+    answer, _ = leader_core.handle_follower_fetch(request, 1)
+    assert answer.diverging_epoch == EpochEndOffset(0, 1) and answer.log_start_offset == 1
+    step = core.on_fetch_response(request, answer)
+    assert step.action is FollowerAction.TRUNCATE and step.truncate_to == 1 and step.log_start_offset == 1
+    assert core.log_start_offset == core.log_end_offset == core.high_watermark == 1
