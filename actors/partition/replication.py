@@ -16,7 +16,8 @@ Leader side (Kafka semantics, Kafka 4 trunk):
   within `replica.lag.time.max.ms` (Kafka's lastCaughtUpTimeMs rule); ISR members that are not
   are proposed for removal on `tick`; a follower whose LEO reaches the high watermark and the
   start offset of the leader's epoch is proposed for addition on fetch;
-* ISR changes are proposals (AlterPartition carrying leader epoch + partition epoch); the ISR that
+* ISR changes are proposals (AlterPartition carrying leader epoch, partition epoch and a proposal
+  id the controller decides once); the ISR that
   `check_produce` and min.insync.replicas use changes only when the controller's answer or new
   metadata arrives; one proposal in flight at a time; after an error that leaves it unknown
   whether the change was made, the maximal ISR stays until metadata arrives (see
@@ -34,8 +35,18 @@ Leader side (Kafka semantics, Kafka 4 trunk):
 
 Follower side: `next_fetch` builds the request from the log end offset and the latest epoch of the
 epoch cache; `on_fetch_response` decides whether to truncate (diverging epoch, as
-AbstractFetcherThread does), append (batches contiguous at the log end), or ignore a stale answer.
-Becoming a follower truncates nothing by itself: the first fetch finds the divergence (KIP-279).
+AbstractFetcherThread does), reset (below the leader's log start), append (batches contiguous at
+the log end), or ignore a stale answer; the leader's log start moves the follower's. Becoming a
+follower truncates nothing by itself: the first fetch finds the divergence (KIP-279).
+
+Calls the shell makes, in order of a replica's life: `ReplicaCore(broker_id, log_end_offset=,
+log_start_offset=, high_watermark=, epochs=, config=)` at open; `apply_registration` for every
+partition state in the metadata; as leader `check_produce` -> append -> `on_leader_append` ->
+`register_waiter` (acks=all), `handle_follower_fetch`, `offsets_for_leader_epoch`, `tick` and
+`on_alter_partition_response`; as follower `next_fetch` and `on_fetch_response`; on retention
+`advance_log_start_offset`. Every call returning `Effects` may move the HW (set the log's), release
+waiters (answer their produce requests) and ask for an AlterPartition (send it, with the broker id
+and broker epoch).
 """
 from __future__ import annotations
 
