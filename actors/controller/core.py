@@ -14,6 +14,8 @@ from typing import Any
 from cluster.config import ConfigError, topic_config_defaults, validate_group_configs, validate_topic_configs
 from protocol.errors import ErrorCode
 
+from .elections import DEFAULT_BROKER_SESSION_TIMEOUT_MS, RECORD_TYPES as REPLICATION_RECORD_TYPES, ReplicationControl
+
 TOPIC_NAME_LENGTH_MAX = 249
 TOPIC_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9._-]+$")
 PARTITIONS_PER_TOPIC_MAX = 10000
@@ -36,6 +38,7 @@ class PartitionState:
     leader: int
     leader_epoch: int = 0
     isr: list[int] = field(default_factory=list)
+    partition_epoch: int = 0  # bumped by every leader or ISR change (KRaft's partition epoch)
 
 
 @dataclass
@@ -83,6 +86,13 @@ class ControllerCore:
         self.producer_id_limit = 0  # ids below this are reserved in the log
         self.metadata_version = 0
         self.group_configs: dict[str, dict[str, Any]] = {}
+        # liveness, leaders, epochs and ISRs: partition keys are (topic_id bytes, index), the
+        # partition objects are this core's own PartitionStates (updated in place by its records)
+        self.replication = ReplicationControl(
+            broker_session_timeout_ms=int(broker_config.get("broker.session.timeout.ms",
+                                                            DEFAULT_BROKER_SESSION_TIMEOUT_MS)),
+            unclean_leader_election_enable=self._unclean_leader_election_enable,
+            on_apply=self._replication_applied)
 
     # ---- queries -------------------------------------------------------------------------
     def effective_configs(self, topic: TopicState) -> dict[str, Any]:
@@ -90,6 +100,20 @@ class ControllerCore:
 
     def controller_id(self) -> int:
         return min(self.brokers) if self.brokers else -1
+
+    def _unclean_leader_election_enable(self, key: Any) -> bool:
+        topic = self.topics_by_id.get(uuid.UUID(bytes=key[0])) if isinstance(key, tuple) else None
+        value = topic.configs.get("unclean.leader.election.enable") if topic is not None else None
+        if value is None:
+            value = self.broker_config.get("unclean.leader.election.enable", False)
+        return value in (True, "true", "True")
+
+    def _replication_applied(self, record: dict[str, Any]) -> None:
+        self.metadata_version += 1
+
+    def replication_outcome(self, records: list[dict[str, Any]], error_code: int = 0) -> Outcome:
+        """A ReplicationControl decision as an Outcome the shell persists like any other."""
+        return Outcome(error_code, None, records)
 
     # ---- commands ------------------------------------------------------------------------
     def register_broker(self, info: BrokerInfo) -> Outcome:
@@ -216,6 +240,9 @@ class ControllerCore:
     # ---- replay --------------------------------------------------------------------------
     def apply(self, record: dict[str, Any]) -> None:
         kind = record["type"]
+        if kind in REPLICATION_RECORD_TYPES:
+            self.replication.apply(record)  # bumps metadata_version through _replication_applied
+            return
         if kind == "broker":
             self.brokers[record["broker_id"]] = BrokerInfo(record["broker_id"], record["host"], record["port"],
                                                            record.get("rack"), record.get("node_id", ""))
@@ -225,12 +252,17 @@ class ControllerCore:
                                dict(record["configs"]), record["internal"])
             self.topics[topic.name] = topic
             self.topics_by_id[topic.topic_id] = topic
+            self._track_partitions(topic, topic.partitions)
         elif kind == "delete_topic":
             topic = self.topics_by_id.pop(uuid.UUID(bytes=record["topic_id"]))
             del self.topics[topic.name]
+            for p in topic.partitions:
+                self.replication.partitions.pop((topic.topic_id.bytes, p.index), None)
         elif kind == "partitions":
             topic = self.topics_by_id[uuid.UUID(bytes=record["topic_id"])]
-            topic.partitions.extend(_partition_state(p) for p in record["added"])
+            added = [_partition_state(p) for p in record["added"]]
+            topic.partitions.extend(added)
+            self._track_partitions(topic, added)
         elif kind == "topic_configs":
             self.topics_by_id[uuid.UUID(bytes=record["topic_id"])].configs = dict(record["configs"])
         elif kind == "group_configs":
@@ -243,6 +275,10 @@ class ControllerCore:
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
         self.metadata_version += 1
+
+    def _track_partitions(self, topic: TopicState, partitions: list[PartitionState]) -> None:
+        for p in partitions:
+            self.replication.partitions[(topic.topic_id.bytes, p.index)] = p
 
     def finish_replay(self) -> None:
         """After a restart, skip the rest of the last reserved block: some of it may be in use."""

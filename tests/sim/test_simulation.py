@@ -1,0 +1,81 @@
+"""The deterministic replication simulation, as a CI test: blocks of seeds, each replayable with
+`python -m tests.sim --seed S --steps N -v`. See tests/sim/world.py for the invariants."""
+import collections
+import os
+
+import pytest
+
+from tests.sim.breaks import BREAKS, broken
+from tests.sim.world import InvariantViolation, Simulation
+
+# a longer soak: KRAY_SIM_SEEDS=20000 KRAY_SIM_STEPS=1000 pytest tests/sim
+SEEDS = int(os.environ.get("KRAY_SIM_SEEDS", 2000))
+STEPS = int(os.environ.get("KRAY_SIM_STEPS", 600))
+BLOCK = 100
+# Breaks whose failure needs a long and rare schedule, with the seeds (1000 steps) that show it,
+# found with `python -m tests.sim --seeds A:B --steps 1000 --break RULE`. Seeds depend on the
+# scheduler: when it changes, hunt again.
+RARE_BREAK_SEEDS: dict[str, list[int]] = {
+    "controller_forgets_answers": [12207],  # 1 seed in 40,000 (the rule is also pinned by
+    # tests/unit/test_controller_elections.py::test_each_alter_partition_proposal_is_decided_once)
+}
+# Breaks no seed has shown yet; their rule is pinned by a unit test instead.
+NOT_REACHED = {
+    "forget_pending_isr_change_on_any_error":
+        "needs an applied change whose answer dies with a controller restart, a retry answered "
+        "INVALID_UPDATE_VERSION and a stalled new ISR member before metadata arrives: 0 of 30,000 "
+        "seeds x 1,000 steps once the controller decides each proposal once; pinned by "
+        "tests/unit/test_replication_core.py::test_an_error_that_may_follow_an_applied_change_keeps_the_maximal_isr",
+}
+RARE_BREAK_STEPS = 1000
+
+
+@pytest.mark.parametrize("first_seed", range(0, SEEDS, BLOCK))
+def test_invariants_hold(first_seed):
+    totals = collections.Counter()
+    for seed in range(first_seed, first_seed + BLOCK):
+        totals.update(Simulation(seed).run(STEPS).stats)
+    # the block exercised what it claims to: failovers, divergence, acknowledged writes, ISR
+    # changes, fenced and stale leaders, controller restarts
+    exercised = ("acked", "truncations", "diverging_epochs", "isr_changes", "crashes", "restarts", "pauses",
+                 "dropped", "duplicated", "stale_leader_appends", "alter_partition_FENCED_LEADER_EPOCH",
+                 "controller_restarts", "preferred_elections", "consumed", "deleted_records")
+    assert [k for k in exercised if totals[k] == 0] == []
+    assert totals["leaders"] > BLOCK
+
+
+def test_a_seed_replays_exactly():
+    first, second = Simulation(1234).run(STEPS), Simulation(1234).run(STEPS)
+    assert list(first.timeline) == list(second.timeline)
+    assert first.metadata_log == second.metadata_log
+    assert [b.log for b in first.brokers.values()] == [b.log for b in second.brokers.values()]
+    assert first.stats == second.stats
+
+
+@pytest.mark.parametrize("seed", sorted({s for seeds in RARE_BREAK_SEEDS.values() for s in seeds}))
+def test_rare_break_seeds_pass_unbroken(seed):
+    """A seed that shows a break must hold without it (else it shows something else)."""
+    Simulation(seed).run(RARE_BREAK_STEPS)
+
+
+@pytest.mark.parametrize("rule", sorted(set(BREAKS) - set(NOT_REACHED)))
+def test_a_broken_rule_is_caught(rule):
+    """The simulation can fail: breaking any one of these rules violates an invariant on some seed."""
+    seeds, steps = range(500), STEPS
+    if rule in RARE_BREAK_SEEDS:
+        seeds, steps = RARE_BREAK_SEEDS[rule], RARE_BREAK_STEPS
+    with broken(rule):
+        with pytest.raises(InvariantViolation) as caught:
+            for seed in seeds:
+                Simulation(seed).run(steps)
+    message = str(caught.value)
+    assert "replay: python -m tests.sim --seed" in message and "last steps:" in message
+
+
+def test_unclean_election_can_lose_acknowledged_writes():
+    """Kafka's warning, reproduced: with unclean.leader.election.enable an out-of-sync replica may
+    lead, and acknowledged (or committed) records disappear. The same invariants catch it."""
+    with pytest.raises(InvariantViolation) as caught:
+        for seed in range(500):
+            Simulation(seed, unclean_leader_election_enable=True).run(STEPS)
+    assert "I2:" in str(caught.value) or "I3:" in str(caught.value)
