@@ -268,8 +268,9 @@ class LocalCluster:
         return image.leader_id(image.topics[topic], partition)
 
     def stop(self) -> None:
-        for broker_id in list(self._paused):
-            self.resume_node(broker_id)
+        for pids in self._paused.values():  # let paused processes see their SIGTERM and exit
+            _signal_all(pids, signal.SIGCONT)
+        self._paused.clear()
         if self.controller is not None:
             stop_controller(self.controller)
             self.controller = None

@@ -414,7 +414,9 @@ class ControllerActor:
         for p in topic.partitions:
             key = (topic.topic_id, p.index)
             broker = self.core.brokers.get(p.leader)
-            if key in self.partition_actors or broker is None or not broker.node_id:
+            # a broker that has not registered in this incarnation may name a dead Ray node: its
+            # partitions start when it registers (an actor pinned to a dead node never starts)
+            if key in self.partition_actors or broker is None or not broker.node_id or p.leader in self.lost_brokers:
                 continue
             spec = {"topic": topic.name, "topic_id": topic.topic_id, "partition": p.index,
                     "leader_epoch": p.leader_epoch, "config": config, "broker_config": self.core.broker_config,
