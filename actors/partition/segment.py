@@ -14,6 +14,7 @@ the data file whenever they look wrong. Single-threaded by design: the partition
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 from array import array
@@ -349,28 +350,30 @@ class Segment:
         slot = bisect_right(self.offset_index.keys, offset - self.base_offset) - 1
         return self.offset_index.values[slot] if slot >= 0 else 0
 
-    def locate(self, offset: int) -> tuple[int, int, int, int] | None:
-        """First batch whose last offset >= ``offset``: (position, base, last, size) or None."""
-        position = self._position_cache.get(offset)
-        if position is None:
-            position = self._lookup_position(offset)
+    def _batches(self, position: int) -> Iterator[tuple[int, int, int, int]]:
+        """(position, base offset, last offset, size) of each batch from ``position`` (a batch
+        start) to the segment's end, read from their headers a chunk at a time."""
         end = self.size_bytes
         while position < end:
             chunk = os.pread(self.fd, min(LOCATE_READ_BYTES, end - position), position)
             n, cursor = len(chunk), 0
             while cursor + LAST_OFFSET_DELTA_POS + 4 <= n:
                 base, length = _LENGTH.unpack_from(chunk, cursor)
-                last = base + _INT32.unpack_from(chunk, cursor + LAST_OFFSET_DELTA_POS)[0]
                 size = LOG_OVERHEAD_BYTES + length
                 if size < BATCH_OVERHEAD_BYTES:
                     raise CorruptRecord(f"{self.log_path}: bad batch length at {position + cursor}")
-                if last >= offset:
-                    return position + cursor, base, last, size
+                yield position + cursor, base, base + _INT32.unpack_from(chunk, cursor + LAST_OFFSET_DELTA_POS)[0], size
                 cursor += size
             if cursor == 0:
                 raise CorruptRecord(f"{self.log_path}: unreadable batch at position {position}")
             position += cursor
-        return None
+
+    def locate(self, offset: int) -> tuple[int, int, int, int] | None:
+        """First batch whose last offset >= ``offset``: (position, base, last, size) or None."""
+        position = self._position_cache.get(offset)
+        if position is None:
+            position = self._lookup_position(offset)
+        return next((batch for batch in self._batches(position) if batch[2] >= offset), None)
 
     def slice(self, offset: int, max_bytes: int, upper_offset: int, *,
               min_one_batch: bool = True) -> tuple[int, int] | None:
@@ -402,41 +405,18 @@ class Segment:
         slot = bisect_right(positions, limit) - 1
         if slot >= 0 and positions[slot] > boundary:
             boundary = positions[slot]
-        while limit - boundary >= BATCH_OVERHEAD_BYTES:
-            chunk = os.pread(self.fd, min(LOCATE_READ_BYTES, limit - boundary), boundary)
-            n, cursor = len(chunk), 0
-            while cursor + LOG_OVERHEAD_BYTES <= n:
-                size = LOG_OVERHEAD_BYTES + _INT32.unpack_from(chunk, cursor + 8)[0]
-                if size < BATCH_OVERHEAD_BYTES:
-                    raise CorruptRecord(f"{self.log_path}: bad batch length at {boundary + cursor}")
-                if boundary + cursor + size > limit:
-                    self._remember(_LENGTH.unpack_from(chunk, cursor)[0], boundary + cursor)
-                    return boundary + cursor
-                cursor += size
-            if cursor == 0:
-                break
-            boundary += cursor
+        for position, base, _last, size in self._batches(boundary):
+            if position + size > limit:
+                self._remember(base, position)
+                return position
+            boundary = position + size
         return boundary
 
     def spans(self, position: int, size_bytes: int) -> list[tuple[int, int, int, int]]:
         """The batches in [position, position + size_bytes), a range of whole batches (from
         ``slice``): (position, base offset, last offset, size) each, read from their headers."""
-        out, end = [], position + size_bytes
-        while position < end:
-            chunk = os.pread(self.fd, min(LOCATE_READ_BYTES, end - position), position)
-            n, cursor = len(chunk), 0
-            while cursor + LAST_OFFSET_DELTA_POS + 4 <= n and position + cursor < end:
-                base, length = _LENGTH.unpack_from(chunk, cursor)
-                size = LOG_OVERHEAD_BYTES + length
-                if size < BATCH_OVERHEAD_BYTES:
-                    raise CorruptRecord(f"{self.log_path}: bad batch length at {position + cursor}")
-                out.append((position + cursor, base, base + _INT32.unpack_from(chunk, cursor + LAST_OFFSET_DELTA_POS)[0],
-                            size))
-                cursor += size
-            if cursor == 0:
-                raise CorruptRecord(f"{self.log_path}: unreadable batch at position {position}")
-            position += cursor
-        return out
+        end = position + size_bytes
+        return list(itertools.takewhile(lambda batch: batch[0] < end, self._batches(position)))
 
     def _remember(self, offset: int, position: int) -> None:
         """Where the next fetch (from ``offset``) will start: saves its index walk."""
@@ -444,15 +424,6 @@ class Segment:
         if len(cache) >= POSITION_CACHE_ENTRIES:
             del cache[next(iter(cache))]
         cache[offset] = position
-
-    def read(self, offset: int, max_bytes: int, upper_offset: int, *,
-             min_one_batch: bool = True) -> bytes | None:
-        """The bytes of ``slice``: whole batches from the one containing ``offset``."""
-        where = self.slice(offset, max_bytes, upper_offset, min_one_batch=min_one_batch)
-        if where is None:
-            return None
-        position, size_bytes = where
-        return os.pread(self.fd, size_bytes, position) if size_bytes else b""
 
     def read_batch(self, position: int, size_bytes: int) -> BatchHeader:
         data = memoryview(os.pread(self.fd, size_bytes, position))
