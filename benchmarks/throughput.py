@@ -355,14 +355,14 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _node_name(raylet_cmdline: str, raylet_pid: int) -> str:
-    """A Ray node's name in reports: its Kray broker id (the kray-broker-id label) if it has one."""
+def _node_label(raylet_cmdline: str) -> str | None:
+    """A Ray node's name in reports from its labels: its Kray broker id, or the controller's head."""
     m = re.search(r'"kray-broker-id":\s*"(\d+)"', raylet_cmdline)
     if m:
         return f"broker {m.group(1)}"
     if re.search(r'"kray-role":\s*"controller"', raylet_cmdline):
         return "controller (Ray head)"
-    return f"Ray node (raylet {raylet_pid})"
+    return None
 
 
 def per_node(tree: dict[int, tuple]) -> dict[str, dict]:
@@ -370,20 +370,20 @@ def per_node(tree: dict[int, tuple]) -> dict[str, dict]:
     ancestor; the rest (driver, GCS, dashboard) are shown apart."""
     raylets = {pid: _cmdline(pid) for pid in tree}
     raylets = {pid: cmd for pid, cmd in raylets.items() if "/raylet/raylet " in cmd}
+    unlabeled = sorted(pid for pid, cmd in raylets.items() if _node_label(cmd) is None)
+    names = {pid: _node_label(cmd) or ("Ray node" if len(unlabeled) == 1 else f"Ray node {unlabeled.index(pid) + 1}")
+             for pid, cmd in raylets.items()}
     out: dict[str, dict] = {}
-    for pid, st in tree.items():
+    for pid in tree:
         up, seen = pid, 0
         while up in tree and up not in raylets and seen < 64:
             up, seen = tree[up][0], seen + 1
-        name = _node_name(raylets[up], up) if up in raylets else "outside Ray nodes (driver, GCS, dashboard)"
         rss, pss = _rss_pss(pid, True)
-        node = out.setdefault(name, {"processes": 0, "rss_mib": 0.0, "pss_mib": 0.0})
+        node = out.setdefault(names.get(up, "outside Ray nodes (driver, GCS, dashboard)"),
+                              {"processes": 0, "rss_mib": 0.0, "pss_mib": 0.0})
         node["processes"] += 1
         node["rss_mib"] = round(node["rss_mib"] + rss / MIB, 1)
         node["pss_mib"] = round(node["pss_mib"] + pss / MIB, 1)
-    unlabeled = [name for name in out if name.startswith("Ray node (raylet")]
-    for i, name in enumerate(sorted(unlabeled), 1):  # raylet pids mean nothing to a reader
-        out[f"Ray node {i}" if len(unlabeled) > 1 else "Ray node"] = out.pop(name)
     return dict(sorted(out.items()))
 
 

@@ -73,22 +73,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kray", description="Kray: a Kafka-compatible broker on Ray actors")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    start = sub.add_parser("start", help="run Kray in the foreground: one broker on an embedded local Ray, "
-                                         "several (--nodes), or one per node of a Ray cluster (--address)")
-    start.add_argument("--port", type=int, help="listener port (default 9092; with --nodes: the first broker's, "
-                                                "the others count up; 0: any free port)")
+    broker_options = argparse.ArgumentParser(add_help=False)  # what start and chaos share
+    broker_options.add_argument("--port", type=int, help="listener port (default 9092; with --nodes: the first "
+                                                         "broker's, the others count up; 0: any free port)")
+    broker_options.add_argument("--host", help="listener host (default 127.0.0.1)")
+    broker_options.add_argument("--data-dir", help="where logs and metadata live (default ./data)")
+    broker_options.add_argument("--config", help="a TOML file of broker configs (default configs/local.toml)")
+    broker_options.add_argument("--override", action="append", metavar="KEY=VALUE",
+                                help="set one broker config, e.g. --override num.partitions=3 (repeatable)")
+
+    start = sub.add_parser("start", parents=[broker_options],
+                           help="run Kray in the foreground: one broker on an embedded local Ray, "
+                                "several (--nodes), or one per node of a Ray cluster (--address)")
     start.add_argument("--nodes", type=int, help="run N broker nodes on this machine (a local multi-node Ray cluster)")
     start.add_argument("--address", help="deploy onto an existing Ray cluster (auto, or the head's HOST:PORT): "
                                          "a broker on every node, nodes that join later included")
-    start.add_argument("--host", help="listener host (default 127.0.0.1)")
-    start.add_argument("--data-dir", help="where logs and metadata live (default ./data)")
-    start.add_argument("--config", help="a TOML file of broker configs (default configs/local.toml)")
-    start.add_argument("--override", action="append", metavar="KEY=VALUE",
-                       help="set one broker config, e.g. --override num.partitions=3 (repeatable)")
     start.set_defaults(func=cmd_start)
 
-    chaos = sub.add_parser("chaos", help="run N broker nodes on this machine and a seeded fault schedule on them "
-                                         "(kill, pause, restart), printing a timeline: failover tests beside your app")
+    chaos = sub.add_parser("chaos", parents=[broker_options],
+                           help="run N broker nodes on this machine and a seeded fault schedule on them "
+                                "(kill, pause, restart), printing a timeline: failover tests beside your app")
     chaos.add_argument("--nodes", type=int, default=3, help="broker nodes (default 3)")
     chaos.add_argument("--seed", type=int, required=True, help="the schedule's seed: the same seed replays it")
     chaos.add_argument("--duration", type=float, default=300, help="seconds of faults (default 300); every fault "
@@ -97,10 +101,6 @@ def main(argv: list[str] | None = None) -> int:
                        help="which faults, comma-separated (default kill,kill-graceful,pause)")
     chaos.add_argument("--mean-gap", type=float, default=8.0, help="mean seconds between faults (default 8)")
     chaos.add_argument("--max-down", type=int, default=1, help="brokers down at once at most (default 1)")
-    for option in ("--port", "--host", "--data-dir", "--config"):
-        chaos.add_argument(option, type=int if option == "--port" else str,
-                           help=next(a.help for a in start._actions if option in a.option_strings))
-    chaos.add_argument("--override", action="append", metavar="KEY=VALUE", help="set one broker config (repeatable)")
     chaos.set_defaults(func=cmd_start, address=None)
 
     from cluster.tools import configs, console_share_consumer, perf, share_groups, topics
