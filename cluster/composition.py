@@ -24,8 +24,9 @@ def gateway_name(broker_id: int) -> str:
     return f"gateway-{broker_id}"
 
 
-def partition_name(topic_id: uuid.UUID, partition: int) -> str:
-    return f"partition-{topic_id.hex}-{partition}"
+def partition_name(topic_id: uuid.UUID, partition: int, broker_id: int) -> str:
+    """A partition replica's actor: one per (topic, partition, broker)."""
+    return f"partition-{topic_id.hex}-{partition}-{broker_id}"
 
 
 def on_node(node_id: str, *, soft: bool = False) -> NodeAffinitySchedulingStrategy:
@@ -71,9 +72,9 @@ def partition_class(topic: str):
 
 
 def start_partition(spec: dict[str, Any], node_id: str):
-    """One actor per topic-partition replica, pinned to the node whose disk holds its log."""
+    """One actor per topic-partition replica, pinned to its broker's node, whose disk holds its log."""
     return ray.remote(partition_class(spec["topic"])).options(
-        name=partition_name(spec["topic_id"], spec["partition"]), namespace=NAMESPACE, lifetime=OUTLIVES_ITS_CREATOR,
+        name=partition_name(spec["topic_id"], spec["partition"], spec["broker_id"]), namespace=NAMESPACE, lifetime=OUTLIVES_ITS_CREATOR,
         max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=10000,
         scheduling_strategy=on_node(node_id),
     ).remote(spec)

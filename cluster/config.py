@@ -38,6 +38,16 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "share.coordinator.state.topic.num.partitions": 50,
     "share.coordinator.state.topic.replication.factor": 3,
     "cluster.id": "",
+    # replication and failover (Kafka 4's shipped defaults)
+    "broker.heartbeat.interval.ms": 2000,
+    "broker.session.timeout.ms": 9000,
+    "replica.lag.time.max.ms": 30000,
+    "replica.fetch.wait.max.ms": 500,
+    "replica.fetch.max.bytes": 1048576,
+    "replica.fetch.response.max.bytes": 10485760,
+    "unclean.leader.election.enable": False,
+    "auto.leader.rebalance.enable": True,
+    "leader.imbalance.check.interval.seconds": 300,
     # share groups (KIP-932), Kafka 4.2's shipped defaults
     "group.share.delivery.count.limit": 5,
     "group.share.record.lock.duration.ms": 30000,
@@ -68,6 +78,7 @@ TOPIC_CONFIG_SOURCES: dict[str, str] = {
     "message.timestamp.type": "log.message.timestamp.type",
     "min.insync.replicas": "min.insync.replicas",
     "cleanup.policy": "",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
 }
 TOPIC_CONFIG_FIXED_DEFAULTS: dict[str, Any] = {"segment.index.bytes": 10485760, "cleanup.policy": "delete"}
 
@@ -75,6 +86,7 @@ INT_TOPIC_CONFIGS = {"segment.bytes", "segment.index.bytes", "index.interval.byt
                      "retention.bytes", "max.message.bytes", "min.insync.replicas"}
 ENUM_TOPIC_CONFIGS = {"message.timestamp.type": {"CreateTime", "LogAppendTime"},
                       "cleanup.policy": {"delete"}}
+BOOL_TOPIC_CONFIGS = {"unclean.leader.election.enable"}
 
 
 class ConfigError(ValueError):
@@ -156,6 +168,10 @@ def validate_topic_configs(configs: dict[str, Any]) -> dict[str, Any]:
                 value = int(value)
             except (TypeError, ValueError):
                 raise ConfigError(f"topic config {key} must be an integer, not {value!r}") from None
+        elif key in BOOL_TOPIC_CONFIGS:
+            if str(value).lower() not in ("true", "false"):
+                raise ConfigError(f"topic config {key} must be true or false, not {value!r}")
+            value = str(value).lower() == "true"
         elif key in ENUM_TOPIC_CONFIGS and value not in ENUM_TOPIC_CONFIGS[key]:
             allowed = " | ".join(sorted(ENUM_TOPIC_CONFIGS[key]))
             raise ConfigError(f"topic config {key} must be one of {allowed}, not {value!r}")

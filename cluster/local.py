@@ -81,6 +81,15 @@ def _node_pids(node) -> list[int]:
     return found
 
 
+def _is_ray_worker(pid: int) -> bool:
+    """Ray names its worker processes (actors included) `ray::<class or task>`."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().startswith(b"ray::")
+    except OSError:
+        return False
+
+
 def _signal_all(pids: list[int], sig: int) -> None:
     for pid in pids:
         try:
@@ -219,12 +228,17 @@ class LocalCluster:
                 raise TimeoutError(f"broker {broker_id} did not serve clients within {timeout_s:.0f} s")
             time.sleep(0.2)
 
-    def pause_node(self, broker_id: int) -> None:
+    def pause_node(self, broker_id: int, *, raylet: bool = True) -> None:
         """SIGSTOP every process of broker `broker_id`'s node: a stalled machine (a long GC pause,
-        a hung disk, a VM frozen by its host) that Ray and the controller see go silent."""
+        a hung disk, a VM frozen by its host) that Ray and the controller see go silent. With
+        raylet=False only the broker's own processes stop (its gateway and replicas: Ray's
+        workers) while Ray sees a healthy node: the controller notices by the missing
+        heartbeats alone (broker.session.timeout.ms), as a stalled Kafka broker process."""
         if broker_id not in self._nodes:
             raise KeyError(f"broker {broker_id} has no running node")
         pids = _node_pids(self._nodes[broker_id])
+        if not raylet:
+            pids = [pid for pid in pids if _is_ray_worker(pid)]
         _signal_all(pids, signal.SIGSTOP)
         self._paused.setdefault(broker_id, []).extend(pids)
 

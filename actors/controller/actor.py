@@ -1,5 +1,11 @@
-"""The controller's Ray shell: persists what the core decides, starts and stops partition actors,
-and serves metadata images to gateways (long-polled, so every gateway learns of a change at once).
+"""The controller's Ray shell: persists what the core decides, starts and stops partition replica
+actors, tells each replica its partition's state, and serves metadata images to gateways
+(long-polled, so every gateway learns of a change at once).
+
+Liveness: a gateway registers its broker (a new broker epoch) and heartbeats; a broker whose Ray
+node dies is fenced at once, one that stops heartbeating after `broker.session.timeout.ms`.
+Fencing elects new leaders from the ISR (actors/controller/elections.py); every decision is in
+the metadata log before any replica or gateway hears of it.
 """
 from __future__ import annotations
 
@@ -27,6 +33,12 @@ PARTITION_START_TIMEOUT_S = 60.0
 SUPERVISE_RETRY_S = 0.2
 SUPERVISE_RETRY_S_MAX = 5.0
 NODE_POLL_S = 1.0
+REPLICATION_TICK_S = 0.25  # session expiry checks
+LEADER_IMBALANCE_CHECK_INTERVAL_S_DEFAULT = 300  # leader.imbalance.check.interval.seconds
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -37,6 +49,7 @@ class MetadataImage:
     controller_id: int
     brokers: dict[int, BrokerInfo]
     topics: dict[str, TopicState]
+    # each partition's leader replica actor, keyed (topic id, partition)
     partition_actors: dict[tuple[uuid.UUID, int], Any] = field(default_factory=dict)
     # where each partition leader's data-path listener is, on its own node (keyed like partition_actors)
     partition_listeners: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
@@ -69,23 +82,29 @@ class ControllerActor:
         for record in records:
             if record["type"] != "cluster":
                 self.core.apply(record)
-        self.core.finish_replay()
+        self.core.finish_replay(now_ms())
         # metadata versions must keep growing across controller restarts (gateways ignore older
         # images): start each incarnation at the clock, in microseconds, above any earlier version
         self.core.metadata_version = max(self.core.metadata_version, time.time_ns() // 1000)
-        self.partition_actors: dict[tuple[uuid.UUID, int], Any] = {}
-        self.partition_listeners: dict[tuple[uuid.UUID, int], str] = {}
-        self.supervisors: dict[tuple[uuid.UUID, int], asyncio.Task] = {}
+        # replica actors and their listeners, keyed (topic id, partition, broker id)
+        self.replica_actors: dict[tuple[uuid.UUID, int, int], Any] = {}
+        self.replica_listeners: dict[tuple[uuid.UUID, int, int], str] = {}
+        self.told: dict[tuple[uuid.UUID, int, int], tuple] = {}  # the partition state each replica was sent
+        self.supervisors: dict[tuple, asyncio.Task] = {}
         self.changed = asyncio.Event()
         self.node_brokers: dict[str, int | None] = {}  # Ray node id -> its broker id (None: no broker there)
         self.gateways: dict[int, Any] = {}
         self.serving: set[int] = set()  # brokers whose gateway registered in this incarnation
         self.broker_failures: dict[int, str] = {}  # broker id -> why its gateway could not start
         self.node_watcher: asyncio.Task | None = None
+        self.ticker: asyncio.Task | None = None
+        self.publisher: asyncio.Task | None = None
         self.to_supervise = self._adopt_running_actors()
-        # brokers the log knows but whose gateway isn't running (yet): left out of Metadata, as
-        # Kafka leaves out fenced brokers, until they register again
-        self.lost_brokers: set[int] = set(self.core.brokers) - set(self.gateways)
+        # brokers that registered with this incarnation, or whose gateway it adopted: only they
+        # get replica actors (a broker the log knows may name a dead Ray node)
+        self.registered: set[int] = set(self.gateways)
+        for broker_id in set(self.core.brokers) - self.registered:  # gone while no controller ran
+            self._persist(self.core.replication_outcome(self.core.replication.broker_died(broker_id).records))
 
     def _adopt_running_actors(self) -> list[tuple]:
         """After Ray restarts the controller, the actors it had started are still running under
@@ -98,11 +117,12 @@ class ControllerActor:
         found = []
         for topic in self.core.topics.values():
             for p in topic.partitions:
-                key = (topic.topic_id, p.index)
-                actor = running(composition.partition_name(topic.topic_id, p.index))
-                if actor is not None:
-                    self.partition_actors[key] = actor
-                    found.append((key, actor, "listen", "until_closed"))
+                for broker_id in p.replicas:
+                    key = (topic.topic_id, p.index, broker_id)
+                    actor = running(composition.partition_name(topic.topic_id, p.index, broker_id))
+                    if actor is not None:
+                        self.replica_actors[key] = actor
+                        found.append((key, actor, "listen", "until_closed"))
         for broker_id, broker in self.core.brokers.items():
             gateway = running(composition.gateway_name(broker_id))
             if gateway is not None:
@@ -118,6 +138,8 @@ class ControllerActor:
         self.to_supervise = []
         if self.node_watcher is None:
             self.node_watcher = asyncio.ensure_future(self._watch_nodes())
+            self.ticker = asyncio.ensure_future(self._tick())
+            self.publisher = asyncio.ensure_future(self._publish())
 
     # ---- brokers: one per Ray node -----------------------------------------------------------
     async def deploy_brokers(self, expected: int, timeout_s: float) -> list[BrokerInfo]:
@@ -172,24 +194,24 @@ class ControllerActor:
             log.info("broker %d starting on Ray node %s", broker_id, node.node_id[:12])
 
     def _node_lost(self, node_id: str) -> None:
-        """A broker's Ray node died: its gateway and the partition actors it hosted died with it
+        """A broker's Ray node died: its gateway and the replica actors it hosted died with it
         (Ray can't restart them elsewhere: they are pinned to the node that holds their data).
-        Forget them, so the broker's partitions show no leader, and so the node that returns with
-        the same broker id (its label, or meta.properties beside its logs) gets a gateway and
-        its partitions again, recovered from its data directory."""
+        The broker is fenced at once: its partitions get new leaders from their ISRs. Its actors
+        are forgotten, so that the node that returns with the same broker id (its label, or
+        meta.properties beside its logs) gets a gateway and its replicas again, recovered from
+        its data directory, to catch up and rejoin the ISRs."""
         broker_id = self.node_brokers.pop(node_id)
         if broker_id is None:
             return
         log.warning("broker %d is gone with its Ray node %s", broker_id, node_id[:12])
+        self._persist(self.core.replication_outcome(self.core.replication.broker_died(broker_id).records))
         self.serving.discard(broker_id)
-        self.lost_brokers.add(broker_id)
+        self.registered.discard(broker_id)
         doomed = [(("gateway", broker_id), self.gateways.pop(broker_id, None))]
-        for topic in self.core.topics.values():
-            for p in topic.partitions:
-                key = (topic.topic_id, p.index)
-                if p.leader == broker_id and key in self.partition_actors:
-                    doomed.append((key, self.partition_actors.pop(key)))
-                    self.partition_listeners.pop(key, None)
+        for key in [k for k in self.replica_actors if k[2] == broker_id]:
+            doomed.append((key, self.replica_actors.pop(key)))
+            self.replica_listeners.pop(key, None)
+            self.told.pop(key, None)
         for key, actor in doomed:
             supervisor = self.supervisors.pop(key, None)
             if supervisor is not None:
@@ -204,18 +226,26 @@ class ControllerActor:
     # ---- metadata --------------------------------------------------------------------------
     def image(self) -> MetadataImage:
         """The metadata as gateways need it. Only gateways follow it (a few per cluster): every
-        actor handle in an image is deserialized, and reference counted, by every receiver."""
+        actor handle in an image is deserialized, and reference counted, by every receiver.
+        Brokers: registered with this controller and unfenced (Kafka leaves fenced ones out).
+        Partition actors and listeners: each partition's leader replica."""
         c = self.core
-        live = {b: info for b, info in c.brokers.items() if b not in self.lost_brokers}
-        return MetadataImage(c.metadata_version, c.cluster_id, c.controller_id(), live,
-                             dict(c.topics), dict(self.partition_actors), dict(self.partition_listeners),
-                             self._coordinators(), {g: dict(cfg) for g, cfg in c.group_configs.items()})
-
-    def _coordinators(self) -> dict[tuple[str, int], Any]:
-        """(internal topic, partition) -> its leader actor, which is that partition's coordinator."""
-        return {(topic.name, p.index): self.partition_actors[(topic.topic_id, p.index)]
-                for topic in self.core.topics.values() if topic.internal
-                for p in topic.partitions if (topic.topic_id, p.index) in self.partition_actors}
+        live = {b: info for b, info in c.brokers.items() if b in self.registered and c.replication.is_live(b)}
+        leaders, listeners, coordinators = {}, {}, {}
+        for topic in c.topics.values():
+            for p in topic.partitions:
+                replica = (topic.topic_id, p.index, p.leader)
+                actor = self.replica_actors.get(replica)
+                if actor is None:
+                    continue
+                leaders[(topic.topic_id, p.index)] = actor
+                if replica in self.replica_listeners:
+                    listeners[(topic.topic_id, p.index)] = self.replica_listeners[replica]
+                if topic.internal:  # the leader of an internal-topic partition is its coordinator
+                    coordinators[(topic.name, p.index)] = actor
+        return MetadataImage(c.metadata_version, c.cluster_id, c.controller_id(), live, dict(c.topics),
+                             leaders, listeners, coordinators,
+                             {g: dict(cfg) for g, cfg in c.group_configs.items()})
 
     async def wait_for_metadata(self, known_version: int, timeout_s: float) -> MetadataImage:
         """Answer as soon as the metadata is newer than `known_version`, or at the timeout."""
@@ -244,9 +274,13 @@ class ControllerActor:
         return dict(self.core.broker_config)
 
     # ---- commands --------------------------------------------------------------------------
-    async def register_broker(self, info: BrokerInfo, gateway=None) -> MetadataImage:
-        self._persist(self.core.register_broker(info))
-        self.lost_brokers.discard(info.broker_id)
+    async def register_broker(self, info: BrokerInfo, gateway=None) -> tuple[MetadataImage, int]:
+        """A gateway (re)starts its broker: a new broker epoch, unfenced; its replicas start (or
+        are told the new state), then it serves. Returns the image and the broker epoch its
+        heartbeats carry."""
+        outcome = self.core.register_broker(info, now_ms())
+        self._persist(outcome)
+        self.registered.add(info.broker_id)
         self.broker_failures.pop(info.broker_id, None)
         self._bump()
         if gateway is not None and ("gateway", info.broker_id) not in self.supervisors:
@@ -256,7 +290,24 @@ class ControllerActor:
                                      for ref in self._start_partitions(topic)])
         self.serving.add(info.broker_id)  # ready: its partitions listen and it knows it is published
         self._bump()
-        return self.image()
+        return self.image(), outcome.broker_epoch
+
+    def heartbeat(self, broker_id: int, broker_epoch: int) -> int:
+        """A broker is alive (broker.heartbeat.interval.ms). STALE_BROKER_EPOCH: register again."""
+        decision = self.core.replication.heartbeat(broker_id, broker_epoch, now_ms())
+        self._persist(self.core.replication_outcome(decision.records))
+        return decision.error_code
+
+    def alter_partition(self, broker_id: int, broker_epoch: int, topic_id: uuid.UUID, index: int,
+                        leader_epoch: int, partition_epoch: int, new_isr: list[int],
+                        proposal_id: int) -> tuple[int, dict | None]:
+        """A leader proposes a new ISR (Kafka's AlterPartition). The decision is in the metadata
+        log before the answer leaves."""
+        decision = self.core.replication.alter_partition(
+            broker_id, broker_epoch, (topic_id.bytes, index), leader_epoch=leader_epoch,
+            partition_epoch=partition_epoch, new_isr=new_isr, proposal_id=proposal_id)
+        self._persist(self.core.replication_outcome(decision.records))
+        return decision.error_code, decision.partition
 
     async def ensure_internal_topic(self, name: str) -> MetadataImage:
         """Create `__consumer_offsets` or `__share_group_state` on first use; the leaders of its
@@ -264,13 +315,14 @@ class ControllerActor:
         if name not in self.core.topics:
             config = self.core.broker_config
             partitions = int(config[internal_topics.PARTITION_COUNT_CONFIG[name]])
-            replication = min(int(config[internal_topics.REPLICATION_FACTOR_CONFIG[name]]), len(self.core.brokers))
+            replication = min(int(config[internal_topics.REPLICATION_FACTOR_CONFIG[name]]),
+                              max(1, len(self.core.live_brokers())))
             outcome = self.core.create_topic(name, partitions, replication, internal_topics.TOPIC_CONFIGS[name],
                                              internal=True)
             self._persist(outcome)
             if outcome.error_code and outcome.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 raise RuntimeError(f"cannot create {name}: {outcome.message}")
-        self._start_partitions(self.core.topics[name])
+        await self._await_listening(self._start_partitions(self.core.topics[name]))
         return self.image()
 
     async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
@@ -294,9 +346,11 @@ class ControllerActor:
         self._persist(outcome)
         if outcome.error_code:
             return outcome.error_code, outcome.message, None
-        actors = [self.partition_actors.pop((topic.topic_id, p.index), None) for p in topic.partitions]
-        for p in topic.partitions:
-            self.partition_listeners.pop((topic.topic_id, p.index), None)
+        keys = [k for k in self.replica_actors if k[0] == topic.topic_id]
+        actors = [self.replica_actors.pop(k) for k in keys]
+        for k in keys:
+            self.replica_listeners.pop(k, None)
+            self.told.pop(k, None)
         await asyncio.gather(*(a.delete.remote() for a in actors if a is not None), return_exceptions=True)
         for a in actors:
             if a is not None:
@@ -317,14 +371,14 @@ class ControllerActor:
         if not outcome.error_code and not validate_only:
             topic = self.core.topics[name]
             config = TopicConfig.from_kafka(self.core.effective_configs(topic))
-            await asyncio.gather(*(self.partition_actors[(topic.topic_id, p.index)].reconfigure.remote(config)
-                                   for p in topic.partitions if (topic.topic_id, p.index) in self.partition_actors))
+            await asyncio.gather(*(actor.reconfigure.remote(config) for key, actor in list(self.replica_actors.items())
+                                   if key[0] == topic.topic_id), return_exceptions=True)
         return outcome.error_code, outcome.message
 
-    def register_listener(self, topic_id: uuid.UUID, index: int, address: str) -> None:
-        """A partition leader's data-path listener is up: its node's gateway may connect."""
-        if (topic_id, index) in self.partition_actors and self.partition_listeners.get((topic_id, index)) != address:
-            self.partition_listeners[(topic_id, index)] = address
+    def _register_listener(self, key: tuple, address: str) -> None:
+        """A replica's data-path listener is up: its node's gateway may connect."""
+        if key in self.replica_actors and self.replica_listeners.get(key) != address:
+            self.replica_listeners[key] = address
             self._bump()
 
     def allocate_producer_id(self) -> int:
@@ -335,7 +389,7 @@ class ControllerActor:
     async def shutdown(self) -> None:
         """Stop the gateways, close every partition actor this controller started (flushing their
         logs), then kill them."""
-        for task in [*self.supervisors.values(), self.node_watcher]:
+        for task in [*self.supervisors.values(), self.node_watcher, self.ticker, self.publisher]:
             if task is not None:
                 task.cancel()
         gateways = list(self.gateways.values())
@@ -343,8 +397,8 @@ class ControllerActor:
         await asyncio.gather(*(g.stop.remote() for g in gateways), return_exceptions=True)
         for g in gateways:
             ray.kill(g, no_restart=True)
-        actors = list(self.partition_actors.values())
-        self.partition_actors.clear()
+        actors = list(self.replica_actors.values())
+        self.replica_actors.clear()
         await asyncio.gather(*(a.close.remote() for a in actors), return_exceptions=True)
         for a in actors:
             ray.kill(a, no_restart=True)
@@ -365,15 +419,18 @@ class ControllerActor:
         self.changed = asyncio.Event()
 
     async def _supervise(self, key, actor, serve: str = "listen", until: str = "until_closed") -> None:
-        """Keep a partition leader (or a gateway) serving: when Ray restarts it (the pending `until`
-        call fails), call `serve` again, so it listens and the metadata names its new address."""
+        """Keep a replica (or a gateway) serving: when Ray restarts it (the pending `until` call
+        fails), call `serve` again, so it listens, knows its partition's state, and the metadata
+        names its new address."""
         delay_s = SUPERVISE_RETRY_S
-        while key[0] == "gateway" or self.partition_actors.get(key) is actor:
+        while key[0] == "gateway" or self.replica_actors.get(key) is actor:
             try:
                 address = await getattr(actor, serve).remote()
                 delay_s = SUPERVISE_RETRY_S
                 if key[0] != "gateway":
-                    self.register_listener(key[0], key[1], address)
+                    self.told.pop(key, None)
+                    await self._tell(key, actor)
+                    self._register_listener(key, address)
                 await getattr(actor, until).remote()
                 return
             except asyncio.CancelledError:
@@ -388,11 +445,70 @@ class ControllerActor:
                 delay_s = min(delay_s * 2, SUPERVISE_RETRY_S_MAX)
 
     async def _await_listening(self, keys: list) -> None:
-        """Answer only once new partition leaders listen, so a client's first produce after a
-        create finds the leader reachable from its gateway."""
+        """Answer only once new replicas listen and know their partition's state, so a client's
+        first produce after a create finds the leader reachable from its gateway."""
         deadline = asyncio.get_running_loop().time() + PARTITION_START_TIMEOUT_S
-        while any(key not in self.partition_listeners for key in keys) and await self._await_change(deadline):
+        while any(key not in self.replica_listeners for key in keys) and await self._await_change(deadline):
             pass
+
+    # ---- telling replicas their partition's state --------------------------------------------
+    def _partition_state(self, key: tuple) -> tuple | None:
+        """What replica `key` must know: its partition's registration, where the leader's broker
+        listens, and its own broker's epoch."""
+        topic = self.core.topics_by_id.get(key[0])
+        if topic is None or key[1] >= len(topic.partitions):
+            return None
+        p = topic.partitions[key[1]]
+        leader = self.core.brokers.get(p.leader)
+        liveness = self.core.replication.brokers.get(key[2])
+        return (p.leader, p.leader_epoch, p.partition_epoch, tuple(p.replicas), tuple(p.isr),
+                (leader.host, leader.port) if leader is not None else None,
+                liveness.broker_epoch if liveness is not None else -1)
+
+    async def _tell(self, key: tuple, actor) -> None:
+        state = self._partition_state(key)
+        if state is None:
+            return
+        leader, leader_epoch, partition_epoch, replicas, isr, endpoint, broker_epoch = state
+        self.told[key] = state
+        await actor.update.remote({"leader": leader, "leader_epoch": leader_epoch, "partition_epoch": partition_epoch,
+                                   "replicas": list(replicas), "isr": list(isr)}, endpoint, broker_epoch)
+
+    async def _publish(self) -> None:
+        """After every change, tell each listening replica whose partition state moved. A replica
+        that is down hears it from its supervisor when it returns; one that is paused gets it
+        when it wakes (older states are ignored by the replica)."""
+        while True:
+            try:
+                for key, actor in list(self.replica_actors.items()):
+                    if key in self.replica_listeners and self.told.get(key) != self._partition_state(key):
+                        asyncio.ensure_future(self._tell_quietly(key, actor))
+            except Exception:
+                log.exception("telling replicas their partitions' state failed")
+            await self._await_change(asyncio.get_running_loop().time() + METADATA_WAIT_S_MAX)
+
+    async def _tell_quietly(self, key: tuple, actor) -> None:
+        try:
+            await self._tell(key, actor)
+        except Exception as e:  # died: its supervisor tells it again once Ray restarted it
+            log.debug("could not tell %s its partition state: %s", key, e)
+
+    async def _tick(self) -> None:
+        """Fence brokers whose session expired; now and then, give partitions back to their
+        preferred leaders (auto.leader.rebalance.enable)."""
+        config = self.core.broker_config
+        rebalance = str(config.get("auto.leader.rebalance.enable", True)).lower() == "true"
+        interval_s = float(config.get("leader.imbalance.check.interval.seconds", LEADER_IMBALANCE_CHECK_INTERVAL_S_DEFAULT))
+        last_balance = asyncio.get_running_loop().time()
+        while True:
+            await asyncio.sleep(REPLICATION_TICK_S)
+            try:
+                self._persist(self.core.replication_outcome(self.core.replication.tick(now_ms()).records))
+                if rebalance and asyncio.get_running_loop().time() - last_balance >= interval_s:
+                    last_balance = asyncio.get_running_loop().time()
+                    self._persist(self.core.replication_outcome(self.core.replication.balance_leaders().records))
+            except Exception:
+                log.exception("the controller's replication tick failed")
 
     async def _await_change(self, deadline: float) -> bool:
         """Wait for the next change (a persisted record or a bump); False once `deadline` (loop
@@ -407,27 +523,29 @@ class ControllerActor:
         return True
 
     def _start_partitions(self, topic: TopicState) -> list:
-        """Start the missing partition actors of a topic (each supervised: asked to listen, and
-        again after Ray restarts it); return their keys."""
+        """Start the missing replica actors of a topic, one per replica on its broker's node
+        (each supervised: asked to listen and told its partition's state, and again after Ray
+        restarts it); return their keys."""
         config = TopicConfig.from_kafka(self.core.effective_configs(topic))
         listening, started = [], False
         for p in topic.partitions:
-            key = (topic.topic_id, p.index)
-            broker = self.core.brokers.get(p.leader)
-            # a broker that has not registered in this incarnation may name a dead Ray node: its
-            # partitions start when it registers (an actor pinned to a dead node never starts)
-            if key in self.partition_actors or broker is None or not broker.node_id or p.leader in self.lost_brokers:
-                continue
-            spec = {"topic": topic.name, "topic_id": topic.topic_id, "partition": p.index,
-                    "leader_epoch": p.leader_epoch, "config": config, "broker_config": self.core.broker_config,
-                    "log_dir": str(self.data_dir / f"broker-{p.leader}"), "internal": topic.internal,
-                    "controller": ray.get_runtime_context().current_actor, "listen_host": broker.host,
-                    "retention_check_interval_ms": int(self.core.broker_config["log.retention.check.interval.ms"])}
-            actor = composition.start_partition(spec, broker.node_id)
-            self.partition_actors[key] = actor
-            self.supervisors[key] = asyncio.ensure_future(self._supervise(key, actor))
-            listening.append(key)
-            started = True
+            for broker_id in p.replicas:
+                key = (topic.topic_id, p.index, broker_id)
+                broker = self.core.brokers.get(broker_id)
+                # a broker that has not registered in this incarnation may name a dead Ray node: its
+                # replicas start when it registers (an actor pinned to a dead node never starts)
+                if key in self.replica_actors or broker is None or not broker.node_id or broker_id not in self.registered:
+                    continue
+                spec = {"topic": topic.name, "topic_id": topic.topic_id, "partition": p.index, "broker_id": broker_id,
+                        "config": config, "broker_config": self.core.broker_config,
+                        "log_dir": str(self.data_dir / f"broker-{broker_id}"), "internal": topic.internal,
+                        "controller": ray.get_runtime_context().current_actor, "listen_host": broker.host,
+                        "retention_check_interval_ms": int(self.core.broker_config["log.retention.check.interval.ms"])}
+                actor = composition.start_partition(spec, broker.node_id)
+                self.replica_actors[key] = actor
+                self.supervisors[key] = asyncio.ensure_future(self._supervise(key, actor))
+                listening.append(key)
+                started = True
         if started:
             self._bump()
         return listening

@@ -56,6 +56,7 @@ class Outcome:
     error_code: int = 0
     message: str | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
+    broker_epoch: int = -1  # register_broker: the new incarnation's epoch
 
 
 def _partition_state(record: dict[str, Any]) -> PartitionState:
@@ -101,6 +102,10 @@ class ControllerCore:
     def controller_id(self) -> int:
         return min(self.brokers) if self.brokers else -1
 
+    def live_brokers(self) -> list[int]:
+        """Registered, unfenced brokers: where new replicas may go (Kafka places on unfenced ones)."""
+        return sorted(b for b in self.brokers if self.replication.is_live(b))
+
     def _unclean_leader_election_enable(self, key: Any) -> bool:
         topic = self.topics_by_id.get(uuid.UUID(bytes=key[0])) if isinstance(key, tuple) else None
         value = topic.configs.get("unclean.leader.election.enable") if topic is not None else None
@@ -116,9 +121,17 @@ class ControllerCore:
         return Outcome(error_code, None, records)
 
     # ---- commands ------------------------------------------------------------------------
-    def register_broker(self, info: BrokerInfo) -> Outcome:
-        return self._commit([{"type": "broker", "broker_id": info.broker_id, "host": info.host,
-                              "port": info.port, "rack": info.rack, "node_id": info.node_id}])
+    def register_broker(self, info: BrokerInfo, now_ms: int = 0) -> Outcome:
+        """A broker (re)starts: its endpoint, a new broker epoch (fencing its previous incarnation,
+        whose partitions get new leaders), then unfenced at once: Kray's gateway registers only
+        once it follows the metadata, which is what KRaft waits for before unfencing."""
+        outcome = self._commit([{"type": "broker", "broker_id": info.broker_id, "host": info.host,
+                                 "port": info.port, "rack": info.rack, "node_id": info.node_id}])
+        registered = self.replication.register_broker(info.broker_id, now_ms)
+        unfenced = self.replication.heartbeat(info.broker_id, registered.broker_epoch, now_ms)
+        outcome.records += registered.records + unfenced.records
+        outcome.broker_epoch = registered.broker_epoch
+        return outcome
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, Any], *, internal: bool = False,
@@ -146,9 +159,10 @@ class ControllerCore:
             return Outcome(ErrorCode.INVALID_PARTITIONS, f"number of partitions must be between 1 and {PARTITIONS_PER_TOPIC_MAX}")
         if replication_factor < 1:
             return Outcome(ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor must be at least 1")
-        if replication_factor > len(self.brokers):
+        live = len(self.live_brokers())
+        if replication_factor > live:
             return Outcome(ErrorCode.INVALID_REPLICATION_FACTOR,
-                           f"replication factor {replication_factor} is larger than the {len(self.brokers)} available brokers")
+                           f"replication factor {replication_factor} is larger than the {live} available brokers")
         try:
             typed = validate_topic_configs(configs)
         except ConfigError as e:
@@ -184,7 +198,7 @@ class ControllerCore:
         if count > PARTITIONS_PER_TOPIC_MAX:
             return Outcome(ErrorCode.INVALID_PARTITIONS, f"at most {PARTITIONS_PER_TOPIC_MAX} partitions per topic")
         rf = len(topic.partitions[0].replicas)
-        if rf > len(self.brokers):
+        if rf > len(self.live_brokers()):
             return Outcome(ErrorCode.INVALID_REPLICATION_FACTOR, "not enough brokers for the topic's replication factor")
         if validate_only:
             return Outcome()
@@ -280,9 +294,11 @@ class ControllerCore:
         for p in partitions:
             self.replication.partitions[(topic.topic_id.bytes, p.index)] = p
 
-    def finish_replay(self) -> None:
-        """After a restart, skip the rest of the last reserved block: some of it may be in use."""
+    def finish_replay(self, now_ms: int = 0) -> None:
+        """After a restart, skip the rest of the last reserved block: some of it may be in use;
+        every unfenced broker gets a fresh session from now."""
         self.next_producer_id = self.producer_id_limit
+        self.replication.finish_replay(now_ms)
 
     def _commit(self, records: list[dict[str, Any]]) -> Outcome:
         for record in records:
@@ -290,8 +306,8 @@ class ControllerCore:
         return Outcome(records=records)
 
     def _place(self, seed: int, first_index: int, count: int, replication_factor: int) -> dict[int, list[int]]:
-        """Round-robin replicas over brokers, each partition's replicas on distinct brokers."""
-        ids = sorted(self.brokers)
+        """Round-robin replicas over the live brokers, each partition's replicas on distinct brokers."""
+        ids = self.live_brokers()
         placement = {}
         for i in range(count):
             start = (seed + first_index + i) % len(ids)

@@ -2,11 +2,12 @@
 
 One gateway per Ray node: it is that node's broker. The controller starts it (see
 actors/controller/nodes.py for broker ids); it registers itself and keeps its metadata image
-fresh by long-polling the controller.
+fresh by long-polling the controller, and heartbeats so that the controller knows it is alive.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import ray
 
@@ -15,8 +16,11 @@ from actors.gateway.context import GatewayContext, RayController
 from actors.gateway.frontend import follow_metadata, start_frontend
 from actors.startup import start_unless_started
 from cluster.config import listener_address
+from protocol.errors import ErrorCode
 
+log = logging.getLogger("kray.gateway")
 ANY_ADDRESS = ("0.0.0.0", "::", "")
+BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT = 2000  # broker.heartbeat.interval.ms
 
 
 class GatewayActor:
@@ -28,6 +32,9 @@ class GatewayActor:
         self.server: asyncio.AbstractServer | None = None
         self.watcher: asyncio.Task | None = None
         self.starting: asyncio.Future | None = None
+        self.info: BrokerInfo | None = None
+        self.broker_epoch = -1
+        self.heartbeats: asyncio.Task | None = None
         self.stopped = asyncio.Event()
 
     async def start(self) -> tuple[str, int]:
@@ -49,11 +56,35 @@ class GatewayActor:
         # clients may already connect; they must not see a cluster without this broker meanwhile
         if self.watcher is None:
             self.watcher = asyncio.create_task(follow_metadata(self.ctx))
-        image = await self.controller.register_broker.remote(BrokerInfo(self.ctx.broker_id, host, port, None, node_id),
-                                                             ray.get_runtime_context().current_actor)
+        self.info = BrokerInfo(self.ctx.broker_id, host, port, None, node_id)
+        await self._register()
+        if self.heartbeats is None:
+            self.heartbeats = asyncio.create_task(self._heartbeat())
+        return host, port
+
+    async def _register(self) -> None:
+        image, self.broker_epoch = await self.controller.register_broker.remote(
+            self.info, ray.get_runtime_context().current_actor)
         if image.version > self.ctx.metadata.version:
             self.ctx.set_metadata(image)
-        return host, port
+
+    async def _heartbeat(self) -> None:
+        """Tell the controller this broker is alive, every broker.heartbeat.interval.ms; a broker
+        the controller no longer knows under this epoch (it was declared dead and came back)
+        registers again."""
+        interval_s = int(self.config.get("broker.heartbeat.interval.ms", BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT)) / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                error = await self.ctx.controller.heartbeat(self.ctx.broker_id, self.broker_epoch)
+                if error == ErrorCode.STALE_BROKER_EPOCH:
+                    log.warning("broker %d: the controller has a newer incarnation of it; registering again",
+                                self.ctx.broker_id)
+                    await self._register()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("broker %d: heartbeat failed: %s", self.ctx.broker_id, e)
 
     async def until_stopped(self) -> None:
         """Returns when the gateway stops; raises in the caller if it dies (the controller's cue to
@@ -62,7 +93,8 @@ class GatewayActor:
 
     async def stop(self) -> None:
         self.stopped.set()
-        if self.watcher:
-            self.watcher.cancel()
+        for task in (self.watcher, self.heartbeats):
+            if task:
+                task.cancel()
         if self.server:
             self.server.close()

@@ -23,7 +23,9 @@ class PartitionClient(Protocol):
     """A partition leader as the data-path handlers see it (partition_client.SocketPartition)."""
     async def produce(self, records: Any, *, leader_epoch: int, acks: int, timeout_ms: int) -> Any: ...
     async def fetch(self, offset: int, max_bytes: int, *, leader_epoch: int, isolation_level: int) -> Any: ...
-    async def wait_for_data(self, offset: int, timeout_ms: int) -> bool: ...
+    async def replica_fetch(self, replica_id: int, offset: int, max_bytes: int, *, leader_epoch: int,
+                            last_fetched_epoch: int) -> Any: ...
+    async def wait_for_data(self, offset: int, timeout_ms: int, replica: bool = False) -> bool: ...
     async def list_offsets(self, timestamp: int, *, leader_epoch: int, isolation_level: int) -> Any: ...
 
 
@@ -77,6 +79,9 @@ class RayController:
 
     async def wait_for_metadata(self, known_version, timeout_s):
         return await self._call("wait_for_metadata", known_version, timeout_s)
+
+    async def heartbeat(self, broker_id, broker_epoch):
+        return await self._call("heartbeat", broker_id, broker_epoch)
 
 
 @dataclass

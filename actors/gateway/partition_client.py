@@ -70,8 +70,25 @@ class SocketPartition:
             return FetchResult(error, high_watermark, last_stable, log_start, records, message)
         raise ConnectionError(f"segment {path} vanished {FETCH_ATTEMPTS} times while fetching offset {offset}")
 
-    async def wait_for_data(self, offset, timeout_ms):
-        (ready,), _ = await self._call(wire.WAIT_FOR_DATA, [offset, timeout_ms],
+    async def replica_fetch(self, replica_id, offset, max_bytes, *, leader_epoch, last_fetched_epoch):
+        """A follower's fetch (records up to the log end); returns (FetchResult, diverging epoch as
+        (epoch, end offset) or None)."""
+        for _ in range(FETCH_ATTEMPTS):
+            (error, high_watermark, log_start, _log_end, diverging_epoch, diverging_end, path, position,
+             size_bytes), _ = await self._call(wire.REPLICA_FETCH, [replica_id, leader_epoch, offset,
+                                                                     last_fetched_epoch, max_bytes])
+            diverging = (diverging_epoch, diverging_end) if diverging_end >= 0 else None
+            records = b""
+            if size_bytes:
+                try:
+                    records = FileRegion.open(path, position, size_bytes)
+                except FileNotFoundError:
+                    continue
+            return FetchResult(error, high_watermark, high_watermark, log_start, records), diverging
+        raise ConnectionError(f"segment {path} vanished {FETCH_ATTEMPTS} times while fetching offset {offset}")
+
+    async def wait_for_data(self, offset, timeout_ms, replica=False):
+        (ready,), _ = await self._call(wire.WAIT_FOR_DATA, [offset, timeout_ms, replica],
                                        timeout_s=timeout_ms / 1000 + CALL_TIMEOUT_S)
         return ready
 

@@ -1,8 +1,12 @@
-"""The partition's Ray shell: owns one PartitionCore (log + producer state) for one topic-partition,
-reads the clock, fences leader epochs, wakes long-polling fetches, and runs retention on a timer.
+"""A partition replica's Ray shell: owns one PartitionCore (log + producer state) and one
+ReplicaCore (leader epoch, ISR, high watermark, followers, acks=all waiters) for one replica of one
+topic-partition on one broker; reads the clock, carries out what the replication core decides,
+wakes long-polling fetches, and runs retention on a timer.
 
-Its node's gateway reaches it over a Unix socket (listener.py: produce, fetch, share fetch...);
-Ray calls are for control: listen, reconfigure, delete, admin reads.
+Its node's gateway reaches it over a Unix socket (listener.py: produce, fetch, follower fetch,
+share fetch...). As a follower it fetches from its leader's broker over TCP (fetcher.py). Ray
+calls are for control: listen, the controller's partition state (`update`), reconfigure, delete,
+admin reads; AlterPartition goes to the controller as a Ray call.
 """
 from __future__ import annotations
 
@@ -15,16 +19,30 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from actors.partition.checkpoints import load_epochs, load_high_watermark, save_epochs, save_high_watermark
 from actors.partition.core import PartitionCore
+from actors.partition.fetcher import LeaderConnection
 from actors.partition.listener import start_listener
+from actors.partition.replication import (
+    ACKS_ALL, AlterPartitionRequest, AlterPartitionResponse, BatchSpan, Effects, FetchAnswer, FetchRequest,
+    FollowerAction, PartitionRegistration, ReplicaCore, ReplicationConfig, Role,
+)
 from actors.pipelined import unix_address
-from actors.share_partition.actor import ShareLeaders
+from actors.share_partition.actor import ShareFetchResult, ShareLeaders
 from actors.startup import start_unless_started
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, MalformedMessage
+from protocol.record_batch import CorruptRecord, crc_is_valid, iter_batches
 
 log = logging.getLogger("kray.partition")
 PARTITION_METADATA_FILE = "partition.metadata"
 RETENTION_CHECK_INTERVAL_MS_DEFAULT = 300000
+NOT_LEADER_MESSAGE = "this replica does not lead the partition now"
+REPLICATION_TICK_S = 0.25                  # ISR checks, AlterPartition resends
+HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS = 5000  # replica.high.watermark.checkpoint.interval.ms
+FOLLOWER_BACKOFF_S = 0.05                  # after a failed or refused follower fetch, doubling
+FOLLOWER_BACKOFF_S_MAX = 1.0               # replica.fetch.backoff.ms is 1 s in Kafka
+REPLICA_DEFAULTS = {"replica.lag.time.max.ms": 30000, "replica.fetch.wait.max.ms": 500,
+                    "replica.fetch.max.bytes": 1048576, "replica.fetch.response.max.bytes": 10485760}
 
 
 def now_ms() -> int:
@@ -37,17 +55,40 @@ class PartitionActor:
         self.topic: str = spec["topic"]
         self.topic_id: uuid.UUID = spec["topic_id"]
         self.partition: int = spec["partition"]
-        self.leader_epoch: int = spec["leader_epoch"]
+        self.broker_id: int = spec["broker_id"]
         self.dir = Path(spec["log_dir"]) / f"{self.topic}-{self.partition}"
         self._claim_dir()
         self.core = PartitionCore.open(self.dir, spec["config"], now_ms=now_ms())
+        broker_config = spec["broker_config"]
+        self.replica_config = {k: int(broker_config.get(k, v)) for k, v in REPLICA_DEFAULTS.items()}
+        log_ = self.core.log
+        self.replica = ReplicaCore(self.broker_id, log_end_offset=log_.log_end_offset,
+                                   log_start_offset=log_.log_start_offset,
+                                   high_watermark=load_high_watermark(self.dir, log_),
+                                   epochs=load_epochs(self.dir, log_), config=self._replication_config(spec["config"]))
+        log_.high_watermark = self.replica.high_watermark
+        self.saved_epochs = self.replica.epochs.entries()
+        self.saved_high_watermark = -1
+        self.broker_epoch = -1
+        self.leader_endpoint: tuple[str, int] | None = None
+        self.waiters: dict[int, asyncio.Future] = {}   # acks=all produce requests, by waiter id
+        self.follower_task: asyncio.Task | None = None
+        self.replication_task: asyncio.Task | None = None
         self.data_arrived = asyncio.Event()
         self.retention_interval_s = spec.get("retention_check_interval_ms", RETENTION_CHECK_INTERVAL_MS_DEFAULT) / 1000
         self.retention_task: asyncio.Task | None = None
         self.listener: asyncio.AbstractServer | None = None
         self.listening: asyncio.Future | None = None
-        self.shares = ShareLeaders(self, spec["broker_config"], spec["controller"])
+        self.shares = ShareLeaders(self, broker_config, spec["controller"])
         self.closed = asyncio.Event()
+
+    def _replication_config(self, topic_config) -> ReplicationConfig:
+        return ReplicationConfig(replica_lag_time_max_ms=self.replica_config["replica.lag.time.max.ms"],
+                                 min_insync_replicas=int(getattr(topic_config, "min_insync_replicas", 1) or 1))
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.replica.leader_epoch
 
     async def listen(self) -> str:
         """Start the data-path listener for this node's gateway (once); return its address."""
@@ -78,10 +119,153 @@ class PartitionActor:
         self.dir.mkdir(parents=True, exist_ok=True)
         marker.write_text(f"topic_id: {self.topic_id}\n")
 
-    def _fence(self, leader_epoch: int) -> int:
-        if leader_epoch == -1 or leader_epoch == self.leader_epoch:
-            return 0
-        return ErrorCode.FENCED_LEADER_EPOCH if leader_epoch < self.leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
+    # ---- the controller's partition state --------------------------------------------------
+    async def update(self, registration: dict, leader_endpoint: tuple[str, int] | None, broker_epoch: int) -> None:
+        """The controller's newest state of this partition (leader, epochs, replicas, ISR), where
+        the leader's broker listens, and this broker's epoch. Older states are ignored."""
+        reg = PartitionRegistration(registration["leader"], registration["leader_epoch"],
+                                    registration["partition_epoch"], tuple(registration["replicas"]),
+                                    tuple(registration["isr"]))
+        if (reg.leader_epoch, reg.partition_epoch) < (self.replica.leader_epoch, self.replica.partition_epoch):
+            return  # overtaken by a newer state (the controller's calls may arrive out of order)
+        self.broker_epoch = broker_epoch
+        was_leader = self.replica.is_leader
+        self._apply(self.replica.apply_registration(reg, now_ms()))
+        self._save_epochs()
+        if was_leader and not self.replica.is_leader:
+            self.shares.close()  # its in-flight state lives on in the share coordinator and the new leader
+            self.shares = ShareLeaders(self, self.spec["broker_config"], self.spec["controller"])
+        if self.replica.role is Role.FOLLOWER and leader_endpoint is not None:
+            endpoint = tuple(leader_endpoint)
+            if self.follower_task is None or self.follower_task.done() or endpoint != self.leader_endpoint:
+                self._stop_following()
+                self.leader_endpoint = endpoint
+                self.follower_task = asyncio.get_running_loop().create_task(self._follow(endpoint))
+        elif self.replica.role is not Role.FOLLOWER:
+            self._stop_following()
+        self._ensure_replication_timer()
+        self._wake()
+
+    def _apply(self, effects: Effects) -> None:
+        """Carry out what the replication core decided (no await: state changes stay atomic)."""
+        if effects.high_watermark is not None:
+            self.core.log.high_watermark = effects.high_watermark
+            self._wake()
+        for waiter_id, error in effects.released:
+            future = self.waiters.pop(waiter_id, None)
+            if future is not None and not future.done():
+                future.set_result(error)
+        if effects.alter_partition is not None:
+            asyncio.get_running_loop().create_task(self._alter_partition(effects.alter_partition))
+
+    async def _alter_partition(self, request: AlterPartitionRequest) -> None:
+        try:
+            error, state = await self.spec["controller"].alter_partition.remote(
+                self.broker_id, self.broker_epoch, self.topic_id, self.partition, request.leader_epoch,
+                request.partition_epoch, list(request.new_isr), request.proposal_id)
+        except Exception as e:  # the controller restarts: the tick resends the proposal
+            log.info("AlterPartition of %s-%d failed: %s", self.topic, self.partition, e)
+            return
+        state = state or {}
+        response = AlterPartitionResponse(error, state.get("leader", -1), state.get("leader_epoch", -1),
+                                          state.get("partition_epoch", -1), tuple(state.get("isr", ())))
+        self._apply(self.replica.on_alter_partition_response(request, response, now_ms()))
+
+    def _wake(self) -> None:
+        """Long polls re-check what they wait for: the high watermark (consumers) or the log end
+        (followers)."""
+        self.data_arrived.set()
+        self.data_arrived = asyncio.Event()
+
+    def _save_epochs(self) -> None:
+        entries = self.replica.epochs.entries()
+        if entries != self.saved_epochs:
+            save_epochs(self.dir, self.replica.epochs)
+            self.saved_epochs = entries
+
+    def _ensure_replication_timer(self) -> None:
+        if self.replication_task is None:
+            self.replication_task = asyncio.get_running_loop().create_task(self._replication_loop())
+
+    async def _replication_loop(self) -> None:
+        """Lagging followers leave the ISR; unanswered proposals are resent; the high watermark
+        is checkpointed now and then."""
+        last_checkpoint_ms = 0
+        while True:
+            await asyncio.sleep(REPLICATION_TICK_S)
+            try:
+                now = now_ms()
+                self._apply(self.replica.tick(now))
+                hw = self.core.high_watermark
+                if hw != self.saved_high_watermark and now - last_checkpoint_ms >= HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS:
+                    save_high_watermark(self.dir, hw)
+                    self.saved_high_watermark, last_checkpoint_ms = hw, now
+            except Exception:
+                log.exception("replication tick of %s-%d failed", self.topic, self.partition)
+
+    # ---- follower: fetch from the leader ----------------------------------------------------
+    def _stop_following(self) -> None:
+        if self.follower_task is not None:
+            self.follower_task.cancel()
+            self.follower_task = None
+        self.leader_endpoint = None
+
+    async def _follow(self, endpoint: tuple[str, int]) -> None:
+        connection = LeaderConnection(endpoint[0], endpoint[1],
+                                      response_bytes_max=self.replica_config["replica.fetch.response.max.bytes"] + 65536)
+        max_wait_ms = self.replica_config["replica.fetch.wait.max.ms"]
+        backoff_s = FOLLOWER_BACKOFF_S
+        try:
+            while True:
+                request = self.replica.next_fetch()
+                if request is None:
+                    return
+                try:
+                    answer, records = await connection.fetch(
+                        self.topic_id, self.partition, request, broker_epoch=self.broker_epoch,
+                        max_wait_ms=max_wait_ms, max_bytes=self.replica_config["replica.fetch.max.bytes"],
+                        timeout_s=max_wait_ms / 1000 + 30)
+                    headers = list(iter_batches(records)) if len(records) else []
+                    if not all(map(crc_is_valid, headers)):
+                        raise CorruptRecord("a fetched batch failed its CRC check")
+                except (OSError, ConnectionError, asyncio.TimeoutError, MalformedMessage, CorruptRecord) as e:
+                    connection.close()
+                    log.debug("%s-%d: fetch from %s failed: %s", self.topic, self.partition, endpoint, e)
+                    await asyncio.sleep(backoff_s)
+                    backoff_s = min(backoff_s * 2, FOLLOWER_BACKOFF_S_MAX)
+                    continue
+                spans = [BatchSpan(h.base_offset, h.last_offset, h.partition_leader_epoch) for h in headers]
+                if self._step(request, answer, spans, records):
+                    backoff_s = FOLLOWER_BACKOFF_S
+                else:  # the leader refused (not leader yet, another epoch): the metadata will tell
+                    await asyncio.sleep(backoff_s)
+                    backoff_s = min(backoff_s * 2, FOLLOWER_BACKOFF_S_MAX)
+        finally:
+            connection.close()
+
+    def _step(self, request: FetchRequest, answer: FetchAnswer, spans: list[BatchSpan], records) -> bool:
+        """Apply one fetch answer to the log (no await between the core's decision and the write).
+        False when the leader refused the fetch."""
+        step = self.replica.on_fetch_response(request, answer, spans)
+        now = now_ms()
+        if step.action is FollowerAction.APPEND:
+            self.core.append_replicated(records, now_ms=now)
+        elif step.action is FollowerAction.TRUNCATE:
+            log.info("%s-%d: truncating to %d (leader epoch %d)", self.topic, self.partition, step.truncate_to,
+                     self.replica.leader_epoch)
+            self.core.truncate_to(step.truncate_to, now_ms=now)
+        elif step.action is FollowerAction.RESET:
+            log.info("%s-%d: starting again at the leader's log start %d", self.topic, self.partition,
+                     step.truncate_to)
+            self.core.reset_to(step.truncate_to, now_ms=now)
+        if step.high_watermark is not None:
+            self.core.log.high_watermark = step.high_watermark
+        if step.log_start_offset is not None and step.log_start_offset > self.core.log_start_offset:
+            self.core.delete_records(step.log_start_offset)
+        self._save_epochs()
+        if step.action is not FollowerAction.IGNORE:
+            self._wake()
+        return step.error_code == ErrorCode.NONE
 
     def _ensure_retention_timer(self) -> None:
         if self.retention_task is None:
@@ -92,39 +276,71 @@ class PartitionActor:
             await asyncio.sleep(self.retention_interval_s)
             try:
                 self.core.retention_tick(now_ms())
+                self.replica.advance_log_start_offset(self.core.log_start_offset)
             except Exception:
                 log.exception("retention check of %s-%d failed", self.topic, self.partition)
 
     async def produce(self, blobs: list, leader_epoch: int, acks: int, timeout_ms: int) -> list:
-        """Append each blob (one client request's record batch for this partition) in order."""
+        """Append each blob (one client request's record batch for this partition) in order; with
+        acks=all answer once the high watermark passes them (min.insync.replicas permitting)."""
         self._ensure_retention_timer()
-        fenced = self._fence(leader_epoch)
-        if fenced:
-            return [self.core.error_result(fenced) for _ in blobs]
+        error = self.replica.check_produce(acks, leader_epoch)
+        if error:
+            return [self.core.error_result(error) for _ in blobs]
         now = now_ms()
-        results = [self.core.produce(memoryview(b), now_ms=now, leader_epoch=self.leader_epoch) for b in blobs]
-        if any(r.error_code == 0 for r in results):
-            self.data_arrived.set()
-            self.data_arrived = asyncio.Event()
-        return results
+        results = [self.core.produce(memoryview(b), now_ms=now, leader_epoch=self.replica.leader_epoch) for b in blobs]
+        if not any(r.error_code == 0 for r in results):
+            return results
+        self._apply(self.replica.on_leader_append(self.core.log_end_offset, now))
+        self._wake()  # followers long-poll for the log end
+        if acks != ACKS_ALL:
+            return results
+        # a duplicate's offsets lie below the log end too: waiting for the log end covers every blob
+        error = await self._await_replication(self.core.log_end_offset, timeout_ms)
+        return [self.core.error_result(error) if error and r.error_code == 0 else r for r in results]
+
+    async def _await_replication(self, required_offset: int, timeout_ms: int) -> int:
+        waiter_id, error = self.replica.register_waiter(required_offset)
+        if error is not None:
+            return error
+        future = self.waiters[waiter_id] = asyncio.get_running_loop().create_future()
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), max(timeout_ms, 1) / 1000)
+        except asyncio.TimeoutError:
+            if self.replica.cancel_waiter(waiter_id):
+                self.waiters.pop(waiter_id, None)
+                return ErrorCode.REQUEST_TIMED_OUT
+            return future.result() if future.done() else ErrorCode.REQUEST_TIMED_OUT
 
     async def fetch(self, offset: int, max_bytes: int, leader_epoch: int, isolation_level: int):
-        fenced = self._fence(leader_epoch)
-        if fenced:
-            return self.core.fetch_error(fenced)
+        error = self.replica.validate_leader_epoch(leader_epoch)
+        if error:
+            return self.core.fetch_error(error)
         return self.core.fetch(offset, max_bytes, isolation_level=isolation_level)
 
     async def fetch_slice(self, offset: int, max_bytes: int, leader_epoch: int, isolation_level: int):
         """``fetch`` for this node's gateway: where the records lie, not the bytes (zero copy)."""
-        fenced = self._fence(leader_epoch)
-        if fenced:
-            return self.core.fetch_error(fenced)
+        error = self.replica.validate_leader_epoch(leader_epoch)
+        if error:
+            return self.core.fetch_error(error)
         return self.core.fetch_slice(offset, max_bytes, isolation_level=isolation_level)
 
-    async def wait_for_data(self, offset: int, timeout_ms: int) -> bool:
-        """True as soon as records at or beyond `offset` are readable; False after timeout_ms."""
+    async def replica_fetch(self, replica_id: int, current_leader_epoch: int, fetch_offset: int,
+                            last_fetched_epoch: int, max_bytes: int):
+        """A follower's fetch, as its leader answers it: (FetchAnswer, FileSlice or None). The
+        records run to the log end, not the high watermark."""
+        answer, effects = self.replica.handle_follower_fetch(
+            FetchRequest(replica_id, current_leader_epoch, fetch_offset, last_fetched_epoch), now_ms())
+        self._apply(effects)
+        if answer.read_from is None:
+            return answer, None
+        return answer, self.core.log.slice(answer.read_from, max_bytes, min_one_batch=True)
+
+    async def wait_for_data(self, offset: int, timeout_ms: int, replica: bool = False) -> bool:
+        """True as soon as records at or beyond `offset` are readable (for a follower: written);
+        False after timeout_ms."""
         deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
-        while self.core.high_watermark <= offset:
+        while (self.core.log_end_offset if replica else self.core.high_watermark) <= offset:
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 return False
@@ -135,27 +351,36 @@ class PartitionActor:
         return True
 
     async def list_offsets(self, timestamp: int, leader_epoch: int, isolation_level: int):
-        fenced = self._fence(leader_epoch)
-        if fenced:
-            return fenced, -1, -1, -1
+        error = self.replica.validate_leader_epoch(leader_epoch)
+        if error:
+            return error, -1, -1, -1
         error, offset, ts = self.core.list_offsets(timestamp, isolation_level=isolation_level)
-        return error, offset, ts, self.leader_epoch if error == 0 and offset >= 0 else -1
+        return error, offset, ts, self.replica.leader_epoch if error == 0 and offset >= 0 else -1
 
     # ---- share groups: the share-partition leaders of this partition live here ----------------
     async def group_configs(self, group_id: str) -> dict:
         """The group's config overrides, asked of the controller (once per share-partition load)."""
         return await self.spec["controller"].group_configs.remote(group_id)
 
+    # Only the leader replica holds share-partition leaders: a request that reaches another
+    # replica (its gateway's metadata was behind) is told so, and the client asks again.
     async def share_wait(self, group_id: str, timeout_ms: int) -> bool:
+        if not self.replica.is_leader:
+            return True  # let the share fetch that follows learn why
         return await self.shares.share_wait(group_id, timeout_ms)
 
     async def share_fetch(self, group_id: str, member_id: str, acks, max_records: int, batch_size: int,
                           max_bytes: int, fetch: bool = True, record_limit: bool = False):
+        if not self.replica.is_leader:
+            return ShareFetchResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, NOT_LEADER_MESSAGE,
+                                    ErrorCode.NOT_LEADER_OR_FOLLOWER, NOT_LEADER_MESSAGE)
         return await self.shares.share_fetch(group_id, member_id, acks=acks, max_records=max_records,
                                              batch_size=batch_size, max_bytes=max_bytes, fetch=fetch,
                                              record_limit=record_limit)
 
     async def share_acknowledge(self, group_id: str, member_id: str, acks) -> tuple[int, str | None]:
+        if not self.replica.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, NOT_LEADER_MESSAGE
         return await self.shares.share_acknowledge(group_id, member_id, acks)
 
     async def share_release(self, group_id: str, member_id: str) -> None:
@@ -166,19 +391,29 @@ class PartitionActor:
         self.shares.forget(group_id)
 
     async def delete_records(self, offset: int) -> tuple[int, int]:
-        """Advance the log start offset to `offset` (DeleteRecords; coordinators prune with it)."""
-        return self.core.delete_records(offset)
+        """Advance the log start offset to `offset` (DeleteRecords; coordinators prune with it);
+        followers follow the leader's log start."""
+        error = self.replica.validate_leader_epoch()
+        if error:
+            return error, -1
+        result = self.core.delete_records(offset)
+        self.replica.advance_log_start_offset(self.core.log_start_offset)
+        return result
 
     async def reconfigure(self, config) -> None:
         self.core.reconfigure(config)
+        self.replica.config = self._replication_config(config)
 
     async def close(self) -> None:
         self.closed.set()
-        if self.retention_task:
-            self.retention_task.cancel()
+        for task in (self.retention_task, self.replication_task):
+            if task:
+                task.cancel()
+        self._stop_following()
         self.shares.close()
         if self.listener:
             self.listener.close()
+        save_high_watermark(self.dir, self.core.high_watermark)
         self.core.close()
 
     async def delete(self) -> None:

@@ -1,7 +1,7 @@
 """PartitionCore: one partition's log + idempotent-producer state + topic config, Ray-free.
 
-Every method that depends on time takes ``now_ms``; results carry Kafka error codes. Single
-replica for now: the high watermark follows the log end offset after each append.
+Every method that depends on time takes ``now_ms``; results carry Kafka error codes. The high
+watermark is the replication core's to move (actors/partition/replication.py): the shell sets it.
 
 Kafka semantics followed (Kafka 4 broker: KafkaApis/ProduceRequest.validateRecords, UnifiedLog,
 LogValidator) — the checks run on batch headers only, before anything is written:
@@ -214,7 +214,6 @@ class PartitionCore:
             self._producers.record(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                                    batch.last_sequence, info.base_offset, info.last_offset,
                                    info.max_timestamp_ms)
-        self._log.high_watermark = self._log.log_end_offset
         return ProduceResult(ErrorCode.NONE, info.base_offset, info.log_append_time_ms,
                              self._log.log_start_offset)
 
@@ -296,6 +295,37 @@ class PartitionCore:
         log.max_index_bytes = self.config.segment_index_bytes
         log.segment_ms = self.config.segment_ms
         self._producers.max_producer_ids = self.config.max_producer_ids
+
+    def append_replicated(self, records, *, now_ms: int) -> list:
+        """A follower appends what it fetched from its leader: whole batches, offsets and leader
+        epochs as the leader wrote them, continuing exactly at the log end. Every batch's CRC is
+        checked first (CorruptRecord: nothing is written); idempotent producers are recorded, so
+        that this replica answers their retries correctly if it leads one day. Returns the
+        batches' headers."""
+        view = records if isinstance(records, memoryview) else memoryview(records)
+        headers = list(iter_batches(view))
+        for header in headers:
+            if not crc_is_valid(header):
+                raise CorruptRecord(f"replicated batch at offset {header.base_offset}: CRC mismatch")
+        if not headers:
+            return []
+        info = self._log.append(view, leader_epoch=None, now_ms=now_ms, assign_offsets=False)
+        if info.rolled and len(self._producers):
+            try:
+                write_snapshot(self.directory, headers[0].base_offset, self._producers)
+            except OSError:
+                pass
+        for h in headers:
+            if h.producer_id >= 0 and not h.is_control:
+                self._producers.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                                       h.base_offset, h.last_offset, h.max_timestamp)
+        return headers
+
+    def reset_to(self, offset: int, *, now_ms: int = NO_TIMESTAMP) -> None:
+        """Delete the whole log; it starts again, empty, at `offset` (a follower behind its
+        leader's log start)."""
+        self._log.reset_to(offset, now_ms=now_ms)
+        self._producers = _rebuild_producer_state(self.directory, self._log, self.config.max_producer_ids)
 
     def truncate_to(self, offset: int, *, now_ms: int = NO_TIMESTAMP) -> None:
         """Replication truncation: cut the log and rebuild producer state from snapshot + log."""

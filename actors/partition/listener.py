@@ -42,9 +42,20 @@ async def _fetch(actor, args, blobs):
             path, position, size_bytes], ()
 
 
+async def _replica_fetch(actor, args, blobs):
+    replica_id, current_leader_epoch, fetch_offset, last_fetched_epoch, max_bytes = _expect(args, 5, "replica_fetch")
+    answer, records = await actor.replica_fetch(replica_id, current_leader_epoch, fetch_offset, last_fetched_epoch,
+                                                max_bytes)
+    path, position, size_bytes = records if isinstance(records, FileSlice) else ("", 0, 0)
+    diverging = answer.diverging_epoch
+    return [answer.error_code, answer.high_watermark, answer.log_start_offset, answer.log_end_offset,
+            diverging.leader_epoch if diverging else -1, diverging.end_offset if diverging else -1,
+            path, position, size_bytes], ()
+
+
 async def _wait_for_data(actor, args, blobs):
-    offset, timeout_ms = _expect(args, 2, "wait_for_data")
-    return [await actor.wait_for_data(offset, timeout_ms)], ()
+    offset, timeout_ms, replica = _expect(args, 3, "wait_for_data")
+    return [await actor.wait_for_data(offset, timeout_ms, bool(replica))], ()
 
 
 async def _list_offsets(actor, args, blobs):
@@ -79,7 +90,8 @@ async def _share_release(actor, args, blobs):
 
 HANDLERS = {wire.PRODUCE: _produce, wire.FETCH: _fetch, wire.WAIT_FOR_DATA: _wait_for_data,
             wire.LIST_OFFSETS: _list_offsets, wire.SHARE_FETCH: _share_fetch, wire.SHARE_WAIT: _share_wait,
-            wire.SHARE_ACKNOWLEDGE: _share_acknowledge, wire.SHARE_RELEASE: _share_release}
+            wire.SHARE_ACKNOWLEDGE: _share_acknowledge, wire.SHARE_RELEASE: _share_release,
+            wire.REPLICA_FETCH: _replica_fetch}
 
 
 async def start_listener(actor: Any, address: str, frame_bytes_max: int) -> asyncio.AbstractServer:

@@ -406,19 +406,25 @@ class Log:
         if offset >= self.log_end_offset:
             return
         if offset < self._log_start_offset or offset <= self._segments[0].base_offset:
-            fresh = Segment.create(self.directory, offset, now_ms=now_ms,
-                                   index_interval_bytes=self.index_interval_bytes,
-                                   max_index_bytes=self.max_index_bytes)
-            self._drop_segments([s for s in self._segments if s.base_offset != offset], delete_files=True)
-            for segment in self._segments:  # a segment at the same base offset: its files are reused
-                segment.close()
-            self._segments, self._base_offsets = [fresh], [offset]
-            self._log_start_offset = offset
-            self._checkpoint_log_start_offset()
-        else:
-            self._drop_segments([s for s in self._segments if s.base_offset >= offset], delete_files=True)
-            self._segments[-1].truncate_to(offset)
+            self.reset_to(offset, now_ms=now_ms)
+            return
+        self._drop_segments([s for s in self._segments if s.base_offset >= offset], delete_files=True)
+        self._segments[-1].truncate_to(offset)
         self._high_watermark = min(self._high_watermark, self.log_end_offset)
+
+    def reset_to(self, offset: int, *, now_ms: int = NO_TIMESTAMP) -> None:
+        """Delete the whole log and start again, empty, at ``offset``: below the log start, or
+        for a follower whose log ends below its leader's log start (the offset may be past ours)."""
+        fresh = Segment.create(self.directory, offset, now_ms=now_ms,
+                               index_interval_bytes=self.index_interval_bytes,
+                               max_index_bytes=self.max_index_bytes)
+        self._drop_segments([s for s in self._segments if s.base_offset != offset], delete_files=True)
+        for segment in self._segments:  # a segment at the same base offset: its files are reused
+            segment.close()
+        self._segments, self._base_offsets = [fresh], [offset]
+        self._log_start_offset = offset
+        self._checkpoint_log_start_offset()
+        self._high_watermark = offset
 
     # --- lifecycle --------------------------------------------------------------------------
 

@@ -29,7 +29,8 @@ PRODUCE = 32000          # [leader_epoch, acks, timeout_ms] + [records]
 FETCH = 32001            # [offset, max_bytes, leader_epoch, isolation_level] -> [error, high_watermark,
                          # last_stable, log_start, message, segment path, position, size_bytes]: where the
                          # records lie; the gateway (same node) sends them from the file
-WAIT_FOR_DATA = 32002    # [offset, timeout_ms]: True once records at or past offset are readable
+WAIT_FOR_DATA = 32002    # [offset, timeout_ms, replica]: True once records at or past offset are readable
+                         # (replica: written, for a follower's fetch)
 LIST_OFFSETS = 32003     # [timestamp, leader_epoch, isolation_level]
 SHARE_FETCH = 32004      # [group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit]
                          # -> [error, message, ack_error, ack_message, acquired, segment path, position,
@@ -37,9 +38,12 @@ SHARE_FETCH = 32004      # [group_id, member_id, acks, max_records, batch_size, 
 SHARE_WAIT = 32005       # [group_id, timeout_ms]: True once records may be acquirable (acquires nothing)
 SHARE_ACKNOWLEDGE = 32006  # [group_id, member_id, acks]
 SHARE_RELEASE = 32007    # [group_id, member_id]
+REPLICA_FETCH = 32008    # [replica_id, current_leader_epoch, fetch_offset, last_fetched_epoch, max_bytes]
+                         # -> [error, high_watermark, log_start, log_end, diverging epoch, diverging end
+                         # offset (-1, -1: none), segment path, position, size_bytes]: a follower's fetch
 API_NAMES = {PRODUCE: "produce", FETCH: "fetch", WAIT_FOR_DATA: "wait_for_data", LIST_OFFSETS: "list_offsets",
              SHARE_FETCH: "share_fetch", SHARE_WAIT: "share_wait", SHARE_ACKNOWLEDGE: "share_acknowledge",
-             SHARE_RELEASE: "share_release"}
+             SHARE_RELEASE: "share_release", REPLICA_FETCH: "replica_fetch"}
 
 _REQUEST_HEADER = struct.Struct(">hhih")
 _U32 = struct.Struct(">I")

@@ -35,8 +35,9 @@ def test_killed_partition_actor_comes_back_with_its_data(broker):
     admin.create_topics([NewTopic("phoenix", 1, 1)])["phoenix"].result(30)
     assert produce(broker.bootstrap, "phoenix", [b"a%d" % i for i in range(100)]) == list(range(100))
 
-    topic_id = ray.get(broker.controller.wait_for_metadata.remote(-1, 0)).topics["phoenix"].topic_id
-    actor = ray.get_actor(composition.partition_name(topic_id, 0), namespace=composition.NAMESPACE)
+    topic = ray.get(broker.controller.wait_for_metadata.remote(-1, 0)).topics["phoenix"]
+    actor = ray.get_actor(composition.partition_name(topic.topic_id, 0, topic.partitions[0].leader),
+                          namespace=composition.NAMESPACE)
     kill_and_await_restart(actor)
 
     # the gateway learns the restarted leader's new listener from the controller and carries on

@@ -46,8 +46,9 @@ def test_acknowledged_records_survive_a_kill(broker, victim):
 
     image = ray.get(broker.controller.wait_for_metadata.remote(-1, 0))
     for name in VICTIMS[victim]:
-        topic_id = image.topics[topic if name == "topic" else name].topic_id
-        kill_and_await_restart(ray.get_actor(composition.partition_name(topic_id, 0), namespace=composition.NAMESPACE))
+        state = image.topics[topic if name == "topic" else name]
+        kill_and_await_restart(ray.get_actor(composition.partition_name(state.topic_id, 0, state.partitions[0].leader),
+                                             namespace=composition.NAMESPACE))
 
     second = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit"})
     second.subscribe([topic])

@@ -1,25 +1,46 @@
-"""A raw Produce over the wire, to see exactly what one broker answers (a client would reroute)."""
+"""A raw Produce or Fetch over the wire, to see exactly what one broker answers (a client would
+reroute or refresh its metadata)."""
 import socket
+import uuid
 
 from protocol.headers import RequestHeader, encode_request
-from protocol.messages import ProduceRequest, ProduceResponse
+from protocol.messages import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
 from protocol.record_batch import build_batch
 
 PRODUCE_VERSION = 9
+FETCH_VERSION = 13
 
 
-def produce_one(bootstrap: str, topic: str, partition: int) -> int:
+def produce_one(bootstrap: str, topic: str, partition: int, *, acks: int = 1, timeout_s: float = 10,
+                value: bytes = b"v") -> int:
     """Send one record to `partition` of `topic` at this broker; return the partition's error code."""
     host, port = bootstrap.rsplit(":", 1)
-    request = ProduceRequest(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+    request = ProduceRequest(transactional_id=None, acks=acks, timeout_ms=5000, topic_data=[
         ProduceRequest.TopicProduceData(name=topic, partition_data=[ProduceRequest.PartitionProduceData(
-            index=partition, records=build_batch([(b"k", b"v", [], 0)]))])])
-    with socket.create_connection((host, int(port)), timeout=10) as s:
+            index=partition, records=build_batch([(b"k", value, [], 0)]))])])
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as s:
         s.sendall(encode_request(RequestHeader(0, PRODUCE_VERSION, 1, "raw"), request.encode(PRODUCE_VERSION)))
         size = int.from_bytes(_read(s, 4), "big")
         body = _read(s, size)
     response = ProduceResponse.decode(memoryview(body)[4 + 1:], PRODUCE_VERSION)  # correlation id, tagged fields
     return response.responses[0].partition_responses[0].error_code
+
+
+def fetch_one(bootstrap: str, topic_id: uuid.UUID, partition: int, *, leader_epoch: int, offset: int = 0) -> int:
+    """Fetch `partition` from `offset` carrying `leader_epoch` as the consumer's current leader
+    epoch; return the partition's error code."""
+    host, port = bootstrap.rsplit(":", 1)
+    request = FetchRequest(max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                           session_epoch=-1, forgotten_topics_data=[], rack_id="", topics=[
+                               FetchRequest.FetchTopic(topic_id=topic_id, partitions=[FetchRequest.FetchPartition(
+                                   partition=partition, current_leader_epoch=leader_epoch, fetch_offset=offset,
+                                   last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)])])
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(encode_request(RequestHeader(1, FETCH_VERSION, 1, "raw"), request.encode(FETCH_VERSION)))
+        size = int.from_bytes(_read(s, 4), "big")
+        body = _read(s, size)
+    response = FetchResponse.decode(memoryview(body)[4 + 1:], FETCH_VERSION)
+    return response.responses[0].partitions[0].error_code
 
 
 def _read(s, n: int) -> bytes:

@@ -163,10 +163,9 @@ def test_controller_core_shares_its_partitions_and_replays_replication_records(t
     core = ControllerCore(dict(BROKER_DEFAULTS), "cluster-1")
     log = MetadataLog(tmp_path / "m.log")
     for b in range(3):
-        log.append(core.register_broker(BrokerInfo(b, "127.0.0.1", 9092 + b, None, f"node-{b}")).records)
-        decision = core.replication.register_broker(b, now_ms=0)
-        log.append(decision.records)
-        log.append(core.replication.heartbeat(b, decision.broker_epoch, now_ms=0).records)
+        registered = core.register_broker(BrokerInfo(b, "127.0.0.1", 9092 + b, None, f"node-{b}"))
+        assert core.replication.is_live(b) and registered.broker_epoch == b + 1
+        log.append(registered.records)
     log.append(core.create_topic("orders", 2, 3, {}).records)
     topic = core.topics["orders"]
     key = (topic.topic_id.bytes, 0)

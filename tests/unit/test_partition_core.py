@@ -7,7 +7,7 @@ import pytest
 from actors.partition.core import FetchResult, PartitionConfig, PartitionCore, ProduceResult
 from protocol.errors import ErrorCode
 from protocol.record_batch import (
-    COMPRESSION_SNAPPY, build_batch, decode_records, iter_batches, rewrite_crc,
+    COMPRESSION_SNAPPY, CorruptRecord, build_batch, decode_records, iter_batches, rewrite_crc,
 )
 
 NOW = 1_700_000_000_000
@@ -23,7 +23,11 @@ def open_core(path, **config):
 
 
 def produce(core, data, now_ms=NOW):
-    return core.produce(memoryview(data), now_ms=now_ms, leader_epoch=7)
+    """Produce as the leader of a single-replica partition: the append is committed at once (the
+    replication core moves the high watermark to the log end; the shell sets it)."""
+    result = core.produce(memoryview(data), now_ms=now_ms, leader_epoch=7)
+    core.log.high_watermark = core.log_end_offset
+    return result
 
 
 def test_produce_fetch_and_high_watermark(tmp_path):
@@ -303,3 +307,39 @@ def test_produce_fetch_throughput_report(tmp_path):
     print(f"\ncore produce: {mib / produce_s:.0f} MiB/s ({mib:.0f} MiB, {produce_s:.2f}s); "
           f"fetch: {mib / fetch_s:.0f} MiB/s ({fetch_s:.2f}s)")
     core.close()
+
+
+def test_follower_appends_the_leaders_batches_unchanged_and_knows_its_producers(tmp_path):
+    leader, follower = open_core(tmp_path / "leader"), open_core(tmp_path / "follower")
+    produce(leader, batch(3))
+    produce(leader, batch(2, pid=9, epoch=0, seq=0))
+    fetched = bytes(leader.fetch(0, 1 << 20).records)
+    headers = follower.append_replicated(fetched, now_ms=NOW)
+    assert [(h.base_offset, h.last_offset) for h in headers] == [(0, 2), (3, 4)]
+    assert follower.log_end_offset == 5
+    follower.log.high_watermark = 5
+    assert bytes(follower.fetch(0, 1 << 20).records) == fetched  # offsets and epochs as the leader wrote them
+    # a producer's retry that reaches this replica once it leads is answered with the original offset
+    retry = follower.produce(memoryview(batch(2, pid=9, epoch=0, seq=0)), now_ms=NOW, leader_epoch=8)
+    assert (retry.error_code, retry.base_offset, follower.log_end_offset) == (0, 3, 5)
+
+
+def test_follower_refuses_a_corrupt_replicated_batch_and_writes_nothing(tmp_path):
+    leader, follower = open_core(tmp_path / "leader"), open_core(tmp_path / "follower")
+    produce(leader, batch(2))
+    produce(leader, batch(2))
+    fetched = bytearray(leader.fetch(0, 1 << 20).records)
+    fetched[-1] ^= 0xFF  # the second batch's last byte
+    with pytest.raises(CorruptRecord):
+        follower.append_replicated(bytes(fetched), now_ms=NOW)
+    assert follower.log_end_offset == 0
+
+
+def test_reset_to_starts_an_empty_log_past_the_old_end(tmp_path):
+    core = open_core(tmp_path)
+    produce(core, batch(3))
+    core.reset_to(100)
+    assert (core.log_start_offset, core.log_end_offset, core.high_watermark) == (100, 100, 100)
+    core.close()
+    reopened = open_core(tmp_path)
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (100, 100)

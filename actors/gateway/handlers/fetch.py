@@ -2,6 +2,10 @@
 wait (without polling) until one of the partitions gets new data or max_wait_ms passes, then read
 again. Kray keeps no fetch sessions yet: every response has session id 0, so clients send full
 fetch requests, which KIP-227 allows.
+
+A fetch with a replica id (ReplicaState from v15, ReplicaId before) is a follower replica's: it
+reads up to the log end rather than the high watermark, tells the leader how far the follower
+got (which moves the high watermark), and may answer a diverging epoch instead of records.
 """
 from __future__ import annotations
 
@@ -18,18 +22,30 @@ from actors.gateway.handlers.routing import partition_client, resolve_topic
 log = logging.getLogger("kray.gateway")
 
 
-class _Wanted:
-    __slots__ = ("client", "offset", "max_bytes", "leader_epoch", "response")
+NO_REPLICA = -1
 
-    def __init__(self, client, offset, max_bytes, leader_epoch, response):
+
+class _Wanted:
+    __slots__ = ("client", "offset", "max_bytes", "leader_epoch", "last_fetched_epoch", "replica_id", "response")
+
+    def __init__(self, client, offset, max_bytes, leader_epoch, last_fetched_epoch, replica_id, response):
         self.client, self.offset, self.max_bytes = client, offset, max_bytes
-        self.leader_epoch, self.response = leader_epoch, response
+        self.leader_epoch, self.last_fetched_epoch, self.replica_id = leader_epoch, last_fetched_epoch, replica_id
+        self.response = response
 
 
 async def _read(w: _Wanted, isolation_level: int) -> int:
     """Fill w.response from the partition; return the number of record bytes it got."""
     try:
-        r = await w.client.fetch(w.offset, w.max_bytes, leader_epoch=w.leader_epoch, isolation_level=isolation_level)
+        if w.replica_id == NO_REPLICA:
+            r = await w.client.fetch(w.offset, w.max_bytes, leader_epoch=w.leader_epoch,
+                                     isolation_level=isolation_level)
+        else:
+            r, diverging = await w.client.replica_fetch(w.replica_id, w.offset, w.max_bytes,
+                                                        leader_epoch=w.leader_epoch,
+                                                        last_fetched_epoch=w.last_fetched_epoch)
+            if diverging is not None:
+                w.response.diverging_epoch = FetchResponse.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1])
     except Exception as e:
         log.warning("fetch from a partition actor failed: %s", e)
         w.response.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -44,7 +60,8 @@ async def _read(w: _Wanted, isolation_level: int) -> int:
 
 
 async def _wait_for_any(wanted: list[_Wanted], timeout_ms: int) -> None:
-    tasks = [asyncio.ensure_future(w.client.wait_for_data(w.offset, timeout_ms)) for w in wanted]
+    tasks = [asyncio.ensure_future(w.client.wait_for_data(w.offset, timeout_ms, w.replica_id != NO_REPLICA))
+             for w in wanted]
     try:
         done, _ = await asyncio.wait(tasks, timeout=timeout_ms / 1000, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -59,6 +76,8 @@ async def handle_fetch(ctx, header, request) -> FetchResponse:
     if request.session_id != 0 or request.session_epoch not in (0, -1):
         return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
     responses, wanted = [], []
+    replica_id = (request.replica_state.replica_id if version >= 15 and request.replica_state is not None
+                  else request.replica_id if version < 15 else NO_REPLICA)
     for ft in request.topics:
         topic, unknown_error = resolve_topic(ctx, ft.topic, ft.topic_id, by_id)
         tr = FetchResponse.FetchableTopicResponse(topic=ft.topic, topic_id=ft.topic_id, partitions=[])
@@ -69,7 +88,9 @@ async def handle_fetch(ctx, header, request) -> FetchResponse:
             tr.partitions.append(pr)
             client, pr.error_code = partition_client(ctx, topic, fp.partition, unknown_error)
             if client is not None:
-                wanted.append(_Wanted(client, fp.fetch_offset, fp.partition_max_bytes, fp.current_leader_epoch, pr))
+                last_fetched_epoch = fp.last_fetched_epoch if version >= 12 else -1
+                wanted.append(_Wanted(client, fp.fetch_offset, fp.partition_max_bytes, fp.current_leader_epoch,
+                                      last_fetched_epoch, replica_id, pr))
     isolation = request.isolation_level
     sizes = await asyncio.gather(*(_read(w, isolation) for w in wanted))
     if wanted and sum(sizes) < max(request.min_bytes, 1) and request.max_wait_ms > 0:

@@ -15,6 +15,7 @@ from actors.gateway.handlers.routing import partition_client, resolve_topic
 
 log = logging.getLogger("kray.gateway")
 VALID_ACKS = (-1, 0, 1)
+NO_EPOCH_GIVEN = -1
 
 
 def acks_zero(request) -> bool:
@@ -50,8 +51,8 @@ async def handle_produce(ctx, header, request) -> ProduceResponse:
             if request.acks not in VALID_ACKS:
                 presp.error_code = ErrorCode.INVALID_REQUIRED_ACKS
             elif client is not None:
-                epoch = topic.partitions[pdata.index].leader_epoch
-                jobs.append(_produce_one(client, pdata.records, request.acks, request.timeout_ms, epoch))
+                # Produce carries no leader epoch: the replica itself knows whether it leads now
+                jobs.append(_produce_one(client, pdata.records, request.acks, request.timeout_ms, NO_EPOCH_GIVEN))
                 slots.append(presp)
     for presp, (error, base_offset, append_time_ms, log_start, message) in zip(slots, await asyncio.gather(*jobs)):
         presp.error_code, presp.base_offset = error, base_offset

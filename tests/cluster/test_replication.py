@@ -1,0 +1,254 @@
+"""Replicated partitions on a 3-broker LocalCluster: a leader's node dies under an idempotent
+acks=all producer and share consumers, a follower dies and rejoins the ISR, and a stalled leader
+(its processes stopped with SIGSTOP) is fenced and can never again acknowledge a write.
+
+The invariant is Apache Kafka's share-consumer system test's: every record the producer saw
+acknowledged is consumed."""
+import threading
+import time
+import uuid
+
+import pytest
+import ray
+from confluent_kafka import (
+    AcknowledgeType, Consumer, KafkaException, Producer, ShareConsumer, TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+from cluster.local import LocalCluster
+from protocol.errors import ErrorCode
+from tests.cluster.raw import fetch_one, produce_one
+
+FAST_LIVENESS = {"broker.session.timeout.ms": 3000, "broker.heartbeat.interval.ms": 500,
+                 "replica.lag.time.max.ms": 5000}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if ray.is_initialized():
+        ray.shutdown()
+    c = LocalCluster(nodes=3, data_dir=tmp_path_factory.mktemp("kray-replication"), overrides=FAST_LIVENESS)
+    c.start()
+    yield c
+    c.stop()
+
+
+def _create(cluster, topic: str, partitions: int) -> AdminClient:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+    return admin
+
+
+def _isr(admin: AdminClient, topic: str, partition: int) -> list[int]:
+    return sorted(admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].isrs)
+
+
+def _wait_for_isr(admin, topic: str, partition: int, expected: list[int], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _isr(admin, topic, partition) != expected:
+        assert time.monotonic() < deadline, f"ISR of {topic}-{partition} is {_isr(admin, topic, partition)}, " \
+                                            f"not {expected}, after {timeout_s:.0f} s"
+        time.sleep(0.25)
+
+
+class AckedProducer:
+    """An idempotent acks=all producer in a thread: keys 0, 1, 2... round robin over partitions;
+    remembers which keys were acknowledged, and when."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int):
+        self.acked: dict[int, float] = {}
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                                  "linger.ms": 5})
+        self.thread = threading.Thread(target=self._run, args=(topic, partitions), daemon=True)
+        self.thread.start()
+
+    def _delivered(self, err, msg) -> None:
+        if err is None:
+            self.acked[int(msg.key())] = time.monotonic()
+        else:
+            self.errors.append(str(err))
+
+    def _run(self, topic: str, partitions: int) -> None:
+        i = 0
+        while not self.stop.is_set():
+            self.producer.produce(topic, key=b"%d" % i, value=b"v" * 100, partition=i % partitions,
+                                  on_delivery=self._delivered)
+            self.producer.poll(0)
+            i += 1
+            time.sleep(0.002)
+        self.producer.flush(120)
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join(180)
+
+
+def _read_keys(bootstrap: str, topic: str, partitions: int, expected: int) -> set[int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}"})
+    c.assign([TopicPartition(topic, i, 0) for i in range(partitions)])
+    keys, deadline = set(), time.monotonic() + 60
+    while len(keys) < expected and time.monotonic() < deadline:
+        keys.update(int(m.key()) for m in c.consume(1000, timeout=1.0) if m.error() is None)
+    c.close()
+    return keys
+
+
+def _coordinator_brokers(cluster) -> set[int]:
+    image = cluster.metadata()
+    return {t.partitions[i].leader for t in image.topics.values() if t.internal for i in range(len(t.partitions))}
+
+
+def test_leader_killed_under_acks_all_producer_and_share_consumers(cluster):
+    """Hard-kill the node leading a busy partition: produce carries on with the new leader within
+    seconds, the share consumers keep consuming, and every acknowledged record is consumed; the
+    broker returns, catches up and rejoins the ISR."""
+    topic, group = f"busy-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    admin = _create(cluster, topic, 3)
+    for f in admin.incremental_alter_configs([ConfigResource("group", group, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])]).values():
+        f.result(30)
+    consumed: set[int] = set()
+    stop_consumers = threading.Event()
+
+    def consume():
+        c = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                           "share.acknowledgement.mode": "explicit"})
+        c.subscribe([topic])
+        while not stop_consumers.is_set():
+            try:
+                for m in c.poll(0.5):
+                    if m.error() is None:
+                        consumed.add(int(m.key()))
+                        c.acknowledge(m, AcknowledgeType.ACCEPT)
+            except KafkaException:
+                time.sleep(0.1)
+        c.close()
+
+    consumers = [threading.Thread(target=consume, daemon=True) for _ in range(3)]
+    for t in consumers:
+        t.start()
+    producer = AckedProducer(cluster.bootstrap, topic, 3)
+    try:
+        time.sleep(3)
+        # the node that leads partition 0 dies (not one holding a coordinator: their failover
+        # is another step)
+        victim = cluster.leader(topic, 0)
+        if victim in _coordinator_brokers(cluster):
+            victim = next(cluster.leader(topic, i) for i in range(3)
+                          if cluster.leader(topic, i) not in _coordinator_brokers(cluster))
+        victim_partition = next(i for i in range(3) if cluster.leader(topic, i) == victim)
+        before = len(producer.acked)
+        killed_at = time.monotonic()
+        cluster.kill_node(victim)
+        deadline = time.monotonic() + 30
+        while cluster.leader(topic, victim_partition) in (victim, -1):
+            assert time.monotonic() < deadline, "no new leader 30 s after the leader's node died"
+            time.sleep(0.1)
+        while not any(t > killed_at and int(k) % 3 == victim_partition for k, t in producer.acked.items()):
+            assert time.monotonic() < deadline, "no write to the partition acknowledged 30 s after its leader died"
+            time.sleep(0.1)
+        time.sleep(2)
+        cluster.restart_node(victim)
+        _wait_for_isr(admin, topic, victim_partition, [1, 2, 3])
+        time.sleep(2)
+    finally:
+        producer.finish()
+    acked = set(producer.acked)
+    assert len(acked) > before + 500, "the producer carried on"
+    deadline = time.monotonic() + 60
+    while acked - consumed and time.monotonic() < deadline:
+        time.sleep(0.5)
+    stop_consumers.set()
+    for t in consumers:
+        t.join(30)
+    assert not acked - consumed, f"{len(acked - consumed)} acknowledged records never consumed"
+    assert _read_keys(cluster.bootstrap, topic, 3, len(acked)) >= acked, "acknowledged records lost from the log"
+
+
+def test_a_follower_killed_rejoins_the_isr(cluster):
+    topic = f"f-{uuid.uuid4().hex[:6]}"
+    admin = _create(cluster, topic, 1)
+    _wait_for_isr(admin, topic, 0, [1, 2, 3])
+    leader = cluster.leader(topic, 0)
+    follower = next(b for b in (1, 2, 3) if b != leader)
+    producer = AckedProducer(cluster.bootstrap, topic, 1)
+    try:
+        time.sleep(1)
+        cluster.kill_node(follower)
+        _wait_for_isr(admin, topic, 0, sorted({1, 2, 3} - {follower}))
+        time.sleep(1)  # writes go on with two in-sync replicas (min.insync.replicas=2)
+        cluster.restart_node(follower)
+        _wait_for_isr(admin, topic, 0, [1, 2, 3])
+        assert cluster.leader(topic, 0) == leader, "a follower's loss does not move leadership"
+    finally:
+        producer.finish()
+    assert not producer.errors, producer.errors[:3]
+    assert _read_keys(cluster.bootstrap, topic, 1, len(producer.acked)) >= set(producer.acked)
+
+
+def test_min_insync_replicas_refuses_acks_all_writes(cluster):
+    """With two of three replicas gone, acks=all writes are refused (NOT_ENOUGH_REPLICAS) and
+    acks=1 writes still land; both return when a replica does."""
+    topic = f"m-{uuid.uuid4().hex[:6]}"
+    admin = _create(cluster, topic, 1)
+    _wait_for_isr(admin, topic, 0, [1, 2, 3])
+    leader = cluster.leader(topic, 0)
+    others = [b for b in (1, 2, 3) if b != leader]
+    gateway = dict(zip(cluster.brokers, cluster.bootstrap.split(",")))[leader]
+    for b in others:
+        cluster.kill_node(b)
+    try:
+        _wait_for_isr(admin := AdminClient({"bootstrap.servers": gateway}), topic, 0, [leader])
+        assert produce_one(gateway, topic, 0, acks=-1) == ErrorCode.NOT_ENOUGH_REPLICAS
+        assert produce_one(gateway, topic, 0, acks=1) == ErrorCode.NONE
+    finally:
+        for b in others:
+            cluster.restart_node(b)
+    _wait_for_isr(admin, topic, 0, [1, 2, 3])
+    assert produce_one(gateway, topic, 0, acks=-1) == ErrorCode.NONE
+
+
+def test_a_paused_leader_is_fenced_and_never_acknowledges_again(cluster):
+    """SIGSTOP the leader broker's processes (Ray sees a healthy node): the controller fences it
+    when its heartbeats stop, elects a new leader with a newer leader epoch, and writes go on. A
+    write that reached the stalled leader before it woke is not acknowledged; a fetch carrying
+    the old epoch is fenced by the new leader; the old leader returns as a follower and its log
+    agrees with the new leader's."""
+    topic = f"p-{uuid.uuid4().hex[:6]}"
+    admin = _create(cluster, topic, 1)
+    _wait_for_isr(admin, topic, 0, [1, 2, 3])
+    old_leader = cluster.leader(topic, 0)
+    gateways = dict(zip(cluster.brokers, cluster.bootstrap.split(",")))
+    old_epoch = cluster.metadata().topics[topic].partitions[0].leader_epoch
+    producer = AckedProducer(cluster.bootstrap, topic, 1)
+    stale_answer: list[int] = []
+    try:
+        time.sleep(1)
+        cluster.pause_node(old_leader, raylet=False)
+        # a client with old metadata writes to the stalled leader: its request waits in the socket
+        writer = threading.Thread(target=lambda: stale_answer.append(
+            produce_one(gateways[old_leader], topic, 0, acks=-1, timeout_s=60, value=b"stale")), daemon=True)
+        writer.start()
+        deadline = time.monotonic() + 30
+        while cluster.leader(topic, 0) == old_leader:
+            assert time.monotonic() < deadline, "the stalled leader was not replaced within 30 s"
+            time.sleep(0.1)
+        new_leader = cluster.leader(topic, 0)
+        assert cluster.metadata().topics[topic].partitions[0].leader_epoch > old_epoch
+        time.sleep(1)
+    finally:
+        cluster.resume_node(old_leader)
+    writer.join(60)
+    assert stale_answer and stale_answer[0] != ErrorCode.NONE, \
+        f"the fenced leader acknowledged a write: {stale_answer}"
+    _wait_for_isr(admin, topic, 0, [1, 2, 3])
+    producer.finish()
+    assert cluster.leader(topic, 0) in (new_leader, old_leader)
+    keys = _read_keys(cluster.bootstrap, topic, 1, len(producer.acked))
+    assert keys >= set(producer.acked), "acknowledged records lost"
+    # a fetch with the old leader epoch is fenced by whoever leads now
+    leader_gateway = gateways[cluster.leader(topic, 0)]
+    assert fetch_one(leader_gateway, cluster.metadata().topics[topic].topic_id, 0, leader_epoch=old_epoch) \
+        == ErrorCode.FENCED_LEADER_EPOCH
