@@ -17,6 +17,7 @@ from protocol.record_batch import build_batch, decode_records, iter_batches
 
 REPLAY_FETCH_BYTES = 8 * 1024 * 1024
 APPEND_TIMEOUT_MS = 30000
+REPLAY_COMMIT_WAIT_MS = 30000  # a new leader waits this long for its followers before it replays
 
 
 class CoordinatorLogError(RuntimeError):
@@ -25,6 +26,10 @@ class CoordinatorLogError(RuntimeError):
     def __init__(self, error_code: int, message: str | None):
         super().__init__(f"{ErrorCode(error_code).name}: {message or ''}")
         self.error_code = error_code
+        self.message = message
+
+    def __reduce__(self):  # crosses Ray calls whole (Ray re-creates exceptions from their args)
+        return type(self), (self.error_code, self.message)
 
 
 class CoordinatorLog:
@@ -36,7 +41,11 @@ class CoordinatorLog:
         self.appending = False
 
     async def replay(self) -> list[tuple[int, bytes | None, bytes | None]]:
-        """Every (offset, key, value) record of the partition, oldest first."""
+        """Every (offset, key, value) record of the partition, oldest first: once everything in
+        the log is committed (a new leader may hold records its followers have yet to confirm)."""
+        if not await self.partition.await_committed(REPLAY_COMMIT_WAIT_MS):
+            raise CoordinatorLogError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                      "the coordinator's partition is not committed yet, or not led here")
         out, offset = [], 0
         while True:
             result = await self.partition.fetch(offset, REPLAY_FETCH_BYTES, self.leader_epoch, 0)

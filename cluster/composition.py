@@ -5,6 +5,7 @@ restarts them.
 """
 from __future__ import annotations
 
+import functools
 import uuid
 from typing import Any
 
@@ -71,9 +72,16 @@ def partition_class(topic: str):
     return PartitionActor
 
 
+@functools.cache
+def _remote(cls):
+    """A class made remote once: each ray.remote() of it exports the class to the GCS again, which
+    blocks the caller (the controller, starting many replicas) for a good part of a second."""
+    return ray.remote(cls)
+
+
 def start_partition(spec: dict[str, Any], node_id: str):
     """One actor per topic-partition replica, pinned to its broker's node, whose disk holds its log."""
-    return ray.remote(partition_class(spec["topic"])).options(
+    return _remote(partition_class(spec["topic"])).options(
         name=partition_name(spec["topic_id"], spec["partition"], spec["broker_id"]), namespace=NAMESPACE, lifetime=OUTLIVES_ITS_CREATOR,
         max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=10000,
         scheduling_strategy=on_node(node_id),

@@ -34,6 +34,7 @@ SUPERVISE_RETRY_S = 0.2
 SUPERVISE_RETRY_S_MAX = 5.0
 NODE_POLL_S = 1.0
 REPLICATION_TICK_S = 0.25  # session expiry checks
+STALL_GRACE_MS = 1000  # a tick this late means the controller itself stalled
 LEADER_IMBALANCE_CHECK_INTERVAL_S_DEFAULT = 300  # leader.imbalance.check.interval.seconds
 
 
@@ -500,10 +501,25 @@ class ControllerActor:
         rebalance = str(config.get("auto.leader.rebalance.enable", True)).lower() == "true"
         interval_s = float(config.get("leader.imbalance.check.interval.seconds", LEADER_IMBALANCE_CHECK_INTERVAL_S_DEFAULT))
         last_balance = asyncio.get_running_loop().time()
+        last_tick_ms = now_ms()
         while True:
             await asyncio.sleep(REPLICATION_TICK_S)
             try:
-                self._persist(self.core.replication_outcome(self.core.replication.tick(now_ms()).records))
+                now = now_ms()
+                stalled_ms, last_tick_ms = now - last_tick_ms - REPLICATION_TICK_S * 1000, now
+                if stalled_ms > STALL_GRACE_MS:
+                    # this process did not run for a while (CPU starved, paused): heartbeats may be
+                    # waiting in its queue; a broker is not to blame for the controller's silence
+                    log.warning("the controller stalled for %d ms: every broker gets a fresh session", stalled_ms)
+                    self.core.replication.finish_replay(now)
+                    continue
+                expired = [(b.broker_id, now - b.last_heartbeat_ms) for b in self.core.replication.brokers.values()
+                           if not b.fenced and b.last_heartbeat_ms is not None
+                           and now - b.last_heartbeat_ms > self.core.replication.broker_session_timeout_ms]
+                for broker_id, silent_ms in expired:
+                    log.warning("broker %d is fenced: no heartbeat for %d ms (broker.session.timeout.ms)",
+                                broker_id, silent_ms)
+                self._persist(self.core.replication_outcome(self.core.replication.tick(now).records))
                 if rebalance and asyncio.get_running_loop().time() - last_balance >= interval_s:
                     last_balance = asyncio.get_running_loop().time()
                     self._persist(self.core.replication_outcome(self.core.replication.balance_leaders().records))
@@ -525,7 +541,7 @@ class ControllerActor:
     def _start_partitions(self, topic: TopicState) -> list:
         """Start the missing replica actors of a topic, one per replica on its broker's node
         (each supervised: asked to listen and told its partition's state, and again after Ray
-        restarts it); return their keys."""
+        restarts it); return the keys of all its replicas that run or start."""
         config = TopicConfig.from_kafka(self.core.effective_configs(topic))
         listening, started = [], False
         for p in topic.partitions:
@@ -534,7 +550,10 @@ class ControllerActor:
                 broker = self.core.brokers.get(broker_id)
                 # a broker that has not registered in this incarnation may name a dead Ray node: its
                 # replicas start when it registers (an actor pinned to a dead node never starts)
-                if key in self.replica_actors or broker is None or not broker.node_id or broker_id not in self.registered:
+                if key in self.replica_actors:
+                    listening.append(key)  # started before: the caller waits for it too
+                    continue
+                if broker is None or not broker.node_id or broker_id not in self.registered:
                     continue
                 spec = {"topic": topic.name, "topic_id": topic.topic_id, "partition": p.index, "broker_id": broker_id,
                         "config": config, "broker_config": self.core.broker_config,

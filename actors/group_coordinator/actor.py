@@ -69,7 +69,13 @@ class GroupCoordinatorActor(PartitionActor):
     def shard(self) -> GroupCoordinatorShard | None:
         return self.host.shard
 
+    def _leadership_changed(self, leading: bool) -> None:
+        super()._leadership_changed(leading)
+        self.host.invalidate()  # the next leader term replays the partition afresh
+
     async def _ready(self) -> GroupCoordinatorShard:
+        if not self.replica.is_leader:
+            raise CoordinatorLogError(ErrorCode.NOT_COORDINATOR, "this replica does not lead the partition now")
         if self.image is None:
             self.image = await self.controller.wait_for_metadata.remote(-1, 0)
         shard = await self.host.ready()

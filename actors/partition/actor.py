@@ -132,9 +132,8 @@ class PartitionActor:
         was_leader = self.replica.is_leader
         self._apply(self.replica.apply_registration(reg, now_ms()))
         self._save_epochs()
-        if was_leader and not self.replica.is_leader:
-            self.shares.close()  # its in-flight state lives on in the share coordinator and the new leader
-            self.shares = ShareLeaders(self, self.spec["broker_config"], self.spec["controller"])
+        if was_leader != self.replica.is_leader:
+            self._leadership_changed(self.replica.is_leader)
         if self.replica.role is Role.FOLLOWER and leader_endpoint is not None:
             endpoint = tuple(leader_endpoint)
             if self.follower_task is None or self.follower_task.done() or endpoint != self.leader_endpoint:
@@ -145,6 +144,31 @@ class PartitionActor:
             self._stop_following()
         self._ensure_replication_timer()
         self._wake()
+
+    def _leadership_changed(self, leading: bool) -> None:
+        """Leadership came or went. What lives only on the leader is dropped either way and
+        rebuilt on first use: share-partition leaders from the share coordinator (coordinators
+        override this to drop their shard, rebuilt by replaying the partition)."""
+        log.info("%s-%d: broker %d %s (leader epoch %d)", self.topic, self.partition, self.broker_id,
+                 "leads" if leading else "follows", self.replica.leader_epoch)
+        self.shares.close()
+        self.shares = ShareLeaders(self, self.spec["broker_config"], self.spec["controller"])
+
+    async def await_committed(self, timeout_ms: int) -> bool:
+        """As a leader: wait until everything in the log now is committed (the high watermark
+        reaches the log end as of this call). A new coordinator replays its partition only then,
+        so that it never builds on records a later leader may not have."""
+        target = self.core.log_end_offset
+        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        while self.replica.is_leader and self.core.high_watermark < target:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self.data_arrived.wait(), remaining)
+            except asyncio.TimeoutError:
+                return False
+        return self.replica.is_leader
 
     def _apply(self, effects: Effects) -> None:
         """Carry out what the replication core decided (no await: state changes stay atomic)."""

@@ -45,7 +45,13 @@ class ShareCoordinatorActor(PartitionActor):
     def shard(self) -> ShareCoordinatorShard | None:
         return self.host.shard
 
+    def _leadership_changed(self, leading: bool) -> None:
+        super()._leadership_changed(leading)
+        self.host.invalidate()  # the next leader term replays the partition afresh
+
     async def _ready(self) -> ShareCoordinatorShard:
+        if not self.replica.is_leader:
+            raise CoordinatorLogError(ErrorCode.NOT_COORDINATOR, "this replica does not lead the partition now")
         shard = await self.host.ready()
         if self.pruner is None:
             self.pruner = asyncio.ensure_future(self._prune_loop())

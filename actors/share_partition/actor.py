@@ -28,6 +28,9 @@ from protocol.errors import ErrorCode
 from protocol.messages import WriteShareGroupStateRequest
 from actors.partition.log import FileSlice, OffsetOutOfRange
 
+# answers that mean the share coordinator is elsewhere now, or not there yet
+COORDINATOR_MOVED = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 log = logging.getLogger("kray.share_partition")
 SHARE_FETCH_BYTES_MAX = 8 * 1024 * 1024
 SHARE_FETCH_BYTES_MIN = 64 * 1024
@@ -87,7 +90,7 @@ class ShareLeaders:
             image = await self.controller.ensure_internal_topic.remote(internal_topics.SHARE_GROUP_STATE)
             for (name, i), handle in image.coordinators.items():
                 if name == internal_topics.SHARE_GROUP_STATE:
-                    self.coordinators[i] = handle
+                    self.coordinators.setdefault(i, handle)
         return self.coordinators[index]
 
     async def _state_connection(self, group_id: str) -> StateConnection:
@@ -129,6 +132,8 @@ class ShareLeaders:
         except Exception as e:
             error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, f"share coordinator unreachable: {e}"
         if error:
+            if error in COORDINATOR_MOVED:
+                self._forget_coordinator(group_id)
             sp.invalidate_persisted()  # the next write carries the whole state
             log.warning("writing share state of %s failed: %s", group_id, message)
         return error, message
@@ -138,9 +143,22 @@ class ShareLeaders:
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
+    def _forget_coordinator(self, group_id: str) -> None:
+        """The share coordinator moved (its partition's leadership did) or is unreachable: look it
+        up again, and connect again, on the next write."""
+        index = self._coordinator_index(group_id)
+        self.coordinators.pop(index, None)
+        opening = self.state_connections.pop(index, None)
+        if succeeded(opening):
+            opening.result().close()
+
     async def _load(self, group_id: str) -> SharePartition:
         started = time.monotonic()
-        sp = await self._read_state(group_id)
+        try:
+            sp = await self._read_state(group_id)
+        except Exception:
+            self._forget_coordinator(group_id)
+            raise
         metrics.record_load_time((time.monotonic() - started) * 1000)
         return sp
 

@@ -15,6 +15,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
+from actors import internal_topics
 from cluster.local import LocalCluster
 from protocol.errors import ErrorCode
 from tests.cluster.raw import fetch_one, produce_one
@@ -29,6 +30,9 @@ def cluster(tmp_path_factory):
         ray.shutdown()
     c = LocalCluster(nodes=3, data_dir=tmp_path_factory.mktemp("kray-replication"), overrides=FAST_LIVENESS)
     c.start()
+    # the coordinators' partitions (three replicas each), before the clock of any test starts
+    for name in (internal_topics.CONSUMER_OFFSETS, internal_topics.SHARE_GROUP_STATE):
+        ray.get(c.controller.ensure_internal_topic.remote(name))
     yield c
     c.stop()
 
@@ -95,21 +99,26 @@ def _read_keys(bootstrap: str, topic: str, partitions: int, expected: int) -> se
     return keys
 
 
-def _coordinator_brokers(cluster) -> set[int]:
+def _share_coordinator_broker(cluster) -> int:
     image = cluster.metadata()
-    return {t.partitions[i].leader for t in image.topics.values() if t.internal for i in range(len(t.partitions))}
+    return image.topics[internal_topics.SHARE_GROUP_STATE].partitions[0].leader
 
 
 def test_leader_killed_under_acks_all_producer_and_share_consumers(cluster):
-    """Hard-kill the node leading a busy partition: produce carries on with the new leader within
-    seconds, the share consumers keep consuming, and every acknowledged record is consumed; the
-    broker returns, catches up and rejoins the ISR."""
+    """Hard-kill the node that leads a busy partition and the share coordinator: produce carries on
+    with the new leader within seconds, the share consumers keep consuming from the new leaders
+    (share-partition leaders rebuilt from the share coordinator, the share coordinator from its
+    replicated partition), every acknowledged record is consumed, and no acknowledgement the
+    consumers saw committed is lost (its record never comes back). The broker returns, catches
+    up and rejoins the ISR."""
     topic, group = f"busy-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
     admin = _create(cluster, topic, 3)
     for f in admin.incremental_alter_configs([ConfigResource("group", group, incremental_configs=[
             ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])]).values():
         f.result(30)
     consumed: set[int] = set()
+    committed: set[int] = set()   # accepted, and commit_sync answered: the share coordinator holds it
+    redelivered: list[int] = []
     stop_consumers = threading.Event()
 
     def consume():
@@ -118,10 +127,18 @@ def test_leader_killed_under_acks_all_producer_and_share_consumers(cluster):
         c.subscribe([topic])
         while not stop_consumers.is_set():
             try:
+                batch = []
                 for m in c.poll(0.5):
                     if m.error() is None:
-                        consumed.add(int(m.key()))
+                        key = int(m.key())
+                        if key in committed:
+                            redelivered.append(key)
+                        batch.append(key)
                         c.acknowledge(m, AcknowledgeType.ACCEPT)
+                consumed.update(batch)
+                results = c.commit_sync()  # per partition: None once the share coordinator holds them
+                done = {tp.partition for tp, error in results.items() if error is None}
+                committed.update(k for k in batch if k % 3 in done)
             except KafkaException:
                 time.sleep(0.1)
         c.close()
@@ -131,14 +148,14 @@ def test_leader_killed_under_acks_all_producer_and_share_consumers(cluster):
         t.start()
     producer = AckedProducer(cluster.bootstrap, topic, 3)
     try:
-        time.sleep(3)
-        # the node that leads partition 0 dies (not one holding a coordinator: their failover
-        # is another step)
-        victim = cluster.leader(topic, 0)
-        if victim in _coordinator_brokers(cluster):
-            victim = next(cluster.leader(topic, i) for i in range(3)
-                          if cluster.leader(topic, i) not in _coordinator_brokers(cluster))
-        victim_partition = next(i for i in range(3) if cluster.leader(topic, i) == victim)
+        deadline = time.monotonic() + 30
+        while len(consumed) < 500:
+            assert time.monotonic() < deadline, "the share consumers do not consume"
+            time.sleep(0.2)
+        victim = _share_coordinator_broker(cluster)
+        leaders = [cluster.leader(topic, i) for i in range(3)]
+        assert victim in leaders, f"the share coordinator's broker {victim} leads none of {leaders}"
+        victim_partition = leaders.index(victim)
         before = len(producer.acked)
         killed_at = time.monotonic()
         cluster.kill_node(victim)
@@ -146,10 +163,13 @@ def test_leader_killed_under_acks_all_producer_and_share_consumers(cluster):
         while cluster.leader(topic, victim_partition) in (victim, -1):
             assert time.monotonic() < deadline, "no new leader 30 s after the leader's node died"
             time.sleep(0.1)
-        while not any(t > killed_at and int(k) % 3 == victim_partition for k, t in producer.acked.items()):
+        while not any(t > killed_at and k % 3 == victim_partition for k, t in list(producer.acked.items())):
             assert time.monotonic() < deadline, "no write to the partition acknowledged 30 s after its leader died"
             time.sleep(0.1)
-        time.sleep(2)
+        consumed_at_kill = len(consumed)
+        while len(consumed) < consumed_at_kill + 300:
+            assert time.monotonic() < deadline + 30, "the share consumers stalled after the kill"
+            time.sleep(0.2)
         cluster.restart_node(victim)
         _wait_for_isr(admin, topic, victim_partition, [1, 2, 3])
         time.sleep(2)
@@ -164,6 +184,7 @@ def test_leader_killed_under_acks_all_producer_and_share_consumers(cluster):
     for t in consumers:
         t.join(30)
     assert not acked - consumed, f"{len(acked - consumed)} acknowledged records never consumed"
+    assert not redelivered, f"{len(redelivered)} records came back after their acceptance was committed"
     assert _read_keys(cluster.bootstrap, topic, 3, len(acked)) >= acked, "acknowledged records lost from the log"
 
 

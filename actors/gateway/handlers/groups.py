@@ -33,6 +33,14 @@ async def _internal_partition(ctx, topic_name: str, index_for):
     return topic.partitions[index], ctx.metadata.coordinators.get((topic_name, index))
 
 
+def coordinator_error(e: Exception) -> int:
+    """The code to answer when a coordinator call failed: the coordinator's own (NOT_COORDINATOR
+    when its partition's leadership just moved), else COORDINATOR_NOT_AVAILABLE; both make the
+    client find the coordinator again."""
+    cause = getattr(e, "cause", e)
+    return getattr(cause, "error_code", None) or ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
 async def group_coordinator(ctx, group_id: str):
     _, actor = await _internal_partition(ctx, internal_topics.CONSUMER_OFFSETS,
                                          lambda n: internal_topics.group_partition(group_id, n))
@@ -85,8 +93,7 @@ async def handle_share_group_heartbeat(ctx, header, request, connection) -> Shar
             str(connection.peer[0]) if connection and connection.peer else "")
     except Exception as e:
         log.warning("share group heartbeat failed: %s", e)
-        return ShareGroupHeartbeatResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=str(e),
-                                           member_epoch=-1)
+        return ShareGroupHeartbeatResponse(error_code=coordinator_error(e), error_message=str(e), member_epoch=-1)
     assignment = None
     if r.assignment is not None:
         assignment = ShareGroupHeartbeatResponse.Assignment(topic_partitions=[
