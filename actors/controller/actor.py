@@ -281,6 +281,8 @@ class ControllerActor:
         heartbeats carry."""
         outcome = self.core.register_broker(info, now_ms())
         self._persist(outcome)
+        log.info("broker %d registered (broker epoch %d) at %s:%d", info.broker_id, outcome.broker_epoch,
+                 info.host, info.port)
         self.registered.add(info.broker_id)
         self.broker_failures.pop(info.broker_id, None)
         self._bump()
@@ -455,7 +457,7 @@ class ControllerActor:
     # ---- telling replicas their partition's state --------------------------------------------
     def _partition_state(self, key: tuple) -> tuple | None:
         """What replica `key` must know: its partition's registration, where the leader's broker
-        listens, and its own broker's epoch."""
+        listens, its own broker's epoch, and which replicas' brokers are fenced."""
         topic = self.core.topics_by_id.get(key[0])
         if topic is None or key[1] >= len(topic.partitions):
             return None
@@ -464,16 +466,18 @@ class ControllerActor:
         liveness = self.core.replication.brokers.get(key[2])
         return (p.leader, p.leader_epoch, p.partition_epoch, tuple(p.replicas), tuple(p.isr),
                 (leader.host, leader.port) if leader is not None else None,
-                liveness.broker_epoch if liveness is not None else -1)
+                liveness.broker_epoch if liveness is not None else -1,
+                tuple(r for r in p.replicas if not self.core.replication.is_live(r)))
 
     async def _tell(self, key: tuple, actor) -> None:
         state = self._partition_state(key)
         if state is None:
             return
-        leader, leader_epoch, partition_epoch, replicas, isr, endpoint, broker_epoch = state
+        leader, leader_epoch, partition_epoch, replicas, isr, endpoint, broker_epoch, fenced = state
         self.told[key] = state
         await actor.update.remote({"leader": leader, "leader_epoch": leader_epoch, "partition_epoch": partition_epoch,
-                                   "replicas": list(replicas), "isr": list(isr)}, endpoint, broker_epoch)
+                                   "replicas": list(replicas), "isr": list(isr)}, endpoint, broker_epoch,
+                                  list(fenced))
 
     async def _publish(self) -> None:
         """After every change, tell each listening replica whose partition state moved. A replica

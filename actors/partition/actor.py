@@ -120,9 +120,11 @@ class PartitionActor:
         marker.write_text(f"topic_id: {self.topic_id}\n")
 
     # ---- the controller's partition state --------------------------------------------------
-    async def update(self, registration: dict, leader_endpoint: tuple[str, int] | None, broker_epoch: int) -> None:
+    async def update(self, registration: dict, leader_endpoint: tuple[str, int] | None, broker_epoch: int,
+                     fenced: list[int] = ()) -> None:
         """The controller's newest state of this partition (leader, epochs, replicas, ISR), where
-        the leader's broker listens, and this broker's epoch. Older states are ignored."""
+        the leader's broker listens, this broker's epoch, and which replicas' brokers are fenced.
+        Older states are ignored."""
         reg = PartitionRegistration(registration["leader"], registration["leader_epoch"],
                                     registration["partition_epoch"], tuple(registration["replicas"]),
                                     tuple(registration["isr"]))
@@ -131,6 +133,7 @@ class PartitionActor:
         self.broker_epoch = broker_epoch
         was_leader = self.replica.is_leader
         self._apply(self.replica.apply_registration(reg, now_ms()))
+        self._apply(self.replica.set_ineligible_replicas(fenced, now_ms()))
         self._save_epochs()
         if was_leader != self.replica.is_leader:
             self._leadership_changed(self.replica.is_leader)

@@ -223,6 +223,7 @@ class ReplicaCore:
         self._next_proposal_id = 0
         self._waiters: dict[int, int] = {}            # waiter id -> required offset
         self._waiters_in_order = True                 # offsets non-decreasing in insertion order
+        self.ineligible: frozenset[int] = frozenset()  # replicas on fenced brokers (the controller's view)
         self._next_waiter_id = 1
 
     # ---- views -----------------------------------------------------------------------------
@@ -308,6 +309,16 @@ class ReplicaCore:
         for r in reg.replicas:
             if r != self.broker_id and r not in self.followers:
                 self.followers[r] = FollowerState(r)
+        return self._after_change(now_ms)
+
+    def set_ineligible_replicas(self, broker_ids: Iterable[int], now_ms: int) -> Effects:
+        """The replicas whose brokers the controller has fenced. The high watermark does not wait
+        for them to join the ISR (Kafka's isReplicaIsrEligible): a follower that was caught up a
+        moment before its broker died would otherwise hold it for replica.lag.time.max.ms."""
+        ineligible = frozenset(broker_ids)
+        if ineligible == self.ineligible:
+            return Effects()
+        self.ineligible = ineligible
         return self._after_change(now_ms)
 
     def advance_log_start_offset(self, log_start_offset: int) -> None:
@@ -530,7 +541,7 @@ class ReplicaCore:
             if r in maximal:
                 # a member whose LEO is not known yet (new leader epoch) holds the HW where it is
                 end = state.log_end_offset if state.log_end_offset >= 0 else self.high_watermark
-            elif state.log_end_offset >= 0 and state.is_caught_up(leo, now_ms, lag):
+            elif r not in self.ineligible and state.log_end_offset >= 0 and state.is_caught_up(leo, now_ms, lag):
                 end = state.log_end_offset  # caught up and about to join: wait for it (Kafka does)
             else:
                 continue

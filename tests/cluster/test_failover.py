@@ -1,6 +1,8 @@
-"""A broker's Ray node dies and comes back (LocalCluster.kill_node / restart_node, no
-replication yet): the survivors keep serving their partitions and stop naming the dead broker; the
-broker returns under its id, on its port, with every record it had acknowledged."""
+"""A broker's Ray node dies and comes back (LocalCluster.kill_node / restart_node): with one
+replica per partition, the survivors keep serving their partitions and stop naming the dead
+broker, and the broker returns under its id, on its port, with every record it had acknowledged;
+with three replicas, a seeded chaos schedule of pauses, kills and restarts loses no acknowledged
+record (tests/cluster/test_replication.py has the single-fault cases)."""
 import threading
 import time
 import uuid
@@ -75,15 +77,17 @@ def test_a_killed_broker_returns_with_its_id_port_and_records(cluster):
 
 def test_a_chaos_schedule_loses_no_acknowledged_record(cluster, capsys):
     """Seed 3: broker 2 paused long enough for Ray to declare it dead, then killed with SIGTERM,
-    then broker 3 paused. A producer runs throughout (acks=all, retries until delivered); after
-    the schedule every record it saw acknowledged is there, and the cluster is whole."""
+    then broker 3 paused. An idempotent producer runs throughout (acks=all into three replicas,
+    min.insync.replicas=2, retries until delivered); after the schedule every record it saw
+    acknowledged is there, and the cluster is whole."""
     topic = f"chaos-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
     acknowledged, stop = [], threading.Event()
 
     def produce():
-        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5,
+                      "enable.idempotence": True})
         i = 0
         while not stop.is_set():
             p.produce(topic, key=b"%d" % i, value=b"v", partition=i % 3,

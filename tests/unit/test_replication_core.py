@@ -369,3 +369,22 @@ def test_unconfirmed_records_below_the_leaders_log_start_do_not_survive_a_trunca
     step = core.on_fetch_response(request, answer)
     assert step.action is FollowerAction.TRUNCATE and step.truncate_to == 1 and step.log_start_offset == 1
     assert core.log_start_offset == core.log_end_offset == core.high_watermark == 1
+
+
+def test_the_high_watermark_does_not_wait_for_a_fenced_broker_to_rejoin():
+    """A follower caught up a moment before its broker died: once the controller has removed it
+    from the ISR, the HW waits for it to rejoin only while its broker is not fenced (Kafka's
+    isReplicaIsrEligible); else acks=all writes would stall for replica.lag.time.max.ms."""
+    core = leader(isr=(0, 1, 2))
+    fetch(core, 1, 0, 0)
+    fetch(core, 2, 0, 0)
+    core.on_leader_append(10, now_ms=1)
+    fetch(core, 1, 10, 2)
+    waiter, error = core.register_waiter(10)
+    assert error is None
+    # broker 2 dies: the controller fences it and shrinks the ISR; it was caught up at t=0
+    effects = core.apply_registration(reg(partition_epoch=2, isr=(0, 1)), now_ms=3)
+    assert core.high_watermark == 0 and not effects.released, "still within the lag time: waits for 2"
+    effects = core.set_ineligible_replicas([2], now_ms=4)
+    assert core.high_watermark == 10 and effects.released == [(waiter, ErrorCode.NONE)]
+    assert core.set_ineligible_replicas([2], now_ms=5).high_watermark is None, "no change, no effects"
