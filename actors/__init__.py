@@ -1,5 +1,15 @@
 import logging
+import sys
 
-# Kray's actors say what they decide (leadership, fencing, truncation) at INFO: Ray keeps each
-# actor's stderr in its session's worker logs.
-logging.getLogger("kray").setLevel(logging.INFO)
+
+def log_to_stderr() -> None:
+    """Kray's actors say what they decide (leadership, fencing, truncation) at INFO, on stderr,
+    which Ray keeps in the session's worker logs (and shows the driver). Called by each actor
+    shell once its process starts."""
+    logger = logging.getLogger("kray")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False

@@ -19,7 +19,7 @@ from typing import Any
 
 import ray
 
-from actors import internal_topics
+from actors import internal_topics, log_to_stderr
 from actors.controller.core import BrokerInfo, ControllerCore, Outcome, TopicState
 from actors.controller.metadata_log import MetadataLog
 from actors.controller.nodes import NodeView, proposed_broker_id, recorded_broker_id
@@ -72,6 +72,7 @@ class MetadataImage:
 
 class ControllerActor:
     def __init__(self, broker_config: dict[str, Any]):
+        log_to_stderr()
         self.data_dir = Path(broker_config["log.dirs"]).resolve()
         self.log = MetadataLog(self.data_dir / "__cluster_metadata" / "metadata.log")
         records = list(self.log.replay())

@@ -11,6 +11,7 @@ import logging
 
 import ray
 
+from actors import log_to_stderr
 from actors.controller.core import BrokerInfo
 from actors.gateway.context import GatewayContext, RayController
 from actors.gateway.frontend import follow_metadata, start_frontend
@@ -25,6 +26,7 @@ BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT = 2000  # broker.heartbeat.interval.ms
 
 class GatewayActor:
     def __init__(self, broker_config: dict, broker_id: int, controller, port: int | None = None):
+        log_to_stderr()
         self.config = broker_config
         self.port = port  # this node's listener port, where it differs from the `listeners` config
         self.controller = controller

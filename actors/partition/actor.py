@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from actors import log_to_stderr
 from actors.partition.checkpoints import load_epochs, load_high_watermark, save_epochs, save_high_watermark
 from actors.partition.core import PartitionCore
 from actors.partition.fetcher import LeaderConnection
@@ -51,6 +52,7 @@ def now_ms() -> int:
 
 class PartitionActor:
     def __init__(self, spec: dict[str, Any]):
+        log_to_stderr()
         self.spec = spec
         self.topic: str = spec["topic"]
         self.topic_id: uuid.UUID = spec["topic_id"]
