@@ -2,9 +2,11 @@
 producers and share consumers.
 
 1. Throughput, one run: a 3-broker `kray start --nodes 3` on this machine; per series a fresh
-   3-partition topic, produce then fetch (throughput.py's load workers), replication factor 1 with
-   acks=1 beside replication factor 3 with acks=all and min.insync.replicas=2, with tuned clients
-   and with librdkafka's defaults. Processes and memory per Ray node, and per replica actor.
+   3-partition topic (deleted after its run, so that every run has the same actors beside it),
+   produce then fetch (throughput.py's load workers), replication factor 1 with acks=1 beside
+   replication factor 3 with acks=all and min.insync.replicas=2, with tuned clients and with
+   librdkafka's defaults. Processes and memory per Ray node, and per replica actor, at the end
+   (the warm-up topic, the last topic and the coordinators' partitions still there).
 2. Failover, on a LocalCluster (3 broker nodes, in this process, so it can kill them): an
    idempotent acks=all producer (steady rate) and a ShareConsumer on a 1-partition topic with
    three replicas; the leader's node is hard-killed; measured from the kill to the first
@@ -70,6 +72,12 @@ def create_topic(bootstrap: str, topic: str, rf: int, configs: dict) -> None:
         time.sleep(0.2)
 
 
+def delete_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(60)
+
+
 def throughput_part(args) -> dict:
     out: dict = {"series": {}}
     tmp = Path(tempfile.mkdtemp(prefix="kray-bench-repl-"))
@@ -87,7 +95,10 @@ def throughput_part(args) -> dict:
             tp.run_worker(dict(bootstrap=broker.bootstrap, records=1000, size=100, stall_timeout=60, partitions=3,
                                timeout=args.phase_timeout, client_defaults=True, progress_every=3, phase=phase,
                                topic=f"warm-up-{stamp}", create=False, acks="all", latency_samples=100,
-                               group=f"warm-up-{stamp}"), args.phase_timeout, "warm-up")
+                               linger_ms=5, batch_size=1 << 20, queue_kbytes=16 * 1024, queue_messages=100_000,
+                               group=f"warm-up-{stamp}", fetch_max_bytes=50 * tp.MIB,
+                               max_partition_fetch_bytes=4 * tp.MIB, queued_kbytes=256 * 1024),
+                          args.phase_timeout, "warm-up")
         for defaults in (False, True):
             for name, rf, acks, configs in SERIES:
                 label = f"{name}{', client defaults' if defaults else ''}"
@@ -95,6 +106,7 @@ def throughput_part(args) -> dict:
                 for r in range(args.repeats):
                     topic = f"repl-{rf}-{'d' if defaults else 't'}-{stamp}-{r}"
                     create_topic(broker.bootstrap, topic, rf, configs)
+                    time.sleep(2)  # the new replicas settle (follower fetchers connect)
                     run = {}
                     for phase in ("produce", "fetch"):
                         params = dict(bootstrap=broker.bootstrap, records=args.records, size=args.record_size,
@@ -113,6 +125,10 @@ def throughput_part(args) -> dict:
                         log(f"{label} run {r + 1}: {phase} {res['mb_s']} MB/s"
                             + (f", p50/p99 {res['lat_p50_ms']}/{res['lat_p99_ms']} ms" if phase == "produce" else ""))
                     runs.append(run)
+                    if r < args.repeats - 1 or (name, defaults) != (SERIES[-1][0], True):
+                        # every series runs beside the same number of replica actors (each costs
+                        # CPU even idle: a 2-core machine slows as they pile up)
+                        delete_topic(broker.bootstrap, topic)
                 shown = {phase: sorted((r[phase] for r in runs), key=lambda x: x["mb_s"])[len(runs) // 2]
                          for phase in ("produce", "fetch")}
                 out["series"][label] = {"rf": rf, "acks": acks, "client_defaults": defaults, "configs": configs,
