@@ -496,7 +496,8 @@ class ControllerActor:
     async def _tell_quietly(self, key: tuple, actor) -> None:
         try:
             await self._tell(key, actor)
-        except Exception as e:  # died: its supervisor tells it again once Ray restarted it
+        except Exception as e:  # died: its supervisor tells it again once Ray restarted it;
+            self.told.pop(key, None)  # else the next round tries again
             log.debug("could not tell %s its partition state: %s", key, e)
 
     async def _tick(self) -> None:
