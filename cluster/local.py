@@ -247,15 +247,11 @@ class LocalCluster:
         pause longer than Ray's health checks allow (~1.5 s here) makes Ray declare the node dead,
         and its raylet exits when it wakes, as a fenced Kafka broker must re-register: then the
         broker is restarted (same id, port and data), and this returns True once it serves again."""
-        paused = self._paused.pop(broker_id, [])
-        _signal_all(paused, signal.SIGCONT)
+        _signal_all(self._paused.pop(broker_id, []), signal.SIGCONT)
         node = self._nodes.get(broker_id)
         if node is None or any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
             return False
         log.info("broker %d was declared dead while paused: restarting it", broker_id)
-        # its raylet may already have exited on waking, leaving its workers (the gateway, which
-        # holds the broker's port, and the replicas) orphaned: they die with the node too
-        _signal_all(paused, signal.SIGKILL)
         self.kill_node(broker_id)
         self.restart_node(broker_id)
         return True

@@ -277,9 +277,9 @@ class ControllerActor:
 
     # ---- commands --------------------------------------------------------------------------
     async def register_broker(self, info: BrokerInfo, gateway=None) -> tuple[MetadataImage, int]:
-        """A gateway (re)starts its broker: a new broker epoch, unfenced; its replicas start (or
-        are told the new state), then it serves. Returns the image and the broker epoch its
-        heartbeats carry."""
+        """A gateway (re)starts its broker: a new broker epoch, unfenced, and its replicas start.
+        Returns at once with the image and the broker epoch its heartbeats carry (replicas may
+        take longer to start than a broker session lasts); `broker_ready` then waits for them."""
         outcome = self.core.register_broker(info, now_ms())
         self._persist(outcome)
         log.info("broker %d registered (broker epoch %d) at %s:%d", info.broker_id, outcome.broker_epoch,
@@ -290,11 +290,18 @@ class ControllerActor:
         if gateway is not None and ("gateway", info.broker_id) not in self.supervisors:
             self.supervisors[("gateway", info.broker_id)] = asyncio.ensure_future(
                 self._supervise(("gateway", info.broker_id), gateway, "start", "until_stopped"))
-        await self._await_listening([ref for topic in list(self.core.topics.values())
-                                     for ref in self._start_partitions(topic)])
-        self.serving.add(info.broker_id)  # ready: its partitions listen and it knows it is published
-        self._bump()
+        for topic in list(self.core.topics.values()):
+            self._start_partitions(topic)
         return self.image(), outcome.broker_epoch
+
+    async def broker_ready(self, broker_id: int) -> MetadataImage:
+        """Answer once the replicas on this broker listen and know their partitions' state; the
+        broker then counts as serving."""
+        await self._await_listening([key for topic in list(self.core.topics.values())
+                                     for key in self._start_partitions(topic) if key[2] == broker_id])
+        self.serving.add(broker_id)  # ready: its partitions listen and it knows it is published
+        self._bump()
+        return self.image()
 
     def heartbeat(self, broker_id: int, broker_epoch: int) -> int:
         """A broker is alive (broker.heartbeat.interval.ms). STALE_BROKER_EPOCH: register again."""

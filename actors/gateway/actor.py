@@ -62,6 +62,9 @@ class GatewayActor:
         await self._register()
         if self.heartbeats is None:
             self.heartbeats = asyncio.create_task(self._heartbeat())
+        image = await self.controller.broker_ready.remote(self.ctx.broker_id)  # its replicas listen
+        if image.version > self.ctx.metadata.version:
+            self.ctx.set_metadata(image)
         return host, port
 
     async def _register(self) -> None:

@@ -74,11 +74,22 @@ def run(args) -> int:
 
 
 def _list(conn) -> int:
-    r = conn.send(ListGroupsRequest(states_filter=[], types_filter=["share"]))
-    if r.error_code:
-        return _fail(f"listing groups failed: {ErrorCode(r.error_code).name}")
-    for g in sorted(r.groups, key=lambda g: g.group_id):
-        print(g.group_id)
+    """Each broker lists the groups it coordinates: ask them all (as kafka-share-groups does)."""
+    brokers = conn.send(MetadataRequest(topics=[], allow_auto_topic_creation=False)).brokers
+    groups = set()
+    for b in brokers:
+        address = f"{b.host}:{b.port}"
+        broker = conn if (b.host, b.port) == conn.address else KafkaConnection(address, client_id="kray-share-groups")
+        try:
+            r = broker.send(ListGroupsRequest(states_filter=[], types_filter=["share"]))
+        finally:
+            if broker is not conn:
+                broker.close()
+        if r.error_code:
+            return _fail(f"listing groups on broker {b.node_id} ({address}) failed: {ErrorCode(r.error_code).name}")
+        groups.update(g.group_id for g in r.groups)
+    for group in sorted(groups):
+        print(group)
     return 0
 
 

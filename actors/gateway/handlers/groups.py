@@ -41,9 +41,19 @@ def coordinator_error(e: Exception) -> int:
     return getattr(cause, "error_code", None) or ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
+class NotCoordinator(Exception):
+    """The group's coordinator is another broker: the client asks FindCoordinator again."""
+    error_code = ErrorCode.NOT_COORDINATOR
+
+
 async def group_coordinator(ctx, group_id: str):
-    _, actor = await _internal_partition(ctx, internal_topics.CONSUMER_OFFSETS,
-                                         lambda n: internal_topics.group_partition(group_id, n))
+    """The coordinator actor of `group_id`, if this broker is its coordinator (the leader of the
+    group's __consumer_offsets partition); else NotCoordinator, as a Kafka broker answers."""
+    partition, actor = await _internal_partition(ctx, internal_topics.CONSUMER_OFFSETS,
+                                                 lambda n: internal_topics.group_partition(group_id, n))
+    if partition.leader != ctx.broker_id or actor is None:
+        raise NotCoordinator(f"broker {ctx.broker_id} is not the coordinator of group {group_id!r} "
+                             f"(broker {partition.leader} is): find it with FindCoordinator")
     return actor
 
 
@@ -110,7 +120,7 @@ async def handle_share_group_describe(ctx, header, request) -> ShareGroupDescrib
             described = (await (await group_coordinator(ctx, group_id)).describe.remote([group_id]))[0]
         except Exception as e:
             groups.append(ShareGroupDescribeResponse.DescribedGroup(
-                group_id=group_id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=str(e)))
+                group_id=group_id, error_code=coordinator_error(e), error_message=str(e)))
             continue
         groups.append(ShareGroupDescribeResponse.DescribedGroup(
             error_code=described.error_code, error_message=described.error_message, group_id=group_id,
@@ -128,9 +138,12 @@ async def handle_share_group_describe(ctx, header, request) -> ShareGroupDescrib
 
 
 async def handle_list_groups(ctx, header, request) -> ListGroupsResponse:
-    """Every coordinator's groups; share groups only until classic and consumer groups exist."""
+    """The groups this broker coordinates (a client lists every broker's, as Kafka's admin
+    clients do); share groups only until classic and consumer groups exist."""
     topic = ctx.metadata.topics.get(internal_topics.CONSUMER_OFFSETS)
-    actors = [a for (name, _), a in ctx.metadata.coordinators.items() if name == internal_topics.CONSUMER_OFFSETS]
+    actors = [a for (name, index), a in ctx.metadata.coordinators.items()
+              if name == internal_topics.CONSUMER_OFFSETS and topic is not None
+              and topic.partitions[index].leader == ctx.broker_id]
     if topic is None or not actors:
         return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[])
     try:
@@ -150,7 +163,7 @@ async def handle_delete_groups(ctx, header, request) -> DeleteGroupsResponse:
         try:
             [(g, code, message)] = await (await group_coordinator(ctx, group_id)).delete_groups.remote([group_id])
         except Exception as e:
-            code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
+            code, message = coordinator_error(e), str(e)
         results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code,
                                                                  error_message=message))
     return DeleteGroupsResponse(throttle_time_ms=0, results=results)

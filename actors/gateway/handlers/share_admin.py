@@ -16,7 +16,7 @@ from protocol.messages import (AlterShareGroupOffsetsResponse, DeleteShareGroupO
                                DescribeShareGroupOffsetsResponse)
 
 from actors import internal_topics
-from actors.gateway.handlers.groups import group_coordinator
+from actors.gateway.handlers.groups import coordinator_error, group_coordinator
 from actors.share_coordinator.core import state_partition_for
 
 log = logging.getLogger("kray.gateway")
@@ -54,7 +54,7 @@ async def _describe_partition(ctx, group_id, topic, index):
             if not error:
                 part.lag = max(0, high_watermark - s.start_offset - max(s.delivery_complete_count, 0))
     except Exception as e:
-        part.error_code, part.error_message = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
+        part.error_code, part.error_message = coordinator_error(e), str(e)
     return part
 
 
@@ -64,7 +64,7 @@ async def _describe_group(ctx, request_group):
     try:
         error, _members, initialized = await _summary(ctx, group_id)
     except Exception as e:
-        out.error_code, out.error_message = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
+        out.error_code, out.error_message = coordinator_error(e), str(e)
         return out
     if error:
         out.error_code = error
@@ -101,7 +101,7 @@ async def _require_empty(ctx, group_id):
     try:
         error, members, initialized = await _summary(ctx, group_id)
     except Exception as e:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e), []
+        return coordinator_error(e), str(e), []
     if error == ErrorCode.GROUP_ID_NOT_FOUND:
         return error, f"share group {group_id!r} does not exist", []
     if error:
@@ -142,7 +142,7 @@ async def handle_alter_share_group_offsets(ctx, header, request) -> AlterShareGr
                     group_id, topic.topic_id, p.partition_index, max(summary.state_epoch, 0) + 1, p.start_offset)
                 await _forget(ctx, group_id, topic.topic_id, p.partition_index)
             except Exception as e:
-                part.error_code, part.error_message = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
+                part.error_code, part.error_message = coordinator_error(e), str(e)
             if not part.error_code:
                 altered[(topic.topic_id, p.partition_index)] = (t.topic_name, part)
         responses.append(AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic(
@@ -152,7 +152,7 @@ async def handle_alter_share_group_offsets(ctx, header, request) -> AlterShareGr
             error, message = await (await group_coordinator(ctx, group_id)).share_offsets_altered.remote(
                 group_id, {tp: name for tp, (name, _) in altered.items()})
         except Exception as e:
-            error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
+            error, message = coordinator_error(e), str(e)
         for _, part in altered.values():
             part.error_code, part.error_message = error, message
     return AlterShareGroupOffsetsResponse(throttle_time_ms=0, error_code=0, responses=responses)
@@ -180,5 +180,5 @@ async def handle_delete_share_group_offsets(ctx, header, request) -> DeleteShare
                     result.error_code, result.error_message = code, text
                 await _forget(ctx, group_id, topic.topic_id, index)
             except Exception as e:
-                result.error_code, result.error_message = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
+                result.error_code, result.error_message = coordinator_error(e), str(e)
     return DeleteShareGroupOffsetsResponse(throttle_time_ms=0, error_code=0, responses=responses)
