@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
 import shutil
 import statistics
 import sys
