@@ -273,3 +273,45 @@ def test_a_paused_leader_is_fenced_and_never_acknowledges_again(cluster):
     leader_gateway = gateways[cluster.leader(topic, 0)]
     assert fetch_one(leader_gateway, cluster.metadata().topics[topic].topic_id, 0, leader_epoch=old_epoch) \
         == ErrorCode.FENCED_LEADER_EPOCH
+
+
+def test_a_restarted_controller_adopts_the_replicas_and_still_fails_over(cluster):
+    """Ray restarts the controller (its process killed) under an acks=all producer: it replays its
+    metadata log, adopts the running replicas and gateways, moves no leadership (the brokers'
+    sessions start afresh and their heartbeats keep them), and still elects a new leader when a
+    leader's node dies afterwards."""
+    from tests.actors.restarts import kill_and_await_restart
+
+    topic = f"c-{uuid.uuid4().hex[:6]}"
+    admin = _create(cluster, topic, 1)
+    _wait_for_isr(admin, topic, 0, [1, 2, 3])
+    epoch = cluster.metadata().topics[topic].partitions[0].leader_epoch
+    producer = AckedProducer(cluster.bootstrap, topic, 1)
+    try:
+        time.sleep(1)
+        kill_and_await_restart(cluster.controller)
+        deadline = time.monotonic() + 60
+        while True:  # the restarted controller answers and has adopted the replicas
+            try:
+                image = ray.get(cluster.controller.wait_for_metadata.remote(-1, 0), timeout=5)
+                if (image.topics[topic].topic_id, 0) in image.partition_listeners:
+                    break
+            except Exception:
+                pass
+            assert time.monotonic() < deadline, "the restarted controller did not adopt the replicas in 60 s"
+            time.sleep(0.5)
+        time.sleep(4)  # past a broker session (3 s here): nobody is fenced for the controller's absence
+        p = cluster.metadata().topics[topic].partitions[0]
+        assert p.leader_epoch == epoch and sorted(p.isr) == [1, 2, 3], f"leadership moved: {p}"
+        acked_before = len(producer.acked)
+        leader = p.leader
+        cluster.kill_node(leader)
+        while cluster.leader(topic, 0) in (leader, -1):
+            assert time.monotonic() < deadline + 30, "the restarted controller elected no new leader"
+            time.sleep(0.2)
+        cluster.restart_node(leader)
+        _wait_for_isr(admin, topic, 0, [1, 2, 3])
+    finally:
+        producer.finish()
+    assert len(producer.acked) > acked_before, "writes went on after the controller's restart and the kill"
+    assert _read_keys(cluster.bootstrap, topic, 1, len(producer.acked)) >= set(producer.acked)
