@@ -138,6 +138,9 @@ class LocalBroker:
         self.stop()
 
 
+DEFAULT_REPLICATION_FACTOR = 3  # LocalCluster's, with configs/local.toml
+
+
 class LocalCluster:
     """`nodes` broker nodes (broker ids 1..nodes) and a controller-only Ray head, on this machine.
 
@@ -146,7 +149,8 @@ class LocalCluster:
             cluster.leader("orders", 0)   # -> the broker id leading orders-0
 
     `overrides` are Kafka broker configs ({"num.partitions": 3}) over configs/local.toml (or
-    `config_path`); `port` > 0 gives broker i the port `port + i - 1`, else ports are free ones.
+    `config_path`); with local.toml, `default.replication.factor` becomes min(3, nodes) unless
+    overridden. `port` > 0 gives broker i the port `port + i - 1`, else ports are free ones.
     `data_dir` holds every broker's logs (`broker-<id>/`) and the controller's metadata; by
     default a temporary directory, removed by stop().
     """
@@ -162,6 +166,11 @@ class LocalCluster:
         texts = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in (overrides or {}).items()]
         self.config = with_listener(load_broker_config(config_path or DEFAULT_LOCAL_CONFIG, texts), host, port)
         self.config["log.dirs"] = str(self.data_dir)
+        if Path(config_path or DEFAULT_LOCAL_CONFIG).resolve() == DEFAULT_LOCAL_CONFIG.resolve() \
+                and "default.replication.factor" not in (overrides or {}):
+            # several brokers on one machine are there for failover: a topic created without a
+            # replication factor gets three replicas (or one per broker), not local.toml's one
+            self.config["default.replication.factor"] = min(DEFAULT_REPLICATION_FACTOR, nodes)
         self.port = port
         self.ray_cluster = None
         self.controller = None
