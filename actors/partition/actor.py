@@ -133,11 +133,12 @@ class PartitionActor:
         if (reg.leader_epoch, reg.partition_epoch) < (self.replica.leader_epoch, self.replica.partition_epoch):
             return  # overtaken by a newer state (the controller's calls may arrive out of order)
         self.broker_epoch = broker_epoch
-        was_leader = self.replica.is_leader
+        was_leader, old_epoch = self.replica.is_leader, self.replica.leader_epoch
         self._apply(self.replica.apply_registration(reg, now_ms()))
         self._apply(self.replica.set_ineligible_replicas(fenced, now_ms()))
         self._save_epochs()
-        if was_leader != self.replica.is_leader:
+        if was_leader != self.replica.is_leader or (was_leader and old_epoch != self.replica.leader_epoch):
+            # a new leader epoch on this same broker counts too: another leader may have led between
             self._leadership_changed(self.replica.is_leader)
         if self.replica.role is Role.FOLLOWER and leader_endpoint is not None:
             endpoint = tuple(leader_endpoint)
