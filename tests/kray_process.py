@@ -25,12 +25,27 @@ class KrayProcess:
     def __init__(self, data_dir: Path, *, port: int | None = None, overrides: tuple[str, ...] = ()):
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
+        self.port_chosen_here = port is None
         self.overrides = overrides
         self.proc: subprocess.Popen | None = None
         self.bootstrap: str | None = None
         self.output: list[str] = []
 
     def start(self) -> str:
+        """Start and wait until ready. A free port picked here can be taken by another process
+        (an outgoing connection gets its ephemeral port from the same range) before kray binds
+        it: then another free port is tried, twice at most."""
+        for attempt in range(3):
+            try:
+                return self._start()
+            except RuntimeError as e:
+                if not (self.port_chosen_here and "address already in use" in str(e)) or attempt == 2:
+                    raise
+                self.output.clear()
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    def _start(self) -> str:
         kray = Path(sys.executable).parent / "kray"
         cmd = [str(kray), "start", "--port", str(self.port), "--data-dir", str(self.data_dir)]
         for o in self.overrides:
