@@ -165,8 +165,14 @@ class PartitionActor:
         reaches the log end as of this call). A new coordinator replays its partition only then,
         so that it never builds on records a later leader may not have."""
         target = self.core.log_end_offset
+        return await self._wait_until(
+            lambda: not self.replica.is_leader or self.core.high_watermark >= target, timeout_ms) \
+            and self.replica.is_leader
+
+    async def _wait_until(self, ready, timeout_ms: int) -> bool:
+        """Wait (woken by `_wake`) until `ready()` holds: True, or False after timeout_ms."""
         deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
-        while self.replica.is_leader and self.core.high_watermark < target:
+        while not ready():
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 return False
@@ -174,7 +180,7 @@ class PartitionActor:
                 await asyncio.wait_for(self.data_arrived.wait(), remaining)
             except asyncio.TimeoutError:
                 return False
-        return self.replica.is_leader
+        return True
 
     def _apply(self, effects: Effects) -> None:
         """Carry out what the replication core decided (no await: state changes stay atomic)."""
@@ -369,16 +375,8 @@ class PartitionActor:
     async def wait_for_data(self, offset: int, timeout_ms: int, replica: bool = False) -> bool:
         """True as soon as records at or beyond `offset` are readable (for a follower: written);
         False after timeout_ms."""
-        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
-        while (self.core.log_end_offset if replica else self.core.high_watermark) <= offset:
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                return False
-            try:
-                await asyncio.wait_for(self.data_arrived.wait(), remaining)
-            except asyncio.TimeoutError:
-                return False
-        return True
+        return await self._wait_until(
+            lambda: (self.core.log_end_offset if replica else self.core.high_watermark) > offset, timeout_ms)
 
     async def list_offsets(self, timestamp: int, leader_epoch: int, isolation_level: int):
         error = self.replica.validate_leader_epoch(leader_epoch)
