@@ -1,7 +1,7 @@
-"""KIP-932's share-group metrics, exported through Ray's metrics API (Prometheus format on each
+"""Group and share-group metrics, exported through Ray's metrics API (Prometheus format on each
 node's metrics agent). Shells report the counters their pure cores keep; names follow Kafka's
 (group-count, rebalance-count, share-acknowledgement-count, record-acknowledgement-count,
-partition-load-time) with a kray_ prefix and Prometheus spelling.
+partition-load-time, consumer lag) with a kray_ prefix and Prometheus spelling.
 """
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ ACK_TYPE_NAMES = {0: "gap", 1: "accept", 2: "release", 3: "reject", 4: "renew"}
 def _metrics():
     from ray.util import metrics as m
     return {
-        "group_count": m.Gauge("kray_share_group_count", "Share groups by state", tag_keys=("state",)),
-        "rebalances": m.Counter("kray_share_group_rebalance_count", "Share group epoch bumps (rebalances)"),
+        "group_count": m.Gauge("kray_group_count", "Groups by type (share, classic, consumer) and state",
+                               tag_keys=("type", "state")),
+        "rebalances": m.Counter("kray_group_rebalance_count", "Rebalances by group type (classic: join phases; "
+                                "share and consumer: group epoch bumps)", tag_keys=("type",)),
         "share_acks": m.Counter("kray_share_acknowledgement_count", "ShareAcknowledge and piggybacked "
                                 "acknowledgement requests applied"),
         "record_acks": m.Counter("kray_record_acknowledgement_count", "Records acknowledged, by type",
@@ -25,14 +27,14 @@ def _metrics():
     }
 
 
-def record_group_counts(counts_by_state: dict[str, int]) -> None:
-    for state, count in counts_by_state.items():
-        _metrics()["group_count"].set(count, tags={"state": state})
+def record_group_counts(counts: dict[tuple[str, str], int]) -> None:
+    for (group_type, state), count in counts.items():
+        _metrics()["group_count"].set(count, tags={"type": group_type, "state": state})
 
 
-def record_rebalances(count: int) -> None:
+def record_rebalances(group_type: str, count: int) -> None:
     if count > 0:
-        _metrics()["rebalances"].inc(count)
+        _metrics()["rebalances"].inc(count, tags={"type": group_type})
 
 
 def record_acknowledgements(requests: int, records_by_type: dict[int, int]) -> None:

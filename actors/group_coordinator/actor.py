@@ -1,20 +1,26 @@
 """The group coordinator's Ray shell: the leader actor of one `__consumer_offsets` partition (its
 PartitionActor, plus the coordinator that writes its log in process, so the shard moves with the
-partition's leadership). It replays the partition on first use, serves ShareGroupHeartbeat and
-the share group admin calls, appends each call's records before answering, expires member
-sessions on their deadlines, and has the share coordinators initialize newly assigned
-share-partitions, at the start offsets share.auto.offset.reset gives at that moment.
+partition's leadership). It replays the partition on first use, serves the group protocols (share,
+classic, consumer), offsets and the group admin calls, appends each call's records before
+answering, fires the groups' timers on their deadlines, and has the share coordinators initialize
+newly assigned share-partitions, at the start offsets share.auto.offset.reset gives at that moment.
+
+JoinGroup and SyncGroup answer when the rebalance lets them: each such call waits on a future
+that a later call, or a timer, resolves (see classic.py's Outcome).
 """
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import logging
 import time
 import uuid
 
 from actors import internal_topics, metrics
 from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost
-from actors.group_coordinator.core import GroupCoordinatorShard
+from actors.group_coordinator.classic import Outcome
+from actors.group_coordinator.groups import SHARE, Groups
 from actors.partition.actor import PartitionActor
 from actors.share_coordinator.core import state_partition_for
 from actors.share_partition.core import LATEST_TIMESTAMP, start_offset_timestamp
@@ -62,18 +68,25 @@ class GroupCoordinatorActor(PartitionActor):
         self.host = ShardHost(self.group_log, self._build)
         self.image = None
         self.tasks: list[asyncio.Task] = []
-        self.rebalances_reported = 0
+        self.rebalances_reported: dict[str, int] = {}
+        self.calls = itertools.count(1)
+        self.waiting: dict[int, asyncio.Future] = {}  # JoinGroup / SyncGroup calls the rebalance has yet to answer
+        self.wake = asyncio.Event()  # a call moved a deadline: the timer loop looks again
 
     # ---- loading and background work -------------------------------------------------------
     @property
-    def shard(self) -> GroupCoordinatorShard | None:
+    def shard(self) -> Groups | None:
         return self.host.shard
 
     def _leadership_changed(self, leading: bool) -> None:
         super()._leadership_changed(leading)
         self.host.invalidate()  # the next leader term replays the partition afresh
+        waiting, self.waiting = self.waiting, {}
+        for future in waiting.values():  # the group lives elsewhere now: its members find the new coordinator
+            if not future.done():
+                future.set_exception(CoordinatorLogError(ErrorCode.NOT_COORDINATOR, "the group coordinator moved"))
 
-    async def _ready(self) -> GroupCoordinatorShard:
+    async def _ready(self) -> Groups:
         if not self.replica.is_leader:
             raise CoordinatorLogError(ErrorCode.NOT_COORDINATOR, "this replica does not lead the partition now")
         if self.image is None:
@@ -83,44 +96,54 @@ class GroupCoordinatorActor(PartitionActor):
             self.tasks = [asyncio.ensure_future(self._follow_metadata()), asyncio.ensure_future(self._expire_loop())]
         return shard
 
-    async def _build(self, records) -> GroupCoordinatorShard:
-        shard = GroupCoordinatorShard(self.config)
+    async def _build(self, records) -> Groups:
+        shard, loaded_ms = Groups(self.config), now_ms()
         for _offset, key, value in records:
-            shard.replay(key, value)
+            shard.replay(key, value, loaded_ms)
+        shard.finish_replay(loaded_ms)
         return shard
 
     async def _follow_metadata(self) -> None:
         while True:
             try:
                 image = await self.controller.wait_for_metadata.remote(self.image.version, METADATA_POLL_S)
-                gone = {t.topic_id for t in self.image.topics.values()} - {t.topic_id for t in image.topics.values()}
+                gone = {t.topic_id: name for name, t in self.image.topics.items()
+                        if t.topic_id not in {u.topic_id for u in image.topics.values()}}
                 self.image = image
-                if gone and self.shard is not None:
-                    await self._commit(self.shard.on_topics_deleted(gone))
+                if self.shard is not None:
+                    records = self.shard.on_topics_changed(self._topics(), now_ms())
+                    if gone:
+                        records += self.shard.on_topics_deleted(set(gone), set(gone.values()))
+                    await self._commit(records)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
                 log.warning("metadata refresh failed: %s", e)
                 await asyncio.sleep(1.0)
 
-    def _report_metrics(self, shard: GroupCoordinatorShard) -> None:
+    def _report_metrics(self, shard: Groups) -> None:
         m = shard.metrics()
-        metrics.record_group_counts(m.group_count_by_state)
-        metrics.record_rebalances(m.rebalance_count - self.rebalances_reported)
-        self.rebalances_reported = m.rebalance_count
+        metrics.record_group_counts(m.count_by_type_state)
+        for group_type, count in m.rebalance_count_by_type.items():
+            metrics.record_rebalances(group_type, count - self.rebalances_reported.get(group_type, 0))
+            self.rebalances_reported[group_type] = count
 
     async def _expire_loop(self) -> None:
         while True:
             shard = await self._ready()
             deadline = shard.next_deadline_ms()
-            wait_s = DEADLINE_POLL_S_MAX if deadline is None else min(max((deadline - now_ms()) / 1000, 0.01),
+            wait_s = DEADLINE_POLL_S_MAX if deadline is None else min(max((deadline - now_ms()) / 1000, 0.001),
                                                                       DEADLINE_POLL_S_MAX)
-            await asyncio.sleep(wait_s)
             try:
-                await self._commit(shard.expire_sessions(now_ms()))
+                await asyncio.wait_for(self.wake.wait(), wait_s)
+            except asyncio.TimeoutError:
+                pass
+            self.wake.clear()
+            try:
+                await self._settle(shard.tick(now_ms()))
                 self._report_metrics(shard)
             except Exception:
-                log.exception("expiring share group members failed")
+                log.exception("firing the group timers failed")
 
     def _topics(self) -> dict[str, tuple[uuid.UUID, int]]:
         return {t.name: (t.topic_id, len(t.partitions)) for t in self.image.topics.values() if not t.internal}
@@ -136,11 +159,98 @@ class GroupCoordinatorActor(PartitionActor):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return 0
 
+    async def _settle(self, outcome: Outcome) -> None:
+        """Append the outcome's records, then answer the calls it resolves (with the append's error if it failed)."""
+        error = await self._commit(outcome.records)
+        for call, reply in outcome.replies.items():
+            future = self.waiting.pop(call, None)
+            if future is not None and not future.done():
+                future.set_result(dataclasses.replace(reply, error_code=error) if error else reply)
+
+    async def _call(self, command, *args, **kwargs):
+        """Run a command that may answer later (JoinGroup, SyncGroup) and wait for its answer."""
+        shard = await self._ready()
+        call = next(self.calls)
+        future = self.waiting[call] = asyncio.get_running_loop().create_future()
+        try:
+            await self._settle(command(shard)(call, *args, **kwargs))
+            self.wake.set()
+            return await future
+        finally:
+            self.waiting.pop(call, None)
+
+    # ---- classic groups ----------------------------------------------------------------------
+    async def join_group(self, group_id: str, member_id: str, instance_id: str | None, protocol_type: str,
+                         protocols: list, session_timeout_ms: int, rebalance_timeout_ms: int, client_id: str,
+                         client_host: str, require_known_member_id: bool, api_version: int):
+        return await self._call(lambda s: s.join_group, group_id, member_id, instance_id, protocol_type, protocols,
+                                session_timeout_ms, rebalance_timeout_ms, client_id=client_id,
+                                client_host=client_host, require_known_member_id=require_known_member_id,
+                                api_version=api_version, now_ms=now_ms())
+
+    async def sync_group(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+                         protocol_type: str | None, protocol_name: str | None, assignments: list):
+        return await self._call(lambda s: s.sync_group, group_id, generation_id, member_id, instance_id,
+                                protocol_type, protocol_name, assignments, now_ms=now_ms())
+
+    async def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
+        shard = await self._ready()
+        error = shard.heartbeat(group_id, generation_id, member_id, instance_id, now_ms=now_ms())
+        self.wake.set()
+        return error
+
+    async def leave_group(self, group_id: str, members: list):
+        shard = await self._ready()
+        error, results, outcome = shard.leave_group(group_id, members, now_ms=now_ms())
+        await self._settle(outcome)
+        self.wake.set()
+        return error, results
+
+    async def describe_classic(self, group_ids: list[str]):
+        shard = await self._ready()
+        return [shard.describe_classic(g) for g in group_ids]
+
+    # ---- consumer groups (KIP-848) -----------------------------------------------------------
+    async def consumer_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, request: dict):
+        shard = await self._ready()
+        result, records = shard.consumer_group_heartbeat(group_id, member_id, member_epoch, topics=self._topics(),
+                                                         now_ms=now_ms(), **request)
+        error = await self._commit(records)
+        if error:
+            result.error_code, result.error_message = error, "the group coordinator is reloading; retry"
+        self.wake.set()
+        return result
+
+    async def describe_consumer(self, group_ids: list[str]):
+        shard = await self._ready()
+        return shard.describe_consumer(group_ids, self._topics())
+
+    # ---- offsets -----------------------------------------------------------------------------
+    async def commit_offsets(self, group_id: str, member_id: str, instance_id: str | None,
+                             generation_or_epoch: int, partitions: list, api_version: int) -> list[int]:
+        shard = await self._ready()
+        errors, records = shard.commit_offsets(group_id, member_id, instance_id, generation_or_epoch, partitions,
+                                               api_version=api_version, now_ms=now_ms())
+        error = await self._commit(records)
+        return [error or e for e in errors]
+
+    async def fetch_offsets(self, group_id: str, topics: list | None, member_id: str | None = None,
+                            member_epoch: int = -1):
+        shard = await self._ready()
+        error, rows = shard.fetch_offsets(group_id, topics, member_id=member_id, member_epoch=member_epoch)
+        return error, [(t, p, None if v is None else (v.offset, v.leader_epoch, v.metadata)) for t, p, v in rows]
+
+    async def delete_offsets(self, group_id: str, partitions: list):
+        shard = await self._ready()
+        error, errors, records = shard.delete_offsets(group_id, partitions)
+        commit_error = await self._commit(records)
+        return error, [commit_error or e for e in errors]
+
     # ---- share groups ------------------------------------------------------------------------
     async def share_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, rack_id: str | None,
                                     subscribed_topic_names: list[str] | None, client_id: str, client_host: str):
         shard = await self._ready()
-        result, records = shard.share_group_heartbeat(
+        result, records = shard.share.share_group_heartbeat(
             group_id, member_id, member_epoch, rack_id=rack_id, subscribed_topic_names=subscribed_topic_names,
             client_id=client_id, client_host=client_host, now_ms=now_ms(), topics=self._topics())
         error = await self._commit(records)
@@ -174,7 +284,8 @@ class GroupCoordinatorActor(PartitionActor):
             if error:
                 log.warning("initializing share state of %s %s-%d failed: %s", group_id, topic_id, index, message)
         shard = await self._ready()
-        await self._commit(shard.mark_initialized(group_id, done) + shard.mark_initialize_failed(group_id, failed))
+        await self._commit(shard.share.mark_initialized(group_id, done)
+                           + shard.share.mark_initialize_failed(group_id, failed))
 
     async def _share_coordinator(self, group_id: str, topic_id: uuid.UUID, index: int):
         count = int(self.config["share.coordinator.state.topic.num.partitions"])
@@ -186,33 +297,35 @@ class GroupCoordinatorActor(PartitionActor):
     async def share_group_summary(self, group_id: str) -> tuple[int, int, list]:
         """(error code, member count, its initialized/initializing share-partitions) for the admin APIs."""
         shard = await self._ready()
-        described = shard.describe([group_id], self._topics())[0]
+        described = shard.share.describe([group_id], self._topics())[0]
         if described.error_code:
             return described.error_code, 0, []
-        return 0, len(described.members), shard.share_partitions(group_id)
+        return 0, len(described.members), shard.share.share_partitions(group_id)
 
     async def share_offsets_altered(self, group_id: str, partitions: dict) -> tuple[int, str | None]:
         """AlterShareGroupOffsets set these share-partitions' start offsets (see the core)."""
         shard = await self._ready()
-        error, message, records = shard.share_offsets_altered(group_id, partitions)
+        if shard.group_type(group_id) not in (None, SHARE):
+            return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group."
+        error, message, records = shard.share.share_offsets_altered(group_id, partitions)
         if not error and await self._commit(records):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is reloading; retry"
         return error, message
 
     async def describe(self, group_ids: list[str]):
         shard = await self._ready()
-        return shard.describe(group_ids, self._topics())
+        return shard.share.describe(group_ids, self._topics())
 
     async def list_groups(self, states_filter: list[str], types_filter: list[str]):
         shard = await self._ready()
         return shard.list_groups(states_filter, types_filter)
 
     async def delete_groups(self, group_ids: list[str]):
-        """Delete empty share groups, their share state first (as Kafka's DeleteGroups does)."""
+        """Delete empty groups; a share group's share state first (as Kafka's DeleteGroups does)."""
         shard = await self._ready()
         for group_id in group_ids:
-            for topic_id, index in shard.share_partitions(group_id):
-                if shard.describe([group_id], self._topics())[0].members:
+            for topic_id, index in shard.share.share_partitions(group_id):
+                if shard.share.describe([group_id], self._topics())[0].members:
                     break
                 try:
                     coordinator = await self._share_coordinator(group_id, topic_id, index)

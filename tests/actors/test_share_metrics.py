@@ -36,7 +36,7 @@ def test_acknowledgements_are_counted_by_type(broker):
     text, deadline = "", time.monotonic() + 60  # Ray exports metrics every few seconds
     while time.monotonic() < deadline:
         text = scrape()
-        if 'ack_type="reject"' in text and 'ack_type="accept"' in text and "kray_share_group_count" in text:
+        if 'ack_type="reject"' in text and 'ack_type="accept"' in text and "kray_group_count" in text:
             break
         time.sleep(2)
     # Ray prefixes its exports with ray_ and suffixes counters with _total; one line per worker

@@ -7,6 +7,10 @@ from __future__ import annotations
 from actors.gateway.dispatch import Route
 from actors.gateway.handlers.api_versions import handle_api_versions
 from actors.gateway.handlers.cluster_info import handle_describe_cluster, handle_metadata
+from actors.gateway.handlers.consumer_groups import (handle_consumer_group_describe, handle_consumer_group_heartbeat,
+                                                     handle_describe_groups, handle_heartbeat, handle_join_group,
+                                                     handle_leave_group, handle_offset_commit, handle_offset_delete,
+                                                     handle_offset_fetch, handle_sync_group)
 from actors.gateway.handlers.configs import handle_describe_configs, handle_incremental_alter_configs
 from actors.gateway.handlers.fetch import handle_fetch
 from actors.gateway.handlers.groups import (handle_delete_groups, handle_find_coordinator, handle_list_groups,
@@ -24,7 +28,14 @@ ROUTES: dict[int, Route] = {
     1: Route(handle_fetch, 4, 17),
     2: Route(handle_list_offsets, 1, 11),
     3: Route(handle_metadata, 0, 13),
+    8: Route(handle_offset_commit, 2, 10),
+    9: Route(handle_offset_fetch, 1, 10),
     10: Route(handle_find_coordinator, 0, 6),
+    11: Route(handle_join_group, 0, 9, with_connection=True),
+    12: Route(handle_heartbeat, 0, 4),
+    13: Route(handle_leave_group, 0, 5),
+    14: Route(handle_sync_group, 0, 5),
+    15: Route(handle_describe_groups, 0, 6),
     16: Route(handle_list_groups, 0, 5),
     18: Route(handle_api_versions, 0, 4),
     19: Route(handle_create_topics, 2, 7),
@@ -34,7 +45,10 @@ ROUTES: dict[int, Route] = {
     37: Route(handle_create_partitions, 0, 3),
     42: Route(handle_delete_groups, 0, 2),
     44: Route(handle_incremental_alter_configs, 0, 1),
+    47: Route(handle_offset_delete, 0, 0),
     60: Route(handle_describe_cluster, 0, 2),
+    68: Route(handle_consumer_group_heartbeat, 0, 1, with_connection=True),
+    69: Route(handle_consumer_group_describe, 0, 1),
     76: Route(handle_share_group_heartbeat, 1, 1, with_connection=True),
     77: Route(handle_share_group_describe, 1, 1),
     78: Route(handle_share_fetch, 1, 2, with_connection=True),

@@ -20,7 +20,6 @@ from actors.share_coordinator.core import state_partition_for_key
 log = logging.getLogger("kray.gateway")
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE = 0, 1, 2
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
-SHARE_PROTOCOL_TYPE = "share"
 
 
 async def _internal_partition(ctx, topic_name: str, index_for):
@@ -138,8 +137,8 @@ async def handle_share_group_describe(ctx, header, request) -> ShareGroupDescrib
 
 
 async def handle_list_groups(ctx, header, request) -> ListGroupsResponse:
-    """The groups this broker coordinates (a client lists every broker's, as Kafka's admin
-    clients do); share groups only until classic and consumer groups exist."""
+    """The groups this broker coordinates, of every type (a client lists every broker's, as
+    Kafka's admin clients do)."""
     topic = ctx.metadata.topics.get(internal_topics.CONSUMER_OFFSETS)
     actors = [a for (name, index), a in ctx.metadata.coordinators.items()
               if name == internal_topics.CONSUMER_OFFSETS and topic is not None
@@ -153,8 +152,8 @@ async def handle_list_groups(ctx, header, request) -> ListGroupsResponse:
         log.warning("listing groups failed: %s", e)
         return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, groups=[])
     return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[
-        ListGroupsResponse.ListedGroup(group_id=g, protocol_type=SHARE_PROTOCOL_TYPE, group_state=state, group_type=t)
-        for part in listed for g, state, t in part])
+        ListGroupsResponse.ListedGroup(group_id=g, protocol_type=protocol_type, group_state=state, group_type=t)
+        for part in listed for g, state, t, protocol_type in part])
 
 
 async def handle_delete_groups(ctx, header, request) -> DeleteGroupsResponse:

@@ -1,0 +1,303 @@
+"""Consumer groups on the wire: the classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+DescribeGroups), KIP-848's consumer protocol (ConsumerGroupHeartbeat, ConsumerGroupDescribe) and
+committed offsets (OffsetCommit, OffsetFetch, OffsetDelete).
+
+Each request goes to the group's coordinator actor, on the broker that leads the group's
+`__consumer_offsets` partition; any other broker answers NOT_COORDINATOR and the client finds the
+coordinator again. JoinGroup and SyncGroup calls stay open until the rebalance answers them.
+"""
+from __future__ import annotations
+
+import logging
+
+from protocol.errors import ErrorCode
+from protocol.messages import (ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse, DescribeGroupsResponse, HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
+                               OffsetCommitResponse, OffsetDeleteResponse, OffsetFetchResponse, SyncGroupResponse)
+
+from actors.gateway.handlers.groups import AUTHORIZED_OPERATIONS_OMITTED, coordinator_error, group_coordinator
+
+log = logging.getLogger("kray.gateway")
+JOIN_GROUP_REQUIRES_KNOWN_MEMBER_ID = 4   # KIP-394: from this JoinGroup version a new member first gets an id
+OFFSET_COMMIT_TOPIC_IDS = 10              # OffsetCommit / OffsetFetch name topics by id from this version
+DESCRIBE_GROUPS_NOT_FOUND_ERROR = 6       # older DescribeGroups answer an unknown group as Dead, no error
+NO_OFFSET = -1
+
+
+def _peer(connection) -> str:
+    return str(connection.peer[0]) if connection is not None and connection.peer else ""
+
+
+async def handle_join_group(ctx, header, request, connection) -> JoinGroupResponse:
+    try:
+        coordinator = await group_coordinator(ctx, request.group_id or "")
+        r = await coordinator.join_group.remote(
+            request.group_id, request.member_id or "", request.group_instance_id, request.protocol_type or "",
+            [(p.name, bytes(p.metadata)) for p in request.protocols], request.session_timeout_ms,
+            request.rebalance_timeout_ms, header.client_id or "", _peer(connection),
+            header.api_version >= JOIN_GROUP_REQUIRES_KNOWN_MEMBER_ID, header.api_version)
+    except Exception as e:
+        log.info("join group failed: %s", e)
+        return JoinGroupResponse(throttle_time_ms=0, error_code=coordinator_error(e), generation_id=-1,
+                                 protocol_name=None if header.api_version >= 7 else "", leader="",
+                                 member_id=request.member_id or "", members=[])
+    protocol_name = r.protocol_name
+    if protocol_name is None and header.api_version < 7:
+        protocol_name = ""  # not nullable before v7
+    return JoinGroupResponse(
+        throttle_time_ms=0, error_code=r.error_code, generation_id=r.generation_id, protocol_type=r.protocol_type,
+        protocol_name=protocol_name, leader=r.leader, skip_assignment=r.skip_assignment, member_id=r.member_id,
+        members=[JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=md)
+                 for m, i, md in r.members])
+
+
+async def handle_sync_group(ctx, header, request) -> SyncGroupResponse:
+    try:
+        coordinator = await group_coordinator(ctx, request.group_id or "")
+        r = await coordinator.sync_group.remote(
+            request.group_id, request.generation_id, request.member_id or "", request.group_instance_id,
+            request.protocol_type, request.protocol_name,
+            [(a.member_id, bytes(a.assignment)) for a in request.assignments])
+    except Exception as e:
+        log.info("sync group failed: %s", e)
+        return SyncGroupResponse(throttle_time_ms=0, error_code=coordinator_error(e), assignment=b"")
+    return SyncGroupResponse(throttle_time_ms=0, error_code=r.error_code, protocol_type=r.protocol_type,
+                             protocol_name=r.protocol_name, assignment=r.assignment)
+
+
+async def handle_heartbeat(ctx, header, request) -> HeartbeatResponse:
+    try:
+        coordinator = await group_coordinator(ctx, request.group_id or "")
+        error = await coordinator.heartbeat.remote(request.group_id, request.generation_id, request.member_id or "",
+                                                   request.group_instance_id)
+    except Exception as e:
+        error = coordinator_error(e)
+    return HeartbeatResponse(throttle_time_ms=0, error_code=error)
+
+
+async def handle_leave_group(ctx, header, request) -> LeaveGroupResponse:
+    if header.api_version < 3:
+        members = [(request.member_id or "", None)]
+    else:
+        members = [(m.member_id or "", m.group_instance_id) for m in request.members]
+    try:
+        coordinator = await group_coordinator(ctx, request.group_id or "")
+        error, results = await coordinator.leave_group.remote(request.group_id, members)
+    except Exception as e:
+        error = coordinator_error(e)
+        results = [(m, i, error) for m, i in members]
+    if header.api_version < 3:  # one member: its error is the answer
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=error or (results[0][2] if results else 0))
+    return LeaveGroupResponse(throttle_time_ms=0, error_code=error, members=[
+        LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=i, error_code=e) for m, i, e in results])
+
+
+async def handle_describe_groups(ctx, header, request) -> DescribeGroupsResponse:
+    groups = []
+    for group_id in request.groups:
+        out = DescribeGroupsResponse.DescribedGroup(group_id=group_id, group_state="", protocol_type="",
+                                                    protocol_data="", members=[],
+                                                    authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+        try:
+            [d] = await (await group_coordinator(ctx, group_id)).describe_classic.remote([group_id])
+        except Exception as e:
+            out.error_code, out.error_message = coordinator_error(e), str(e)
+            groups.append(out)
+            continue
+        if d.error_code == ErrorCode.GROUP_ID_NOT_FOUND and header.api_version < DESCRIBE_GROUPS_NOT_FOUND_ERROR:
+            out.error_code, out.group_state = 0, "Dead"
+        else:
+            out.error_code, out.error_message = d.error_code, d.error_message
+            out.group_state, out.protocol_type, out.protocol_data = d.state, d.protocol_type, d.protocol
+            out.members = [DescribeGroupsResponse.DescribedGroupMember(
+                member_id=m.member_id, group_instance_id=m.instance_id, client_id=m.client_id,
+                client_host=m.client_host, member_metadata=m.metadata, member_assignment=m.assignment)
+                for m in d.members]
+        groups.append(out)
+    return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)
+
+
+# ---- offsets -------------------------------------------------------------------------------------------------------
+
+def _topic_name(ctx, topic, by_id: bool) -> str | None:
+    if not by_id:
+        return topic.name
+    found = ctx.metadata.topic_by_id(topic.topic_id)
+    return found.name if found is not None else None
+
+
+async def handle_offset_commit(ctx, header, request) -> OffsetCommitResponse:
+    by_id = header.api_version >= OFFSET_COMMIT_TOPIC_IDS
+    R = OffsetCommitResponse
+    answers = [R.OffsetCommitResponseTopic(name=t.name if not by_id else "", topic_id=t.topic_id if by_id else None,
+                                           partitions=[R.OffsetCommitResponsePartition(partition_index=p.partition_index,
+                                                                                       error_code=0)
+                                                       for p in t.partitions])
+               for t in request.topics]
+    wanted, slots = [], []
+    for topic, answer in zip(request.topics, answers):
+        name = _topic_name(ctx, topic, by_id)
+        for p, slot in zip(topic.partitions, answer.partitions):
+            if name is None:
+                slot.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+                continue
+            wanted.append((name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
+                           p.committed_metadata))
+            slots.append(slot)
+    if wanted:
+        try:
+            coordinator = await group_coordinator(ctx, request.group_id or "")
+            errors = await coordinator.commit_offsets.remote(
+                request.group_id, request.member_id or "", request.group_instance_id,
+                request.generation_id_or_member_epoch, wanted, header.api_version)
+        except Exception as e:
+            errors = [coordinator_error(e)] * len(wanted)
+        for slot, error in zip(slots, errors):
+            slot.error_code = error
+    return R(throttle_time_ms=0, topics=answers)
+
+
+async def _fetch_group(ctx, group_id: str, topics, by_id: bool, member_id=None, member_epoch=-1):
+    """(group error, [(topic name or None, topic id, partition, (offset, epoch, metadata) or None, error)])."""
+    asked = None
+    unknown = []
+    if topics is not None:
+        asked = []
+        for t in topics:
+            name = _topic_name(ctx, t, by_id)
+            if name is None:
+                unknown += [(None, t.topic_id, p, None, ErrorCode.UNKNOWN_TOPIC_ID) for p in t.partition_indexes]
+            else:
+                asked.append((name, list(t.partition_indexes)))
+    try:
+        coordinator = await group_coordinator(ctx, group_id or "")
+        error, rows = await coordinator.fetch_offsets.remote(group_id, asked, member_id, member_epoch)
+    except Exception as e:
+        return coordinator_error(e), []
+    if error:
+        return error, []
+    return 0, [(t, None, p, v, 0) for t, p, v in rows] + unknown
+
+
+def _grouped(ctx, rows, by_id: bool):
+    """Rows by topic, in order: [(name, topic id, [(partition, value, error)])]."""
+    out: dict = {}
+    for name, topic_id, p, value, error in rows:
+        if by_id and topic_id is None:
+            topic = ctx.metadata.topics.get(name)
+            topic_id = topic.topic_id if topic is not None else None
+        key = (name, topic_id)
+        out.setdefault(key, []).append((p, value, error))
+    return [(name, topic_id, parts) for (name, topic_id), parts in out.items()]
+
+
+async def handle_offset_fetch(ctx, header, request) -> OffsetFetchResponse:
+    R = OffsetFetchResponse
+    v = header.api_version
+    if v < 8:
+        topics = request.topics
+        if topics is not None:
+            topics = [_LegacyTopic(t.name, t.partition_indexes) for t in topics]
+        error, rows = await _fetch_group(ctx, request.group_id, topics, by_id=False)
+        answer = R(throttle_time_ms=0, error_code=error, topics=[])
+        for name, _, parts in _grouped(ctx, rows, by_id=False):
+            answer.topics.append(R.OffsetFetchResponseTopic(name=name, partitions=[R.OffsetFetchResponsePartition(
+                partition_index=p, committed_offset=value[0] if value else NO_OFFSET,
+                committed_leader_epoch=value[1] if value else -1, metadata=value[2] if value else "",
+                error_code=e) for p, value, e in parts]))
+        if error and v < 2:  # no group error field: each partition carries it
+            answer.topics = [R.OffsetFetchResponseTopic(name=t.name, partitions=[R.OffsetFetchResponsePartition(
+                partition_index=p, committed_offset=NO_OFFSET, committed_leader_epoch=-1, metadata="",
+                error_code=error) for p in t.partition_indexes]) for t in (request.topics or [])]
+        return answer
+    by_id = v >= OFFSET_COMMIT_TOPIC_IDS
+    groups = []
+    for g in request.groups:
+        error, rows = await _fetch_group(ctx, g.group_id, g.topics, by_id, g.member_id, g.member_epoch)
+        groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error, topics=[
+            R.OffsetFetchResponseTopics(name=name or "", topic_id=topic_id, partitions=[
+                R.OffsetFetchResponsePartitions(partition_index=p, committed_offset=value[0] if value else NO_OFFSET,
+                                                committed_leader_epoch=value[1] if value else -1,
+                                                metadata=value[2] if value else "", error_code=e)
+                for p, value, e in parts])
+            for name, topic_id, parts in _grouped(ctx, rows, by_id)]))
+    return R(throttle_time_ms=0, groups=groups)
+
+
+class _LegacyTopic:
+    def __init__(self, name, partition_indexes):
+        self.name, self.topic_id, self.partition_indexes = name, None, partition_indexes
+
+
+async def handle_offset_delete(ctx, header, request) -> OffsetDeleteResponse:
+    R = OffsetDeleteResponse
+    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    try:
+        coordinator = await group_coordinator(ctx, request.group_id or "")
+        error, errors = await coordinator.delete_offsets.remote(request.group_id, wanted)
+    except Exception as e:
+        error, errors = coordinator_error(e), []
+    if error:
+        return R(error_code=error, throttle_time_ms=0, topics=[])
+    it = iter(errors)
+    return R(error_code=0, throttle_time_ms=0, topics=[
+        R.OffsetDeleteResponseTopic(name=t.name, partitions=[
+            R.OffsetDeleteResponsePartition(partition_index=p.partition_index, error_code=next(it))
+            for p in t.partitions]) for t in request.topics])
+
+
+# ---- the consumer protocol (KIP-848) -------------------------------------------------------------------------------
+
+async def handle_consumer_group_heartbeat(ctx, header, request, connection) -> ConsumerGroupHeartbeatResponse:
+    R = ConsumerGroupHeartbeatResponse
+    owned = None
+    if request.topic_partitions is not None:
+        owned = [(t.topic_id, list(t.partitions)) for t in request.topic_partitions]
+    fields = dict(instance_id=request.instance_id, rack_id=request.rack_id,
+                  rebalance_timeout_ms=request.rebalance_timeout_ms,
+                  subscribed_topic_names=None if request.subscribed_topic_names is None
+                  else list(request.subscribed_topic_names),
+                  subscribed_topic_regex=request.subscribed_topic_regex, server_assignor=request.server_assignor,
+                  owned_partitions=owned, client_id=header.client_id or "", client_host=_peer(connection),
+                  api_version=header.api_version)
+    try:
+        coordinator = await group_coordinator(ctx, request.group_id or "")
+        r = await coordinator.consumer_group_heartbeat.remote(request.group_id, request.member_id or "",
+                                                              request.member_epoch, fields)
+    except Exception as e:
+        log.info("consumer group heartbeat failed: %s", e)
+        return R(throttle_time_ms=0, error_code=coordinator_error(e), error_message=str(e), member_epoch=-1,
+                 heartbeat_interval_ms=0)
+    assignment = None
+    if r.assignment is not None:
+        assignment = R.Assignment(topic_partitions=[R.TopicPartitions(topic_id=t, partitions=list(ps))
+                                                    for t, ps in r.assignment])
+    return R(throttle_time_ms=0, error_code=r.error_code, error_message=r.error_message, member_id=r.member_id,
+             member_epoch=r.member_epoch, heartbeat_interval_ms=r.heartbeat_interval_ms, assignment=assignment)
+
+
+async def handle_consumer_group_describe(ctx, header, request) -> ConsumerGroupDescribeResponse:
+    R = ConsumerGroupDescribeResponse
+
+    def assignment(parts):
+        return R.Assignment(topic_partitions=[R.TopicPartitions(topic_id=t, topic_name=name, partitions=list(ps))
+                                              for t, name, ps in parts])
+    groups = []
+    for group_id in request.group_ids:
+        try:
+            [d] = await (await group_coordinator(ctx, group_id)).describe_consumer.remote([group_id])
+        except Exception as e:
+            groups.append(R.DescribedGroup(error_code=coordinator_error(e), error_message=str(e), group_id=group_id,
+                                           group_state="", group_epoch=0, assignment_epoch=0, assignor_name="",
+                                           members=[]))
+            continue
+        groups.append(R.DescribedGroup(
+            error_code=d.error_code, error_message=d.error_message, group_id=group_id, group_state=d.group_state,
+            group_epoch=d.group_epoch, assignment_epoch=d.assignment_epoch, assignor_name=d.assignor_name,
+            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            members=[R.Member(member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
+                              member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
+                              subscribed_topic_names=list(m.subscribed_topic_names),
+                              subscribed_topic_regex=m.subscribed_topic_regex, assignment=assignment(m.assignment),
+                              target_assignment=assignment(m.target_assignment), member_type=m.member_type)
+                     for m in d.members]))
+    return R(throttle_time_ms=0, groups=groups)

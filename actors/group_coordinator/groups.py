@@ -1,0 +1,308 @@
+"""Every group of one `__consumer_offsets` partition: share groups (core.py), classic groups (classic.py), KIP-848
+consumer groups (consumer_group.py) and the committed offsets (offsets.py), in one namespace. Pure, like its parts.
+
+A group id names one group of one type. This module routes each request to its type's state machine, answers
+requests aimed at a group of another type as Kafka does, converts an empty group between the classic and consumer
+protocols (KIP-848's upgrade and downgrade of empty groups), and checks offset commits against the group's
+members. The shell appends the records a call returns before it answers.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors.group_coordinator import classic_records as crec
+from actors.group_coordinator.classic import (ClassicGroups, DescribedClassicGroup, JoinResult, Outcome,
+                                              SyncResult)
+from actors.group_coordinator.consumer_group import ConsumerGroups, ConsumerHeartbeatResult, DescribedConsumerGroup
+from actors.group_coordinator.core import GroupCoordinatorShard, TopicsView
+from actors.group_coordinator.offsets import OffsetStore
+from actors.group_coordinator.records import Record
+from protocol.errors import ErrorCode
+
+SHARE, CLASSIC, CONSUMER = "share", "classic", "consumer"
+SHARE_PROTOCOL_TYPE = "share"
+CONSUMER_PROTOCOL_TYPE = "consumer"
+
+
+@dataclass
+class GroupMetrics:
+    count_by_type_state: dict[tuple[str, str], int]
+    rebalance_count_by_type: dict[str, int]
+    member_count_by_type: dict[str, int] = field(default_factory=dict)
+
+
+class Groups:
+    def __init__(self, broker_config: Mapping[str, Any] | None = None):
+        config = dict(broker_config or {})
+        self.share = GroupCoordinatorShard(config)
+        self.classic = ClassicGroups(config)
+        self.consumer = ConsumerGroups(config)
+        self.offsets = OffsetStore(config)
+        self.next_retention_check_ms = 0
+
+    # ---- the namespace -------------------------------------------------------------------------------------------
+
+    def group_type(self, group_id: str) -> str | None:
+        if self.classic.has_group(group_id):
+            return CLASSIC
+        if self.consumer.has_group(group_id):
+            return CONSUMER
+        return SHARE if self.share.group_type(group_id) == SHARE else None
+
+    def _classic_created(self, group_id: str, existed: bool) -> None:
+        if not existed and self.classic.has_group(group_id):
+            self.share.register_foreign_group(group_id, CLASSIC)
+
+    def _remove_classic(self, group_id: str) -> list[Record]:
+        self.share.unregister_foreign_group(group_id)
+        return self.classic.remove(group_id)
+
+    def _remove_consumer(self, group_id: str) -> list[Record]:
+        self.share.unregister_foreign_group(group_id)
+        return self.consumer.delete_group(group_id)[2]
+
+    # ---- loading ---------------------------------------------------------------------------------------------------
+
+    def replay(self, key_bytes, value_bytes, now_ms: int) -> None:
+        record_type = crec.record_type(key_bytes)
+        if record_type in crec.OFFSET_COMMIT_TYPES:
+            self.offsets.replay(key_bytes, value_bytes)
+            return
+        if record_type == crec.CLASSIC_GROUP_METADATA:
+            self.classic.replay(key_bytes, value_bytes, now_ms)
+        self.consumer.replay(record_type, key_bytes, value_bytes)
+        self.share.replay(key_bytes, value_bytes)  # share records; other types' ids reserved in its namespace
+
+    def finish_replay(self, now_ms: int) -> None:
+        """Groups known only by their offsets (committed outside group management) come back as simple groups."""
+        for group_id in self.offsets.groups():
+            if self.group_type(group_id) is None:
+                self.classic.create_simple(group_id, now_ms)
+                self._classic_created(group_id, existed=False)
+
+    # ---- classic protocol ------------------------------------------------------------------------------------------
+
+    def _not_classic(self, group_id: str) -> int | None:
+        kind = self.group_type(group_id)
+        return None if kind in (None, CLASSIC) else ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+    def _downgrade(self, group_id: str) -> list[Record]:
+        """An empty consumer group that a classic member joins becomes a classic group (offsets stay)."""
+        if self.group_type(group_id) == CONSUMER and self.consumer.is_empty(group_id):
+            return self._remove_consumer(group_id)
+        return []
+
+    def join_group(self, call: int, group_id: str, member_id: str, instance_id: str | None, protocol_type: str,
+                   protocols: list[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int, *,
+                   client_id: str, client_host: str, require_known_member_id: bool, api_version: int,
+                   now_ms: int) -> Outcome:
+        converted = self._downgrade(group_id)
+        error = self._not_classic(group_id)
+        if error:
+            return Outcome(replies={call: JoinResult(error_code=error, member_id=member_id)})
+        existed = self.classic.has_group(group_id)
+        out = Outcome(records=converted)
+        out.merge(self.classic.join(call, group_id, member_id, instance_id, protocol_type, protocols, session_timeout_ms,
+                                rebalance_timeout_ms, client_id=client_id, client_host=client_host,
+                                require_known_member_id=require_known_member_id, api_version=api_version,
+                                now_ms=now_ms))
+        self._classic_created(group_id, existed)
+        return out
+
+    def sync_group(self, call: int, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+                   protocol_type: str | None, protocol_name: str | None, assignments: list[tuple[str, bytes]], *,
+                   now_ms: int) -> Outcome:
+        error = self._not_classic(group_id)
+        if error:
+            return Outcome(replies={call: SyncResult(error_code=error)})
+        return self.classic.sync(call, group_id, generation_id, member_id, instance_id, protocol_type, protocol_name,
+                                 assignments, now_ms=now_ms)
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None, *,
+                  now_ms: int) -> int:
+        return self._not_classic(group_id) or self.classic.heartbeat(group_id, generation_id, member_id, instance_id,
+                                                                     now_ms=now_ms)
+
+    def leave_group(self, group_id: str, members: list[tuple[str, str | None]], *, now_ms: int):
+        error = self._not_classic(group_id)
+        if error:
+            return error, [(m, i, error) for m, i in members], Outcome()
+        return self.classic.leave(group_id, members, now_ms=now_ms)
+
+    def describe_classic(self, group_id: str) -> DescribedClassicGroup:
+        kind = self.group_type(group_id)
+        if kind not in (None, CLASSIC):
+            return DescribedClassicGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND,
+                                         f"Group {group_id} is not a classic group.")
+        return self.classic.describe(group_id)
+
+    # ---- consumer protocol (KIP-848) ------------------------------------------------------------------------------
+
+    def consumer_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, *, topics: TopicsView,
+                                 now_ms: int, **request) -> tuple[ConsumerHeartbeatResult, list[Record]]:
+        kind = self.group_type(group_id)
+        records: list[Record] = []
+        if kind == CLASSIC and self.classic.is_empty(group_id) and member_epoch == 0:
+            records = self._remove_classic(group_id)  # upgrade an empty classic group; its offsets stay
+        elif kind in (CLASSIC, SHARE):
+            return ConsumerHeartbeatResult(
+                error_code=ErrorCode.GROUP_ID_NOT_FOUND,
+                error_message=f"Group {group_id} is not a consumer group"
+                              + (" (a classic group with members: stop them first)" if kind == CLASSIC else ".")), []
+        existed = self.consumer.has_group(group_id)
+        result, heartbeat_records = self.consumer.heartbeat(group_id, member_id, member_epoch, topics=topics,
+                                                            now_ms=now_ms, **request)
+        if not existed and self.consumer.has_group(group_id):
+            self.share.register_foreign_group(group_id, CONSUMER)
+        return result, records + heartbeat_records
+
+    def describe_consumer(self, group_ids: Iterable[str], topics: TopicsView) -> list[DescribedConsumerGroup]:
+        out = []
+        for group_id in group_ids:
+            kind = self.group_type(group_id)
+            if kind in (CLASSIC, SHARE):
+                out.append(DescribedConsumerGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND,
+                                                  f"Group {group_id} is not a consumer group."))
+            else:
+                out += self.consumer.describe([group_id], topics)
+        return out
+
+    def on_topics_changed(self, topics: TopicsView, now_ms: int) -> list[Record]:
+        return self.consumer.on_topics_changed(topics, now_ms)
+
+    # ---- offsets ---------------------------------------------------------------------------------------------------
+
+    def commit_offsets(self, group_id: str, member_id: str, instance_id: str | None, generation_or_epoch: int,
+                       partitions: list[tuple[str, int, int, int, str | None]], *, api_version: int,
+                       now_ms: int) -> tuple[list[int], list[Record]]:
+        """An error code per partition (in order) and the records to append: Kafka's OffsetCommit."""
+        kind = self.group_type(group_id)
+        if kind is None:
+            if generation_or_epoch >= 0:  # a member of a group that is gone
+                error = ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 9 else ErrorCode.ILLEGAL_GENERATION
+                return [error] * len(partitions), []
+            self.classic.create_simple(group_id, now_ms)  # a "simple" group: offsets without group management
+            self._classic_created(group_id, existed=False)
+            error = ErrorCode.NONE
+        elif kind == CLASSIC:
+            error = self.classic.validate_offset_commit(group_id, member_id, instance_id, generation_or_epoch, now_ms)
+        elif kind == CONSUMER:
+            error, _ = self.consumer.validate_offset_commit(group_id, member_id, generation_or_epoch, api_version)
+        else:
+            error = ErrorCode.GROUP_ID_NOT_FOUND
+        if error:
+            return [error] * len(partitions), []
+        return self.offsets.commit(group_id, partitions, now_ms)
+
+    def fetch_offsets(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None, *,
+                      member_id: str | None = None, member_epoch: int = -1):
+        """(group error, [(topic, partition, committed value or None)])."""
+        kind = self.group_type(group_id)
+        if kind == SHARE:
+            return ErrorCode.GROUP_ID_NOT_FOUND, []
+        if kind == CONSUMER:
+            error, _ = self.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
+            if error:
+                return error, []
+        return ErrorCode.NONE, self.offsets.fetch(group_id, topics)
+
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                       ) -> tuple[int, list[int], list[Record]]:
+        """Kafka's OffsetDelete: (group error, an error per partition, records). A group's members may not lose the
+        offsets of topics they subscribe to (GROUP_SUBSCRIBED_TO_TOPIC)."""
+        kind = self.group_type(group_id)
+        if kind not in (CLASSIC, CONSUMER):
+            return ErrorCode.GROUP_ID_NOT_FOUND, [], []
+        if kind == CLASSIC and not self.classic.is_empty(group_id) and \
+                self.classic.describe(group_id).protocol_type not in ("", CONSUMER_PROTOCOL_TYPE):
+            return ErrorCode.NON_EMPTY_GROUP, [], []
+        subscribed = (self.classic.subscribed_topics(group_id) if kind == CLASSIC
+                      else self.consumer.subscribed_topics(group_id))
+        errors = [ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if topic in subscribed else ErrorCode.NONE
+                  for topic, _ in partitions]
+        records = self.offsets.delete(group_id, [tp for tp, e in zip(partitions, errors) if not e])
+        return ErrorCode.NONE, errors, records
+
+    # ---- admin -----------------------------------------------------------------------------------------------------
+
+    def list_groups(self, states_filter: Iterable[str] = (), types_filter: Iterable[str] = ()
+                    ) -> list[tuple[str, str, str, str]]:
+        """(group id, state, type, protocol type) of every group; empty filters match all; case-insensitive."""
+        states = {s.strip().lower() for s in states_filter}
+        types = {t.strip().lower() for t in types_filter}
+        rows = [(g, state, SHARE, SHARE_PROTOCOL_TYPE) for g, state, _ in self.share.list_groups()]
+        rows += [(g, state, CLASSIC, protocol_type) for g, state, protocol_type in self.classic.list_groups()]
+        rows += [(g, state, CONSUMER, CONSUMER_PROTOCOL_TYPE) for g, state in self.consumer.list_groups()]
+        return sorted(r for r in rows if (not states or r[1].lower() in states) and (not types or r[2] in types))
+
+    def delete_groups(self, group_ids: Iterable[str]) -> tuple[list[tuple[str, int, str | None]], list[Record]]:
+        """Kafka's DeleteGroups for every type (share groups: the shell deletes their share state first)."""
+        results, records = [], []
+        for group_id in group_ids:
+            kind = self.group_type(group_id)
+            if kind == SHARE or (kind is None and not group_id):
+                [result], share_records = self.share.delete_groups([group_id])
+                results.append(result)
+                records += share_records
+            elif kind is None:
+                results.append((group_id, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found."))
+            elif kind == CONSUMER:
+                error, message, group_records = self.consumer.delete_group(group_id)
+                if not error:
+                    self.share.unregister_foreign_group(group_id)
+                    records += self.offsets.delete_group(group_id) + group_records
+                results.append((group_id, error, message))
+            elif not self.classic.is_empty(group_id):
+                results.append((group_id, ErrorCode.NON_EMPTY_GROUP, f"Group {group_id} is not empty."))
+            else:
+                records += self.offsets.delete_group(group_id) + self._remove_classic(group_id)
+                results.append((group_id, ErrorCode.NONE, None))
+        return results, records
+
+    def on_topics_deleted(self, topic_ids: set, topic_names: set[str]) -> list[Record]:
+        return self.share.on_topics_deleted(topic_ids) + self.offsets.on_topics_deleted(topic_names)
+
+    # ---- timers ----------------------------------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> Outcome:
+        """Every timer due: classic rebalance phases and sessions, share and consumer sessions, offset retention."""
+        out = self.classic.tick(now_ms)
+        out.records += self.share.expire_sessions(now_ms) + self.consumer.expire(now_ms)
+        if now_ms >= self.next_retention_check_ms:
+            self.next_retention_check_ms = now_ms + self.offsets.check_interval_ms
+            out.records += self.offsets.expire(now_ms, self._empty_since_ms)
+            for group_id in [g for g, state, _ in self.classic.list_groups()
+                             if self.classic.is_empty(g) and not self.offsets.has_offsets(g)]:
+                out.records += self._remove_classic(group_id)  # an empty group with no offsets left is gone
+            for group_id in [g for g, _ in self.consumer.list_groups()
+                             if self.consumer.is_empty(g) and not self.offsets.has_offsets(g)]:
+                out.records += self._remove_consumer(group_id)
+        return out
+
+    def _empty_since_ms(self, group_id: str) -> int | None:
+        kind = self.group_type(group_id)
+        if kind == CLASSIC:
+            return self.classic.empty_since_ms(group_id)
+        if kind == CONSUMER:
+            return -1 if self.consumer.is_empty(group_id) else None
+        return -1 if kind is None else None
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [d for d in (self.classic.next_deadline_ms(), self.share.next_deadline_ms(),
+                                 self.consumer.next_deadline_ms(), self.next_retention_check_ms) if d is not None]
+        return min(deadlines, default=None)
+
+    # ---- metrics ---------------------------------------------------------------------------------------------------
+
+    def metrics(self) -> GroupMetrics:
+        share = self.share.metrics()
+        counts = {(SHARE, state): n for state, n in share.group_count_by_state.items()}
+        counts.update({(CLASSIC, state): n for state, n in self.classic.count_by_state().items()})
+        counts.update({(CONSUMER, state): n for state, n in self.consumer.count_by_state().items()})
+        return GroupMetrics(counts, {SHARE: share.rebalance_count, CLASSIC: self.classic.rebalance_count,
+                                     CONSUMER: self.consumer.rebalance_count()},
+                            {SHARE: share.member_count, CLASSIC: self.classic.member_count(),
+                             CONSUMER: self.consumer.member_count()})
+
