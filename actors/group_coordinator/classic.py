@@ -275,7 +275,7 @@ class ClassicGroups:
             self._groups[group_id] = group
             args = (instance_id, client_id, client_host, rebalance_timeout_ms, session_timeout_ms, protocols)
             if not member_id:
-                self._join_new(out, call, group, args, protocol_type, require_known_member_id, api_version, now_ms)
+                self._join_new(out, call, group, args, protocol_type, require_known_member_id, now_ms)
             else:
                 self._join_known(out, call, group, member_id, args, protocol_type, now_ms)
         except _Fail as e:
@@ -285,11 +285,11 @@ class ClassicGroups:
     def _full(self, group: _Group) -> bool:
         return len(group.members) + len(group.pending) >= self.config.max_size
 
-    def _join_new(self, out, call, group, args, protocol_type, require_known_member_id, api_version, now_ms):
+    def _join_new(self, out, call, group, args, protocol_type, require_known_member_id, now_ms):
         instance_id, client_id = args[0], args[1]
         new_id = f"{client_id}-{uuid.uuid4()}"
         if instance_id is not None and instance_id in group.static:
-            self._replace_static(out, call, group, group.static[instance_id], new_id, args, api_version, now_ms)
+            self._replace_static(out, call, group, group.static[instance_id], new_id, args, now_ms)
             return
         if self._full(group):
             raise _Fail(ErrorCode.GROUP_MAX_SIZE_REACHED)
@@ -356,7 +356,7 @@ class ClassicGroups:
         member.join_call = call
         member.deadline_ms = now_ms + member.session_timeout_ms
 
-    def _replace_static(self, out, call, group, old_id, new_id, args, api_version, now_ms):
+    def _replace_static(self, out, call, group, old_id, new_id, args, now_ms):
         """A static member restarted (new member id, same instance id): it takes over the old member's place."""
         old = group.members.pop(old_id)
         for waiting, cls in ((old.join_call, JoinResult), (old.sync_call, SyncResult)):
@@ -369,9 +369,9 @@ class ClassicGroups:
         group.static[old.instance_id] = new_id
         if group.leader == old_id:
             group.leader = new_id
-        if group.state == STABLE and group.protocol in member.names() and group.select_protocol() == group.protocol \
-                and (new_id != group.leader or api_version >= 9):
-            # no rebalance: the old assignment stands (a returning leader is told to skip assigning, KIP-814)
+        if group.state == STABLE and group.protocol in member.names() and group.select_protocol() == group.protocol:
+            # no rebalance: the old assignment stands. A returning leader is told to skip assigning (KIP-814,
+            # JoinGroup v9); an older one computes an assignment that its SyncGroup in a Stable group ignores.
             out.records.append(group.record())
             answer = self._join_answer(group, member)
             answer.skip_assignment = new_id == group.leader

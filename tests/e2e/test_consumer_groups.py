@@ -1,0 +1,262 @@
+"""Consumer groups with `subscribe()`, as Kafka's tutorials write them, against a real `kray start`:
+confluent-kafka with the classic protocol (eager range and cooperative-sticky) and KIP-848's
+consumer protocol, kafka-python and aiokafka (classic). Members split a 6-partition topic, a third
+joins and one leaves; committed offsets are where a group resumes; static members come back
+without a rebalance.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+PARTITIONS = 6
+PER_PARTITION = 50
+SETTLE_S = 60
+
+
+def make_topic(bootstrap: str, partitions: int = PARTITIONS, records_per_partition: int = PER_PARTITION) -> str:
+    topic = f"cg-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(partitions * records_per_partition):
+        p.produce(topic, key=b"%d" % i, value=b"v%d" % i, partition=i % partitions)
+    assert p.flush(30) == 0
+    return topic
+
+
+def confluent(bootstrap: str, group: str, topic: str, **conf) -> Consumer:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, **conf})
+    c.subscribe([topic])
+    return c
+
+
+def owned(c: Consumer) -> set[int]:
+    return {tp.partition for tp in c.assignment()}
+
+
+def settle(consumers: list[Consumer], want: list[int], timeout_s: float = SETTLE_S) -> list[set[int]]:
+    """Poll every consumer until their assignments have the wanted sizes and split the topic."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for c in consumers:
+            c.poll(0.05)
+        parts = [owned(c) for c in consumers]
+        if [len(p) for p in parts] == want and len(set().union(*parts)) == sum(want):
+            return parts
+    raise AssertionError(f"assignments did not settle to {want}: {[sorted(owned(c)) for c in consumers]}")
+
+
+@pytest.mark.parametrize("conf", [
+    pytest.param({"group.protocol": "classic"}, id="classic-range"),
+    pytest.param({"group.protocol": "classic", "partition.assignment.strategy": "cooperative-sticky"},
+                 id="classic-cooperative-sticky"),
+    pytest.param({"group.protocol": "consumer"}, id="consumer-protocol"),
+])
+def test_confluent_members_split_join_and_leave(kray, conf):
+    topic = make_topic(kray)
+    group = f"g-{topic}"
+    c1, c2 = confluent(kray, group, topic, **conf), confluent(kray, group, topic, **conf)
+    try:
+        a, b = settle([c1, c2], [3, 3])
+        assert a | b == set(range(PARTITIONS))
+        c3 = confluent(kray, group, topic, **conf)
+        settle([c1, c2, c3], [2, 2, 2])
+        c1.close()
+        settle([c2, c3], [3, 3])
+        if conf.get("partition.assignment.strategy") == "cooperative-sticky" or conf["group.protocol"] == "consumer":
+            # incremental rebalancing keeps what a member had: c2 and c3 kept their two each
+            assert len(owned(c2)) == 3
+        c3.close()
+    finally:
+        c2.close()
+
+
+def consume(c: Consumer, count: int, timeout_s: float = 60) -> list:
+    got, deadline = [], time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        got += [m for m in c.consume(count - len(got), timeout=0.5) if m.error() is None]
+    return got
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_restarted_group_resumes_where_it_committed(kray, protocol):
+    topic = make_topic(kray, partitions=2)
+    group = f"g-{topic}"
+    c = confluent(kray, group, topic, **{"group.protocol": protocol})
+    first = consume(c, PER_PARTITION)  # a part of the 100 records
+    assert len(first) == PER_PARTITION
+    c.commit(asynchronous=False)
+    committed = {tp.partition: tp.offset for tp in c.committed(
+        [TopicPartition(topic, p) for p in range(2)], timeout=10)}
+    c.close()
+    assert sum(max(o, 0) for o in committed.values()) == PER_PARTITION
+
+    c = confluent(kray, group, topic, **{"group.protocol": protocol})
+    rest = consume(c, PER_PARTITION)
+    c.close()
+    seen = {(m.partition(), m.offset()) for m in first}
+    assert len(rest) == PER_PARTITION and not seen & {(m.partition(), m.offset()) for m in rest}
+    for m in rest:
+        assert m.offset() >= max(committed[m.partition()], 0)
+
+
+def test_static_member_restart_keeps_its_partitions_without_a_rebalance(kray):
+    topic = make_topic(kray)
+    group = f"g-{topic}"
+    revoked = []
+    static = {"group.protocol": "classic", "session.timeout.ms": 30000}
+    c1 = confluent(kray, group, topic, **static, **{"group.instance.id": "worker-1"})
+    c2 = Consumer({"bootstrap.servers": kray, "group.id": group, "auto.offset.reset": "earliest",
+                   "enable.auto.commit": False, "group.instance.id": "worker-2", **static})
+    c2.subscribe([topic], on_revoke=lambda consumer, parts: revoked.append(len(parts)))
+    try:
+        before, _ = settle([c1, c2], [3, 3])
+        c1.close()  # a static member leaves no LeaveGroup: its place waits for the session timeout
+        revoked.clear()
+        c1 = confluent(kray, group, topic, **static, **{"group.instance.id": "worker-1"})
+        after, _ = settle([c1, c2], [3, 3])
+        for _ in range(20):  # a rebalance would have revoked c2's partitions by now
+            c2.poll(0.1)
+        assert after == before
+        assert not [n for n in revoked if n], "the other member's partitions were revoked: a rebalance happened"
+    finally:
+        c1.close()
+        c2.close()
+
+
+def test_kafka_python_group_splits_and_commits(kray):
+    from kafka import KafkaConsumer, TopicPartition as KTopicPartition
+    topic = make_topic(kray)
+    group = f"g-{topic}"
+
+    def member():
+        return KafkaConsumer(topic, bootstrap_servers=kray, group_id=group, auto_offset_reset="earliest",
+                             enable_auto_commit=False)
+    c1, c2 = member(), member()
+    try:
+        counts: dict[int, int] = {}
+        deadline = time.monotonic() + SETTLE_S
+        while time.monotonic() < deadline:
+            for c in (c1, c2):
+                for tp, records in c.poll(timeout_ms=100).items():
+                    counts[tp.partition] = counts.get(tp.partition, 0) + len(records)
+            a, b = c1.assignment(), c2.assignment()
+            if len(a) == 3 and len(b) == 3 and sum(counts.values()) == PARTITIONS * PER_PARTITION:
+                break
+        assert {tp.partition for tp in c1.assignment() | c2.assignment()} == set(range(PARTITIONS))
+        assert sum(counts.values()) == PARTITIONS * PER_PARTITION
+        c1.commit()
+        c2.commit()
+        tps = [KTopicPartition(topic, p) for p in range(PARTITIONS)]
+        assert {tp.partition: c1.committed(tp) for tp in tps if tp in c1.assignment()} == {
+            tp.partition: PER_PARTITION for tp in c1.assignment()}
+    finally:
+        c1.close()
+        c2.close()
+    from kafka import KafkaAdminClient
+    admin = KafkaAdminClient(bootstrap_servers=kray)
+    offsets = admin.list_group_offsets({group: None})[group]
+    assert {tp.partition: o.offset for tp, o in offsets.items()} == {p: PER_PARTITION for p in range(PARTITIONS)}
+    listed = {g["group_id"]: g for g in admin.list_groups()}
+    assert (listed[group]["protocol_type"], listed[group]["group_type"]) == ("consumer", "classic")
+    assert admin.describe_groups([group])[group]["group_state"] == "Empty"
+    admin.close()
+
+
+def test_aiokafka_group_splits_and_commits(kray):
+    from aiokafka import AIOKafkaConsumer
+    topic = make_topic(kray)
+    group = f"g-{topic}"
+
+    async def run():
+        members = [AIOKafkaConsumer(topic, bootstrap_servers=kray, group_id=group, auto_offset_reset="earliest",
+                                    enable_auto_commit=False) for _ in range(2)]
+        for m in members:
+            await m.start()
+        try:
+            seen: set[tuple[int, int]] = set()
+            deadline = time.monotonic() + SETTLE_S
+            while time.monotonic() < deadline:
+                for m in members:
+                    for tp, records in (await m.getmany(timeout_ms=100)).items():
+                        seen |= {(r.partition, r.offset) for r in records}
+                sizes = [len(m.assignment()) for m in members]
+                if sizes == [3, 3] and len(seen) == PARTITIONS * PER_PARTITION:
+                    break
+            assert [len(m.assignment()) for m in members] == [3, 3]
+            assert len(seen) == PARTITIONS * PER_PARTITION
+            for m in members:
+                await m.commit()
+            from aiokafka import TopicPartition as ATopicPartition
+            assert [await members[0].committed(ATopicPartition(topic, p)) for p in range(PARTITIONS)
+                    if ATopicPartition(topic, p) in members[0].assignment()] == [PER_PARTITION] * 3
+        finally:
+            for m in members:
+                await m.stop()
+
+    asyncio.run(run())
+
+
+def test_admin_client_lists_describes_and_resets_groups(kray):
+    topic = make_topic(kray, partitions=2)
+    group = f"g-{topic}"
+    admin = AdminClient({"bootstrap.servers": kray})
+    c = confluent(kray, group, topic)
+    consume(c, 2 * PER_PARTITION)
+    c.commit(asynchronous=False)
+    listed = admin.list_consumer_groups(request_timeout=10).result()
+    assert group in {g.group_id for g in listed.valid}
+    described = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
+    assert len(described.members) == 1 and str(described.state).endswith("STABLE")
+    assert {tp.partition for tp in described.members[0].assignment.topic_partitions} == {0, 1}
+
+    # offsets of a live group can't be reset by the admin (UNKNOWN_MEMBER_ID, as Kafka answers)
+    reset = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 0), TopicPartition(topic, 1, 0)])
+    refused = admin.alter_consumer_group_offsets([reset])[group].result()
+    assert {tp.error.code() for tp in refused.topic_partitions} == {KafkaError.UNKNOWN_MEMBER_ID}
+    c.close()
+    admin.alter_consumer_group_offsets([reset])[group].result()
+    offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result()
+    assert {tp.partition: tp.offset for tp in offsets.topic_partitions} == {0: 0, 1: 0}
+
+    admin.delete_consumer_groups([group], request_timeout=10)[group].result()
+    listed = admin.list_consumer_groups(request_timeout=10).result()
+    assert group not in {g.group_id for g in listed.valid}
+
+
+def test_committed_offsets_survive_a_broker_restart(tmp_path):
+    from tests.kray_process import KrayProcess
+    server = KrayProcess(tmp_path / "data")
+    bootstrap = server.start()
+    try:
+        topic = make_topic(bootstrap, partitions=2)
+        group = f"g-{topic}"
+        c = confluent(bootstrap, group, topic, **{"group.protocol": "consumer"})
+        first = consume(c, PER_PARTITION)
+        c.commit(asynchronous=False)
+        c.close()
+        simple = Consumer({"bootstrap.servers": bootstrap, "group.id": f"assign-{topic}", "enable.auto.commit": False})
+        simple.commit(offsets=[TopicPartition(topic, 0, 7)], asynchronous=False)  # assign() users commit too
+        simple.close()
+    finally:
+        assert server.stop() == 0
+    server = KrayProcess(tmp_path / "data", port=server.port)
+    bootstrap = server.start()
+    try:
+        c = confluent(bootstrap, group, topic, **{"group.protocol": "consumer"})
+        rest = consume(c, PER_PARTITION)
+        c.close()
+        assert len(first) == len(rest) == PER_PARTITION
+        assert not {(m.partition(), m.offset()) for m in first} & {(m.partition(), m.offset()) for m in rest}
+        simple = Consumer({"bootstrap.servers": bootstrap, "group.id": f"assign-{topic}"})
+        assert simple.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 7
+        simple.close()
+    finally:
+        server.stop()
