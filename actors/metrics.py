@@ -18,6 +18,8 @@ def _metrics():
                                tag_keys=("type", "state")),
         "rebalances": m.Counter("kray_group_rebalance_count", "Rebalances by group type (classic: join phases; "
                                 "share and consumer: group epoch bumps)", tag_keys=("type",)),
+        "consumer_lag": m.Gauge("kray_consumer_group_lag", "Records between a group's committed offset and the "
+                                "partition's high watermark", tag_keys=("group", "topic", "partition")),
         "share_acks": m.Counter("kray_share_acknowledgement_count", "ShareAcknowledge and piggybacked "
                                 "acknowledgement requests applied"),
         "record_acks": m.Counter("kray_record_acknowledgement_count", "Records acknowledged, by type",
@@ -35,6 +37,10 @@ def record_group_counts(counts: dict[tuple[str, str], int]) -> None:
 def record_rebalances(group_type: str, count: int) -> None:
     if count > 0:
         _metrics()["rebalances"].inc(count, tags={"type": group_type})
+
+
+def record_consumer_lag(group_id: str, topic: str, partition: int, lag: int) -> None:
+    _metrics()["consumer_lag"].set(lag, tags={"group": group_id, "topic": topic, "partition": str(partition)})
 
 
 def record_acknowledgements(requests: int, records_by_type: dict[int, int]) -> None:

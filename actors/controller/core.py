@@ -147,7 +147,7 @@ class ControllerCore:
             return Outcome(ErrorCode.INVALID_TOPIC_EXCEPTION,
                            f"topic {name!r} collides with existing topic {collides!r} ('.' and '_' collide in metric names)")
         if name.startswith("__") and not internal:
-            return Outcome(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic names starting with '__' are reserved for internal topics")
+            return Outcome(ErrorCode.INVALID_TOPIC_EXCEPTION, "topic names starting with '__' are reserved for internal topics")
         if assignments:
             num_partitions = len(assignments)
             replication_factor = len(next(iter(assignments.values())))

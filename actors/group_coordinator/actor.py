@@ -28,6 +28,7 @@ from protocol.errors import ErrorCode
 
 log = logging.getLogger("kray.group_coordinator")
 METADATA_POLL_S = 10.0
+CONSUMER_LAG_REPORT_INTERVAL_S = 10.0  # how often committed offsets are compared with the log ends
 DEADLINE_POLL_S_MAX = 1.0
 UNINITIALIZED_START_OFFSET = -1  # the share-partition leader picks it by share.auto.offset.reset
 NO_LEADER_EPOCH = -1
@@ -93,7 +94,8 @@ class GroupCoordinatorActor(PartitionActor):
             self.image = await self.controller.wait_for_metadata.remote(-1, 0)
         shard = await self.host.ready()
         if not self.tasks:
-            self.tasks = [asyncio.ensure_future(self._follow_metadata()), asyncio.ensure_future(self._expire_loop())]
+            self.tasks = [asyncio.ensure_future(self._follow_metadata()), asyncio.ensure_future(self._expire_loop()),
+                          asyncio.ensure_future(self._report_lag_loop())]
         return shard
 
     async def _build(self, records) -> Groups:
@@ -127,6 +129,33 @@ class GroupCoordinatorActor(PartitionActor):
         for group_type, count in m.rebalance_count_by_type.items():
             metrics.record_rebalances(group_type, count - self.rebalances_reported.get(group_type, 0))
             self.rebalances_reported[group_type] = count
+
+    async def _report_lag_loop(self) -> None:
+        """Consumer lag per group and partition (log end offset - committed offset), as a gauge: one
+        ListOffsets Ray call per partition with committed offsets, every CONSUMER_LAG_REPORT_INTERVAL_S."""
+        while True:
+            await asyncio.sleep(CONSUMER_LAG_REPORT_INTERVAL_S)
+            shard = self.shard
+            if shard is None or not self.replica.is_leader:
+                continue
+            ends: dict[tuple[str, int], int | None] = {}
+            for group_id, topic, partition, offset in shard.offsets.positions():
+                if (topic, partition) not in ends:
+                    ends[(topic, partition)] = await self._log_end_offset(topic, partition)
+                end = ends[(topic, partition)]
+                if end is not None:
+                    metrics.record_consumer_lag(group_id, topic, partition, max(end - offset, 0))
+
+    async def _log_end_offset(self, topic: str, partition: int) -> int | None:
+        state = self.image.topics.get(topic)
+        actor = self.image.partition_actors.get((state.topic_id, partition)) if state is not None else None
+        if actor is None:
+            return None
+        try:
+            error, offset, *_ = await actor.list_offsets.remote(LATEST_TIMESTAMP, NO_LEADER_EPOCH, READ_UNCOMMITTED)
+        except Exception:
+            return None
+        return None if error else offset
 
     async def _expire_loop(self) -> None:
         while True:

@@ -158,6 +158,7 @@ class _Group:
     join_deadline_ms: int | None = None
     initial_delay_cap_ms: int | None = None  # set while the initial rebalance delay runs: it ends by then at most
     sync_deadline_ms: int | None = None
+    pending_sync: set[str] = field(default_factory=set)  # members yet to send this generation's SyncGroup
 
     def max_rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
@@ -224,7 +225,9 @@ class ClassicGroups:
         group = self._groups.get(group_id)
         if group is None:
             return -1
-        return group.state_timestamp_ms if group.state == EMPTY and not group.pending else None
+        if group.state != EMPTY or group.pending:
+            return None
+        return group.state_timestamp_ms if group.protocol_type else -1  # a simple group: by commit time
 
     def subscribed_topics(self, group_id: str) -> set[str]:
         """The topics the group's consumer-protocol members subscribe to (OffsetDelete may not delete those)."""
@@ -275,7 +278,7 @@ class ClassicGroups:
             self._groups[group_id] = group
             args = (instance_id, client_id, client_host, rebalance_timeout_ms, session_timeout_ms, protocols)
             if not member_id:
-                self._join_new(out, call, group, args, protocol_type, require_known_member_id, now_ms)
+                self._join_new(out, call, group, args, protocol_type, require_known_member_id, api_version, now_ms)
             else:
                 self._join_known(out, call, group, member_id, args, protocol_type, now_ms)
         except _Fail as e:
@@ -285,11 +288,11 @@ class ClassicGroups:
     def _full(self, group: _Group) -> bool:
         return len(group.members) + len(group.pending) >= self.config.max_size
 
-    def _join_new(self, out, call, group, args, protocol_type, require_known_member_id, now_ms):
+    def _join_new(self, out, call, group, args, protocol_type, require_known_member_id, api_version, now_ms):
         instance_id, client_id = args[0], args[1]
         new_id = f"{client_id}-{uuid.uuid4()}"
         if instance_id is not None and instance_id in group.static:
-            self._replace_static(out, call, group, group.static[instance_id], new_id, args, now_ms)
+            self._replace_static(out, call, group, group.static[instance_id], new_id, args, api_version, now_ms)
             return
         if self._full(group):
             raise _Fail(ErrorCode.GROUP_MAX_SIZE_REACHED)
@@ -356,7 +359,7 @@ class ClassicGroups:
         member.join_call = call
         member.deadline_ms = now_ms + member.session_timeout_ms
 
-    def _replace_static(self, out, call, group, old_id, new_id, args, now_ms):
+    def _replace_static(self, out, call, group, old_id, new_id, args, api_version, now_ms):
         """A static member restarted (new member id, same instance id): it takes over the old member's place."""
         old = group.members.pop(old_id)
         for waiting, cls in ((old.join_call, JoinResult), (old.sync_call, SyncResult)):
@@ -367,6 +370,9 @@ class ClassicGroups:
                          list(protocols), assignment=old.assignment, deadline_ms=now_ms + session_timeout_ms)
         group.members[new_id] = member
         group.static[old.instance_id] = new_id
+        if old_id in group.pending_sync:
+            group.pending_sync.discard(old_id)
+            group.pending_sync.add(new_id)
         if group.leader == old_id:
             group.leader = new_id
         if group.state == STABLE and group.protocol in member.names() and group.select_protocol() == group.protocol:
@@ -374,7 +380,11 @@ class ClassicGroups:
             # JoinGroup v9); an older one computes an assignment that its SyncGroup in a Stable group ignores.
             out.records.append(group.record())
             answer = self._join_answer(group, member)
-            answer.skip_assignment = new_id == group.leader
+            if new_id == group.leader:
+                if api_version >= 9:
+                    answer.skip_assignment = True
+                else:  # no SkipAssignment before v9: name the old leader id, so that it acts as a follower
+                    answer.leader, answer.members = old_id, []
             out.replies[call] = answer
             return
         member.join_call = call
@@ -399,7 +409,9 @@ class ClassicGroups:
                 if m.sync_call is not None:
                     out.replies[m.sync_call] = SyncResult(error_code=ErrorCode.REBALANCE_IN_PROGRESS)
                     m.sync_call = None
-            group.sync_deadline_ms = None
+                    m.deadline_ms = now_ms + m.session_timeout_ms
+        group.sync_deadline_ms = None
+        group.pending_sync.clear()
         if group.state == EMPTY and self.config.initial_rebalance_delay_ms > 0:
             group.initial_delay_cap_ms = now_ms + max(group.max_rebalance_timeout_ms(),
                                                       self.config.initial_rebalance_delay_ms)
@@ -419,8 +431,11 @@ class ClassicGroups:
             self._complete_join(out, group, now_ms)
 
     def _complete_join(self, out: Outcome, group: _Group, now_ms: int) -> None:
-        for m in [m for m in group.members.values() if m.join_call is None]:  # did not rejoin in time
-            self._drop_member(out, group, m)
+        for m in [m for m in group.members.values() if m.join_call is None and m.instance_id is None]:
+            self._drop_member(out, group, m)  # dynamic members that did not rejoin in time; static ones stay
+        if group.members and all(m.join_call is None for m in group.members.values()):
+            group.join_deadline_ms = now_ms + group.max_rebalance_timeout_ms()  # no one rejoined: wait on
+            return
         group.pending.clear()
         group.join_deadline_ms = group.initial_delay_cap_ms = None
         group.generation += 1
@@ -430,18 +445,23 @@ class ClassicGroups:
             out.records.append(group.record())
             return
         group.protocol = group.select_protocol()
-        if group.leader not in group.members:
-            group.leader = next(iter(group.members))
+        if group.leader not in group.members or group.members[group.leader].join_call is None:
+            group.leader = next(m.member_id for m in group.members.values() if m.join_call is not None)
+        for m in group.members.values():
+            m.assignment = b""  # the new generation's assignment comes with the leader's SyncGroup
         group.state = COMPLETING_REBALANCE
         group.sync_deadline_ms = now_ms + group.max_rebalance_timeout_ms()
+        group.pending_sync = set(group.members)
         out.records.append(group.record())
         for m in group.members.values():
-            out.replies[m.join_call] = self._join_answer(group, m)
+            if m.join_call is not None:
+                out.replies[m.join_call] = self._join_answer(group, m)
             m.join_call = None
             m.deadline_ms = now_ms + m.session_timeout_ms
 
     def _drop_member(self, out: Outcome, group: _Group, member: _Member) -> None:
         group.members.pop(member.member_id, None)
+        group.pending_sync.discard(member.member_id)
         if member.instance_id is not None and group.static.get(member.instance_id) == member.member_id:
             del group.static[member.instance_id]
         if member.join_call is not None:
@@ -466,7 +486,9 @@ class ClassicGroups:
         """Kafka's validateMember: a static member's instance must map to this member id."""
         if instance_id is not None:
             mapped = group.static.get(instance_id)
-            if mapped is not None and mapped != member_id:
+            if mapped is None:
+                raise _Fail(ErrorCode.UNKNOWN_MEMBER_ID)
+            if mapped != member_id:
                 raise _Fail(ErrorCode.FENCED_INSTANCE_ID)
         member = group.members.get(member_id)
         if member is None:
@@ -492,6 +514,9 @@ class ClassicGroups:
             if group.state == PREPARING_REBALANCE:
                 raise _Fail(ErrorCode.REBALANCE_IN_PROGRESS)
             member.deadline_ms = now_ms + member.session_timeout_ms
+            group.pending_sync.discard(member_id)
+            if not group.pending_sync:
+                group.sync_deadline_ms = None
             if group.state == STABLE:
                 out.replies[call] = self._sync_answer(group, member)
                 return out
@@ -502,12 +527,13 @@ class ClassicGroups:
                 given = dict(assignments)
                 for m in group.members.values():
                     m.assignment = bytes(given.get(m.member_id, b""))
-                group.state, group.sync_deadline_ms, group.state_timestamp_ms = STABLE, None, now_ms
+                group.state, group.state_timestamp_ms = STABLE, now_ms  # the sync deadline stays for the rest
                 out.records.append(group.record())
                 for m in group.members.values():
                     if m.sync_call is not None:
                         out.replies[m.sync_call] = self._sync_answer(group, m)
                         m.sync_call = None
+                        m.deadline_ms = now_ms + m.session_timeout_ms
         except _Fail as e:
             out.replies[call] = SyncResult(error_code=e.error_code)
         return out
@@ -540,6 +566,7 @@ class ClassicGroups:
             return ErrorCode.UNKNOWN_MEMBER_ID, [(m, i, ErrorCode.UNKNOWN_MEMBER_ID) for m, i in members], out
         results, removed = [], False
         for member_id, instance_id in members:
+            target = member_id
             if instance_id is not None:
                 mapped = group.static.get(instance_id)
                 if mapped is None:
@@ -548,11 +575,11 @@ class ClassicGroups:
                 if member_id and mapped != member_id:
                     results.append((member_id, instance_id, ErrorCode.FENCED_INSTANCE_ID))
                     continue
-                member_id = mapped
-            if member_id in group.pending:
-                del group.pending[member_id]
-            elif member_id in group.members:
-                self._drop_member(out, group, group.members[member_id])
+                target = mapped
+            if target in group.pending:
+                del group.pending[target]
+            elif target in group.members:
+                self._drop_member(out, group, group.members[target])
                 removed = True
             else:
                 results.append((member_id, instance_id, ErrorCode.UNKNOWN_MEMBER_ID))
@@ -593,10 +620,13 @@ class ClassicGroups:
             if group.state == PREPARING_REBALANCE and group.join_deadline_ms is not None \
                     and group.join_deadline_ms <= now_ms:
                 self._complete_join(out, group, now_ms)
-            elif group.state == COMPLETING_REBALANCE and group.sync_deadline_ms is not None \
-                    and group.sync_deadline_ms <= now_ms:
-                for m in [m for m in group.members.values() if m.sync_call is None]:
-                    self._drop_member(out, group, m)
+            elif group.state in (COMPLETING_REBALANCE, STABLE) and group.sync_deadline_ms is not None \
+                    and group.sync_deadline_ms <= now_ms:  # members that never synced this generation go
+                for member_id in list(group.pending_sync):
+                    if member_id in group.members:
+                        self._drop_member(out, group, group.members[member_id])
+                group.pending_sync.clear()
+                group.sync_deadline_ms = None
                 self._members_left(out, group, now_ms)
             expired = [m for m in group.members.values() if m.deadline_ms <= now_ms and m.join_call is None
                        and m.sync_call is None and group.state != EMPTY]
@@ -614,7 +644,7 @@ class ClassicGroups:
             deadlines += g.pending.values()
             if g.state == PREPARING_REBALANCE and g.join_deadline_ms is not None:
                 deadlines.append(g.join_deadline_ms)
-            if g.state == COMPLETING_REBALANCE and g.sync_deadline_ms is not None:
+            if g.state in (COMPLETING_REBALANCE, STABLE) and g.sync_deadline_ms is not None:
                 deadlines.append(g.sync_deadline_ms)
             if g.state != EMPTY:
                 deadlines += [m.deadline_ms for m in g.members.values() if m.join_call is None and m.sync_call is None]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.group_coordinator import classic_records as crec
-from actors.group_coordinator.classic import (ClassicGroups, DescribedClassicGroup, JoinResult, Outcome,
+from actors.group_coordinator.classic import (STABLE, ClassicGroups, DescribedClassicGroup, JoinResult, Outcome,
                                               SyncResult)
 from actors.group_coordinator.consumer_group import ConsumerGroups, ConsumerHeartbeatResult, DescribedConsumerGroup
 from actors.group_coordinator.core import GroupCoordinatorShard, TopicsView
@@ -114,20 +114,20 @@ class Groups:
     def sync_group(self, call: int, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
                    protocol_type: str | None, protocol_name: str | None, assignments: list[tuple[str, bytes]], *,
                    now_ms: int) -> Outcome:
-        error = self._not_classic(group_id)
-        if error:
-            return Outcome(replies={call: SyncResult(error_code=error)})
+        if self._not_classic(group_id):
+            return Outcome(replies={call: SyncResult(error_code=ErrorCode.UNKNOWN_MEMBER_ID)})
         return self.classic.sync(call, group_id, generation_id, member_id, instance_id, protocol_type, protocol_name,
                                  assignments, now_ms=now_ms)
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None, *,
                   now_ms: int) -> int:
-        return self._not_classic(group_id) or self.classic.heartbeat(group_id, generation_id, member_id, instance_id,
-                                                                     now_ms=now_ms)
+        if self._not_classic(group_id):  # a group of another type has no such member
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return self.classic.heartbeat(group_id, generation_id, member_id, instance_id, now_ms=now_ms)
 
     def leave_group(self, group_id: str, members: list[tuple[str, str | None]], *, now_ms: int):
-        error = self._not_classic(group_id)
-        if error:
+        if self._not_classic(group_id):
+            error = ErrorCode.UNKNOWN_MEMBER_ID
             return error, [(m, i, error) for m, i in members], Outcome()
         return self.classic.leave(group_id, members, now_ms=now_ms)
 
@@ -272,7 +272,7 @@ class Groups:
         out.records += self.share.expire_sessions(now_ms) + self.consumer.expire(now_ms)
         if now_ms >= self.next_retention_check_ms:
             self.next_retention_check_ms = now_ms + self.offsets.check_interval_ms
-            out.records += self.offsets.expire(now_ms, self._empty_since_ms)
+            out.records += self.offsets.expire(now_ms, self._empty_since_ms, self._subscribed_now)
             for group_id in [g for g, state, _ in self.classic.list_groups()
                              if self.classic.is_empty(g) and not self.offsets.has_offsets(g)]:
                 out.records += self._remove_classic(group_id)  # an empty group with no offsets left is gone
@@ -280,6 +280,17 @@ class Groups:
                              if self.consumer.is_empty(g) and not self.offsets.has_offsets(g)]:
                 out.records += self._remove_consumer(group_id)
         return out
+
+    def _subscribed_now(self, group_id: str) -> set[str] | None:
+        """The topics a group with members subscribes to, where that is known: a Stable classic group of the
+        consumer protocol type, or a consumer group (KIP-496 expires the offsets of other topics)."""
+        kind = self.group_type(group_id)
+        if kind == CLASSIC and self.classic.state(group_id) == STABLE and \
+                self.classic.describe(group_id).protocol_type == CONSUMER_PROTOCOL_TYPE:
+            return self.classic.subscribed_topics(group_id)
+        if kind == CONSUMER and not self.consumer.is_empty(group_id):
+            return self.consumer.subscribed_topics(group_id)
+        return None
 
     def _empty_since_ms(self, group_id: str) -> int | None:
         kind = self.group_type(group_id)

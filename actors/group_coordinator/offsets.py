@@ -39,6 +39,10 @@ class OffsetStore:
     def topics(self, group_id: str) -> set[str]:
         return {t for t, _ in self._offsets.get(group_id, {})}
 
+    def positions(self) -> list[tuple[str, str, int, int]]:
+        """(group, topic, partition, committed offset) of every committed offset: for the lag metric."""
+        return [(g, t, p, v.offset) for g, stored in self._offsets.items() for (t, p), v in stored.items()]
+
     def commit(self, group_id: str, partitions: Iterable[tuple[str, int, int, int, str | None]],
                now_ms: int) -> tuple[list[int], list[Record]]:
         """Commit (topic, partition, offset, leader epoch, metadata) each: an error code per partition (in order),
@@ -83,13 +87,22 @@ class OffsetStore:
             records += self.delete(group_id, [tp for tp in self._offsets[group_id] if tp[0] in topic_names])
         return records
 
-    def expire(self, now_ms: int, empty_since_ms: Callable[[str], int | None]) -> list[Record]:
-        """Offsets past retention in groups that have been empty (`empty_since_ms(group)`: when it became empty,
-        -1 for a group with no state but offsets, None while it has members)."""
+    def expire(self, now_ms: int, empty_since_ms: Callable[[str], int | None],
+               subscribed_topics: Callable[[str], set[str] | None] = lambda group_id: None) -> list[Record]:
+        """Offsets past retention: in groups that have been empty (`empty_since_ms(group)`: when it became empty,
+        -1 for a group with no state but offsets, None while it has members), and (KIP-496) offsets of topics a
+        group with members no longer subscribes to (`subscribed_topics(group)`, None when that is not known), by
+        their commit time."""
         records = []
         for group_id in list(self._offsets):
             since = empty_since_ms(group_id)
             if since is None:
+                subscribed = subscribed_topics(group_id)
+                if subscribed is None:
+                    continue
+                old = [tp for tp, v in self._offsets[group_id].items()
+                       if tp[0] not in subscribed and v.commit_timestamp_ms + self.retention_ms <= now_ms]
+                records += self.delete(group_id, old)
                 continue
             old = [tp for tp, v in self._offsets[group_id].items()
                    if max(v.commit_timestamp_ms, since) + self.retention_ms <= now_ms]

@@ -1,4 +1,5 @@
-"""KIP-932 metrics reach Ray's Prometheus endpoint: acknowledgements by type, group counts."""
+"""Group metrics reach Ray's Prometheus endpoint: acknowledgements by type, group counts by type and
+state, consumer lag."""
 import time
 import urllib.request
 
@@ -48,3 +49,34 @@ def test_acknowledgements_are_counted_by_type(broker):
                 values[ack_type] = values.get(ack_type, 0) + float(line.rsplit(" ", 1)[1])
     assert values.get("reject", 0) >= 3 and values.get("accept", 0) >= 7, lines
     assert "ray_kray_share_partition_load_time_ms" in text
+
+
+def test_consumer_groups_are_counted_and_their_lag_exported(broker):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+    topic, group = "lagging", "lagging-group"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(100):
+        p.produce(topic, value=b"%d" % i, partition=0)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    c.commit(offsets=[TopicPartition(topic, 0, 40)], asynchronous=False)  # 60 records behind the end
+    c.close()
+    text, deadline = "", time.monotonic() + 60
+    tags = (f'group="{group}"', 'partition="0"', f'topic="{topic}"')  # among Ray's own tags, sorted by name
+
+    def lag_lines():
+        return [line for line in text.splitlines()
+                if line.startswith("ray_kray_consumer_group_lag") and all(t in line for t in tags)]
+    while time.monotonic() < deadline:
+        text = scrape()
+        if lag_lines() and 'type="classic"' in text:
+            break
+        time.sleep(2)
+    lag = lag_lines()
+    assert lag and float(lag[0].rsplit(" ", 1)[1]) == 60, lag
+    counts = [line for line in text.splitlines() if line.startswith("ray_kray_group_count")
+              and 'type="classic"' in line and 'state="Empty"' in line]
+    assert counts and float(counts[0].rsplit(" ", 1)[1]) >= 1, counts

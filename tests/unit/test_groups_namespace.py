@@ -1,0 +1,426 @@
+"""One group namespace (Groups): share, classic and KIP-848 consumer groups and committed offsets; requests aimed at
+a group of another type, conversions of empty groups between the classic and consumer protocols, offset commits
+checked against the group, DeleteGroups / ListGroups / OffsetDelete across types, retention, replay (pure core)."""
+import uuid
+
+import pytest
+
+from actors.group_coordinator import classic_records as crec
+from actors.group_coordinator import consumer_records
+from actors.group_coordinator.classic import COMPLETING_REBALANCE, EMPTY, STABLE
+from actors.group_coordinator.groups import CLASSIC, CONSUMER, SHARE, Groups
+from protocol.errors import ErrorCode
+
+SESSION_MS = 10000
+MINUTE_MS = 60_000
+
+
+def topic_id(name: str) -> uuid.UUID:
+    return uuid.uuid5(uuid.NAMESPACE_DNS, name)
+
+
+TOPICS = {name: (topic_id(name), 3) for name in ("orders", "payments", "old")}
+
+
+def subscription(*topics: str) -> bytes:
+    """ConsumerProtocolSubscription v0: int16 version, int32 count, strings (int16 length + utf8), null user data."""
+    out = (0).to_bytes(2, "big", signed=True) + len(topics).to_bytes(4, "big", signed=True)
+    for t in topics:
+        data = t.encode()
+        out += len(data).to_bytes(2, "big", signed=True) + data
+    return out + (-1).to_bytes(4, "big", signed=True)
+
+
+class Harness:
+    def __init__(self, **config):
+        self.groups = Groups({"group.initial.rebalance.delay.ms": 0, **config})
+        self.now_ms = 0
+        self.log: list = []
+        self.replies: dict = {}
+        self._calls = 0
+
+    def _take(self, out):
+        self.log += out.records
+        self.replies.update(out.replies)
+
+    def join(self, member_id="", *, group="g", protocol_type="consumer", protocols=None, topics=("orders",)):
+        self._calls += 1
+        call = self._calls
+        protocols = protocols or [("range", subscription(*topics))]
+        self._take(self.groups.join_group(call, group, member_id, None, protocol_type, protocols, SESSION_MS,
+                                          20000, client_id="c", client_host="/h", require_known_member_id=True,
+                                          api_version=9, now_ms=self.now_ms))
+        return self.replies.get(call)
+
+    def classic_member(self, group="g", **kw):
+        """A single classic member in a Stable group: (member id, generation)."""
+        r = self.join(group=group, **kw)
+        r = self.join(r.member_id, group=group, **kw)
+        assert r.error_code == 0, r
+        self._calls += 1
+        self._take(self.groups.sync_group(self._calls, group, r.generation_id, r.member_id, None, None, None,
+                                          [(r.member_id, b"asg")], now_ms=self.now_ms))
+        assert self.replies[self._calls].error_code == 0
+        return r.member_id, r.generation_id
+
+    def cgh(self, group, member_id, epoch, topics=("orders",)):
+        result, records = self.groups.consumer_group_heartbeat(
+            group, member_id, epoch, topics=TOPICS, now_ms=self.now_ms, instance_id=None, rack_id=None,
+            rebalance_timeout_ms=30000, subscribed_topic_names=list(topics), subscribed_topic_regex=None,
+            server_assignor=None, owned_partitions=[] if epoch == 0 else None, client_id="c", client_host="/h",
+            api_version=1)
+        self.log += records
+        return result
+
+    def share_member(self, group, member_id="s1"):
+        result, records = self.groups.share.share_group_heartbeat(group, member_id, 0, subscribed_topic_names=["orders"],
+                                                                  now_ms=self.now_ms, topics=TOPICS)
+        assert result.error_code == 0, result
+        self.log += records
+        return result
+
+    def commit(self, group, member_id="", generation=-1, partitions=(("orders", 0, 10),), api_version=9):
+        errors, records = self.groups.commit_offsets(
+            group, member_id, None, generation, [(t, p, o, -1, "") for t, p, o in partitions],
+            api_version=api_version, now_ms=self.now_ms)
+        self.log += records
+        return errors
+
+    def committed(self, group, topic="orders", partition=0):
+        error, rows = self.groups.fetch_offsets(group, [(topic, [partition])])
+        assert error == 0
+        value = rows[0][2]
+        return None if value is None else value.offset
+
+    def leave(self, group, member_id):
+        error, results, out = self.groups.leave_group(group, [(member_id, None)], now_ms=self.now_ms)
+        assert error == 0 and results[0][2] == 0
+        self._take(out)
+
+    def tick(self, now_ms):
+        self.now_ms = now_ms
+        self._take(self.groups.tick(now_ms))
+
+    def replayed(self, now_ms=0) -> Groups:
+        fresh = Groups({"group.initial.rebalance.delay.ms": 0})
+        for key, value in self.log:
+            fresh.replay(key, value, now_ms)
+        fresh.finish_replay(now_ms)
+        return fresh
+
+
+# ---- requests aimed at a group of another type -----------------------------------------------------------------------
+
+def test_classic_join_on_a_share_group_id_is_inconsistent_group_protocol():
+    h = Harness()
+    h.share_member("sg")
+    r = h.join(group="sg")
+    assert r.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert h.groups.group_type("sg") == SHARE
+
+
+def test_classic_join_on_a_non_empty_consumer_group_is_inconsistent_group_protocol():
+    h = Harness()
+    assert h.cgh("g", "m1", 0).error_code == 0
+    r = h.join()
+    assert r.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert h.groups.group_type("g") == CONSUMER
+
+
+def test_classic_heartbeat_sync_leave_on_a_share_group_id_are_unknown_member():
+    h = Harness()
+    h.share_member("sg")
+    assert h.groups.heartbeat("sg", 1, "m", None, now_ms=0) == ErrorCode.UNKNOWN_MEMBER_ID
+    out = h.groups.sync_group(1, "sg", 1, "m", None, None, None, [], now_ms=0)
+    assert out.replies[1].error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    error, _, _ = h.groups.leave_group("sg", [("m", None)], now_ms=0)
+    assert error == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_describe_of_a_group_of_another_type_is_not_found():
+    h = Harness()
+    h.share_member("sg")
+    h.classic_member("cl")
+    assert h.groups.describe_classic("sg").error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    [d] = h.groups.describe_consumer(["cl"], TOPICS)
+    assert d.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    assert h.groups.describe_classic("cl").state == STABLE
+
+
+def test_share_heartbeat_on_a_classic_group_id_is_group_id_not_found():
+    h = Harness()
+    h.classic_member("cl")
+    result, _ = h.groups.share.share_group_heartbeat("cl", "s1", 0, subscribed_topic_names=["orders"], now_ms=0,
+                                                     topics=TOPICS)
+    assert result.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+# ---- conversions of empty groups -------------------------------------------------------------------------------------
+
+def test_empty_consumer_group_becomes_classic_on_join_and_keeps_its_offsets():
+    h = Harness()
+    r = h.cgh("g", "m1", 0)
+    assert h.commit("g", "m1", r.member_epoch) == [0]
+    assert h.cgh("g", "m1", -1).error_code == 0             # the last member leaves: the group is empty
+    before = len(h.log)
+    member, gen = h.classic_member()
+    assert h.groups.group_type("g") == CLASSIC and gen == 1
+    tombstones = [consumer_records.decode_consumer_group_metadata(k, v) for k, v in h.log[before:]
+                  if crec.record_type(k) == consumer_records.RECORD_TYPE_CONSUMER_GROUP_METADATA]
+    assert [t.epoch for t in tombstones] == [None], "the consumer group's tombstone is written"
+    assert h.committed("g") == 10
+    # and a replay of the log ends in the same place
+    fresh = h.replayed()
+    assert fresh.group_type("g") == CLASSIC and fresh.classic.state("g") == STABLE
+    assert fresh.fetch_offsets("g", [("orders", [0])])[1][0][2].offset == 10
+
+
+def test_empty_classic_group_becomes_consumer_on_heartbeat_epoch_zero_and_keeps_its_offsets():
+    h = Harness()
+    member, gen = h.classic_member()
+    assert h.commit("g", member, gen) == [0]
+    h.leave("g", member)
+    assert h.groups.classic.state("g") == EMPTY
+    r = h.cgh("g", "m1", 0)
+    assert r.error_code == 0 and r.member_epoch >= 1
+    assert h.groups.group_type("g") == CONSUMER
+    assert h.committed("g") == 10
+    assert not h.groups.classic.has_group("g")
+    assert any(crec.record_type(k) == crec.CLASSIC_GROUP_METADATA and v is None for k, v in h.log), \
+        "the classic group's tombstone is written"
+    fresh = h.replayed()
+    assert fresh.group_type("g") == CONSUMER
+
+
+def test_consumer_heartbeat_on_a_classic_group_with_members_is_refused():
+    h = Harness()
+    h.classic_member()
+    r = h.cgh("g", "m1", 0)
+    assert r.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    assert h.groups.group_type("g") == CLASSIC and h.groups.classic.state("g") == STABLE
+
+
+# ---- offset commits --------------------------------------------------------------------------------------------------
+
+def test_commit_with_generation_minus_one_creates_a_simple_group():
+    h = Harness()
+    assert h.commit("simple") == [0]
+    assert h.groups.group_type("simple") == CLASSIC
+    assert h.groups.classic.state("simple") == EMPTY
+    assert ("simple", EMPTY, CLASSIC, "") in h.groups.list_groups()
+    assert h.committed("simple") == 10
+    h.share_member("simple2")
+    assert h.groups.share.group_type("simple") == CLASSIC, "the id is taken in the share namespace too"
+
+
+@pytest.mark.parametrize("api_version, expected", [(9, ErrorCode.GROUP_ID_NOT_FOUND),
+                                                   (8, ErrorCode.ILLEGAL_GENERATION)])
+def test_commit_of_a_member_to_an_unknown_group(api_version, expected):
+    h = Harness()
+    assert h.commit("gone", "m", 3, partitions=(("orders", 0, 1), ("orders", 1, 1)),
+                    api_version=api_version) == [expected, expected]
+    assert h.groups.group_type("gone") is None and h.log == []
+
+
+def test_commit_validation_against_a_classic_group():
+    h = Harness()
+    member, gen = h.classic_member()
+    assert h.commit("g", member, gen) == [0]
+    assert h.commit("g", member, gen + 1) == [ErrorCode.ILLEGAL_GENERATION]
+    assert h.commit("g", "ghost", gen) == [ErrorCode.UNKNOWN_MEMBER_ID]
+    r = h.join(member)                   # the leader rejoins: PreparingRebalance, then (alone) CompletingRebalance
+    assert h.groups.classic.state("g") == COMPLETING_REBALANCE
+    assert h.commit("g", member, r.generation_id) == [ErrorCode.REBALANCE_IN_PROGRESS]
+    h.leave("g", member)
+    assert h.commit("g") == [0], "an empty group takes generation -1 commits"
+
+
+def test_commit_to_a_share_group_is_group_id_not_found():
+    h = Harness()
+    h.share_member("sg")
+    assert h.commit("sg") == [ErrorCode.GROUP_ID_NOT_FOUND]
+    assert h.groups.fetch_offsets("sg", None) == (ErrorCode.GROUP_ID_NOT_FOUND, [])
+
+
+def test_commit_metadata_too_large():
+    h = Harness(**{"offset.metadata.max.bytes": 3})
+    errors, _ = h.groups.commit_offsets("g", "", None, -1, [("orders", 0, 1, -1, "abcd"), ("orders", 1, 1, -1, "ab")],
+                                        api_version=9, now_ms=0)
+    assert errors == [ErrorCode.OFFSET_METADATA_TOO_LARGE, 0]
+
+
+def test_fetch_of_unknown_partitions_gives_none():
+    h = Harness()
+    assert h.committed("nobody") is None
+    h.commit("g")
+    assert h.committed("g", partition=1) is None
+
+
+# ---- OffsetDelete ----------------------------------------------------------------------------------------------------
+
+def test_offset_delete_refuses_topics_the_classic_group_subscribes_to():
+    h = Harness()
+    member, gen = h.classic_member(topics=("orders",))
+    h.commit("g", member, gen, partitions=(("orders", 0, 1), ("old", 0, 1)))
+    error, errors, records = h.groups.delete_offsets("g", [("orders", 0), ("old", 0)])
+    assert error == 0 and errors == [ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC, 0]
+    assert [crec.decode_offset_commit(k, v) for k, v in records] == [(("g", "old", 0), None)]
+    assert h.committed("g", "orders") == 1 and h.committed("g", "old") is None
+
+
+def test_offset_delete_in_an_empty_group_deletes_anything():
+    h = Harness()
+    member, gen = h.classic_member(topics=("orders",))
+    h.commit("g", member, gen)
+    h.leave("g", member)
+    error, errors, records = h.groups.delete_offsets("g", [("orders", 0)])
+    assert (error, errors, len(records)) == (0, [0], 1)
+
+
+def test_offset_delete_refuses_a_non_empty_group_of_another_protocol_type():
+    h = Harness()
+    h.classic_member(protocol_type="connect", protocols=[("v1", b"")])
+    assert h.groups.delete_offsets("g", [("orders", 0)]) == (ErrorCode.NON_EMPTY_GROUP, [], [])
+
+
+def test_offset_delete_refuses_topics_a_consumer_group_subscribes_to():
+    h = Harness()
+    r = h.cgh("g", "m1", 0, topics=("orders",))
+    h.commit("g", "m1", r.member_epoch, partitions=(("orders", 0, 1), ("old", 0, 1)))
+    error, errors, _ = h.groups.delete_offsets("g", [("orders", 0), ("old", 0)])
+    assert error == 0 and errors == [ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC, 0]
+
+
+def test_offset_delete_of_unknown_or_share_group_is_group_id_not_found():
+    h = Harness()
+    h.share_member("sg")
+    assert h.groups.delete_offsets("nope", [("orders", 0)])[0] == ErrorCode.GROUP_ID_NOT_FOUND
+    assert h.groups.delete_offsets("sg", [("orders", 0)])[0] == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+# ---- DeleteGroups and ListGroups -------------------------------------------------------------------------------------
+
+def test_delete_groups_per_type():
+    h = Harness()
+    h.classic_member("busy-classic")
+    member, gen = h.classic_member("idle-classic")
+    h.commit("idle-classic", member, gen)
+    h.leave("idle-classic", member)
+    h.cgh("busy-consumer", "m1", 0)
+    h.cgh("idle-consumer", "m2", 0)
+    h.cgh("idle-consumer", "m2", -1)
+    h.share_member("sg")
+    results, records = h.groups.delete_groups(["busy-classic", "idle-classic", "busy-consumer", "idle-consumer",
+                                                "nope", "sg"])
+    assert [(g, e) for g, e, _ in results] == [
+        ("busy-classic", ErrorCode.NON_EMPTY_GROUP), ("idle-classic", 0), ("busy-consumer", ErrorCode.NON_EMPTY_GROUP),
+        ("idle-consumer", 0), ("nope", ErrorCode.GROUP_ID_NOT_FOUND), ("sg", ErrorCode.NON_EMPTY_GROUP)]
+    assert h.groups.group_type("idle-classic") is None and h.groups.group_type("idle-consumer") is None
+    assert h.committed("idle-classic") is None, "the group's offsets go with it"
+    kinds = sorted((crec.record_type(k), v is None) for k, v in records)
+    assert kinds == [(1, True), (2, True), (3, True)]
+    assert h.groups.group_type("busy-classic") == CLASSIC
+
+
+def test_delete_of_a_simple_group_with_offsets():
+    h = Harness()
+    h.commit("simple")
+    results, records = h.groups.delete_groups(["simple"])
+    assert results == [("simple", 0, None)]
+    assert h.groups.group_type("simple") is None and h.committed("simple") is None
+
+
+def test_list_groups_with_type_and_state_filters():
+    h = Harness()
+    h.classic_member("classic-stable")
+    h.commit("classic-simple")
+    h.cgh("consumer-g", "m1", 0)
+    h.share_member("share-g")
+    everything = h.groups.list_groups()
+    assert [(g, t) for g, _, t, _ in everything] == [
+        ("classic-simple", CLASSIC), ("classic-stable", CLASSIC), ("consumer-g", CONSUMER), ("share-g", SHARE)]
+    assert [g for g, *_ in h.groups.list_groups(types_filter=["Classic"])] == ["classic-simple", "classic-stable"]
+    assert [g for g, *_ in h.groups.list_groups(states_filter=["stable"], types_filter=["classic"])] == \
+        ["classic-stable"]
+    assert [g for g, *_ in h.groups.list_groups(states_filter=["EMPTY"])] == ["classic-simple"]
+    assert [g for g, *_ in h.groups.list_groups(types_filter=["share"])] == ["share-g"]
+    assert ("classic-stable", STABLE, CLASSIC, "consumer") in everything
+
+
+# ---- retention -------------------------------------------------------------------------------------------------------
+
+def test_retention_expires_offsets_of_empty_groups_and_then_the_group():
+    h = Harness(**{"offsets.retention.minutes": 10, "offsets.retention.check.interval.ms": 1000})
+    member, gen = h.classic_member("busy")
+    h.commit("busy", member, gen)
+    h.commit("simple")
+    for t in range(1000, 10 * MINUTE_MS + 5000, 5000):   # the member stays alive
+        h.now_ms = t
+        assert h.groups.heartbeat("busy", gen, member, None, now_ms=t) == 0
+        h.tick(t)
+    assert h.groups.group_type("simple") is None, "the simple group lost its offsets and is gone"
+    assert h.committed("simple") is None
+    assert h.committed("busy") == 10 and h.groups.classic.state("busy") == STABLE
+
+
+def test_simple_group_offsets_expire_by_commit_time_across_a_reload():
+    h = Harness(**{"offsets.retention.minutes": 10})
+    h.commit("simple")                                    # at 0
+    fresh = Groups({"offsets.retention.minutes": 10})
+    for key, value in h.log:
+        fresh.replay(key, value, 9 * MINUTE_MS)
+    fresh.finish_replay(9 * MINUTE_MS)
+    fresh.next_retention_check_ms = 0
+    fresh.tick(10 * MINUTE_MS)
+    assert fresh.fetch_offsets("simple", [("orders", [0])])[1][0][2] is None
+
+
+def test_offsets_of_unsubscribed_topics_expire_in_a_stable_group():
+    h = Harness(**{"offsets.retention.minutes": 10, "offsets.retention.check.interval.ms": 1000})
+    member, gen = h.classic_member(topics=("orders",))
+    h.commit("g", member, gen, partitions=(("orders", 0, 1), ("old", 0, 1)))
+    for t in range(1000, 10 * MINUTE_MS + 5000, 5000):
+        h.groups.heartbeat("g", gen, member, None, now_ms=t)
+        h.tick(t)
+    assert h.committed("g", "orders") == 1
+    assert h.committed("g", "old") is None
+
+
+def test_deleted_topics_drop_their_offsets():
+    h = Harness()
+    h.commit("a", partitions=(("orders", 0, 1), ("old", 0, 1)))
+    records = h.groups.on_topics_deleted({topic_id("old")}, {"old"})
+    assert [crec.decode_offset_commit(k, v) for k, v in records if crec.record_type(k) == 1] == \
+        [(("a", "old", 0), None)]
+    assert h.committed("a", "old") is None and h.committed("a", "orders") == 1
+
+
+# ---- replay ----------------------------------------------------------------------------------------------------------
+
+def test_replay_rebuilds_classic_groups_offsets_and_simple_groups():
+    h = Harness()
+    member, gen = h.classic_member("cl")
+    h.commit("cl", member, gen)
+    h.commit("simple", partitions=(("payments", 2, 77),))
+    fresh = h.replayed(now_ms=5000)
+    assert fresh.group_type("cl") == CLASSIC and fresh.classic.state("cl") == STABLE
+    assert fresh.describe_classic("cl") == h.groups.describe_classic("cl")
+    assert fresh.heartbeat("cl", gen, member, None, now_ms=5000) == 0
+    assert fresh.group_type("simple") == CLASSIC and fresh.classic.state("simple") == EMPTY, \
+        "a group known only by its offsets comes back as a simple, empty group"
+    assert fresh.fetch_offsets("simple", [("payments", [2])])[1][0][2].offset == 77
+    errors, _ = fresh.commit_offsets("simple", "", None, -1, [("payments", 2, 78, -1, "")], api_version=9,
+                                     now_ms=5000)
+    assert errors == [0]
+    assert fresh.share.group_type("simple") == CLASSIC, "the simple group's id is taken in the share namespace"
+    assert fresh.list_groups() == h.groups.list_groups()
+
+
+def test_replay_of_a_deleted_group_forgets_it():
+    h = Harness()
+    member, gen = h.classic_member("cl")
+    h.commit("cl", member, gen)
+    h.leave("cl", member)
+    h.log += h.groups.delete_groups(["cl"])[1]
+    fresh = h.replayed()
+    assert fresh.group_type("cl") is None and fresh.share.group_type("cl") is None
