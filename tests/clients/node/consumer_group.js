@@ -1,0 +1,36 @@
+// Two kafkajs consumers in one group (`subscribe`, classic protocol) read a topic to its end and
+// commit; prints one JSON line: each member's partitions and the records it consumed.
+// usage: node consumer_group.js BOOTSTRAP TOPIC GROUP RECORDS
+const { Kafka, logLevel } = require("kafkajs");
+
+const [bootstrap, topic, groupId, total] = process.argv.slice(2);
+const kafka = new Kafka({ clientId: "kray-kafkajs", brokers: [bootstrap], logLevel: logLevel.ERROR });
+
+async function main() {
+  const members = [0, 1].map(() => ({ consumer: kafka.consumer({ groupId }), partitions: [], seen: new Set() }));
+  let consumed = 0;
+  for (const m of members) {
+    m.consumer.on(m.consumer.events.GROUP_JOIN, (e) => {
+      m.partitions = e.payload.memberAssignment[topic] || [];
+    });
+    await m.consumer.connect();
+    await m.consumer.subscribe({ topics: [topic], fromBeginning: true });
+  }
+  await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`only ${consumed} of ${total} records in 90 s`)), 90000);
+    for (const m of members) {
+      m.consumer.run({
+        eachMessage: async ({ partition, message }) => {
+          const key = `${partition}:${message.offset}`;
+          if (!m.seen.has(key)) { m.seen.add(key); consumed += 1; }
+          const balanced = members.every((x) => x.partitions.length > 0);
+          if (consumed >= Number(total) && balanced) { clearTimeout(timer); resolve(); }
+        },
+      }).catch(reject);
+    }
+  });
+  for (const m of members) await m.consumer.disconnect();  // commits what it consumed, then LeaveGroup
+  console.log(JSON.stringify(members.map((m) => ({ partitions: m.partitions.sort(), records: [...m.seen] }))));
+}
+
+main().catch((e) => { console.error(e); process.exit(1); });
