@@ -315,3 +315,67 @@ def test_a_restarted_controller_adopts_the_replicas_and_still_fails_over(cluster
         producer.finish()
     assert len(producer.acked) > acked_before, "writes went on after the controller's restart and the kill"
     assert _read_keys(cluster.bootstrap, topic, 1, len(producer.acked)) >= set(producer.acked)
+
+
+def _member_ids(admin: AdminClient, group: str) -> set[str]:
+    return {m.member_id for m in admin.describe_consumer_groups([group], request_timeout=10)[group].result().members}
+
+
+def _group_coordinator_broker(cluster) -> int:
+    return cluster.metadata().topics[internal_topics.CONSUMER_OFFSETS].partitions[0].leader
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_consumer_group_survives_its_coordinators_node(cluster, protocol):
+    """Kill the node that leads the group's __consumer_offsets partition under two consumers of a
+    group (subscribe, commits after every batch): they find the new coordinator, which replayed the
+    group and its offsets from the replicated partition; no committed offset goes back, and the
+    group reads every record. Classic groups keep their generation (the group is in the log)."""
+    topic, group = f"cg-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    admin = _create(cluster, topic, 6)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(1200):
+        producer.produce(topic, key=b"%d" % i, value=b"v", partition=i % 6)
+    assert producer.flush(60) == 0
+    members = [Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "group.protocol": protocol,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False}) for _ in range(2)]
+    for m in members:
+        m.subscribe([topic])
+    seen: set[int] = set()
+
+    def poll_and_commit(until_count: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(seen) < until_count:
+            assert time.monotonic() < deadline, f"the group read {len(seen)} of {until_count} records"
+            for m in members:
+                batch = [r for r in m.consume(50, timeout=0.1) if r.error() is None]
+                seen.update(int(r.key()) for r in batch)
+                if batch:
+                    try:
+                        m.commit(asynchronous=False)
+                    except KafkaException:
+                        pass  # the coordinator is moving: the next batch's commit covers this one
+    victim = -1
+    try:
+        poll_and_commit(400, 60)
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+        before = {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(6)], 10)}
+        c.close()
+        members_before = _member_ids(admin, group)
+        victim = _group_coordinator_broker(cluster)
+        cluster.kill_node(victim)
+        poll_and_commit(1200, 90)
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+        after = {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(6)], 10)}
+        c.close()
+        assert _group_coordinator_broker(cluster) != victim
+        assert all(after[p] >= before[p] for p in range(6)), (before, after)
+        assert seen == set(range(1200))
+        if protocol == "classic":  # the same members: no one had to join again
+            assert _member_ids(admin, group) == members_before
+    finally:
+        for m in members:
+            m.close()
+        if victim != -1:
+            cluster.restart_node(victim)
+            _wait_for_isr(admin, internal_topics.CONSUMER_OFFSETS, 0, [1, 2, 3])
