@@ -85,6 +85,8 @@ class Groups:
     # ---- classic protocol ------------------------------------------------------------------------------------------
 
     def _not_classic(self, group_id: str) -> int | None:
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
         kind = self.group_type(group_id)
         return None if kind in (None, CLASSIC) else ErrorCode.INCONSISTENT_GROUP_PROTOCOL
 
@@ -114,24 +116,30 @@ class Groups:
     def sync_group(self, call: int, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
                    protocol_type: str | None, protocol_name: str | None, assignments: list[tuple[str, bytes]], *,
                    now_ms: int) -> Outcome:
-        if self._not_classic(group_id):
-            return Outcome(replies={call: SyncResult(error_code=ErrorCode.UNKNOWN_MEMBER_ID)})
+        error = self._not_classic(group_id)
+        if error:  # a group of another type has no such member
+            error = error if error == ErrorCode.INVALID_GROUP_ID else ErrorCode.UNKNOWN_MEMBER_ID
+            return Outcome(replies={call: SyncResult(error_code=error)})
         return self.classic.sync(call, group_id, generation_id, member_id, instance_id, protocol_type, protocol_name,
                                  assignments, now_ms=now_ms)
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None, *,
                   now_ms: int) -> int:
-        if self._not_classic(group_id):  # a group of another type has no such member
-            return ErrorCode.UNKNOWN_MEMBER_ID
+        error = self._not_classic(group_id)
+        if error:  # a group of another type has no such member
+            return error if error == ErrorCode.INVALID_GROUP_ID else ErrorCode.UNKNOWN_MEMBER_ID
         return self.classic.heartbeat(group_id, generation_id, member_id, instance_id, now_ms=now_ms)
 
     def leave_group(self, group_id: str, members: list[tuple[str, str | None]], *, now_ms: int):
-        if self._not_classic(group_id):
-            error = ErrorCode.UNKNOWN_MEMBER_ID
+        error = self._not_classic(group_id)
+        if error:  # a group of another type has no such member
+            error = error if error == ErrorCode.INVALID_GROUP_ID else ErrorCode.UNKNOWN_MEMBER_ID
             return error, [(m, i, error) for m, i in members], Outcome()
         return self.classic.leave(group_id, members, now_ms=now_ms)
 
     def describe_classic(self, group_id: str) -> DescribedClassicGroup:
+        if not group_id:
+            return DescribedClassicGroup(group_id, ErrorCode.INVALID_GROUP_ID, "Group id can't be empty.")
         kind = self.group_type(group_id)
         if kind not in (None, CLASSIC):
             return DescribedClassicGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND,
@@ -178,6 +186,8 @@ class Groups:
                        partitions: list[tuple[str, int, int, int, str | None]], *, api_version: int,
                        now_ms: int) -> tuple[list[int], list[Record]]:
         """An error code per partition (in order) and the records to append: Kafka's OffsetCommit."""
+        if not group_id:
+            return [ErrorCode.INVALID_GROUP_ID] * len(partitions), []
         kind = self.group_type(group_id)
         if kind is None:
             if generation_or_epoch >= 0:  # a member of a group that is gone
@@ -199,6 +209,8 @@ class Groups:
     def fetch_offsets(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None, *,
                       member_id: str | None = None, member_epoch: int = -1):
         """(group error, [(topic, partition, committed value or None)])."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, []
         kind = self.group_type(group_id)
         if kind == SHARE:
             return ErrorCode.GROUP_ID_NOT_FOUND, []
@@ -212,6 +224,8 @@ class Groups:
                        ) -> tuple[int, list[int], list[Record]]:
         """Kafka's OffsetDelete: (group error, an error per partition, records). A group's members may not lose the
         offsets of topics they subscribe to (GROUP_SUBSCRIBED_TO_TOPIC)."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, [], []
         kind = self.group_type(group_id)
         if kind not in (CLASSIC, CONSUMER):
             return ErrorCode.GROUP_ID_NOT_FOUND, [], []

@@ -424,3 +424,17 @@ def test_replay_of_a_deleted_group_forgets_it():
     h.log += h.groups.delete_groups(["cl"])[1]
     fresh = h.replayed()
     assert fresh.group_type("cl") is None and fresh.share.group_type("cl") is None
+
+
+def test_an_empty_group_id_is_invalid_everywhere():
+    """Kafka's isGroupIdNotEmpty checks: INVALID_GROUP_ID, and nothing is created or written."""
+    h = Harness()
+    assert h.join(group="").error_code == ErrorCode.INVALID_GROUP_ID
+    assert h.groups.heartbeat("", 1, "m", None, now_ms=0) == ErrorCode.INVALID_GROUP_ID
+    assert h.groups.leave_group("", [("m", None)], now_ms=0)[0] == ErrorCode.INVALID_GROUP_ID
+    assert h.groups.commit_offsets("", "", None, -1, [("orders", 0, 5, -1, None)], api_version=9,
+                                   now_ms=0) == ([ErrorCode.INVALID_GROUP_ID], [])
+    assert h.groups.fetch_offsets("", None) == (ErrorCode.INVALID_GROUP_ID, [])
+    assert h.groups.delete_offsets("", [("orders", 0)])[0] == ErrorCode.INVALID_GROUP_ID
+    assert h.groups.describe_classic("").error_code == ErrorCode.INVALID_GROUP_ID
+    assert h.groups.list_groups() == [] and h.log == []
