@@ -20,7 +20,7 @@ import uuid
 from actors import internal_topics, metrics
 from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost
 from actors.group_coordinator.classic import Outcome
-from actors.group_coordinator.groups import SHARE, Groups
+from actors.group_coordinator.groups import Groups
 from actors.partition.actor import PartitionActor
 from actors.share_coordinator.core import state_partition_for
 from actors.share_partition.core import LATEST_TIMESTAMP, start_offset_timestamp
@@ -159,7 +159,11 @@ class GroupCoordinatorActor(PartitionActor):
 
     async def _expire_loop(self) -> None:
         while True:
-            shard = await self._ready()
+            try:
+                shard = await self._ready()
+            except Exception:  # not leading now, or the replay failed: the loop lives on for the next term
+                await asyncio.sleep(DEADLINE_POLL_S_MAX)
+                continue
             deadline = shard.next_deadline_ms()
             wait_s = DEADLINE_POLL_S_MAX if deadline is None else min(max((deadline - now_ms()) / 1000, 0.001),
                                                                       DEADLINE_POLL_S_MAX)
@@ -168,6 +172,8 @@ class GroupCoordinatorActor(PartitionActor):
             except asyncio.TimeoutError:
                 pass
             self.wake.clear()
+            if shard is not self.shard:
+                continue  # leadership moved (and perhaps came back with a newly replayed shard) meanwhile
             try:
                 await self._settle(shard.tick(now_ms()))
                 self._report_metrics(shard)
@@ -334,8 +340,6 @@ class GroupCoordinatorActor(PartitionActor):
     async def share_offsets_altered(self, group_id: str, partitions: dict) -> tuple[int, str | None]:
         """AlterShareGroupOffsets set these share-partitions' start offsets (see the core)."""
         shard = await self._ready()
-        if shard.group_type(group_id) not in (None, SHARE):
-            return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group."
         error, message, records = shard.share.share_offsets_altered(group_id, partitions)
         if not error and await self._commit(records):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is reloading; retry"
