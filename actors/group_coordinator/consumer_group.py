@@ -456,6 +456,11 @@ class ConsumerGroups:
             if existing is None:
                 member = group.members.get(member_id)
                 return (member.copy() if member else _Member(member_id)), None
+            if existing.member_id == member_id and existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                # the same static member rejoins (its join response was lost, or FENCED_MEMBER_EPOCH): as a dynamic
+                # rejoin, not a replacement of itself (apache/kafka#23542)
+                return existing.copy(member_epoch=0, state=MemberState.STABLE, assigned={}, pending_revocation={},
+                                     rebalance_deadline_ms=None), None
             if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 raise _GroupError(ErrorCode.UNRELEASED_INSTANCE_ID,
                                   f"Static member {member_id} with instance id {instance_id} cannot join the group "
@@ -660,11 +665,8 @@ class ConsumerGroups:
         member = group.members.get(member_id) if member_id is not None else None
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}."
-        if member_epoch > member.member_epoch:
-            return (ErrorCode.FENCED_MEMBER_EPOCH, f"The received member epoch {member_epoch} is larger than the "
-                                                   f"expected member epoch {member.member_epoch}.")
-        if member_epoch < member.member_epoch:
-            return (ErrorCode.STALE_MEMBER_EPOCH, f"The received member epoch {member_epoch} is smaller than the "
+        if member_epoch != member.member_epoch:   # Kafka: STALE_MEMBER_EPOCH either way; clients retry it
+            return (ErrorCode.STALE_MEMBER_EPOCH, f"The received member epoch {member_epoch} does not match the "
                                                   f"expected member epoch {member.member_epoch}.")
         return ErrorCode.NONE, None
 

@@ -408,7 +408,7 @@ def test_validate_offset_commit():
     assert v("g", "", -1, 9)[0] == ErrorCode.UNKNOWN_MEMBER_ID, "a non-empty group takes commits from members only"
     assert v("g", "b", 2, 9) == (ErrorCode.NONE, None)
     assert v("g", "b", 2, 8)[0] == ErrorCode.UNSUPPORTED_VERSION
-    assert v("g", "b", 3, 9)[0] == ErrorCode.FENCED_MEMBER_EPOCH
+    assert v("g", "b", 3, 9)[0] == ErrorCode.STALE_MEMBER_EPOCH
     assert v("g", "a", 1, 9)[0] == ErrorCode.NONE, "a is still at epoch 1 while it revokes"
     h.hb("a", 1, owned=owned(0))
     assert v("g", "a", 1, 9)[0] == ErrorCode.STALE_MEMBER_EPOCH
@@ -428,7 +428,7 @@ def test_validate_offset_fetch():
     h.join("b")
     h.hb("a", 1, owned=owned(0))
     assert v("g", "a", 1)[0] == ErrorCode.STALE_MEMBER_EPOCH
-    assert v("g", "a", 3)[0] == ErrorCode.FENCED_MEMBER_EPOCH
+    assert v("g", "a", 3)[0] == ErrorCode.STALE_MEMBER_EPOCH
 
 
 # ---- admin and metrics -----------------------------------------------------------------------------------------------
