@@ -12,7 +12,6 @@ ordered by member id, contiguous ranges), so the targets are predictable.
 """
 import uuid
 
-
 from actors.group_coordinator import consumer_records as crec
 from actors.group_coordinator.consumer_group import ConsumerGroups
 from protocol.errors import ErrorCode
