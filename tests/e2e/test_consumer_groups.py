@@ -260,3 +260,22 @@ def test_committed_offsets_survive_a_broker_restart(tmp_path):
         simple.close()
     finally:
         server.stop()
+
+
+def test_an_empty_group_moves_between_the_protocols_and_keeps_its_offsets(kray):
+    """KIP-848's upgrade and downgrade of an empty group: classic, then consumer protocol, then classic
+    again, each member resuming at the offsets the last one committed."""
+    topic = make_topic(kray, partitions=2)
+    group = f"g-{topic}"
+    seen: set[tuple[int, int]] = set()
+    for protocol in ("classic", "consumer", "classic"):
+        c = confluent(kray, group, topic, **{"group.protocol": protocol})
+        batch = consume(c, 30)
+        c.commit(asynchronous=False)
+        c.close()
+        got = {(m.partition(), m.offset()) for m in batch}
+        assert len(got) == 30 and not got & seen, f"{protocol}: records read again or missing"
+        seen |= got
+    admin = AdminClient({"bootstrap.servers": kray})
+    described = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
+    assert str(described.type).endswith("CLASSIC") and str(described.state).endswith("EMPTY")
