@@ -14,9 +14,12 @@ PARTITION_COUNT_CONFIG = {CONSUMER_OFFSETS: "offsets.topic.num.partitions",
                           SHARE_GROUP_STATE: "share.coordinator.state.topic.num.partitions"}
 REPLICATION_FACTOR_CONFIG = {CONSUMER_OFFSETS: "offsets.topic.replication.factor",
                              SHARE_GROUP_STATE: "share.coordinator.state.topic.replication.factor"}
-# Kafka's configs for its internal topics: compacted, with small segments
-TOPIC_CONFIGS = {CONSUMER_OFFSETS: {"segment.bytes": 104857600},
-                 SHARE_GROUP_STATE: {"segment.bytes": 104857600}}
+# Kafka's configs for its internal topics: small segments, and never deleted by time or size: their
+# coordinators keep them short themselves (the group coordinator rewrites its live records and deletes
+# the rest, as Kafka's log cleaner compacts __consumer_offsets; the share coordinator prunes behind its
+# snapshots)
+TOPIC_CONFIGS = {CONSUMER_OFFSETS: {"segment.bytes": 104857600, "retention.ms": -1},
+                 SHARE_GROUP_STATE: {"segment.bytes": 104857600, "retention.ms": -1}}
 
 
 def java_string_hash(text: str) -> int:

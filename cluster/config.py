@@ -64,6 +64,7 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "offsets.retention.minutes": 10080,
     "offsets.retention.check.interval.ms": 600000,
     "offset.metadata.max.bytes": 4096,
+    "log.cleaner.min.cleanable.ratio": 0.5,
     # share groups (KIP-932), Kafka 4.2's shipped defaults
     "group.share.delivery.count.limit": 5,
     "group.share.record.lock.duration.ms": 30000,
@@ -125,6 +126,11 @@ def coerce(key: str, raw: Any) -> Any:
         if raw.lower() not in ("true", "false"):
             raise ConfigError(f"{key} must be true or false, not {raw!r}")
         return raw.lower() == "true"
+    if isinstance(default, float):
+        try:
+            return float(raw)
+        except ValueError:
+            raise ConfigError(f"{key} must be a number, not {raw!r}") from None
     if isinstance(default, int):
         try:
             return int(raw)

@@ -29,6 +29,8 @@ from protocol.errors import ErrorCode
 log = logging.getLogger("kray.group_coordinator")
 METADATA_POLL_S = 10.0
 CONSUMER_LAG_REPORT_INTERVAL_S = 10.0  # how often committed offsets are compared with the log ends
+COMPACTION_CHECK_INTERVAL_S = 30.0
+COMPACTION_MIN_RECORDS = 1000  # a log shorter than this is left as it is
 DEADLINE_POLL_S_MAX = 1.0
 UNINITIALIZED_START_OFFSET = -1  # the share-partition leader picks it by share.auto.offset.reset
 NO_LEADER_EPOCH = -1
@@ -73,6 +75,8 @@ class GroupCoordinatorActor(PartitionActor):
         self.calls = itertools.count(1)
         self.waiting: dict[int, asyncio.Future] = {}  # JoinGroup / SyncGroup calls the rebalance has yet to answer
         self.wake = asyncio.Event()  # a call moved a deadline: the timer loop looks again
+        self.live_record_count = 0  # at the last compaction
+        self.cleanable_ratio = float(self.config.get("log.cleaner.min.cleanable.ratio", 0.5))
 
     # ---- loading and background work -------------------------------------------------------
     @property
@@ -95,7 +99,7 @@ class GroupCoordinatorActor(PartitionActor):
         shard = await self.host.ready()
         if not self.tasks:
             self.tasks = [asyncio.ensure_future(self._follow_metadata()), asyncio.ensure_future(self._expire_loop()),
-                          asyncio.ensure_future(self._report_lag_loop())]
+                          asyncio.ensure_future(self._report_lag_loop()), asyncio.ensure_future(self._compact_loop())]
         return shard
 
     async def _build(self, records) -> Groups:
@@ -129,6 +133,39 @@ class GroupCoordinatorActor(PartitionActor):
         for group_type, count in m.rebalance_count_by_type.items():
             metrics.record_rebalances(group_type, count - self.rebalances_reported.get(group_type, 0))
             self.rebalances_reported[group_type] = count
+
+    async def _compact_loop(self) -> None:
+        """Keep the partition as short as its live state: once at least `log.cleaner.min.cleanable.ratio` of the
+        records since the log start are superseded (and there are COMPACTION_MIN_RECORDS), append the current
+        record of every live key in one batch and delete every record before it, as Kafka's log cleaner leaves
+        the latest record per key of `__consumer_offsets`. Replay then reads the live state plus what came after."""
+        while True:
+            await asyncio.sleep(COMPACTION_CHECK_INTERVAL_S)
+            try:
+                await self.compact()
+            except Exception:
+                log.exception("compacting %s-%d failed", self.topic, self.partition)
+
+    async def compact(self, min_records: int = COMPACTION_MIN_RECORDS) -> bool:
+        """One compaction if the log is dirty enough; True if it ran."""
+        shard = self.shard
+        if shard is None or not self.replica.is_leader:
+            return False
+        length = self.group_log.next_offset - self.core.log_start_offset
+        if length < max(min_records, self.live_record_count / max(1.0 - self.cleanable_ratio, 0.01)):
+            return False
+        live = shard.live_records()  # and appended before any later change's records (no await in between)
+        self.live_record_count = len(live)
+        if len(live) > length * (1.0 - self.cleanable_ratio):
+            return False
+        offsets = await self.group_log.append(live) if live else []
+        if shard is not self.shard:
+            return False
+        start = offsets[0] if offsets else self.group_log.next_offset
+        error, log_start = await self.delete_records(start)
+        log.info("compacted %s-%d: %d live records rewritten, log start %d", self.topic, self.partition, len(live),
+                 log_start)
+        return not error
 
     async def _report_lag_loop(self) -> None:
         """Consumer lag per group and partition (log end offset - committed offset), as a gauge: one

@@ -694,6 +694,11 @@ class ClassicGroups:
             group.join_deadline_ms = now_ms + group.max_rebalance_timeout_ms()
         self._groups[group_id] = group
 
+    def live_records(self) -> list[Record]:
+        """The current GroupMetadata record of every group ever written (simple groups never are: their offsets
+        bring them back): replaying them rebuilds the groups (compaction)."""
+        return [g.record() for g in self._groups.values() if g.generation > 0]
+
     def count_by_state(self) -> dict[str, int]:
         counts = {EMPTY: 0, PREPARING_REBALANCE: 0, COMPLETING_REBALANCE: 0, STABLE: 0}
         for g in self._groups.values():

@@ -775,6 +775,10 @@ class ConsumerGroups:
         group.group_epoch = group.assignment_epoch = r.epoch   # assignments are not persisted
         group.metadata_hash = r.metadata_hash
 
+    def live_records(self) -> list[Record]:
+        """The current metadata record of every group: replaying them rebuilds the persisted state (compaction)."""
+        return [rec.consumer_group_metadata(g.group_id, g.group_epoch, g.metadata_hash) for g in self._groups.values()]
+
     def persisted_state(self) -> dict[str, tuple[int, int]]:
         """(group epoch, metadata hash) per group: what the log holds, for checking that replay rebuilds it."""
         return {g.group_id: (g.group_epoch, g.metadata_hash) for g in self._groups.values()}

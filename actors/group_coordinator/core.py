@@ -629,6 +629,16 @@ class GroupCoordinatorShard:
         group.deleting = {info.topic_id for info in r.value.deleting_topics}
         group.topic_names.update({info.topic_id: info.topic_name for info in r.value.deleting_topics})
 
+    def live_records(self) -> list[Record]:
+        """Each share group's current records (its epoch, its share-partitions' initialization state): replaying
+        them rebuilds the persisted state (compaction)."""
+        out = []
+        for g in self._groups.values():
+            out.append(rec.share_group_metadata(g.group_id, g.group_epoch, g.metadata_hash))
+            if g.initializing or g.initialized or g.deleting:
+                out.append(g.init_record())
+        return out
+
     def persisted_state(self) -> dict[str, tuple]:
         """What the log holds, per group: (group epoch, metadata hash, initializing, initialized, deleting) — for
         checking that replay rebuilds it."""

@@ -278,6 +278,13 @@ class Groups:
     def on_topics_deleted(self, topic_ids: set, topic_names: set[str]) -> list[Record]:
         return self.share.on_topics_deleted(topic_ids) + self.offsets.on_topics_deleted(topic_names)
 
+    def live_records(self) -> list[Record]:
+        """The current record of every key the log holds state for: group metadata of every type, then every
+        committed offset. Appended as one batch, they make every record before them redundant: the shell deletes
+        those (compaction by rewriting what is live, as the share coordinator prunes its log)."""
+        return (self.share.live_records() + self.classic.live_records() + self.consumer.live_records()
+                + self.offsets.live_records())
+
     # ---- timers ----------------------------------------------------------------------------------------------------
 
     def tick(self, now_ms: int) -> Outcome:

@@ -39,6 +39,10 @@ class OffsetStore:
     def topics(self, group_id: str) -> set[str]:
         return {t for t, _ in self._offsets.get(group_id, {})}
 
+    def live_records(self) -> list[Record]:
+        """One record per committed offset, its current value: replaying them rebuilds the store (compaction)."""
+        return [crec.offset_commit(g, t, p, v) for g, stored in self._offsets.items() for (t, p), v in stored.items()]
+
     def positions(self) -> list[tuple[str, str, int, int]]:
         """(group, topic, partition, committed offset) of every committed offset: for the lag metric."""
         return [(g, t, p, v.offset) for g, stored in self._offsets.items() for (t, p), v in stored.items()]

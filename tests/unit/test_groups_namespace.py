@@ -438,3 +438,33 @@ def test_an_empty_group_id_is_invalid_everywhere():
     assert h.groups.delete_offsets("", [("orders", 0)])[0] == ErrorCode.INVALID_GROUP_ID
     assert h.groups.describe_classic("").error_code == ErrorCode.INVALID_GROUP_ID
     assert h.groups.list_groups() == [] and h.log == []
+
+
+# ---- compaction: the live records alone rebuild the state ------------------------------------------------------------
+
+def test_live_records_rebuild_every_group_type_and_offset():
+    """What compaction keeps (one record per live key) replays to the same state as the whole log."""
+    h = Harness()
+    member, gen = h.classic_member("cl")
+    h.commit("cl", member, gen, partitions=(("orders", 0, 5), ("orders", 1, 6)))
+    h.commit("cl", member, gen, partitions=(("orders", 0, 9),))          # supersedes 5
+    h.commit("simple", partitions=(("payments", 2, 77),))
+    h.commit("gone", partitions=(("payments", 0, 1),))
+    h.log += h.groups.delete_groups(["gone"])[1]
+    assert h.cgh("cg", "m1", 0).error_code == 0
+    h.share_member("sg")
+    whole = h.replayed(now_ms=5000)
+    live = Groups({"group.initial.rebalance.delay.ms": 0})
+    for key, value in h.groups.live_records():
+        live.replay(key, value, 5000)
+    live.finish_replay(5000)
+    assert len(h.groups.live_records()) < len(h.log)
+    for g in (whole, live):
+        assert g.list_groups() == whole.list_groups()
+        assert g.fetch_offsets("cl", None) == whole.fetch_offsets("cl", None)
+        assert g.fetch_offsets("simple", None)[1][0][2].offset == 77
+        assert g.describe_classic("cl") == h.groups.describe_classic("cl")
+        assert g.group_type("gone") is None and g.fetch_offsets("gone", None) == (0, [])
+        assert g.consumer.persisted_state() == h.groups.consumer.persisted_state()
+        assert g.share.persisted_state() == h.groups.share.persisted_state()
+    assert [v.offset for _, _, v in live.fetch_offsets("cl", None)[1]] == [9, 6]

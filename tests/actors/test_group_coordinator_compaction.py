@@ -1,0 +1,37 @@
+"""The group coordinator keeps `__consumer_offsets` as short as its live state: after many commits of
+the same offsets it rewrites the live records and deletes the rest, and a coordinator killed after
+that replays the short log to the same committed offsets and groups."""
+import ray
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from actors import internal_topics
+from cluster import composition
+from tests.actors.restarts import kill_and_await_restart
+
+COMMITS = 1500
+
+
+def test_compaction_drops_superseded_offsets_and_survives_a_restart(broker):
+    topic, group = "compacted", "compacted-group"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    for i in range(COMMITS):  # the same two keys, committed over and over (a simple group: assign() users)
+        c.commit(offsets=[TopicPartition(topic, 0, i), TopicPartition(topic, 1, 2 * i)], asynchronous=False)
+    c.close()
+    image = ray.get(broker.controller.wait_for_metadata.remote(-1, 0))
+    state = image.topics[internal_topics.CONSUMER_OFFSETS]
+    coordinator = ray.get_actor(composition.partition_name(state.topic_id, 0, state.partitions[0].leader))
+    start_before = ray.get(coordinator.__ray_call__.remote(lambda self: self.core.log_start_offset))
+    assert ray.get(coordinator.compact.remote()) is True
+    start_after, end = ray.get(coordinator.__ray_call__.remote(
+        lambda self: (self.core.log_start_offset, self.group_log.next_offset)))
+    assert start_after > start_before + COMMITS  # two records per commit, all but the last superseded
+    assert end - start_after < 100, "only the live records (and any written since) remain"
+
+    kill_and_await_restart(coordinator)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    committed = c.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=30)
+    c.close()
+    assert [tp.offset for tp in committed] == [COMMITS - 1, 2 * (COMMITS - 1)]
