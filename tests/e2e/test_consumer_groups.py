@@ -279,3 +279,27 @@ def test_an_empty_group_moves_between_the_protocols_and_keeps_its_offsets(kray):
     admin = AdminClient({"bootstrap.servers": kray})
     described = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
     assert str(described.type).endswith("CLASSIC") and str(described.state).endswith("EMPTY")
+
+
+def test_consumer_protocol_regex_subscription_picks_up_a_new_topic(kray):
+    """A `^`-pattern subscribe() with group.protocol=consumer is sent as SubscribedTopicRegex; a topic
+    created later that matches is assigned without the client asking again."""
+    prefix = f"rx{uuid.uuid4().hex[:6]}"
+    first = f"{prefix}-a"
+    admin = AdminClient({"bootstrap.servers": kray})
+    admin.create_topics([NewTopic(first, 2, 1)])[first].result(30)
+    c = Consumer({"bootstrap.servers": kray, "group.id": f"g-{prefix}", "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1000})
+    c.subscribe([f"^{prefix}-.*"])
+    try:
+        deadline = time.monotonic() + SETTLE_S
+        while {tp.topic for tp in c.assignment()} != {first}:
+            assert time.monotonic() < deadline, f"regex assignment: {c.assignment()}"
+            c.poll(0.2)
+        second = f"{prefix}-b"
+        admin.create_topics([NewTopic(second, 1, 1)])[second].result(30)
+        while {(tp.topic, tp.partition) for tp in c.assignment()} != {(first, 0), (first, 1), (second, 0)}:
+            assert time.monotonic() < deadline + SETTLE_S, f"the new topic was not assigned: {c.assignment()}"
+            c.poll(0.2)
+    finally:
+        c.close()
