@@ -98,7 +98,7 @@ def _describe(conn, args) -> int:
     if group.error_code:
         return _fail(f"group {args.group}: {ErrorCode(group.error_code).name} {group.error_message or ''}")
     if args.state:
-        print(f"GROUP\tCOORDINATOR\tSTATE\tGROUP-EPOCH\tASSIGNMENT-EPOCH\t#MEMBERS")
+        print("GROUP\tCOORDINATOR\tSTATE\tGROUP-EPOCH\tASSIGNMENT-EPOCH\t#MEMBERS")
         print(f"{group.group_id}\t{conn.address[0]}:{conn.address[1]}\t{group.group_state}\t{group.group_epoch}\t"
               f"{group.assignment_epoch}\t{len(group.members)}")
         return 0

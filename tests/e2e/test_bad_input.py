@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from cluster.admin import KafkaConnection
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader, encode_request
-from protocol.messages import ApiVersionsRequest, ProduceRequest
+from protocol.messages import ProduceRequest
 from protocol.record_batch import build_batch
 
 

@@ -209,7 +209,7 @@ def test_share_group_tools_describe_reset_and_delete(kray_share):
 
     dry = kray_tool(kray_share, "share-groups", "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest")
     assert "dry run" in dry.stdout and f"{topic}\t0\t0" in dry.stdout
-    assert f"\t0\t3\t" in kray_tool(kray_share, "share-groups", "--describe", "--group", group).stdout
+    assert "\t0\t3\t" in kray_tool(kray_share, "share-groups", "--describe", "--group", group).stdout
     r = kray_tool(kray_share, "share-groups", "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
                   "--execute")
     assert r.returncode == 0, r.stderr
