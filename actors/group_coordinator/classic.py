@@ -28,7 +28,7 @@ from typing import Any
 
 from actors.group_coordinator import classic_records as crec
 from actors.group_coordinator.records import Record
-from cluster.config import ConfigError
+from cluster.config import BROKER_DEFAULTS, ConfigError
 from protocol.errors import ErrorCode
 
 EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD = (
@@ -36,12 +36,9 @@ EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD = (
 CONSUMER_PROTOCOL_TYPE = "consumer"
 GROUP_ID_LENGTH_MAX = 255
 
-CLASSIC_CONFIG_DEFAULTS: dict[str, int] = {
-    "group.min.session.timeout.ms": 6000,
-    "group.max.session.timeout.ms": 1800000,
-    "group.initial.rebalance.delay.ms": 3000,
-    "group.max.size": 2147483647,
-}
+CLASSIC_CONFIG_DEFAULTS: dict[str, int] = {key: BROKER_DEFAULTS[key] for key in (
+    "group.min.session.timeout.ms", "group.max.session.timeout.ms", "group.initial.rebalance.delay.ms",
+    "group.max.size")}
 
 
 @dataclass(frozen=True)
@@ -497,17 +494,23 @@ class ClassicGroups:
 
     # ---- SyncGroup, Heartbeat, LeaveGroup ------------------------------------------------------------------------
 
+    def _generation_member(self, group_id: str, generation_id: int, member_id: str,
+                           instance_id: str | None) -> tuple[_Group, _Member]:
+        """The group and member a SyncGroup or Heartbeat names, in the generation it names."""
+        group = self._groups.get(group_id)
+        if group is None or group.state in (EMPTY, DEAD):
+            raise _Fail(ErrorCode.UNKNOWN_MEMBER_ID)
+        member = self._member(group, member_id, instance_id)
+        if generation_id != group.generation:
+            raise _Fail(ErrorCode.ILLEGAL_GENERATION)
+        return group, member
+
     def sync(self, call: int, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
              protocol_type: str | None, protocol_name: str | None, assignments: list[tuple[str, bytes]], *,
              now_ms: int) -> Outcome:
         out = Outcome()
         try:
-            group = self._groups.get(group_id)
-            if group is None or group.state in (EMPTY, DEAD):
-                raise _Fail(ErrorCode.UNKNOWN_MEMBER_ID)
-            member = self._member(group, member_id, instance_id)
-            if generation_id != group.generation:
-                raise _Fail(ErrorCode.ILLEGAL_GENERATION)
+            group, member = self._generation_member(group_id, generation_id, member_id, instance_id)
             if (protocol_type is not None and protocol_type != group.protocol_type) or \
                     (protocol_name is not None and protocol_name != group.protocol):
                 raise _Fail(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
@@ -546,12 +549,7 @@ class ClassicGroups:
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None, *,
                   now_ms: int) -> int:
         try:
-            group = self._groups.get(group_id)
-            if group is None or group.state in (EMPTY, DEAD):
-                raise _Fail(ErrorCode.UNKNOWN_MEMBER_ID)
-            member = self._member(group, member_id, instance_id)
-            if generation_id != group.generation:
-                raise _Fail(ErrorCode.ILLEGAL_GENERATION)
+            group, member = self._generation_member(group_id, generation_id, member_id, instance_id)
             member.deadline_ms = now_ms + member.session_timeout_ms
             return ErrorCode.REBALANCE_IN_PROGRESS if group.state == PREPARING_REBALANCE else ErrorCode.NONE
         except _Fail as e:

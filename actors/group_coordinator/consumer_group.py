@@ -47,7 +47,7 @@ from typing import Any
 from actors.group_coordinator import consumer_assignors as assignors
 from actors.group_coordinator import consumer_records as rec
 from actors.group_coordinator.consumer_records import Record
-from cluster.config import ConfigError
+from cluster.config import BROKER_DEFAULTS, ConfigError
 from protocol.errors import ErrorCode
 
 TopicsView = Mapping[str, tuple[uuid.UUID, int]]  # topic name -> (topic id, partition count); same as core.py
@@ -63,16 +63,8 @@ MEMBER_TYPE_CONSUMER = 1                            # ConsumerGroupDescribe v1 M
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 # Kafka's GroupCoordinatorConfig names and defaults
-CONSUMER_GROUP_CONFIG_DEFAULTS: dict[str, Any] = {
-    "group.consumer.session.timeout.ms": 45000,
-    "group.consumer.min.session.timeout.ms": 45000,
-    "group.consumer.max.session.timeout.ms": 60000,
-    "group.consumer.heartbeat.interval.ms": 5000,
-    "group.consumer.min.heartbeat.interval.ms": 5000,
-    "group.consumer.max.heartbeat.interval.ms": 15000,
-    "group.consumer.max.size": 2**31 - 1,
-    "group.consumer.assignors": "uniform,range",
-}
+CONSUMER_GROUP_CONFIG_DEFAULTS: dict[str, Any] = {key: value for key, value in BROKER_DEFAULTS.items()
+                                                  if key.startswith("group.consumer.")}
 
 
 class GroupState:

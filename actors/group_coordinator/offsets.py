@@ -13,10 +13,11 @@ from typing import Any
 from actors.group_coordinator import classic_records as crec
 from actors.group_coordinator.classic_records import OffsetCommitValue
 from actors.group_coordinator.records import Record
+from cluster.config import BROKER_DEFAULTS
 from protocol.errors import ErrorCode
 
-OFFSETS_CONFIG_DEFAULTS = {"offsets.retention.minutes": 10080, "offset.metadata.max.bytes": 4096,
-                           "offsets.retention.check.interval.ms": 600000}
+OFFSETS_CONFIG_DEFAULTS = {key: BROKER_DEFAULTS[key] for key in (
+    "offsets.retention.minutes", "offset.metadata.max.bytes", "offsets.retention.check.interval.ms")}
 NO_OFFSET = -1
 
 TopicPartition = tuple[str, int]
