@@ -226,6 +226,10 @@ class ClassicGroups:
             return None
         return group.state_timestamp_ms if group.protocol_type else -1  # a simple group: by commit time
 
+    def protocol_type(self, group_id: str) -> str:
+        group = self._groups.get(group_id)
+        return (group.protocol_type or "") if group else ""
+
     def subscribed_topics(self, group_id: str) -> set[str]:
         """The topics the group's consumer-protocol members subscribe to (OffsetDelete may not delete those)."""
         group = self._groups.get(group_id)

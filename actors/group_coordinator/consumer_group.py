@@ -210,6 +210,11 @@ class _Member:
         values.update(changes)
         return _Member(**values)
 
+    def rejoined(self) -> "_Member":
+        """A copy for a member that rejoins with epoch 0: it has dropped its partitions and reconciles afresh."""
+        return self.copy(member_epoch=0, state=MemberState.STABLE, assigned={}, pending_revocation={},
+                         rebalance_deadline_ms=None)
+
 
 @dataclass
 class _Group:
@@ -428,6 +433,17 @@ class ConsumerGroups:
         member_id = group.static_members.get(instance_id)
         return None if member_id is None else group.members.get(member_id)
 
+    def _static_member_named(self, group: _Group, instance_id: str, member_id: str) -> _Member:
+        """The static member of `instance_id`, which must be `member_id` (Kafka's static member checks)."""
+        member = self._static_member(group, instance_id)
+        if member is None:
+            raise _GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+        if member.member_id != member_id:
+            raise _GroupError(ErrorCode.FENCED_INSTANCE_ID,
+                              f"Static member {member_id} with instance id {instance_id} was fenced by member "
+                              f"{member.member_id}.")
+        return member
+
     def _resolve_member(self, group: _Group, member_id: str, member_epoch: int, instance_id: str | None,
                         owned: Assignment | None) -> tuple[_Member, _Member | None]:
         """The member this heartbeat is about (a copy to update) and the static member it replaces, if any."""
@@ -438,8 +454,7 @@ class ConsumerGroups:
                     raise self._unknown_member(group.group_id, member_id)
                 return _Member(member_id), None
             if member_epoch == JOIN_GROUP_MEMBER_EPOCH:   # a rejoin: the member dropped its partitions
-                return member.copy(member_epoch=0, state=MemberState.STABLE, assigned={}, pending_revocation={},
-                                   rebalance_deadline_ms=None), None
+                return member.rejoined(), None
             self._check_epoch(member, member_epoch, owned)
             return member.copy(), None
 
@@ -451,8 +466,7 @@ class ConsumerGroups:
             if existing.member_id == member_id and existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 # the same static member rejoins (its join response was lost, or FENCED_MEMBER_EPOCH): as a dynamic
                 # rejoin, not a replacement of itself (apache/kafka#23542)
-                return existing.copy(member_epoch=0, state=MemberState.STABLE, assigned={}, pending_revocation={},
-                                     rebalance_deadline_ms=None), None
+                return existing.rejoined(), None
             if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 raise _GroupError(ErrorCode.UNRELEASED_INSTANCE_ID,
                                   f"Static member {member_id} with instance id {instance_id} cannot join the group "
@@ -460,12 +474,7 @@ class ConsumerGroups:
             # the static member comes back: a copy under the new member id, with its assignment, at epoch 0
             return existing.copy(member_id=member_id, member_epoch=0, previous_member_epoch=0,
                                  rebalance_deadline_ms=None), existing
-        if existing is None:
-            raise _GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
-        if existing.member_id != member_id:
-            raise _GroupError(ErrorCode.FENCED_INSTANCE_ID,
-                              f"Static member {member_id} with instance id {instance_id} was fenced by member "
-                              f"{existing.member_id}.")
+        existing = self._static_member_named(group, instance_id, member_id)
         self._check_epoch(existing, member_epoch, owned)
         return existing.copy(), None
 
@@ -594,13 +603,7 @@ class ConsumerGroups:
                 raise self._unknown_member(group_id, member_id)
             member = group.members[member_id]
         else:
-            member = self._static_member(group, instance_id)
-            if member is None:
-                raise _GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
-            if member.member_id != member_id:
-                raise _GroupError(ErrorCode.FENCED_INSTANCE_ID,
-                                  f"Static member {member_id} with instance id {instance_id} was fenced by member "
-                                  f"{member.member_id}.")
+            member = self._static_member_named(group, instance_id, member_id)
             if member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 # a temporary leave: the member and its assignment stay for a session timeout
                 member.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH

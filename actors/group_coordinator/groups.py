@@ -230,7 +230,7 @@ class Groups:
         if kind not in (CLASSIC, CONSUMER):
             return ErrorCode.GROUP_ID_NOT_FOUND, [], []
         if kind == CLASSIC and not self.classic.is_empty(group_id) and \
-                self.classic.describe(group_id).protocol_type not in ("", CONSUMER_PROTOCOL_TYPE):
+                self.classic.protocol_type(group_id) not in ("", CONSUMER_PROTOCOL_TYPE):
             return ErrorCode.NON_EMPTY_GROUP, [], []
         subscribed = (self.classic.subscribed_topics(group_id) if kind == CLASSIC
                       else self.consumer.subscribed_topics(group_id))
@@ -307,7 +307,7 @@ class Groups:
         consumer protocol type, or a consumer group (KIP-496 expires the offsets of other topics)."""
         kind = self.group_type(group_id)
         if kind == CLASSIC and self.classic.state(group_id) == STABLE and \
-                self.classic.describe(group_id).protocol_type == CONSUMER_PROTOCOL_TYPE:
+                self.classic.protocol_type(group_id) == CONSUMER_PROTOCOL_TYPE:
             return self.classic.subscribed_topics(group_id)
         if kind == CONSUMER and not self.consumer.is_empty(group_id):
             return self.consumer.subscribed_topics(group_id)

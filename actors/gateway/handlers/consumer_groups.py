@@ -8,6 +8,7 @@ coordinator again. JoinGroup and SyncGroup calls stay open until the rebalance a
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from protocol.errors import ErrorCode
@@ -194,38 +195,34 @@ async def handle_offset_fetch(ctx, header, request) -> OffsetFetchResponse:
     R = OffsetFetchResponse
     v = header.api_version
     if v < 8:
-        topics = request.topics
-        if topics is not None:
-            topics = [_LegacyTopic(t.name, t.partition_indexes) for t in topics]
-        error, rows = await _fetch_group(ctx, request.group_id, topics, by_id=False)
+        error, rows = await _fetch_group(ctx, request.group_id, request.topics, by_id=False)
         answer = R(throttle_time_ms=0, error_code=error, topics=[])
         for name, _, parts in _grouped(ctx, rows, by_id=False):
             answer.topics.append(R.OffsetFetchResponseTopic(name=name, partitions=[R.OffsetFetchResponsePartition(
-                partition_index=p, committed_offset=value[0] if value else NO_OFFSET,
-                committed_leader_epoch=value[1] if value else -1, metadata=value[2] if value else "",
-                error_code=e) for p, value, e in parts]))
+                partition_index=p, error_code=e, **_committed(value)) for p, value, e in parts]))
         if error and v < 2:  # no group error field: each partition carries it
             answer.topics = [R.OffsetFetchResponseTopic(name=t.name, partitions=[R.OffsetFetchResponsePartition(
-                partition_index=p, committed_offset=NO_OFFSET, committed_leader_epoch=-1, metadata="",
-                error_code=error) for p in t.partition_indexes]) for t in (request.topics or [])]
+                partition_index=p, error_code=error, **_committed(None)) for p in t.partition_indexes])
+                for t in (request.topics or [])]
         return answer
     by_id = v >= OFFSET_COMMIT_TOPIC_IDS
-    groups = []
-    for g in request.groups:
-        error, rows = await _fetch_group(ctx, g.group_id, g.topics, by_id, g.member_id, g.member_epoch)
-        groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error, topics=[
+    fetched = await asyncio.gather(*(_fetch_group(ctx, g.group_id, g.topics, by_id, g.member_id, g.member_epoch)
+                                     for g in request.groups))
+    return R(throttle_time_ms=0, groups=[
+        R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error, topics=[
             R.OffsetFetchResponseTopics(name=name or "", topic_id=topic_id, partitions=[
-                R.OffsetFetchResponsePartitions(partition_index=p, committed_offset=value[0] if value else NO_OFFSET,
-                                                committed_leader_epoch=value[1] if value else -1,
-                                                metadata=value[2] if value else "", error_code=e)
+                R.OffsetFetchResponsePartitions(partition_index=p, error_code=e, **_committed(value))
                 for p, value, e in parts])
-            for name, topic_id, parts in _grouped(ctx, rows, by_id)]))
-    return R(throttle_time_ms=0, groups=groups)
+            for name, topic_id, parts in _grouped(ctx, rows, by_id)])
+        for g, (error, rows) in zip(request.groups, fetched)])
 
 
-class _LegacyTopic:
-    def __init__(self, name, partition_indexes):
-        self.name, self.topic_id, self.partition_indexes = name, None, partition_indexes
+def _committed(value) -> dict:
+    """A partition's committed fields from (offset, leader epoch, metadata), or nothing committed."""
+    if value is None:
+        return dict(committed_offset=NO_OFFSET, committed_leader_epoch=-1, metadata="")
+    offset, leader_epoch, metadata = value
+    return dict(committed_offset=offset, committed_leader_epoch=leader_epoch, metadata=metadata)
 
 
 async def handle_offset_delete(ctx, header, request) -> OffsetDeleteResponse:
