@@ -86,12 +86,20 @@ class PipelinedConnection:
     async def call(self, build: Callable[[int], list], timeout_s: float | None) -> memoryview:
         """Send the frame `build(correlation_id)` returns (a list of byte chunks, size prefix
         included); return the response body after its correlation id."""
+        return await self.send(build, timeout_s)
+
+    def send(self, build: Callable[[int], list], timeout_s: float | None) -> Awaitable[memoryview]:
+        """`call` in two steps: the frame is written now, before this returns (so frames leave in
+        the order their callers sent them); the answer is awaited from what it returns."""
         if self.failure is not None:
             raise ConnectionClosed(f"connection closed: {self.failure}")
         correlation_id = next(self.correlation_ids) & 0x7FFFFFFF
         future = asyncio.get_running_loop().create_future()
         self.waiting[correlation_id] = future
         _write(self.writer, build(correlation_id))
+        return self._answer(correlation_id, future, timeout_s)
+
+    async def _answer(self, correlation_id: int, future: asyncio.Future, timeout_s: float | None) -> memoryview:
         try:
             return await asyncio.wait_for(future, timeout_s)
         except asyncio.TimeoutError:

@@ -92,6 +92,9 @@ class ControllerActor:
         self.replica_actors: dict[tuple[uuid.UUID, int, int], Any] = {}
         self.replica_listeners: dict[tuple[uuid.UUID, int, int], str] = {}
         self.told: dict[tuple[uuid.UUID, int, int], tuple] = {}  # the partition state each replica was sent
+        # the leader epoch in which each replica confirmed it leads: the image names a partition's
+        # leader (and its gateway routes to it) only once the leader knows it leads in this epoch
+        self.leading: dict[tuple[uuid.UUID, int, int], int] = {}
         self.supervisors: dict[tuple, asyncio.Task] = {}
         self.changed = asyncio.Event()
         self.node_brokers: dict[str, int | None] = {}  # Ray node id -> its broker id (None: no broker there)
@@ -214,6 +217,7 @@ class ControllerActor:
             doomed.append((key, self.replica_actors.pop(key)))
             self.replica_listeners.pop(key, None)
             self.told.pop(key, None)
+            self.leading.pop(key, None)
         for key, actor in doomed:
             supervisor = self.supervisors.pop(key, None)
             if supervisor is not None:
@@ -230,7 +234,10 @@ class ControllerActor:
         """The metadata as gateways need it. Only gateways follow it (a few per cluster): every
         actor handle in an image is deserialized, and reference counted, by every receiver.
         Brokers: registered with this controller and unfenced (Kafka leaves fenced ones out).
-        Partition actors and listeners: each partition's leader replica."""
+        Partition actors and listeners: each partition's leader replica; a listener only once that
+        replica listens and has confirmed that it leads in the current leader epoch, so whatever
+        the image routes to a leader, the leader can append (a partition without one answers
+        LEADER_NOT_AVAILABLE in Metadata, and clients wait instead of failing a first send)."""
         c = self.core
         live = {b: info for b, info in c.brokers.items() if b in self.registered and c.replication.is_live(b)}
         leaders, listeners, coordinators = {}, {}, {}
@@ -241,7 +248,7 @@ class ControllerActor:
                 if actor is None:
                     continue
                 leaders[(topic.topic_id, p.index)] = actor
-                if replica in self.replica_listeners:
+                if replica in self.replica_listeners and self.leading.get(replica) == p.leader_epoch:
                     listeners[(topic.topic_id, p.index)] = self.replica_listeners[replica]
                 if topic.internal:  # the leader of an internal-topic partition is its coordinator
                     coordinators[(topic.name, p.index)] = actor
@@ -362,6 +369,7 @@ class ControllerActor:
         for k in keys:
             self.replica_listeners.pop(k, None)
             self.told.pop(k, None)
+            self.leading.pop(k, None)
         await asyncio.gather(*(a.delete.remote() for a in actors if a is not None), return_exceptions=True)
         for a in actors:
             if a is not None:
@@ -451,6 +459,8 @@ class ControllerActor:
                     self.serving.discard(key[1])
                     self.broker_failures[key[1]] = str(getattr(e, "cause", None) or e).splitlines()[-1]
                     self._bump()
+                elif self.replica_actors.get(key) is actor and self.leading.pop(key, None) is not None:
+                    self._bump()  # no route to it until it is back, listening and told it leads
                 log.info("%s failed or restarted (%s); asking it to serve again", key, type(e).__name__)
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, SUPERVISE_RETRY_S_MAX)
@@ -486,6 +496,9 @@ class ControllerActor:
         await actor.update.remote({"leader": leader, "leader_epoch": leader_epoch, "partition_epoch": partition_epoch,
                                    "replicas": list(replicas), "isr": list(isr)}, endpoint, broker_epoch,
                                   list(fenced))
+        if leader == key[2] and self.replica_actors.get(key) is actor and self.leading.get(key, -1) < leader_epoch:
+            self.leading[key] = leader_epoch
+            self._bump()  # the image may route to this leader now
 
     async def _publish(self) -> None:
         """After every change, tell each listening replica whose partition state moved. A replica

@@ -1,12 +1,17 @@
 """One client connection: frames in, requests dispatched concurrently, responses out in order.
 
 Kafka clients pipeline (librdkafka keeps up to 5 produce requests in flight per connection), so
-requests are handled concurrently while answers leave in request order. Malformed bytes close
-this connection and nothing else; domain errors travel inside responses.
+requests are handled concurrently while answers leave in request order. Requests that change
+state where order matters (produce, share acknowledgements, offset commits) also take effect in
+request order: their handlers route and send their parts while holding the connection's turn
+(`in_request_order`), one request after the other, and wait for the answers after passing the
+turn on. Malformed bytes close this connection and nothing else; domain errors travel inside
+responses.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from typing import Awaitable, Callable
@@ -30,10 +35,32 @@ class ClientConnection:
     when it closes (share sessions release what they hold)."""
     _ids = itertools.count(1)
 
-    def __init__(self, peer):
+    def __init__(self, peer, abort: Callable[[], None] | None = None):
         self.connection_id = next(self._ids)
         self.peer = peer
         self.on_close: list[Callable[[], Awaitable[None]]] = []
+        self.turn = asyncio.Lock()  # FIFO: waiters get it in the order they asked
+        self.broken: str | None = None
+        self._abort = abort
+
+    @contextlib.asynccontextmanager
+    async def in_request_order(self):
+        """Held while a request routes and sends what changes state: the requests of this
+        connection do so one after the other, in the order they arrived."""
+        async with self.turn:
+            if self.broken is not None:
+                raise CloseConnection(self.broken)
+            yield
+
+    def abort(self, reason: str) -> None:
+        """A request's outcome is unknown (the data path failed after it may have been applied):
+        close the connection at once, as a failed Kafka broker's connection closes, so that no
+        later request of it is applied either. The client retries what was in flight."""
+        if self.broken is None:
+            self.broken = reason
+            log.warning("closing connection from %s: %s", self.peer, reason)
+            if self._abort is not None:
+                self._abort()
 
     async def closed(self) -> None:
         for cleanup in self.on_close:
@@ -43,6 +70,11 @@ class ClientConnection:
                 log.exception("cleanup after closing a connection from %s failed", self.peer)
 
 
+def in_request_order(connection: ClientConnection | None):
+    """`connection.in_request_order()`, or nothing where a handler is called without a connection."""
+    return connection.in_request_order() if connection is not None else contextlib.nullcontext()
+
+
 # A dispatcher takes one frame body and returns an awaitable of the response frame (or None: no answer).
 Dispatch = Callable[[memoryview, ClientConnection], Awaitable[bytes | None]]
 
@@ -50,7 +82,7 @@ Dispatch = Callable[[memoryview, ClientConnection], Awaitable[bytes | None]]
 async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dispatch: Dispatch,
                            *, frame_bytes_max: int, idle_timeout_s: float) -> None:
     peer = writer.get_extra_info("peername")
-    connection = ClientConnection(peer)
+    connection = ClientConnection(peer, writer.transport.abort)
     decoder = FrameDecoder(frame_bytes_max)
     pending: asyncio.Queue[asyncio.Task | None] = asyncio.Queue(INFLIGHT_REQUESTS_PER_CONNECTION_MAX)
     responder = asyncio.create_task(_respond_in_order(pending, writer))

@@ -9,6 +9,7 @@ partition the handlers answer NOT_LEADER_OR_FOLLOWER, as a Kafka broker does.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from typing import Any, Callable, Protocol
 import ray
 
 from actors.gateway.partition_client import RayPartition, SocketPartition
+
+log = logging.getLogger("kray.gateway")
 
 
 class PartitionClient(Protocol):
@@ -30,6 +33,7 @@ class PartitionClient(Protocol):
 
 
 CONTROLLER_RETRY_S = 30.0
+CATCH_UP_TIMEOUT_S = 5.0  # a request waiting for a route waits this long for the controller at most
 
 
 class RayController:
@@ -96,6 +100,8 @@ class GatewayContext:
     share_sessions: Any = None
     _clients: dict[tuple[uuid.UUID, int], Any] = field(default_factory=dict)
     _addresses: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
+    _catching_up: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _caught_up_at: float = float("-inf")  # monotonic time a catch-up asked the controller
 
     def __post_init__(self):
         from actors.gateway.share_sessions import ShareSessionCache
@@ -124,6 +130,23 @@ class GatewayContext:
         """A partition on any broker, for admin steps (Ray calls)."""
         handle = self.metadata.partition_actors.get((topic_id, index)) if self.metadata else None
         return RayPartition(handle) if handle is not None else None
+
+    async def catch_up_metadata(self) -> None:
+        """Make the image at least as new as the controller's was when this was called: before a
+        request that changes a partition is refused for want of a route, its answer is decided on
+        metadata no older than what the client routed by (another broker may have told it first).
+        Concurrent callers share one controller call where it was asked after they called."""
+        asked_at = time.monotonic()
+        async with self._catching_up:
+            if self._caught_up_at >= asked_at:
+                return
+            started = time.monotonic()
+            try:
+                await asyncio.wait_for(self.refresh_metadata(), CATCH_UP_TIMEOUT_S)
+            except Exception as e:  # the controller is away: decide on the image we have
+                log.warning("could not catch up with the controller's metadata: %r", e)
+                return
+            self._caught_up_at = started
 
     async def refresh_metadata(self) -> None:
         """Pull the controller's newest image now (after an admin change made through us)."""

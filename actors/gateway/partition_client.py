@@ -41,20 +41,36 @@ class SocketPartition:
         return await asyncio.shield(self.opening)
 
     async def _call(self, api_key: int, args: list, blobs=(), timeout_s: float = CALL_TIMEOUT_S):
+        return await (await self._send(api_key, args, blobs, timeout_s))
+
+    async def _send(self, api_key: int, args: list, blobs=(), timeout_s: float = CALL_TIMEOUT_S):
+        """Write the request now (in the order callers send); return an awaitable of its answer."""
         connection = await self._connection()
-        body = await connection.call(lambda cid: wire.encode_request(api_key, cid, args, blobs), timeout_s)
-        return wire.decode_response(body)
+        answer = connection.send(lambda cid: wire.encode_request(api_key, cid, args, blobs), timeout_s)
+
+        async def decoded():
+            return wire.decode_response(await answer)
+        return decoded()
 
     def close(self) -> None:
         if succeeded(self.opening):
             self.opening.result().close()
 
     # ---- the PartitionClient surface the handlers use ----------------------------------------
+    # Calls that change the partition come in two steps, `send_…` and awaiting what it returns:
+    # the request is written when `send_…` returns, so a handler that sends its requests in a
+    # client connection's request order has them applied in that order (see actors/gateway/order.py).
     async def produce(self, records, *, leader_epoch, acks, timeout_ms):
-        (error, base_offset, append_time_ms, log_start, message, record_errors), _ = await self._call(
-            wire.PRODUCE, [leader_epoch, acks, timeout_ms], (records,))
-        return ProduceResult(error, base_offset, append_time_ms, log_start, [tuple(e) for e in record_errors],
-                             message)
+        return await (await self.send_produce(records, leader_epoch=leader_epoch, acks=acks, timeout_ms=timeout_ms))
+
+    async def send_produce(self, records, *, leader_epoch, acks, timeout_ms):
+        answer = await self._send(wire.PRODUCE, [leader_epoch, acks, timeout_ms], (records,))
+
+        async def result():
+            (error, base_offset, append_time_ms, log_start, message, record_errors), _ = await answer
+            return ProduceResult(error, base_offset, append_time_ms, log_start, [tuple(e) for e in record_errors],
+                                 message)
+        return result()
 
     async def fetch(self, offset, max_bytes, *, leader_epoch, isolation_level):
         """Records come back as a FileRegion: sent from the segment file when the response goes out."""
@@ -98,10 +114,20 @@ class SocketPartition:
 
     async def share_fetch(self, group_id, member_id, *, acks, max_records, batch_size, max_bytes, fetch,
                           record_limit=False):
+        return await (await self.send_share_fetch(group_id, member_id, acks=acks, max_records=max_records,
+                                                  batch_size=batch_size, max_bytes=max_bytes, fetch=fetch,
+                                                  record_limit=record_limit))
+
+    async def send_share_fetch(self, group_id, member_id, *, acks, max_records, batch_size, max_bytes, fetch,
+                               record_limit=False):
         """Acknowledge `acks` and (if `fetch`) acquire what is acquirable now; never waits. The
         acquired batches come back as a FileRegion, sent from the segment file."""
-        (error, message, ack_error, ack_message, acquired, path, position, size_bytes), _ = await self._call(
+        answer = await self._send(
             wire.SHARE_FETCH, [group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit])
+        return self._share_fetch_result(answer)
+
+    async def _share_fetch_result(self, answer):
+        (error, message, ack_error, ack_message, acquired, path, position, size_bytes), _ = await answer
         records = b""
         if size_bytes:
             try:
@@ -117,8 +143,15 @@ class SocketPartition:
         return ready
 
     async def share_acknowledge(self, group_id, member_id, acks):
-        out, _ = await self._call(wire.SHARE_ACKNOWLEDGE, [group_id, member_id, acks])
-        return tuple(out)
+        return await (await self.send_share_acknowledge(group_id, member_id, acks))
+
+    async def send_share_acknowledge(self, group_id, member_id, acks):
+        answer = await self._send(wire.SHARE_ACKNOWLEDGE, [group_id, member_id, acks])
+
+        async def result():
+            out, _ = await answer
+            return tuple(out)
+        return result()
 
     async def share_release(self, group_id, member_id):
         await self._call(wire.SHARE_RELEASE, [group_id, member_id])

@@ -24,11 +24,11 @@ from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle
 from actors.gateway.handlers.topics import handle_create_partitions, handle_create_topics, handle_delete_topics
 
 ROUTES: dict[int, Route] = {
-    0: Route(handle_produce, 3, 13, no_response=acks_zero),
+    0: Route(handle_produce, 3, 13, no_response=acks_zero, with_connection=True),
     1: Route(handle_fetch, 4, 17),
     2: Route(handle_list_offsets, 1, 11),
     3: Route(handle_metadata, 0, 13),
-    8: Route(handle_offset_commit, 2, 10),
+    8: Route(handle_offset_commit, 2, 10, with_connection=True),
     9: Route(handle_offset_fetch, 1, 10),
     10: Route(handle_find_coordinator, 0, 6),
     11: Route(handle_join_group, 0, 9, with_connection=True),

@@ -16,10 +16,14 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 def _partition_response(image, topic, p) -> MetadataResponse.MetadataResponsePartition:
+    """A leader is named only once it can take writes: its broker is live and its replica listens
+    and knows it leads in this epoch (a partition just created, or whose leader just moved, answers
+    LEADER_NOT_AVAILABLE for a moment; clients wait and ask again rather than fail a send)."""
+    ready = p.leader in image.brokers and (topic.topic_id, p.index) in image.partition_listeners
     return MetadataResponse.MetadataResponsePartition(
-        error_code=0 if p.leader in image.brokers else ErrorCode.LEADER_NOT_AVAILABLE,
-        partition_index=p.index, leader_id=image.leader_id(topic, p.index), leader_epoch=p.leader_epoch,
-        replica_nodes=list(p.replicas), isr_nodes=list(p.isr), offline_replicas=[])
+        error_code=0 if ready else ErrorCode.LEADER_NOT_AVAILABLE,
+        partition_index=p.index, leader_id=image.leader_id(topic, p.index) if ready else -1,
+        leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas), isr_nodes=list(p.isr), offline_replicas=[])
 
 
 def _topic_response(ctx, topic) -> MetadataResponse.MetadataResponseTopic:

@@ -15,6 +15,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import (ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse, DescribeGroupsResponse, HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
                                OffsetCommitResponse, OffsetDeleteResponse, OffsetFetchResponse, SyncGroupResponse)
 
+from actors.gateway.connection import in_request_order
 from actors.gateway.handlers.groups import AUTHORIZED_OPERATIONS_OMITTED, coordinator_error, group_coordinator
 
 log = logging.getLogger("kray.gateway")
@@ -126,7 +127,7 @@ def _topic_name(ctx, topic, by_id: bool) -> str | None:
     return found.name if found is not None else None
 
 
-async def handle_offset_commit(ctx, header, request) -> OffsetCommitResponse:
+async def handle_offset_commit(ctx, header, request, connection=None) -> OffsetCommitResponse:
     by_id = header.api_version >= OFFSET_COMMIT_TOPIC_IDS
     R = OffsetCommitResponse
     answers = [R.OffsetCommitResponseTopic(name=t.name if not by_id else "", topic_id=t.topic_id if by_id else None,
@@ -145,13 +146,16 @@ async def handle_offset_commit(ctx, header, request) -> OffsetCommitResponse:
                            p.committed_metadata))
             slots.append(slot)
     if wanted:
-        try:
-            coordinator = await group_coordinator(ctx, request.group_id or "")
-            errors = await coordinator.commit_offsets.remote(
-                request.group_id, request.member_id or "", request.group_instance_id,
-                request.generation_id_or_member_epoch, wanted, header.api_version)
-        except Exception as e:
-            errors = [coordinator_error(e)] * len(wanted)
+        # a connection's commits take effect one after the other, in request order (an async Ray
+        # actor may start calls out of order), so a committed offset never goes back behind a later one
+        async with in_request_order(connection):
+            try:
+                coordinator = await group_coordinator(ctx, request.group_id or "")
+                errors = await coordinator.commit_offsets.remote(
+                    request.group_id, request.member_id or "", request.group_instance_id,
+                    request.generation_id_or_member_epoch, wanted, header.api_version)
+            except Exception as e:
+                errors = [coordinator_error(e)] * len(wanted)
         for slot, error in zip(slots, errors):
             slot.error_code = error
     return R(throttle_time_ms=0, topics=answers)

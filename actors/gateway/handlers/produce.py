@@ -1,7 +1,10 @@
-"""Produce: one Ray call per partition, all partitions of a request in parallel.
+"""Produce: one data-path call per partition, all partitions of a request in parallel.
 
-The records travel as the bytes the producer sent; the partition actor validates them and patches
-offsets into the batch headers.
+The records travel as the bytes the producer sent; the partition leader validates them and
+patches offsets into the batch headers. A connection's produce requests are routed and sent in
+request order (the connection's turn, see actors/gateway/connection.py), so each partition
+appends them in the order the client sent them; answers are awaited after the turn is passed on,
+so up to max.in.flight requests stay pipelined.
 """
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ import logging
 from protocol.errors import ErrorCode
 from protocol.messages import ProduceResponse
 
-from actors.gateway.handlers.routing import partition_client, resolve_topic
+from actors.gateway.connection import CloseConnection, in_request_order
+from actors.gateway.handlers.routing import leader_clients
 
 log = logging.getLogger("kray.gateway")
 VALID_ACKS = (-1, 0, 1)
@@ -22,24 +26,10 @@ def acks_zero(request) -> bool:
     return request.acks == 0
 
 
-async def _produce_one(client, records, acks, timeout_ms, leader_epoch):
-    if records is None or len(records) == 0:
-        return ErrorCode.CORRUPT_MESSAGE, -1, -1, -1, "the produce request carried no record batch"
-    try:
-        r = await client.produce(records, leader_epoch=leader_epoch, acks=acks, timeout_ms=timeout_ms)
-    except Exception as e:  # the actor died or moved: make the client refresh metadata and retry
-        log.warning("produce to a partition actor failed: %s", e)
-        return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1, None
-    return r.error_code, r.base_offset, r.log_append_time_ms, r.log_start_offset, r.error_message
-
-
-async def handle_produce(ctx, header, request) -> ProduceResponse:
-    version = header.api_version
-    by_id = version >= 13
-    jobs, slots = [], []
-    responses = []
+async def handle_produce(ctx, header, request, connection=None) -> ProduceResponse:
+    by_id = header.api_version >= 13
+    responses, wanted, slots = [], [], []
     for topic_data in request.topic_data:
-        topic, unknown_error = resolve_topic(ctx, topic_data.name, topic_data.topic_id, by_id)
         topic_response = ProduceResponse.TopicProduceResponse(name=topic_data.name, topic_id=topic_data.topic_id,
                                                               partition_responses=[])
         responses.append(topic_response)
@@ -47,14 +37,43 @@ async def handle_produce(ctx, header, request) -> ProduceResponse:
             presp = ProduceResponse.PartitionProduceResponse(index=pdata.index, base_offset=-1,
                                                              log_append_time_ms=-1, log_start_offset=-1)
             topic_response.partition_responses.append(presp)
-            client, presp.error_code = partition_client(ctx, topic, pdata.index, unknown_error)
             if request.acks not in VALID_ACKS:
                 presp.error_code = ErrorCode.INVALID_REQUIRED_ACKS
-            elif client is not None:
-                # Produce carries no leader epoch: the replica itself knows whether it leads now
-                jobs.append(_produce_one(client, pdata.records, request.acks, request.timeout_ms, NO_EPOCH_GIVEN))
-                slots.append(presp)
-    for presp, (error, base_offset, append_time_ms, log_start, message) in zip(slots, await asyncio.gather(*jobs)):
-        presp.error_code, presp.base_offset = error, base_offset
-        presp.log_append_time_ms, presp.log_start_offset, presp.error_message = append_time_ms, log_start, message
+            elif pdata.records is None or len(pdata.records) == 0:
+                presp.error_code = ErrorCode.CORRUPT_MESSAGE
+                presp.error_message = "the produce request carried no record batch"
+            else:
+                wanted.append((topic_data.name, topic_data.topic_id, pdata.index))
+                slots.append((presp, pdata.records))
+    answers = []
+    try:
+        async with in_request_order(connection):
+            for (presp, records), (client, error) in zip(slots, await leader_clients(ctx, wanted, by_id)):
+                presp.error_code = error
+                if client is not None:
+                    # Produce carries no leader epoch: the replica itself knows whether it leads now
+                    answers.append((presp, await client.send_produce(
+                        records, leader_epoch=NO_EPOCH_GIVEN, acks=request.acks, timeout_ms=request.timeout_ms)))
+        results = await asyncio.gather(*(answer for _, answer in answers), return_exceptions=True)
+    except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+        for _, answer in answers:
+            answer.close()
+        _data_path_failed(connection, e)
+    for (presp, _), r in zip(answers, results):
+        if isinstance(r, BaseException):
+            _data_path_failed(connection, r)
+        presp.error_code, presp.base_offset = r.error_code, r.base_offset
+        presp.log_append_time_ms, presp.log_start_offset, presp.error_message = \
+            r.log_append_time_ms, r.log_start_offset, r.error_message
     return ProduceResponse(responses=responses, throttle_time_ms=0)
+
+
+def _data_path_failed(connection, e: Exception):
+    """The leader's data path failed (its actor died or moved, or did not answer): whether the
+    records were appended is unknown, and a later request of this connection must not be appended
+    before them. Close the connection, as a Kafka broker that fails closes it: the client retries
+    everything it had in flight (the idempotent producer without duplicates)."""
+    reason = f"a produce's partition leader could not be reached ({type(e).__name__}: {e}); retry"
+    if connection is not None:
+        connection.abort(reason)
+    raise CloseConnection(reason)

@@ -22,3 +22,20 @@ def partition_client(ctx, topic, index: int, unknown_error: int = ErrorCode.UNKN
     if not 0 <= index < len(topic.partitions):
         return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+async def leader_clients(ctx, wanted: list[tuple], by_id: bool) -> list[tuple]:
+    """For requests that change partitions (produce, share acknowledgements): for each (topic
+    name, topic id, partition index) in `wanted`, (the data-path client of its leader here, 0) or
+    (None, the error to answer). Where this gateway's image has no route, it first catches up with
+    the controller: a refusal is never decided on metadata older than what the client routed by,
+    so a connection's first requests to a partition are not refused while later ones are taken."""
+    def route(name, topic_id, index):
+        topic, unknown_error = resolve_topic(ctx, name, topic_id, by_id)
+        return partition_client(ctx, topic, index, unknown_error)
+
+    routed = [route(*w) for w in wanted]
+    if any(client is None for client, _ in routed):
+        await ctx.catch_up_metadata()
+        routed = [r if r[0] is not None else route(*w) for r, w in zip(routed, wanted)]
+    return routed

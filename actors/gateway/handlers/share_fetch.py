@@ -16,7 +16,8 @@ import time
 from protocol.errors import ErrorCode
 from protocol.messages import ShareAcknowledgeResponse, ShareFetchResponse
 
-from actors.gateway.handlers.routing import partition_client
+from actors.gateway.connection import in_request_order
+from actors.gateway.handlers.routing import leader_clients, partition_client
 from actors.gateway.share_sessions import FINAL_EPOCH, ShareSession
 
 log = logging.getLogger("kray.gateway")
@@ -89,6 +90,33 @@ async def _call(coro, what):
         return None
 
 
+async def _sent(sending):
+    """Send, then wait for the answer."""
+    return await (await sending)
+
+
+async def _value(value):
+    return value
+
+
+async def _send_in_order(ctx, keys: list, send) -> list:
+    """Route each (topic id, partition) to its leader here and send its part now, while the
+    caller holds its connection's turn; return per key an awaitable of the answer: the result,
+    the error code to answer, or None when the data path failed."""
+    routed = await leader_clients(ctx, [(None, topic_id, index) for topic_id, index in keys], by_id=True)
+    out = []
+    for tp, (client, error) in zip(keys, routed):
+        if client is None:
+            out.append(_value(error))
+            continue
+        try:
+            out.append(await send(tp, client))
+        except Exception as e:
+            log.warning("sending to a partition actor failed: %s", e)
+            out.append(_value(None))
+    return out
+
+
 async def handle_share_fetch(ctx, header, request, connection) -> ShareFetchResponse:
     lock_ms = _lock_ms(ctx, request.group_id)
     if not request.group_id or not request.member_id:
@@ -107,31 +135,37 @@ async def handle_share_fetch(ctx, header, request, connection) -> ShareFetchResp
     if invalid:
         return ShareFetchResponse(error_code=ErrorCode.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms,
                                   error_message=invalid)
-    error, session = _open_session(ctx, header, request, connection, may_open=True)
-    if error:
-        return ShareFetchResponse(error_code=error, acquisition_lock_timeout_ms=lock_ms)
     fetching = not final and not (header.api_version >= 2 and request.is_renew_ack)
     record_limit = header.api_version >= 2 and request.share_acquire_mode == RECORD_LIMIT
-    if not final:
-        session.add(asked)
-        session.forget([(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions])
     results: dict = {}
+
+    def send_one(tp, client, with_acks):
+        return client.send_share_fetch(request.group_id, request.member_id,
+                                       acks=acks.get(tp) if with_acks else None, max_records=request.max_records,
+                                       batch_size=request.batch_size, max_bytes=request.max_bytes, fetch=fetching,
+                                       record_limit=record_limit)
 
     async def fetch_one(tp, with_acks):
         client, error = partition_client(ctx, ctx.metadata.topic_by_id(tp[0]), tp[1], ErrorCode.UNKNOWN_TOPIC_ID)
         if client is None:
             results[tp] = error
             return
-        r = await _call(client.share_fetch(request.group_id, request.member_id,
-                                           acks=acks.get(tp) if with_acks else None,
-                                           max_records=request.max_records, batch_size=request.batch_size,
-                                           max_bytes=request.max_bytes, fetch=fetching,
-                                           record_limit=record_limit), "share fetch")
+        r = await _call(_sent(send_one(tp, client, with_acks)), "share fetch")
         results[tp] = r if r is not None else ErrorCode.NOT_LEADER_OR_FOLLOWER
 
-    partitions = session.rotated() if fetching else list(acks)
-    partitions += [tp for tp in acks if tp not in partitions]
-    await asyncio.gather(*(fetch_one(tp, True) for tp in partitions))
+    # the session's epoch and the acknowledgements are applied in this connection's request order
+    async with in_request_order(connection):
+        error, session = _open_session(ctx, header, request, connection, may_open=True)
+        if error:
+            return ShareFetchResponse(error_code=error, acquisition_lock_timeout_ms=lock_ms)
+        if not final:
+            session.add(asked)
+            session.forget([(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions])
+        partitions = session.rotated() if fetching else list(acks)
+        partitions += [tp for tp in acks if tp not in partitions]
+        sent = await _send_in_order(ctx, partitions, lambda tp, client: send_one(tp, client, True))
+    for tp, r in zip(partitions, await asyncio.gather(*(_call(s, "share fetch") for s in sent))):
+        results[tp] = r if r is not None else ErrorCode.NOT_LEADER_OR_FOLLOWER
     if fetching and request.max_wait_ms > 0 and not _got_records(results):
         acked = {tp: results[tp] for tp in acks if tp in results}
         await _long_poll(ctx, request, results, fetch_one)
@@ -203,25 +237,24 @@ async def handle_share_acknowledge(ctx, header, request, connection) -> ShareAck
     if invalid:
         return ShareAcknowledgeResponse(error_code=ErrorCode.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms,
                                         error_message=invalid)
-    error, session = _open_session(ctx, header, request, connection, may_open=False)
-    if error:
-        return ShareAcknowledgeResponse(error_code=error, acquisition_lock_timeout_ms=lock_ms)
+    keys = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
+    batches = {(t.topic_id, p.partition_index): _acks(p.acknowledgement_batches)
+               for t in request.topics for p in t.partitions}
+    # the session's epoch and the acknowledgements are applied in this connection's request order
+    async with in_request_order(connection):
+        error, session = _open_session(ctx, header, request, connection, may_open=False)
+        if error:
+            return ShareAcknowledgeResponse(error_code=error, acquisition_lock_timeout_ms=lock_ms)
+        sent = await _send_in_order(ctx, keys, lambda tp, client: client.send_share_acknowledge(
+            request.group_id, request.member_id, batches[tp]))
     by_topic: dict = {}
-
-    async def ack_one(topic_id, p):
-        client, code = partition_client(ctx, ctx.metadata.topic_by_id(topic_id), p.partition_index,
-                                        ErrorCode.UNKNOWN_TOPIC_ID)
-        message = None
-        if client is not None:
-            r = await _call(client.share_acknowledge(request.group_id, request.member_id,
-                                                     _acks(p.acknowledgement_batches)), "share acknowledge")
-            code, message = r if r is not None else (ErrorCode.NOT_LEADER_OR_FOLLOWER, None)
-        leader_id, leader_epoch = _leader(ctx, topic_id, p.partition_index)
+    for (topic_id, index), r in zip(keys, await asyncio.gather(*(_call(s, "share acknowledge") for s in sent))):
+        code, message = (r, None) if isinstance(r, int) else r if r is not None else \
+            (ErrorCode.NOT_LEADER_OR_FOLLOWER, None)
+        leader_id, leader_epoch = _leader(ctx, topic_id, index)
         by_topic.setdefault(topic_id, []).append(ShareAcknowledgeResponse.PartitionData(
-            partition_index=p.partition_index, error_code=code, error_message=message,
+            partition_index=index, error_code=code, error_message=message,
             current_leader=ShareAcknowledgeResponse.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch)))
-
-    await asyncio.gather(*(ack_one(t.topic_id, p) for t in request.topics for p in t.partitions))
     if request.share_session_epoch == FINAL_EPOCH:
         ctx.share_sessions.close(request.group_id, request.member_id)
         await _release(ctx, session)
