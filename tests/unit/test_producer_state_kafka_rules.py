@@ -296,15 +296,14 @@ def test_sequence_range_inconsistent_with_the_record_count_is_invalid_record(
         tmp_path, last_offset_delta, count):
     """LogValidatorTest.testInconsistentCountAndOffset: a batch's last sequence is its base
     sequence + lastOffsetDelta, so a lastOffsetDelta that disagrees with the record count is
-    INVALID_RECORD (Kray: CORRUPT_MESSAGE for a negative delta, which no framing allows) and the
-    producer state is untouched."""
+    INVALID_RECORD and the producer state is untouched."""
     core = open_core(tmp_path)
     data = bytearray(batch(3, seq=0))
     struct.pack_into(">i", data, 23, last_offset_delta)
     struct.pack_into(">i", data, 57, count)
     rewrite_crc(data, 0)
     r = produce(core, data)
-    assert r.error_code in (ErrorCode.INVALID_RECORD, ErrorCode.CORRUPT_MESSAGE)
+    assert r.error_code == ErrorCode.INVALID_RECORD
     assert core.log_end_offset == 0 and core.producers.entry(PID) is None
 
 
