@@ -36,7 +36,8 @@ from .log import (
 )
 from .producer_state import (
     DEFAULT_MAX_PRODUCER_IDS, DEFAULT_PRODUCER_ID_EXPIRATION_MS, Action, ProducerStateTable,
-    delete_snapshots_above, load_latest_snapshot, write_snapshot,
+    delete_snapshots_above, delete_snapshots_below, list_snapshots, load_latest_snapshot,
+    write_snapshot,
 )
 
 # ListOffsets special timestamps
@@ -118,7 +119,7 @@ class PartitionCore:
                        index_interval_bytes=config.index_interval_bytes,
                        max_index_bytes=config.segment_index_bytes, segment_ms=config.segment_ms,
                        now_ms=now_ms)
-        producers = _rebuild_producer_state(directory, log, config.max_producer_ids)
+        producers = _rebuild_producer_state(directory, log, config, now_ms)
         return cls(directory, log, producers, config)
 
     # --- views ------------------------------------------------------------------------------
@@ -272,9 +273,11 @@ class PartitionCore:
         log = self._log
         target = log.high_watermark if offset == -1 else offset
         try:
-            return ErrorCode.NONE, log.delete_records_before(target)
+            low_watermark = log.delete_records_before(target)
         except OffsetOutOfRange:
             return ErrorCode.OFFSET_OUT_OF_RANGE, -1
+        self._after_log_start_moved()
+        return ErrorCode.NONE, low_watermark
 
     # --- maintenance ------------------------------------------------------------------------
 
@@ -285,7 +288,24 @@ class PartitionCore:
         deleted = self._log.apply_retention(now_ms, retention_ms=config.retention_ms,
                                             retention_bytes=config.retention_bytes)
         self._producers.expire(now_ms, config.producer_id_expiration_ms)
+        if deleted:
+            self._after_log_start_moved()
         return deleted
+
+    def _after_log_start_moved(self) -> None:
+        """Kafka keeps a producer's state when the records it wrote are deleted (retention,
+        DeleteRecords) until producer.id.expiration.ms, and drops snapshots below the new log
+        start. A rebuild ignores such snapshots (the records between them and the log start are
+        gone), so the table is first snapshotted at the log end offset: a restart then keeps the
+        producers too. Best effort, as at a roll."""
+        directory, log_start_offset = self.directory, self._log.log_start_offset
+        snapshots = list_snapshots(directory)
+        try:
+            if len(self._producers) and (not snapshots or snapshots[-1] < log_start_offset):
+                write_snapshot(directory, self._log.log_end_offset, self._producers)
+            delete_snapshots_below(directory, log_start_offset)
+        except OSError:
+            pass
 
     def reconfigure(self, config: Any) -> None:
         self.config = PartitionConfig.of(config)
@@ -323,14 +343,17 @@ class PartitionCore:
 
     def reset_to(self, offset: int, *, now_ms: int = NO_TIMESTAMP) -> None:
         """Delete the whole log; it starts again, empty, at `offset` (a follower behind its
-        leader's log start)."""
+        leader's log start). Producer state and its snapshots go too (Kafka's
+        truncateFullyAndStartAt): they described records that are gone."""
         self._log.reset_to(offset, now_ms=now_ms)
-        self._producers = _rebuild_producer_state(self.directory, self._log, self.config.max_producer_ids)
+        delete_snapshots_above(self.directory, -1)
+        self._producers = ProducerStateTable(max_producer_ids=self.config.max_producer_ids)
 
     def truncate_to(self, offset: int, *, now_ms: int = NO_TIMESTAMP) -> None:
-        """Replication truncation: cut the log and rebuild producer state from snapshot + log."""
+        """Replication truncation: cut the log and rebuild producer state from snapshot + log
+        (Kafka's truncateAndReload)."""
         self._log.truncate_to(offset, now_ms=now_ms)
-        self._producers = _rebuild_producer_state(self.directory, self._log, self.config.max_producer_ids)
+        self._producers = _rebuild_producer_state(self.directory, self._log, self.config, now_ms)
 
     def close(self) -> None:
         write_snapshot(self.directory, self._log.log_end_offset, self._producers)
@@ -355,16 +378,25 @@ def _invalid_client_batch(batch) -> tuple[int, str] | None:
     return None
 
 
-def _rebuild_producer_state(directory: Path, log: Log, max_producer_ids: int) -> ProducerStateTable:
-    """Newest snapshot at or below the log end offset, then replay batch headers after it."""
-    log_end_offset = log.log_end_offset
+def _rebuild_producer_state(directory: Path, log: Log, config: PartitionConfig,
+                            now_ms: int) -> ProducerStateTable:
+    """Kafka's truncateAndReload + rebuildProducerState: drop snapshots past the log end offset
+    and below the log start offset (the records between such a snapshot and the log start are
+    gone, so replaying from it would leave producers behind their real sequence); load the
+    newest remaining one, forgetting producers idle for producer.id.expiration.ms at ``now_ms``
+    (unless ``now_ms`` is NO_TIMESTAMP); then replay the batch headers after it."""
+    log_start_offset, log_end_offset = log.log_start_offset, log.log_end_offset
+    max_producer_ids = config.max_producer_ids
     delete_snapshots_above(directory, log_end_offset)
+    delete_snapshots_below(directory, log_start_offset)
     loaded = load_latest_snapshot(directory, log_end_offset, max_producer_ids=max_producer_ids)
     if loaded is None:
         snapshot_offset, table = -1, ProducerStateTable(max_producer_ids=max_producer_ids)
     else:
         snapshot_offset, table = loaded
-    start = max(snapshot_offset, log.log_start_offset)
+        if now_ms != NO_TIMESTAMP:
+            table.expire(now_ms, config.producer_id_expiration_ms)
+    start = max(snapshot_offset, log_start_offset)
     if start < log_end_offset:
         for header in log.iter_batch_headers(start):
             if header.base_offset < snapshot_offset or header.producer_id < 0 or header.is_control:

@@ -2,21 +2,27 @@
 
 Per producer id: the current epoch and metadata of the last 5 appended batches, which is what
 ``max.in.flight.requests.per.connection <= 5`` needs for duplicate detection. Rules (Kafka 4,
-``ProducerAppendInfo`` / ``ProducerStateEntry``):
+``ProducerAppendInfo`` / ``ProducerStateEntry``), checked in this order:
 
 * a batch whose (epoch, first seq, last seq) matches a cached batch is a duplicate: answered with
   success and the original offsets, nothing appended;
 * epoch older than the current one -> INVALID_PRODUCER_EPOCH (47) (since 2.7 / KIP-588 produce
   answers 47, not PRODUCER_FENCED (90));
-* newer epoch -> must start at sequence 0, else OUT_OF_ORDER_SEQUENCE_NUMBER (45);
+* unknown producer id (new, expired, or evicted), or one known without an epoch -> accepted
+  whatever its sequence (KIP-360: Kafka 4 no longer answers UNKNOWN_PRODUCER_ID;
+  ``checkSequence`` skips the check when the current epoch is NO_PRODUCER_EPOCH);
+* newer epoch (KIP-360 bump) -> must start at sequence 0, else OUT_OF_ORDER_SEQUENCE_NUMBER (45);
 * same epoch -> first seq must be last seq + 1 (wrapping INT32_MAX -> 0), else 45;
-* unknown producer id (new, expired, or evicted) -> accepted whatever its sequence (KIP-360:
-  Kafka 4 no longer answers UNKNOWN_PRODUCER_ID; ``checkSequence`` skips the check when the
-  current epoch is NO_PRODUCER_EPOCH).
+* batches a follower replicates are recorded unchecked (their leader checked them).
+
+Producers stay known when the records they wrote are deleted (retention, DeleteRecords) until
+``producer.id.expiration.ms`` after their last batch's timestamp, as in Kafka; Kray also caps a
+partition at ``max_producer_ids`` (least recently written forgotten first).
 
 Persistence is Kafka-style: ``<offset>.snapshot`` files (msgpack, CRC-32C) hold the table as of
-``offset``; the partition rebuilds by loading the newest snapshot <= log end offset and replaying
-batch headers from there.
+``offset``; the partition rebuilds by loading the newest snapshot between the log start and end
+offsets and replaying batch headers from there. Unlike Kafka's snapshots, which keep only each
+producer's last batch, ours keep all 5, so retries are still recognised after a restart.
 """
 
 from __future__ import annotations
@@ -111,8 +117,10 @@ class ProducerStateTable:
 
     def check(self, producer_id: int, producer_epoch: int, base_sequence: int,
               last_sequence: int) -> Verdict:
+        """What a client's batch gets, in Kafka's order: a duplicate of a cached batch first,
+        then the epoch, then the sequence. Pure: ``record`` changes the table."""
         entry = self._entries.get(producer_id)
-        if entry is None or entry.producer_epoch == NO_PRODUCER_EPOCH:
+        if entry is None:
             return APPEND
         duplicate = entry.find_duplicate(producer_epoch, base_sequence, last_sequence)
         if duplicate is not None:
@@ -121,6 +129,8 @@ class ProducerStateTable:
             return Verdict(Action.REJECT, INVALID_PRODUCER_EPOCH, None,
                            f"epoch {producer_epoch} of producer {producer_id} is older than "
                            f"the current epoch {entry.producer_epoch}")
+        if entry.producer_epoch == NO_PRODUCER_EPOCH:
+            return APPEND
         if producer_epoch > entry.producer_epoch:
             if base_sequence != 0:
                 return Verdict(Action.REJECT, OUT_OF_ORDER_SEQUENCE_NUMBER, None,
@@ -217,6 +227,13 @@ def delete_snapshots_above(directory: Path, offset: int) -> None:
     """Drop snapshots taken beyond ``offset`` (after a truncation or a lost tail)."""
     for snap in list_snapshots(directory):
         if snap > offset:
+            snapshot_path(directory, snap).unlink(missing_ok=True)
+
+
+def delete_snapshots_below(directory: Path, offset: int) -> None:
+    """Drop snapshots taken before ``offset`` (the log start moved past them)."""
+    for snap in list_snapshots(directory):
+        if snap < offset:
             snapshot_path(directory, snap).unlink(missing_ok=True)
 
 
