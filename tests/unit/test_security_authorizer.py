@@ -310,3 +310,14 @@ def test_a_share_consumer_allowed_one_group_but_not_another():
     assert not allowed(78, "queue-b", "jobs")
     assert allowed(77, "queue-a", "jobs"), "READ on the group implies DESCRIBE"
     assert not allowed(92, "queue-a", "jobs"), "deleting share offsets needs DELETE on the group"
+
+
+def test_removing_prefixed_acls_leaves_the_index_exact():
+    a = acl(Res.TOPIC, "ab", Op.READ, pattern=Pat.PREFIXED)
+    b = acl(Res.TOPIC, "cd", Op.READ, pattern=Pat.PREFIXED)
+    a_bob = acl(Res.TOPIC, "ab", Op.READ, pattern=Pat.PREFIXED, principal="User:bob")
+    auth = authorizer(a, b, a_bob)
+    assert auth.remove(a) and may(auth, Op.READ, Res.TOPIC, "cdx") and may(auth, Op.READ, Res.TOPIC, "abx", principal=BOB)
+    assert auth.remove(b) and auth.remove(a_bob)
+    assert not auth._prefix_lengths[Res.TOPIC] and not auth._prefixed
+    assert not may(auth, Op.READ, Res.TOPIC, "cdx")

@@ -21,6 +21,7 @@ included. Enum values are Kafka's wire codes.
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -230,7 +231,7 @@ class StandardAuthorizer:
         self.config = config
         self._literal: dict[tuple[ResourceType, str], set[AclBinding]] = {}
         self._prefixed: dict[tuple[ResourceType, str], set[AclBinding]] = {}
-        self._prefix_lengths: dict[ResourceType, set[int]] = {}
+        self._prefix_lengths: dict[ResourceType, Counter[int]] = {}  # prefixed names per length
         self._count = 0
         for binding in acls:
             self.add(binding)
@@ -249,8 +250,8 @@ class StandardAuthorizer:
             return False
         bucket.add(binding)
         self._count += 1
-        if index is self._prefixed:
-            self._prefix_lengths.setdefault(key[0], set()).add(len(key[1]))
+        if index is self._prefixed and len(bucket) == 1:
+            self._prefix_lengths.setdefault(key[0], Counter())[len(key[1])] += 1
         return True
 
     def remove(self, binding: AclBinding) -> bool:
@@ -263,6 +264,11 @@ class StandardAuthorizer:
         self._count -= 1
         if not bucket:
             del index[key]
+            if index is self._prefixed:
+                lengths = self._prefix_lengths[key[0]]
+                lengths[len(key[1])] -= 1
+                if not lengths[len(key[1])]:
+                    del lengths[len(key[1])]
         return True
 
     def acls(self, acl_filter: AclBindingFilter = ANY_ACL) -> list[AclBinding]:
