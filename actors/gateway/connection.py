@@ -96,6 +96,9 @@ def in_request_order(connection: ClientConnection | None):
 Dispatch = Callable[[memoryview, ClientConnection], Awaitable[bytes | None]]
 
 
+_API_KEY = struct.Struct(">h")
+
+
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -131,12 +134,14 @@ class _Gate:
                 return _Refusal(f"SASL authentication failed: {answer.log_reason}", None, self.delay_s)
             self._authenticated()
             return struct.pack(">i", len(answer.auth_bytes)) + answer.auth_bytes
-        header, offset = decode_request_header(body)
-        admission = session.admit(header.api_key, _now_ms())
+        if len(body) < 2:
+            return _Refusal("a request shorter than its header", None, 0.0)
+        admission = session.admit(_API_KEY.unpack_from(body, 0)[0], _now_ms())  # the header's first field
         if admission.action is Action.SERVE:
             return "dispatch"
         if admission.action is Action.CLOSE:
             return _Refusal(admission.reason, None, 0.0)
+        header, offset = decode_request_header(body)
         from protocol.messages import (SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
                                        SaslHandshakeResponse)
         spec = SaslHandshakeRequest if header.api_key == API_SASL_HANDSHAKE else SaslAuthenticateRequest

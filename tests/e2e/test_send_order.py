@@ -180,4 +180,5 @@ def test_producers_keep_send_order_on_fresh_topics(kray):
 
 def delete_topic(bootstrap, topic):
     """Each partition is a process: free them for the tests that follow."""
-    AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic])[topic].result(60)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept until the answer: a dropped client is destroyed
+    admin.delete_topics([topic])[topic].result(60)
