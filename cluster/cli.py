@@ -13,7 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
-from cluster.config import DEFAULT_LOCAL_CONFIG, ConfigError, load_broker_config, with_listener
+from cluster.config import DEFAULT_LOCAL_CONFIG, load_broker_config, with_listener
 
 
 def cmd_start(args) -> int:
@@ -23,7 +23,9 @@ def cmd_start(args) -> int:
         overrides.append(f"log.dirs={args.data_dir}")
     try:
         config = with_listener(load_broker_config(config_path, overrides), args.host, args.port)
-    except (ConfigError, OSError) as e:
+        from actors.gateway.security.settings import security_settings
+        security_settings(config)  # listeners, TLS files and SASL users: refuse a bad config before starting
+    except (ValueError, OSError) as e:
         print(f"kray start: {e}", file=sys.stderr)
         return 2
     from cluster.local import LocalBroker, LocalCluster
@@ -75,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
 
     broker_options = argparse.ArgumentParser(add_help=False)  # what start and chaos share
     broker_options.add_argument("--port", type=int, help="listener port (default 9092; with --nodes: the first "
-                                                         "broker's, the others count up; 0: any free port)")
-    broker_options.add_argument("--host", help="listener host (default 127.0.0.1)")
+                                                         "broker's, the others count up; 0: any free port). With "
+                                                         "several listeners: the inter-broker (PLAINTEXT) one's")
+    broker_options.add_argument("--host", help="listener host, of every listener (default 127.0.0.1)")
     broker_options.add_argument("--data-dir", help="where logs and metadata live (default ./data)")
     broker_options.add_argument("--config", help="a TOML file of broker configs (default configs/local.toml)")
     broker_options.add_argument("--override", action="append", metavar="KEY=VALUE",

@@ -82,7 +82,54 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "group.share.assignors": "simple",
     "group.share.initialize.retry.interval.ms": 30000,
     "share.coordinator.snapshot.update.records.per.snapshot": 500,
+    # listeners and security (Kafka's names and shipped defaults; actors/gateway/security/settings.py
+    # reads them; each ssl.*/sasl.* key may also be set per listener as listener.name.<name>.<key>)
+    "advertised.listeners": "",  # empty: the addresses of `listeners`
+    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+    "inter.broker.listener.name": None,  # unset: the listener named after security.inter.broker.protocol
+    "security.inter.broker.protocol": "PLAINTEXT",
+    "ssl.keystore.type": "JKS",  # Kray reads PEM only: set PEM
+    "ssl.keystore.location": None,
+    "ssl.keystore.password": None,
+    "ssl.keystore.certificate.chain": None,
+    "ssl.keystore.key": None,
+    "ssl.key.password": None,
+    "ssl.truststore.type": "JKS",
+    "ssl.truststore.location": None,
+    "ssl.truststore.password": None,
+    "ssl.truststore.certificates": None,
+    "ssl.client.auth": "none",
+    "ssl.enabled.protocols": "TLSv1.2,TLSv1.3",
+    "ssl.principal.mapping.rules": "DEFAULT",
+    "sasl.enabled.mechanisms": "GSSAPI",
+    "sasl.jaas.config": None,
+    "connections.max.reauth.ms": 0,
+    "connection.failed.authentication.delay.ms": 100,
 }
+
+# keys that may also be set for one listener as `listener.name.<listener>.<key>` (as Kafka's
+# ListenerName.configPrefix); the JAAS config takes the mechanism too: listener.name.<l>.plain.sasl.jaas.config
+LISTENER_SCOPED_KEYS = {key for key in BROKER_DEFAULTS if key.startswith(("ssl.", "sasl."))} | {
+    "connections.max.reauth.ms", "connection.failed.authentication.delay.ms"}
+LISTENER_PREFIX = "listener.name."
+_LISTENER_KEY = re.compile(r"^listener\.name\.([A-Za-z0-9_-]+)\.(?:([a-z0-9-]+)\.(sasl\.jaas\.config)|(.+))$")
+# Kafka's PASSWORD-typed keys: DescribeConfigs answers them without their value (is_sensitive)
+SENSITIVE_KEYS = {"ssl.keystore.password", "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.key.password",
+                  "ssl.truststore.password", "ssl.truststore.certificates", "sasl.jaas.config"}
+
+
+def base_key(key: str) -> str | None:
+    """The broker key a `listener.name.<listener>.…` key scopes to one listener, else None."""
+    match = _LISTENER_KEY.match(key)
+    if match is None:
+        return None
+    if match.group(3):
+        return match.group(3)
+    return match.group(4) if match.group(4) in LISTENER_SCOPED_KEYS else None
+
+
+def is_sensitive(key: str) -> bool:
+    return (base_key(key) or key) in SENSITIVE_KEYS
 
 # topic config -> the broker config that supplies its default
 TOPIC_CONFIG_SOURCES: dict[str, str] = {
@@ -119,7 +166,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def coerce(key: str, raw: Any) -> Any:
     """Turn a string from the command line into the type of the key's default."""
-    default = BROKER_DEFAULTS.get(key)
+    default = BROKER_DEFAULTS.get(base_key(key) or key)
     if not isinstance(raw, str) or default is None:
         return raw
     if isinstance(default, bool):
@@ -139,19 +186,38 @@ def coerce(key: str, raw: Any) -> Any:
     return raw
 
 
+def _listeners(config: dict[str, Any]):
+    from actors.gateway.security.listeners import ListenerConfigError, listener_config
+    try:
+        return listener_config({k: v for k, v in config.items() if v is not None})
+    except ListenerConfigError as e:
+        raise ConfigError(str(e)) from None
+
+
 def listener_address(config: dict[str, Any]) -> tuple[str, int]:
-    """(host, port) of the PLAINTEXT listener in `listeners` (Kray speaks PLAINTEXT only so far)."""
-    for listener in str(config["listeners"]).split(","):
-        scheme, sep, address = listener.strip().partition("://")
-        host, _, port = address.rpartition(":")
-        if sep and scheme.upper() == "PLAINTEXT" and port.isdigit():
-            return host.strip("[]") or "127.0.0.1", int(port)
-    raise ConfigError(f"listeners={config['listeners']!r} has no PLAINTEXT://host:port entry")
+    """(host, port) of the broker's primary listener: the inter-broker one (PLAINTEXT by default),
+    which `kray start --port` sets, brokers register as their address and followers fetch from."""
+    primary = _listeners(config).inter_broker_listener
+    return primary.host or "127.0.0.1", primary.port
 
 
-def with_listener(config: dict[str, Any], host: str | None, port: int | None) -> dict[str, Any]:
-    current_host, current_port = listener_address(config)
-    return config | {"listeners": f"PLAINTEXT://{host or current_host}:{current_port if port is None else port}"}
+def with_listener(config: dict[str, Any], host: str | None, port: int | None, *,
+                  all_ports: int | None = None) -> dict[str, Any]:
+    """`host` for every listener, `port` for the primary one (see listener_address); `all_ports`=0
+    gives every listener a free port (several brokers on one machine without a base port)."""
+    from actors.gateway.security.listeners import Listener
+    listeners = _listeners(config)
+    primary = listeners.inter_broker_listener.name
+    changed = []
+    for listener in listeners.listeners:
+        new_port = listener.port
+        if all_ports is not None:
+            new_port = all_ports
+        elif listener.name == primary and port is not None:
+            new_port = port
+        changed.append(Listener(listener.name, host if host is not None else listener.host, new_port,
+                                listener.security_protocol))
+    return config | {"listeners": ",".join(listener.connection_string for listener in changed)}
 
 
 def load_broker_config(path: Path | None = None, overrides: list[str] = ()) -> dict[str, Any]:
@@ -163,7 +229,7 @@ def load_broker_config(path: Path | None = None, overrides: list[str] = ()) -> d
     for text in overrides:
         key, value = parse_override(text)
         config[key] = value
-    unknown = sorted(set(config) - set(BROKER_DEFAULTS))
+    unknown = sorted(k for k in set(config) - set(BROKER_DEFAULTS) if base_key(k) is None)
     if unknown:
         raise ConfigError(f"unknown broker config {', '.join(unknown)}; known keys: see configs/local.toml")
     return config

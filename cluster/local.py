@@ -150,14 +150,15 @@ class LocalCluster:
 
     `overrides` are Kafka broker configs ({"num.partitions": 3}) over configs/local.toml (or
     `config_path`); with local.toml, `default.replication.factor` becomes min(3, nodes) unless
-    overridden. `port` > 0 gives broker i the port `port + i - 1`, else ports are free ones.
+    overridden. `port` > 0 gives broker i the port `port + i - 1` (its primary listener's; other
+    listeners move by the same offset), else ports are free ones.
     `data_dir` holds every broker's logs (`broker-<id>/`) and the controller's metadata; by
     default a temporary directory, removed by stop().
     """
 
     def __init__(self, nodes: int = 3, data_dir: str | Path | None = None, overrides: dict[str, Any] | None = None,
                  *, config_path: Path | None = None, port: int = 0, host: str = "127.0.0.1"):
-        from cluster.config import DEFAULT_LOCAL_CONFIG, load_broker_config, with_listener
+        from cluster.config import DEFAULT_LOCAL_CONFIG, ConfigError, load_broker_config, with_listener
         if nodes < 1:
             raise ValueError("a cluster needs at least one broker node")
         self.nodes = nodes
@@ -165,6 +166,13 @@ class LocalCluster:
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="kray-cluster-")).resolve()
         texts = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in (overrides or {}).items()]
         self.config = with_listener(load_broker_config(config_path or DEFAULT_LOCAL_CONFIG, texts), host, port)
+        if nodes > 1 and self.config.get("advertised.listeners"):
+            raise ConfigError("advertised.listeners gives every broker the same addresses: with several brokers "
+                              "on one machine leave it unset (each broker advertises the ports it listens on)")
+        if port == 0 and "," in str(self.config["listeners"]):
+            # several listeners and no base port: every listener of every broker on a free port (with a
+            # base port, broker i's listeners take their configured ports + i - 1)
+            self.config = with_listener(self.config, None, None, all_ports=0)
         self.config["log.dirs"] = str(self.data_dir)
         if Path(config_path or DEFAULT_LOCAL_CONFIG).resolve() == DEFAULT_LOCAL_CONFIG.resolve() \
                 and "default.replication.factor" not in (overrides or {}):

@@ -29,6 +29,8 @@ class BrokerInfo:
     port: int
     rack: str | None = None
     node_id: str = ""  # the Ray node that hosts this broker
+    # advertised listener name -> (host, port); host/port above are the inter-broker listener's
+    endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,7 +128,8 @@ class ControllerCore:
         whose partitions get new leaders), then unfenced at once: Kray's gateway registers only
         once it follows the metadata, which is what KRaft waits for before unfencing."""
         outcome = self._commit([{"type": "broker", "broker_id": info.broker_id, "host": info.host,
-                                 "port": info.port, "rack": info.rack, "node_id": info.node_id}])
+                                 "port": info.port, "rack": info.rack, "node_id": info.node_id,
+                                 "endpoints": {name: list(address) for name, address in info.endpoints.items()}}])
         registered = self.replication.register_broker(info.broker_id, now_ms)
         unfenced = self.replication.heartbeat(info.broker_id, registered.broker_epoch, now_ms)
         outcome.records += registered.records + unfenced.records
@@ -259,7 +262,9 @@ class ControllerCore:
             return
         if kind == "broker":
             self.brokers[record["broker_id"]] = BrokerInfo(record["broker_id"], record["host"], record["port"],
-                                                           record.get("rack"), record.get("node_id", ""))
+                                                           record.get("rack"), record.get("node_id", ""),
+                                                           {name: (address[0], address[1]) for name, address
+                                                            in (record.get("endpoints") or {}).items()})
         elif kind == "topic":
             topic = TopicState(record["name"], uuid.UUID(bytes=record["topic_id"]),
                                [_partition_state(p) for p in record["partitions"]],

@@ -7,6 +7,13 @@ request order: their handlers route and send their parts while holding the conne
 (`in_request_order`), one request after the other, and wait for the answers after passing the
 turn on. Malformed bytes close this connection and nothing else; domain errors travel inside
 responses.
+
+On a listener with security (see actors/gateway/security/): TLS is the server's (asyncio's
+ssl), the principal of an SSL connection is its client certificate's mapped subject, and on a
+SASL listener every request passes the connection's `ConnectionSession` in arrival order before it
+is dispatched: SaslHandshake and SaslAuthenticate are answered here, a request the session does
+not admit closes the connection, a failed login is answered after
+`connection.failed.authentication.delay.ms` (this connection stops reading; others go on), then closed.
 """
 from __future__ import annotations
 
@@ -14,11 +21,17 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from typing import Awaitable, Callable
+import struct
+import time
+from typing import Any, Awaitable, Callable
 
 from protocol.framing import FrameDecoder, FrameTooLarge, MalformedFrame
 from protocol.errors import MalformedMessage
+from protocol.headers import decode_request_header, encode_response
 from actors.gateway.file_region import write_frame
+from actors.gateway.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule, principal_for
+from actors.gateway.security.session import (API_SASL_HANDSHAKE, Action, AuthenticateAnswer, ConnectionSession,
+                                             HandshakeAnswer)
 
 log = logging.getLogger("kray.gateway")
 
@@ -31,13 +44,17 @@ class CloseConnection(Exception):
 
 
 class ClientConnection:
-    """What handlers may know of the connection a request came on: an id, and cleanups to run
-    when it closes (share sessions release what they hold)."""
+    """What handlers may know of the connection a request came on: an id, the listener it came
+    in on (Metadata answers with that listener's addresses), who it is (its principal, for the
+    authorizer), and cleanups to run when it closes (share sessions release what they hold)."""
     _ids = itertools.count(1)
 
-    def __init__(self, peer, abort: Callable[[], None] | None = None):
+    def __init__(self, peer, abort: Callable[[], None] | None = None, *, listener_name: str | None = None,
+                 principal: KafkaPrincipal = ANONYMOUS):
         self.connection_id = next(self._ids)
         self.peer = peer
+        self.listener_name = listener_name  # None: a front end without listeners (the share-state one)
+        self.principal = principal
         self.on_close: list[Callable[[], Awaitable[None]]] = []
         self.turn = asyncio.Lock()  # FIFO: waiters get it in the order they asked
         self.broken: str | None = None
@@ -79,19 +96,128 @@ def in_request_order(connection: ClientConnection | None):
 Dispatch = Callable[[memoryview, ClientConnection], Awaitable[bytes | None]]
 
 
+_API_KEY = struct.Struct(">h")
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def _tls_principal(security, writer) -> KafkaPrincipal:
+    """ANONYMOUS, or on an SSL listener with a client certificate its mapped subject (NoMatchingRule
+    when no rule maps it: Kafka fails that client's authentication)."""
+    if security is None or security.protocol.value != "SSL":
+        return ANONYMOUS  # SASL_SSL: the SASL login names it
+    certificate = writer.get_extra_info("peercert") or {}
+    return principal_for("SSL", peer_subject=certificate.get("subject"), mapper=security.principal_mapper)
+
+
+def new_session(security) -> ConnectionSession:
+    from actors.gateway.security.plain import PLAIN_MECHANISM, PlainServer
+    factories = {PLAIN_MECHANISM: lambda: PlainServer(security.plain_users)}
+    return ConnectionSession(sasl=True, mechanisms={m: factories[m] for m in security.mechanisms if m in factories},
+                             enabled=security.mechanisms, reauth_ms=security.reauth_ms)
+
+
+class _Gate:
+    """Steps the connection's session for each frame in arrival order: returns "dispatch", a
+    response frame to send in turn, or a _Refusal."""
+
+    def __init__(self, session: ConnectionSession, connection: ClientConnection, delay_s: float):
+        self.session, self.connection, self.delay_s = session, connection, delay_s
+
+    def __call__(self, body: memoryview) -> Any:
+        session = self.session
+        if session.expects_raw_token:  # after SaslHandshake v0: a token without Kafka headers
+            answer = session.authenticate(bytes(body), _now_ms())
+            if answer.close:
+                return _Refusal(f"SASL authentication failed: {answer.log_reason}", None, self.delay_s)
+            self._authenticated()
+            return struct.pack(">i", len(answer.auth_bytes)) + answer.auth_bytes
+        if len(body) < 2:
+            return _Refusal("a request shorter than its header", None, 0.0)
+        admission = session.admit(_API_KEY.unpack_from(body, 0)[0], _now_ms())  # the header's first field
+        if admission.action is Action.SERVE:
+            return "dispatch"
+        if admission.action is Action.CLOSE:
+            return _Refusal(admission.reason, None, 0.0)
+        header, offset = decode_request_header(body)
+        from protocol.messages import (SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+                                       SaslHandshakeResponse)
+        spec = SaslHandshakeRequest if header.api_key == API_SASL_HANDSHAKE else SaslAuthenticateRequest
+        if not spec.MIN_VERSION <= header.api_version <= spec.MAX_VERSION:
+            return _Refusal(f"api key {header.api_key} v{header.api_version} is not supported", None, 0.0)
+        request = spec.decode(body[offset:], header.api_version)
+        answer: HandshakeAnswer | AuthenticateAnswer
+        if spec is SaslHandshakeRequest:
+            answer = session.handshake(request.mechanism, header.api_version)
+            response = SaslHandshakeResponse(error_code=answer.error_code, mechanisms=answer.mechanisms)
+            reason = f"SASL mechanism {request.mechanism!r} refused (enabled: {answer.mechanisms})"
+        else:
+            answer = session.authenticate(request.auth_bytes or b"", _now_ms())
+            response = SaslAuthenticateResponse(error_code=answer.error_code, error_message=answer.error_message,
+                                                auth_bytes=answer.auth_bytes,
+                                                session_lifetime_ms=answer.session_lifetime_ms)
+            reason = f"SASL authentication failed: {answer.log_reason}"
+            if not answer.close and session.authenticated:
+                self._authenticated()
+        frame = encode_response(header.api_key, header.api_version, header.correlation_id,
+                                response.encode(header.api_version))
+        return _Refusal(reason, frame, self.delay_s) if answer.close else frame
+
+    def _authenticated(self) -> None:
+        self.connection.principal = self.session.principal
+        log.debug("connection from %s authenticated as %s", self.connection.peer, self.session.principal)
+
+
+class _Refusal:
+    """Close the connection: after `delay_s` (failed authentication) and the answer, if any."""
+
+    def __init__(self, reason: str, frame: bytes | None, delay_s: float):
+        self.reason, self.frame, self.delay_s = reason, frame, delay_s
+
+    async def answer(self) -> bytes | None:
+        if self.delay_s > 0:
+            await asyncio.sleep(self.delay_s)
+        return self.frame
+
+
+def _done(frame: bytes) -> asyncio.Future:
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(frame)
+    return future
+
+
 async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dispatch: Dispatch,
-                           *, frame_bytes_max: int, idle_timeout_s: float) -> None:
+                           *, frame_bytes_max: int, idle_timeout_s: float, security=None) -> None:
+    """Serve one client connection; `security` is its listener's ListenerSecurity (None: PLAINTEXT
+    without listeners, as the share-state front end)."""
     peer = writer.get_extra_info("peername")
-    connection = ClientConnection(peer, writer.transport.abort)
+    try:
+        principal = _tls_principal(security, writer)
+    except NoMatchingRule as e:
+        log.warning("closing connection from %s: SSL authentication failed: %s", peer, e)
+        writer.transport.abort()
+        return
+    connection = ClientConnection(peer, writer.transport.abort, principal=principal,
+                                  listener_name=security.listener.name if security is not None else None)
+    session = new_session(security) if security is not None and security.protocol.uses_sasl else None
+    gate = _Gate(session, connection, security.failed_auth_delay_ms / 1000) if session is not None else None
     decoder = FrameDecoder(frame_bytes_max)
     pending: asyncio.Queue[asyncio.Task | None] = asyncio.Queue(INFLIGHT_REQUESTS_PER_CONNECTION_MAX)
     responder = asyncio.create_task(_respond_in_order(pending, writer))
     try:
         while not responder.done():
+            timeout_s = idle_timeout_s
+            if session is not None and session.expires_at_ms is not None and session.authenticated:
+                timeout_s = min(timeout_s, max(0.0, (session.expires_at_ms - _now_ms()) / 1000) + 0.001)
             try:
-                data = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES), idle_timeout_s)
+                data = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES), timeout_s)
             except asyncio.TimeoutError:
-                log.info("closing idle connection from %s", peer)
+                if session is not None and session.authenticated and session.expired(_now_ms()):
+                    log.info("closing connection from %s: its SASL session expired without re-authentication", peer)
+                else:
+                    log.info("closing idle connection from %s", peer)
                 break
             if not data:
                 break
@@ -100,8 +226,24 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
             except (FrameTooLarge, MalformedFrame) as e:
                 log.warning("closing connection from %s: %s", peer, e)
                 break
+            refusal = None
             for body in frames:
-                await pending.put(asyncio.create_task(dispatch(body, connection)))
+                if gate is None:
+                    await pending.put(asyncio.create_task(dispatch(body, connection)))
+                    continue
+                try:
+                    step = gate(body)
+                except MalformedMessage as e:
+                    step = _Refusal(str(e), None, 0.0)
+                if isinstance(step, _Refusal):
+                    refusal = step
+                    break
+                await pending.put(asyncio.create_task(dispatch(body, connection)) if step == "dispatch"
+                                  else _done(step))
+            if refusal is not None:  # stop reading; answer (after the delay) what came before, then close
+                log.warning("closing connection from %s: %s", peer, refusal.reason)
+                await pending.put(asyncio.create_task(refusal.answer()))
+                break
     except (ConnectionError, asyncio.IncompleteReadError):
         pass
     finally:

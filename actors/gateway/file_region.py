@@ -10,10 +10,20 @@ The region is opened as soon as it is known, so a segment deleted afterwards (re
 still read whole from its open file. Batches are never rewritten in place; if the file was cut
 below the region before it was sent (a truncation), the frame can't be completed and the
 connection is closed: the client reconnects and fetches again.
+
+Over TLS the kernel cannot copy file bytes to the socket (the bytes must be encrypted in user
+space; Python has no kernel-TLS offload), so the region is read in TLS_CHUNK_BYTES pieces with
+pread and written through the TLS transport, waiting for it to drain between pieces: linear in the
+region's size, with at most a piece or two buffered per connection. (asyncio's own sendfile
+fallback would swap the connection's protocol while it runs; pipelined requests arriving
+meanwhile must not meet that.)
 """
 from __future__ import annotations
 
 import asyncio
+import os
+
+TLS_CHUNK_BYTES = 256 * 1024
 
 
 class FileRegion:
@@ -39,6 +49,22 @@ class FileRegion:
         if sent != self.size_bytes:
             raise ConnectionError(f"{self.file.name}: sent {sent} of {self.size_bytes} bytes; the segment shrank")
 
+    async def send_through(self, writer: asyncio.StreamWriter) -> None:
+        """Write the region by reading it (a TLS transport), piece by piece, then close it."""
+        try:
+            fd, position, remaining = self.file.fileno(), self.position, self.size_bytes
+            while remaining:
+                data = os.pread(fd, min(remaining, TLS_CHUNK_BYTES), position)
+                if not data:
+                    raise ConnectionError(f"{self.file.name}: sent {self.size_bytes - remaining} of "
+                                          f"{self.size_bytes} bytes; the segment shrank")
+                writer.write(data)
+                position += len(data)
+                remaining -= len(data)
+                await writer.drain()
+        finally:
+            self.close()
+
     def close(self) -> None:
         self.file.close()
 
@@ -51,6 +77,7 @@ async def write_frame(writer: asyncio.StreamWriter, frame) -> None:
     if not isinstance(frame, list):
         writer.write(frame)
     else:
+        tls = writer.get_extra_info("ssl_object") is not None
         pending = []
         try:
             for i, chunk in enumerate(frame):
@@ -58,7 +85,10 @@ async def write_frame(writer: asyncio.StreamWriter, frame) -> None:
                     if pending:
                         writer.write(b"".join(pending))
                         pending = []
-                    await chunk.send(writer.transport)
+                    if tls:
+                        await chunk.send_through(writer)
+                    else:
+                        await chunk.send(writer.transport)
                 else:
                     pending.append(chunk)
         except BaseException:

@@ -10,22 +10,28 @@ import logging
 from actors.gateway.connection import serve_connection
 from actors.gateway.dispatch import Dispatcher
 from actors.gateway.handlers import ROUTES
+from actors.gateway.security.settings import TLS_HANDSHAKE_TIMEOUT_S
 
 log = logging.getLogger("kray.gateway")
 LISTEN_BACKLOG = 1024
 METADATA_POLL_S = 10.0
 
 
-async def start_frontend(ctx, host: str, port: int, routes=ROUTES) -> asyncio.AbstractServer:
+async def start_frontend(ctx, host: str | None, port: int, routes=ROUTES, security=None) -> asyncio.AbstractServer:
+    """Listen on host:port (host None: every interface). `security` is the listener's
+    ListenerSecurity (TLS context, SASL settings), None for a PLAINTEXT front end without one."""
     dispatch = Dispatcher(ctx, routes)
     ctx.advertised = dispatch.advertised()
     frame_bytes_max = int(ctx.config["socket.request.max.bytes"])
     idle_timeout_s = int(ctx.config["connections.max.idle.ms"]) / 1000
 
     async def serve(reader, writer):
-        await serve_connection(reader, writer, dispatch, frame_bytes_max=frame_bytes_max, idle_timeout_s=idle_timeout_s)
+        await serve_connection(reader, writer, dispatch, frame_bytes_max=frame_bytes_max, idle_timeout_s=idle_timeout_s,
+                               security=security)
 
-    return await asyncio.start_server(serve, host, port, backlog=LISTEN_BACKLOG, reuse_address=True)
+    ssl_context = security.ssl_context if security is not None else None
+    return await asyncio.start_server(serve, host, port, backlog=LISTEN_BACKLOG, reuse_address=True, ssl=ssl_context,
+                                      ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if ssl_context else None)
 
 
 async def follow_metadata(ctx) -> None:

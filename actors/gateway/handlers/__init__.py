@@ -18,6 +18,7 @@ from actors.gateway.handlers.groups import (handle_delete_groups, handle_find_co
 from actors.gateway.handlers.list_offsets import handle_list_offsets
 from actors.gateway.handlers.produce import acks_zero, handle_produce
 from actors.gateway.handlers.producer_ids import handle_init_producer_id
+from actors.gateway.handlers.sasl import handle_sasl_authenticate, handle_sasl_handshake
 from actors.gateway.handlers.share_admin import (handle_alter_share_group_offsets, handle_delete_share_group_offsets,
                                                  handle_describe_share_group_offsets)
 from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle_share_fetch
@@ -27,26 +28,28 @@ ROUTES: dict[int, Route] = {
     0: Route(handle_produce, 3, 13, no_response=acks_zero, with_connection=True),
     1: Route(handle_fetch, 4, 17),
     2: Route(handle_list_offsets, 1, 11),
-    3: Route(handle_metadata, 0, 13),
+    3: Route(handle_metadata, 0, 13, with_connection=True),  # the connection's listener: its addresses
     8: Route(handle_offset_commit, 2, 10, with_connection=True),
     9: Route(handle_offset_fetch, 1, 10),
-    10: Route(handle_find_coordinator, 0, 6),
+    10: Route(handle_find_coordinator, 0, 6, with_connection=True),
     11: Route(handle_join_group, 0, 9, with_connection=True),
     12: Route(handle_heartbeat, 0, 4),
     13: Route(handle_leave_group, 0, 5),
     14: Route(handle_sync_group, 0, 5),
     15: Route(handle_describe_groups, 0, 6),
     16: Route(handle_list_groups, 0, 5),
+    17: Route(handle_sasl_handshake, 0, 1),
     18: Route(handle_api_versions, 0, 4),
     19: Route(handle_create_topics, 2, 7),
     20: Route(handle_delete_topics, 1, 6),
     22: Route(handle_init_producer_id, 0, 5),
+    36: Route(handle_sasl_authenticate, 0, 2),
     32: Route(handle_describe_configs, 1, 4),
     37: Route(handle_create_partitions, 0, 3),
     42: Route(handle_delete_groups, 0, 2),
     44: Route(handle_incremental_alter_configs, 0, 1),
     47: Route(handle_offset_delete, 0, 0),
-    60: Route(handle_describe_cluster, 0, 2),
+    60: Route(handle_describe_cluster, 0, 2, with_connection=True),
     68: Route(handle_consumer_group_heartbeat, 0, 1, with_connection=True),
     69: Route(handle_consumer_group_describe, 0, 1),
     76: Route(handle_share_group_heartbeat, 1, 1, with_connection=True),

@@ -15,6 +15,20 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 ZERO_UUID = uuid.UUID(int=0)
 
 
+def broker_address(broker, connection) -> tuple[str, int] | None:
+    """Where a client that came in on `connection`'s listener reaches `broker`: that listener's
+    advertised address, None when the broker has no such listener (Kafka then leaves it out).
+    Without a listener (handlers called directly, the share-state front end): the primary address."""
+    listener = getattr(connection, "listener_name", None)
+    if listener is None or not broker.endpoints:
+        return broker.host, broker.port
+    return broker.endpoints.get(listener)
+
+
+def _brokers(image, connection) -> list[tuple]:
+    return [(b, address) for b in image.brokers.values() if (address := broker_address(b, connection)) is not None]
+
+
 def _partition_response(image, topic, p) -> MetadataResponse.MetadataResponsePartition:
     """A leader is named only once it can take writes: its broker is live and its replica listens
     and knows it leads in this epoch (a partition just created, or whose leader just moved, answers
@@ -33,7 +47,7 @@ def _topic_response(ctx, topic) -> MetadataResponse.MetadataResponseTopic:
         partitions=[_partition_response(ctx.metadata, topic, p) for p in topic.partitions])
 
 
-async def handle_metadata(ctx, header, request) -> MetadataResponse:
+async def handle_metadata(ctx, header, request, connection=None) -> MetadataResponse:
     version = header.api_version
     image = ctx.metadata
     all_topics = request.topics is None or (version == 0 and not request.topics)
@@ -66,15 +80,15 @@ async def handle_metadata(ctx, header, request) -> MetadataResponse:
     return MetadataResponse(
         throttle_time_ms=0, cluster_id=image.cluster_id, controller_id=image.controller_id,
         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED, topics=topics,
-        brokers=[MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-                 for b in image.brokers.values()])
+        brokers=[MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=host, port=port, rack=b.rack)
+                 for b, (host, port) in _brokers(image, connection)])
 
 
-async def handle_describe_cluster(ctx, header, request) -> DescribeClusterResponse:
+async def handle_describe_cluster(ctx, header, request, connection=None) -> DescribeClusterResponse:
     image = ctx.metadata
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=0, endpoint_type=1, cluster_id=image.cluster_id,
         controller_id=image.controller_id, cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
-        brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=b.broker_id, host=b.host, port=b.port,
+        brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=b.broker_id, host=host, port=port,
                                                                rack=b.rack, is_fenced=False)
-                 for b in image.brokers.values()])
+                 for b, (host, port) in _brokers(image, connection)])

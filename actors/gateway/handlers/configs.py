@@ -1,7 +1,8 @@
 """DescribeConfigs and IncrementalAlterConfigs for topics (and describing this broker)."""
 from __future__ import annotations
 
-from cluster.config import BROKER_DEFAULTS, GROUP_CONFIG_SOURCES, TOPIC_CONFIG_SOURCES, group_config_defaults
+from cluster.config import (BROKER_DEFAULTS, GROUP_CONFIG_SOURCES, TOPIC_CONFIG_SOURCES, group_config_defaults,
+                           is_sensitive)
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeConfigsResponse, IncrementalAlterConfigsResponse
 
@@ -26,13 +27,16 @@ def _type(value) -> int:
 
 
 def _entry(name, value, source, synonyms, wanted_synonyms):
+    sensitive = is_sensitive(name)  # passwords, keys, JAAS configs: named, never shown (as Kafka)
     return DescribeConfigsResponse.DescribeConfigsResourceResult(
-        name=name, value=_text(value), read_only=False, config_source=source, is_sensitive=False,
+        name=name, value=None if sensitive else _text(value), read_only=False, config_source=source,
+        is_sensitive=sensitive,
         synonyms=synonyms if wanted_synonyms else [], config_type=_type(value), documentation=None)
 
 
 def _synonym(name, value, source):
-    return DescribeConfigsResponse.DescribeConfigsSynonym(name=name, value=_text(value), source=source)
+    return DescribeConfigsResponse.DescribeConfigsSynonym(name=name, value=None if is_sensitive(name) else _text(value),
+                                                          source=source)
 
 
 async def _describe_topic(ctx, resource, include_synonyms):

@@ -15,6 +15,7 @@ from protocol.messages import (DeleteGroupsResponse, FindCoordinatorResponse, Li
                                ShareGroupDescribeResponse, ShareGroupHeartbeatResponse)
 
 from actors import internal_topics
+from actors.gateway.handlers.cluster_info import broker_address
 from actors.share_coordinator.core import state_partition_for_key
 
 log = logging.getLogger("kray.gateway")
@@ -78,18 +79,27 @@ async def _find_one(ctx, key: str, key_type: int):
     return 0, None, broker
 
 
-async def handle_find_coordinator(ctx, header, request) -> FindCoordinatorResponse:
+async def _find_on_listener(ctx, key, key_type, connection):
+    """The coordinator at the address of the listener the client came in on."""
+    error, message, broker = await _find_one(ctx, key, key_type)
+    address = broker_address(broker, connection) if broker is not None else None
+    if broker is not None and address is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator's broker has no listener of this name", None, None
+    return error, message, broker, address
+
+
+async def handle_find_coordinator(ctx, header, request, connection=None) -> FindCoordinatorResponse:
     if header.api_version < 4:
-        error, message, broker = await _find_one(ctx, request.key, request.key_type)
+        error, message, broker, address = await _find_on_listener(ctx, request.key, request.key_type, connection)
         return FindCoordinatorResponse(throttle_time_ms=0, error_code=error, error_message=message,
-                                       node_id=broker.broker_id if broker else -1, host=broker.host if broker else "",
-                                       port=broker.port if broker else -1)
+                                       node_id=broker.broker_id if broker else -1, host=address[0] if broker else "",
+                                       port=address[1] if broker else -1)
     coordinators = []
     for key in request.coordinator_keys:
-        error, message, broker = await _find_one(ctx, key, request.key_type)
+        error, message, broker, address = await _find_on_listener(ctx, key, request.key_type, connection)
         coordinators.append(FindCoordinatorResponse.Coordinator(
-            key=key, node_id=broker.broker_id if broker else -1, host=broker.host if broker else "",
-            port=broker.port if broker else -1, error_code=error, error_message=message))
+            key=key, node_id=broker.broker_id if broker else -1, host=address[0] if broker else "",
+            port=address[1] if broker else -1, error_code=error, error_message=message))
     return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
 
 

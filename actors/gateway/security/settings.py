@@ -1,0 +1,219 @@
+"""A broker config's security settings, per listener, read as Kafka reads them.
+
+Each listener gets its security protocol (listeners.py), and, as that protocol needs:
+
+- TLS (SSL, SASL_SSL): a server `ssl.SSLContext` from PEM, as Kafka's PEM keystores:
+  `ssl.keystore.type=PEM` with `ssl.keystore.location` (one file holding the private key and the
+  certificate chain) or `ssl.keystore.certificate.chain` + `ssl.keystore.key` inline, the key
+  decrypted with `ssl.key.password`; `ssl.truststore.type=PEM` with `ssl.truststore.location` or
+  `ssl.truststore.certificates`; `ssl.client.auth=none|requested|required`; the client
+  certificate's subject mapped to a principal by `ssl.principal.mapping.rules`.
+- SASL (SASL_PLAINTEXT, SASL_SSL): `sasl.enabled.mechanisms` (Kray serves PLAIN; SCRAM waits
+  for the controller's credential store), PLAIN's users from the JAAS config, re-authentication
+  (`connections.max.reauth.ms`) and the delay before a failed login's connection closes
+  (`connection.failed.authentication.delay.ms`).
+
+Every key may be set for one listener as `listener.name.<listener>.<key>` (listener name in any
+case; Kafka writes it lower-case), which wins over the plain key, key by key, as Kafka's
+`valuesWithPrefixOverride`. PLAIN's JAAS config is `listener.name.<listener>.plain.sasl.jaas.config`
+as in Kafka, or (beyond Kafka, which wants it per listener on a broker) `sasl.jaas.config`.
+
+Not read: `ssl.cipher.suites` (Java's suite names are not OpenSSL's), JKS and PKCS12 stores.
+"""
+from __future__ import annotations
+
+import os
+import ssl
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from actors.gateway.security.listeners import Listener, ListenerConfig, ListenerConfigError, SecurityProtocol, \
+    listener_config
+from actors.gateway.security.plain import PLAIN_MECHANISM, plain_users_from_jaas
+from actors.gateway.security.principal import SslPrincipalMapper
+
+LISTENER_PREFIX = "listener.name."
+SUPPORTED_MECHANISMS = (PLAIN_MECHANISM,)
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+CLIENT_AUTH_MODES = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+TLS_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
+
+class SecurityConfigError(ValueError):
+    """A security config Kray cannot serve; the message names the key and what to set."""
+
+
+@dataclass(frozen=True)
+class ListenerSecurity:
+    listener: Listener
+    ssl_context: ssl.SSLContext | None = None
+    client_auth: str = "none"
+    principal_mapper: SslPrincipalMapper | None = None
+    mechanisms: tuple[str, ...] = ()  # enabled SASL mechanisms, as configured (order kept)
+    plain_users: Mapping[str, str] = field(default_factory=dict, repr=False)
+    reauth_ms: int = 0  # connections.max.reauth.ms; 0 = no re-authentication required
+    failed_auth_delay_ms: int = 100
+
+    @property
+    def protocol(self) -> SecurityProtocol:
+        return self.listener.security_protocol
+
+
+@dataclass(frozen=True)
+class SecuritySettings:
+    listeners: ListenerConfig
+    by_listener: dict[str, ListenerSecurity]
+
+    @property
+    def primary(self) -> Listener:
+        return self.listeners.inter_broker_listener
+
+
+def listener_value(config: Mapping[str, Any], listener_name: str, key: str, default: Any = None) -> Any:
+    """`listener.name.<listener>.<key>` if set (listener name in any case), else `key`, else default."""
+    wanted = f"{LISTENER_PREFIX}{listener_name.lower()}.{key}"
+    for name, value in config.items():
+        if value is not None and name.startswith(LISTENER_PREFIX) and name.lower() == wanted \
+                and name[len(LISTENER_PREFIX) + len(listener_name) + 1:] == key:
+            return value
+    value = config.get(key)
+    return default if value is None else value
+
+
+def _plain(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Drop unset keys, and the default security.inter.broker.protocol when the listener is named
+    (Kafka refuses both set; here the default is always present)."""
+    out = {k: v for k, v in config.items() if v is not None}
+    if "inter.broker.listener.name" in out and out.get("security.inter.broker.protocol") == "PLAINTEXT":
+        out.pop("security.inter.broker.protocol")
+    return out
+
+
+def security_settings(config: Mapping[str, Any]) -> SecuritySettings:
+    """Read and check every listener's security; raises SecurityConfigError (a ValueError) naming
+    the key to change, or OSError/ssl.SSLError when a PEM file cannot be read."""
+    try:
+        listeners = listener_config(_plain(config))
+    except ListenerConfigError as e:
+        raise SecurityConfigError(str(e)) from None
+    primary = listeners.inter_broker_listener
+    if primary.security_protocol is not SecurityProtocol.PLAINTEXT:
+        raise SecurityConfigError(
+            f"the inter-broker listener {primary.name} is {primary.security_protocol.value}: Kray's own traffic "
+            f"(followers fetching from leaders) does not authenticate yet, so it needs a PLAINTEXT listener; add "
+            f"one (e.g. REPLICATION://127.0.0.1:9094 with REPLICATION:PLAINTEXT in listener.security.protocol.map) "
+            f"and name it in inter.broker.listener.name")
+    return SecuritySettings(listeners, {listener.name: _listener_security(config, listener)
+                                        for listener in listeners.listeners})
+
+
+def _int(config, name, key, default) -> int:
+    value = listener_value(config, name, key, default)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise SecurityConfigError(f"{key} must be an integer, not {value!r}") from None
+
+
+def _listener_security(config: Mapping[str, Any], listener: Listener) -> ListenerSecurity:
+    protocol = listener.security_protocol
+    settings: dict[str, Any] = {}
+    if protocol.uses_tls:
+        client_auth = str(listener_value(config, listener.name, "ssl.client.auth", "none")).strip().lower()
+        if client_auth not in CLIENT_AUTH_MODES:
+            raise SecurityConfigError(f"listener {listener.name}: ssl.client.auth must be none, requested or "
+                                      f"required, not {client_auth!r}")
+        settings.update(ssl_context=server_ssl_context(config, listener.name, client_auth), client_auth=client_auth,
+                        principal_mapper=_mapper(config, listener.name))
+    if protocol.uses_sasl:
+        mechanisms = tuple(m.strip().upper() for m in str(
+            listener_value(config, listener.name, "sasl.enabled.mechanisms", "GSSAPI")).split(",") if m.strip())
+        unsupported = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
+        if not mechanisms or unsupported:
+            why = ("SCRAM credentials come with the controller's credential store, not built yet"
+                   if set(unsupported) <= set(SCRAM_MECHANISMS) and unsupported else "Kray serves PLAIN only so far")
+            raise SecurityConfigError(
+                f"listener {listener.name}: sasl.enabled.mechanisms={','.join(mechanisms)} names "
+                f"{','.join(unsupported) or 'nothing'} ({why}); set sasl.enabled.mechanisms=PLAIN "
+                f"(or listener.name.{listener.name.lower()}.sasl.enabled.mechanisms=PLAIN)")
+        settings.update(mechanisms=mechanisms, plain_users=_plain_users(config, listener.name),
+                        reauth_ms=_int(config, listener.name, "connections.max.reauth.ms", 0),
+                        failed_auth_delay_ms=_int(config, listener.name, "connection.failed.authentication.delay.ms",
+                                                  100))
+    return ListenerSecurity(listener, **settings)
+
+
+def _mapper(config, name) -> SslPrincipalMapper:
+    rules = listener_value(config, name, "ssl.principal.mapping.rules", "DEFAULT")
+    try:
+        return SslPrincipalMapper(str(rules))
+    except ValueError as e:
+        raise SecurityConfigError(f"listener {name}: ssl.principal.mapping.rules: {e}") from None
+
+
+def _plain_users(config, name) -> dict[str, str]:
+    key = f"listener.name.{name.lower()}.plain.sasl.jaas.config"
+    jaas = next((v for k, v in config.items() if k.lower() == key and v is not None), None)
+    if jaas is None:
+        jaas = config.get("sasl.jaas.config")
+    if jaas is None:
+        raise SecurityConfigError(
+            f"listener {name}: SASL/PLAIN needs its users: set {key}="
+            f"'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice=\"alice-secret\";'")
+    try:
+        return plain_users_from_jaas(str(jaas))
+    except ValueError as e:
+        raise SecurityConfigError(f"listener {name}: {key} (or sasl.jaas.config): {e}") from None
+
+
+def server_ssl_context(config: Mapping[str, Any], name: str, client_auth: str = "none") -> ssl.SSLContext:
+    def get(key, default=None):
+        return listener_value(config, name, key, default)
+
+    for kind in ("keystore", "truststore"):
+        store_type = str(get(f"ssl.{kind}.type", "JKS")).upper()
+        if store_type != "PEM" and (kind == "keystore" or client_auth != "none"):
+            raise SecurityConfigError(
+                f"listener {name}: ssl.{kind}.type={store_type}: Kray reads PEM {kind}s only; set "
+                f"ssl.{kind}.type=PEM with ssl.{kind}.location" +
+                (" or ssl.keystore.certificate.chain and ssl.keystore.key" if kind == "keystore" else
+                 " or ssl.truststore.certificates"))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    versions = [v.strip() for v in str(get("ssl.enabled.protocols", "TLSv1.2,TLSv1.3")).split(",") if v.strip()]
+    known = sorted(TLS_VERSIONS[v] for v in versions if v in TLS_VERSIONS)
+    if not known:
+        raise SecurityConfigError(f"listener {name}: ssl.enabled.protocols={','.join(versions)}: enable TLSv1.2 "
+                                  f"and/or TLSv1.3")
+    context.minimum_version, context.maximum_version = known[0], known[-1]
+    password = get("ssl.key.password")
+    location, chain, key = get("ssl.keystore.location"), get("ssl.keystore.certificate.chain"), get("ssl.keystore.key")
+    if location and (chain or key):
+        raise SecurityConfigError(f"listener {name}: set either ssl.keystore.location or "
+                                  f"ssl.keystore.certificate.chain and ssl.keystore.key, not both")
+    if location:
+        context.load_cert_chain(str(location), password=str(password) if password is not None else None)
+    elif chain and key:
+        with tempfile.TemporaryDirectory(prefix="kray-pem-") as directory:  # ssl loads PEM from files only
+            paths = []
+            for label, text in (("chain", chain), ("key", key)):
+                path = os.path.join(directory, f"{label}.pem")
+                with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+                    f.write(str(text))
+                paths.append(path)
+            context.load_cert_chain(paths[0], paths[1], password=str(password) if password is not None else None)
+    else:
+        raise SecurityConfigError(f"listener {name} uses TLS: set ssl.keystore.type=PEM and ssl.keystore.location "
+                                  f"(a PEM file with the private key and certificate chain), or "
+                                  f"ssl.keystore.certificate.chain and ssl.keystore.key")
+    context.verify_mode = CLIENT_AUTH_MODES[client_auth]
+    if client_auth != "none":
+        trusted_file, trusted_text = get("ssl.truststore.location"), get("ssl.truststore.certificates")
+        if trusted_file:
+            context.load_verify_locations(cafile=str(trusted_file))
+        if trusted_text:
+            context.load_verify_locations(cadata=str(trusted_text))
+        if not trusted_file and not trusted_text:
+            context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+    return context
