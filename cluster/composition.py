@@ -5,18 +5,16 @@ restarts them.
 """
 from __future__ import annotations
 
-import functools
-import uuid
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 NAMESPACE = "kray"
-# Ray ties an actor's life to its creator's unless it is detached. Gateways and partition actors
-# (coordinators included: they lead internal-topic partitions) are created by the controller, and
-# must survive a controller restart (which adopts them again by name); the controller kills them
-# itself when their topic goes or on shutdown, and `kray start` ends Ray whole.
+# Ray ties an actor's life to its creator's unless it is detached. Gateways and shards (the hosts of
+# the partition replicas, coordinators included) are created by the controller, and must survive a
+# controller restart (which adopts them again by name); the controller kills them itself when
+# their node goes or on shutdown, and `kray start` ends Ray whole.
 OUTLIVES_ITS_CREATOR = "detached"
 CONTROLLER_NAME = "controller"
 
@@ -25,9 +23,9 @@ def gateway_name(broker_id: int) -> str:
     return f"gateway-{broker_id}"
 
 
-def partition_name(topic_id: uuid.UUID, partition: int, broker_id: int) -> str:
-    """A partition replica's actor: one per (topic, partition, broker)."""
-    return f"partition-{topic_id.hex}-{partition}-{broker_id}"
+def shard_name(broker_id: int, index: int) -> str:
+    """A shard actor: one of the `num.partition.shards` hosts of a broker's partition replicas."""
+    return f"shard-{broker_id}-{index}"
 
 
 def on_node(node_id: str, *, soft: bool = False) -> NodeAffinitySchedulingStrategy:
@@ -59,8 +57,9 @@ async def run_on_node(node_id: str, fn, *args):
 
 
 def partition_class(topic: str):
-    """A partition's leader actor: plain for user topics; for an internal topic, the coordinator
-    whose state that partition holds (its shard moves with the partition's leadership)."""
+    """What a shard hosts for a replica of `topic`: a plain partition replica for user topics; for
+    an internal topic, the coordinator whose state that partition holds (it moves with the
+    partition's leadership)."""
     from actors import internal_topics
     if topic == internal_topics.CONSUMER_OFFSETS:
         from actors.group_coordinator.actor import GroupCoordinatorActor
@@ -72,17 +71,12 @@ def partition_class(topic: str):
     return PartitionActor
 
 
-@functools.cache
-def _remote(cls):
-    """A class made remote once: each ray.remote() of it exports the class to the GCS again, which
-    blocks the caller (the controller, starting many replicas) for a good part of a second."""
-    return ray.remote(cls)
-
-
-def start_partition(spec: dict[str, Any], node_id: str):
-    """One actor per topic-partition replica, pinned to its broker's node, whose disk holds its log."""
-    return _remote(partition_class(spec["topic"])).options(
-        name=partition_name(spec["topic_id"], spec["partition"], spec["broker_id"]), namespace=NAMESPACE, lifetime=OUTLIVES_ITS_CREATOR,
+def start_shard(broker_id: int, index: int, broker_config: dict[str, Any], node_id: str):
+    """One of a broker's shard actors, pinned to its node, whose disk holds its replicas' logs.
+    Ray restarts it empty where it dies; the controller hosts its replicas on it again."""
+    from actors.shard.actor import ShardActor
+    return ray.remote(ShardActor).options(
+        name=shard_name(broker_id, index), namespace=NAMESPACE, lifetime=OUTLIVES_ITS_CREATOR,
         max_restarts=-1, max_task_retries=0, num_cpus=0, max_concurrency=10000,
         scheduling_strategy=on_node(node_id),
-    ).remote(spec)
+    ).remote(broker_id, index, broker_config)

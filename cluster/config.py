@@ -21,6 +21,9 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "log.dirs": "./data",
     "auto.create.topics.enable": True,
     "num.partitions": 1,
+    # Kray's own: how many shard actors (processes) host a broker's partition replicas; 0: as many
+    # as the CPUs Ray gives the broker's node (see actors/shard/)
+    "num.partition.shards": 0,
     "default.replication.factor": 1,
     "delete.topic.enable": True,
     "log.segment.bytes": 1073741824,

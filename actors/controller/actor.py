@@ -23,6 +23,7 @@ from actors import internal_topics, log_to_stderr
 from actors.controller.core import BrokerInfo, ControllerCore, Outcome, TopicState
 from actors.controller.metadata_log import MetadataLog
 from actors.controller.nodes import NodeView, proposed_broker_id, recorded_broker_id
+from actors.shard.hosted import HostedReplica, shard_index
 from cluster import composition
 from cluster.config import TopicConfig
 from protocol.errors import ErrorCode
@@ -30,6 +31,8 @@ from protocol.errors import ErrorCode
 log = logging.getLogger("kray.controller")
 METADATA_WAIT_S_MAX = 30.0
 PARTITION_START_TIMEOUT_S = 60.0
+SHARDS_PER_BROKER_MAX = 64
+ADOPT_TIMEOUT_S = 10.0
 SUPERVISE_RETRY_S = 0.2
 SUPERVISE_RETRY_S_MAX = 5.0
 NODE_POLL_S = 1.0
@@ -96,6 +99,8 @@ class ControllerActor:
         # leader (and its gateway routes to it) only once the leader knows it leads in this epoch
         self.leading: dict[tuple[uuid.UUID, int, int], int] = {}
         self.supervisors: dict[tuple, asyncio.Task] = {}
+        self.shards: dict[tuple[int, int], Any] = {}  # (broker id, shard index) -> shard actor
+        self.node_cpus: dict[str, int] = {}  # Ray node id -> its CPU count (the default shard count)
         self.changed = asyncio.Event()
         self.node_brokers: dict[str, int | None] = {}  # Ray node id -> its broker id (None: no broker there)
         self.gateways: dict[int, Any] = {}
@@ -113,21 +118,37 @@ class ControllerActor:
 
     def _adopt_running_actors(self) -> list[tuple]:
         """After Ray restarts the controller, the actors it had started are still running under
-        their names: find them again (the log says which should exist) instead of starting twins."""
+        their names: find them again instead of starting twins. Each shard says which replicas it
+        hosts (where they really are, whatever the shard count is now)."""
         def running(name):
             try:
                 return ray.get_actor(name, namespace=composition.NAMESPACE)
             except ValueError:
                 return None
         found = []
-        for topic in self.core.topics.values():
-            for p in topic.partitions:
-                for broker_id in p.replicas:
-                    key = (topic.topic_id, p.index, broker_id)
-                    actor = running(composition.partition_name(topic.topic_id, p.index, broker_id))
-                    if actor is not None:
-                        self.replica_actors[key] = actor
-                        found.append((key, actor, "listen", "until_closed"))
+        topics = {t.topic_id: t for t in self.core.topics.values()}
+        names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                 if a.get("namespace") == composition.NAMESPACE}
+        for broker_id in self.core.brokers:
+            for index in range(SHARDS_PER_BROKER_MAX):
+                name = composition.shard_name(broker_id, index)
+                shard = running(name) if name in names else None
+                if shard is None:
+                    continue
+                self.shards[(broker_id, index)] = shard
+                try:
+                    hosted = ray.get(shard.hosted.remote(), timeout=ADOPT_TIMEOUT_S)
+                except Exception as e:  # restarting: its replicas are started again when needed
+                    log.info("shard %s did not say what it hosts: %s", name, e)
+                    continue
+                for topic_id, partition in hosted:
+                    topic = topics.get(topic_id)
+                    if topic is None or partition >= len(topic.partitions) or \
+                            broker_id not in topic.partitions[partition].replicas:
+                        continue
+                    key = (topic_id, partition, broker_id)
+                    self.replica_actors[key] = actor = HostedReplica(shard, self._replica_spec(topic, partition, broker_id))
+                    found.append((key, actor, "listen", "until_closed"))
         for broker_id, broker in self.core.brokers.items():
             gateway = running(composition.gateway_name(broker_id))
             if gateway is not None:
@@ -142,6 +163,9 @@ class ControllerActor:
             self.supervisors[key] = asyncio.ensure_future(self._supervise(key, actor, serve, until))
         self.to_supervise = []
         if self.node_watcher is None:
+            # sessions are judged from now on: adopting the running actors, and the first call
+            # after a restart, can take longer than a broker session
+            self.core.replication.finish_replay(now_ms())
             self.node_watcher = asyncio.ensure_future(self._watch_nodes())
             self.ticker = asyncio.ensure_future(self._tick())
             self.publisher = asyncio.ensure_future(self._publish())
@@ -213,8 +237,10 @@ class ControllerActor:
         self.serving.discard(broker_id)
         self.registered.discard(broker_id)
         doomed = [(("gateway", broker_id), self.gateways.pop(broker_id, None))]
+        doomed += [(("shard", *k), self.shards.pop(k)) for k in [k for k in self.shards if k[0] == broker_id]]
         for key in [k for k in self.replica_actors if k[2] == broker_id]:
-            doomed.append((key, self.replica_actors.pop(key)))
+            self.replica_actors.pop(key)  # died with its shard
+            doomed.append((key, None))
             self.replica_listeners.pop(key, None)
             self.told.pop(key, None)
             self.leading.pop(key, None)
@@ -371,9 +397,6 @@ class ControllerActor:
             self.told.pop(k, None)
             self.leading.pop(k, None)
         await asyncio.gather(*(a.delete.remote() for a in actors if a is not None), return_exceptions=True)
-        for a in actors:
-            if a is not None:
-                ray.kill(a, no_restart=True)  # its log is gone; so is its process
         return 0, None, topic.topic_id
 
     async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> tuple[int, str | None]:
@@ -419,8 +442,11 @@ class ControllerActor:
         actors = list(self.replica_actors.values())
         self.replica_actors.clear()
         await asyncio.gather(*(a.close.remote() for a in actors), return_exceptions=True)
-        for a in actors:
-            ray.kill(a, no_restart=True)
+        shards = list(self.shards.values())
+        self.shards.clear()
+        await asyncio.gather(*(s.close.remote() for s in shards), return_exceptions=True)
+        for shard in shards:
+            ray.kill(shard, no_restart=True)
         self.log.close()
 
     # ---- internals -------------------------------------------------------------------------
@@ -564,8 +590,38 @@ class ControllerActor:
             return False
         return True
 
+    def _replica_spec(self, topic: TopicState, index: int, broker_id: int, config: TopicConfig | None = None) -> dict:
+        """What a replica is started (or hosted) with."""
+        broker = self.core.brokers[broker_id]
+        return {"topic": topic.name, "topic_id": topic.topic_id, "partition": index, "broker_id": broker_id,
+                "config": config or TopicConfig.from_kafka(self.core.effective_configs(topic)),
+                "broker_config": self.core.broker_config,
+                "log_dir": str(self.data_dir / f"broker-{broker_id}"), "internal": topic.internal,
+                "controller": ray.get_runtime_context().current_actor, "listen_host": broker.host,
+                "retention_check_interval_ms": int(self.core.broker_config["log.retention.check.interval.ms"])}
+
+    def _start_replica(self, spec: dict, broker) -> HostedReplica:
+        """A replica on its broker's node, in the shard a stable function of its partition picks
+        (started if it is not yet); the shard hosts it when its supervisor first asks it to listen."""
+        index = shard_index(spec["topic_id"], spec["partition"], self._shard_count(broker))
+        shard = self.shards.get((broker.broker_id, index))
+        if shard is None:
+            shard = self.shards[(broker.broker_id, index)] = composition.start_shard(
+                broker.broker_id, index, self.core.broker_config, broker.node_id)
+        return HostedReplica(shard, spec)
+
+    def _shard_count(self, broker) -> int:
+        """num.partition.shards, or (0, the default) the CPUs Ray gives the broker's node."""
+        configured = int(self.core.broker_config.get("num.partition.shards", 0))
+        if configured > 0:
+            return min(configured, SHARDS_PER_BROKER_MAX)
+        if broker.node_id not in self.node_cpus:
+            cpus = next((n.get("Resources", {}).get("CPU", 1) for n in ray.nodes() if n["NodeID"] == broker.node_id), 1)
+            self.node_cpus[broker.node_id] = max(1, min(int(cpus), SHARDS_PER_BROKER_MAX))
+        return self.node_cpus[broker.node_id]
+
     def _start_partitions(self, topic: TopicState) -> list:
-        """Start the missing replica actors of a topic, one per replica on its broker's node
+        """Start the missing replicas of a topic, each in a shard on its broker's node
         (each supervised: asked to listen and told its partition's state, and again after Ray
         restarts it); return the keys of all its replicas that run or start."""
         config = TopicConfig.from_kafka(self.core.effective_configs(topic))
@@ -581,12 +637,7 @@ class ControllerActor:
                     continue
                 if broker is None or not broker.node_id or broker_id not in self.registered:
                     continue
-                spec = {"topic": topic.name, "topic_id": topic.topic_id, "partition": p.index, "broker_id": broker_id,
-                        "config": config, "broker_config": self.core.broker_config,
-                        "log_dir": str(self.data_dir / f"broker-{broker_id}"), "internal": topic.internal,
-                        "controller": ray.get_runtime_context().current_actor, "listen_host": broker.host,
-                        "retention_check_interval_ms": int(self.core.broker_config["log.retention.check.interval.ms"])}
-                actor = composition.start_partition(spec, broker.node_id)
+                actor = self._start_replica(self._replica_spec(topic, p.index, broker_id, config), broker)
                 self.replica_actors[key] = actor
                 self.supervisors[key] = asyncio.ensure_future(self._supervise(key, actor))
                 listening.append(key)

@@ -17,7 +17,7 @@ from typing import Any, Callable, Protocol
 
 import ray
 
-from actors.gateway.partition_client import RayPartition, SocketPartition
+from actors.gateway.partition_client import DataPaths, RayPartition, SocketPartition
 
 log = logging.getLogger("kray.gateway")
 
@@ -93,8 +93,9 @@ class GatewayContext:
     broker_id: int
     config: dict[str, Any]
     controller: Any
-    # (key, listener address) -> the data-path client of a partition this broker leads
-    client_for: Callable[[tuple[uuid.UUID, int], str], Any] = lambda key, address: SocketPartition(address)
+    # (key, listener address) -> the data-path client of a partition this broker leads (default:
+    # a SocketPartition over this gateway's connection to that listener)
+    client_for: Callable[[tuple[uuid.UUID, int], str], Any] | None = None
     metadata: Any = None  # actors.controller.actor.MetadataImage, replaced whole on each refresh
     advertised: list[tuple[int, int, int]] = field(default_factory=list)
     share_sessions: Any = None
@@ -106,6 +107,9 @@ class GatewayContext:
     def __post_init__(self):
         from actors.gateway.share_sessions import ShareSessionCache
         self.share_sessions = ShareSessionCache(int(self.config.get("group.share.max.share.sessions", 2000)))
+        self.data_paths = DataPaths()
+        if self.client_for is None:
+            self.client_for = lambda key, address: SocketPartition(address, key, self.data_paths)
 
     def set_metadata(self, image) -> None:
         self.metadata = image
@@ -117,10 +121,8 @@ class GatewayContext:
             same = key in self._clients and self._addresses.get(key) == address
             clients[key] = self._clients[key] if same else self.client_for(key, address)
             addresses[key] = address
-        for key, client in self._clients.items():
-            if clients.get(key) is not client and hasattr(client, "close"):
-                client.close()
         self._clients, self._addresses = clients, addresses
+        self.data_paths.keep_only(set(addresses.values()))
 
     def partition(self, topic_id: uuid.UUID, index: int):
         """The data-path client of a partition this broker leads, else None."""

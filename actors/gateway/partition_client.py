@@ -1,14 +1,17 @@
 """How a gateway reaches the partition leaders on its node: `SocketPartition`, the data path over
-a kept-open Unix-socket connection per partition actor (actors/partition/wire.py); and
-`RayPartition`, Ray calls for the rare admin steps that may reach a partition on any node.
+kept-open Unix-socket connections (actors/partition/wire.py), one per listener on the node, shared
+by every partition that listens there (`DataPaths`); and `RayPartition`, Ray calls for the rare
+admin steps that may reach a partition on any node.
 
-A failed connection fails the calls waiting on it (the handlers answer a retriable error, the
-client refreshes metadata and retries); the next call opens a new one. When Ray restarts the
-actor, the controller's metadata names its new address and the gateway makes a new client.
+A failed connection fails the calls waiting on it (the handlers answer a retriable error or close
+the client's connection, the client refreshes metadata and retries); the next call opens a new
+one. When Ray restarts what hosts a partition, the controller's metadata names its new address and
+the gateway makes a new client.
 """
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 from actors.gateway.file_region import FileRegion
@@ -27,34 +30,60 @@ RESPONSE_BYTES_MAX = 256 * 1024 * 1024
 FETCH_ATTEMPTS = 3  # a fetch whose segment is deleted under it is asked again
 
 
-class SocketPartition:
-    def __init__(self, address: str):
-        self.address = address
-        self.opening: asyncio.Future | None = None
+class PartitionNotHosted(ConnectionError):
+    """The listener hosts no replica of this partition (deleted, or its host restarted and has not
+    hosted it again yet): nothing was done."""
 
-    async def _connection(self) -> PipelinedConnection:
-        opening = self.opening
+
+class DataPaths:
+    """A gateway's kept-open connections to the listeners on its node, one per address."""
+
+    def __init__(self):
+        self.opening: dict[str, asyncio.Future] = {}
+
+    async def connection(self, address: str) -> PipelinedConnection:
+        opening = self.opening.get(address)
         if opening is not None and succeeded(opening) and not opening.result().usable:
             opening = None  # it worked, then failed: connect again
-        self.opening = start_unless_started(opening, lambda: PipelinedConnection.open_unix(
-            self.address, timeout_s=CONNECT_TIMEOUT_S, response_bytes_max=RESPONSE_BYTES_MAX))
-        return await asyncio.shield(self.opening)
+        opening = self.opening[address] = start_unless_started(opening, lambda: PipelinedConnection.open_unix(
+            address, timeout_s=CONNECT_TIMEOUT_S, response_bytes_max=RESPONSE_BYTES_MAX))
+        return await asyncio.shield(opening)
+
+    def close(self, address: str) -> None:
+        opening = self.opening.pop(address, None)
+        if succeeded(opening):
+            opening.result().close()
+
+    def keep_only(self, addresses: set[str]) -> None:
+        """Close the idle connections to listeners that no partition this broker leads uses any
+        more. One with requests in flight stays until they are answered (a replica that stopped
+        leading still answers them); one to a listener that is gone failed by itself."""
+        for address in [a for a in self.opening if a not in addresses]:
+            opening = self.opening[address]
+            if not (succeeded(opening) and opening.result().waiting):
+                self.close(address)
+
+
+class SocketPartition:
+    def __init__(self, address: str, key: tuple[uuid.UUID, int], paths: DataPaths | None = None):
+        self.address = address
+        self.key = key
+        self.paths = paths if paths is not None else DataPaths()
 
     async def _call(self, api_key: int, args: list, blobs=(), timeout_s: float = CALL_TIMEOUT_S):
         return await (await self._send(api_key, args, blobs, timeout_s))
 
     async def _send(self, api_key: int, args: list, blobs=(), timeout_s: float = CALL_TIMEOUT_S):
         """Write the request now (in the order callers send); return an awaitable of its answer."""
-        connection = await self._connection()
-        answer = connection.send(lambda cid: wire.encode_request(api_key, cid, args, blobs), timeout_s)
+        connection = await self.paths.connection(self.address)
+        answer = connection.send(lambda cid: wire.encode_request(api_key, cid, self.key, args, blobs), timeout_s)
 
         async def decoded():
-            return wire.decode_response(await answer)
+            status, args_out, blobs_out = wire.decode_response(await answer)
+            if status == wire.NOT_HOSTED:
+                raise PartitionNotHosted(f"no replica of {self.key} behind {self.address!r}")
+            return args_out, blobs_out
         return decoded()
-
-    def close(self) -> None:
-        if succeeded(self.opening):
-            self.opening.result().close()
 
     # ---- the PartitionClient surface the handlers use ----------------------------------------
     # Calls that change the partition come in two steps, `send_…` and awaiting what it returns:

@@ -63,8 +63,8 @@ async def resolve_start_offset(partition, group_configs: dict, now_ms: int) -> i
 
 
 class GroupCoordinatorActor(PartitionActor):
-    def __init__(self, spec: dict):
-        super().__init__(spec)
+    def __init__(self, spec: dict, listen):
+        super().__init__(spec, listen)
         self.config = spec["broker_config"]
         self.controller = spec["controller"]
         self.group_log = CoordinatorLog(self)
@@ -92,6 +92,8 @@ class GroupCoordinatorActor(PartitionActor):
                 future.set_exception(CoordinatorLogError(ErrorCode.NOT_COORDINATOR, "the group coordinator moved"))
 
     async def _ready(self) -> Groups:
+        if self.replica.leader_epoch < 0:  # hosted just now (its shard restarted): not told its state yet
+            raise CoordinatorLogError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "the coordinator is starting; retry")
         if not self.replica.is_leader:
             raise CoordinatorLogError(ErrorCode.NOT_COORDINATOR, "this replica does not lead the partition now")
         if self.image is None:

@@ -1,36 +1,35 @@
-"""A partition replica's Ray shell: owns one PartitionCore (log + producer state) and one
-ReplicaCore (leader epoch, ISR, high watermark, followers, acks=all waiters) for one replica of one
+"""A partition replica's shell: owns one PartitionCore (log + producer state) and one ReplicaCore
+(leader epoch, ISR, high watermark, followers, acks=all waiters) for one replica of one
 topic-partition on one broker; reads the clock, carries out what the replication core decides,
 wakes long-polling fetches, and runs retention on a timer.
 
-Its node's gateway reaches it over a Unix socket (listener.py: produce, fetch, follower fetch,
-share fetch...). As a follower it fetches from its leader's broker over TCP (fetcher.py). Ray
-calls are for control: listen, the controller's partition state (`update`), reconfigure, delete,
-admin reads; AlterPartition goes to the controller as a Ray call.
+A replica is an actor-like unit hosted by a shard actor (actors/shard/), with many others: its own
+state machines, its own leadership, its own tasks. Its node's gateway reaches it through the
+shard's Unix-socket listener (listener.py: produce, fetch, follower fetch, share fetch...), whose
+frames name their partition. As a follower it fetches from its leader's broker over TCP
+(fetcher.py). Control calls come through the shard's `call` (Ray): listen, the controller's
+partition state (`update`), reconfigure, delete, admin reads; AlterPartition goes to the controller
+as a Ray call.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from actors import log_to_stderr
 from actors.partition.checkpoints import load_epochs, load_high_watermark, save_epochs, save_high_watermark
 from actors.partition.core import PartitionCore
 from actors.partition.fetcher import LeaderConnection
-from actors.partition.listener import start_listener
 from actors.partition.replication import (
     ACKS_ALL, AlterPartitionRequest, AlterPartitionResponse, BatchSpan, Effects, FetchAnswer, FetchRequest,
     FollowerAction, PartitionRegistration, ReplicaCore, ReplicationConfig, Role,
 )
-from actors.pipelined import unix_address
 from actors.share_partition.actor import ShareFetchResult, ShareLeaders
-from actors.startup import start_unless_started
 from protocol.errors import ErrorCode, MalformedMessage
 from protocol.record_batch import CorruptRecord, crc_is_valid, iter_batches
 
@@ -51,7 +50,7 @@ def now_ms() -> int:
 
 
 class PartitionActor:
-    def __init__(self, spec: dict[str, Any]):
+    def __init__(self, spec: dict[str, Any], listen: Callable[[], Awaitable[str]]):
         log_to_stderr()
         self.spec = spec
         self.topic: str = spec["topic"]
@@ -79,8 +78,7 @@ class PartitionActor:
         self.data_arrived = asyncio.Event()
         self.retention_interval_s = spec.get("retention_check_interval_ms", RETENTION_CHECK_INTERVAL_MS_DEFAULT) / 1000
         self.retention_task: asyncio.Task | None = None
-        self.listener: asyncio.AbstractServer | None = None
-        self.listening: asyncio.Future | None = None
+        self.host_listen = listen  # the hosting shard's listener, which serves this replica too
         self.shares = ShareLeaders(self, broker_config, spec["controller"])
         self.closed = asyncio.Event()
 
@@ -93,15 +91,8 @@ class PartitionActor:
         return self.replica.leader_epoch
 
     async def listen(self) -> str:
-        """Start the data-path listener for this node's gateway (once); return its address."""
-        self.listening = start_unless_started(self.listening, self._listen)
-        return await asyncio.shield(self.listening)
-
-    async def _listen(self) -> str:
-        address = unix_address(f"{os.getpid()}-{self.topic_id.hex[:12]}-{self.partition}")
-        if self.listener is None:  # a retried attempt keeps the socket it already bound
-            self.listener = await start_listener(self, address, int(self.spec["broker_config"]["socket.request.max.bytes"]))
-        return address
+        """The address of the listener (the shard's) that serves this replica to its node's gateway."""
+        return await self.host_listen()
 
     def node_id(self) -> str:
         """The Ray node this replica runs on (where placement really put it)."""
@@ -109,8 +100,8 @@ class PartitionActor:
         return ray.get_runtime_context().get_node_id()
 
     async def until_closed(self) -> None:
-        """Returns when this actor closes; raises in the caller when the actor dies, which is how
-        the controller learns that Ray restarted it (and must have it listen again)."""
+        """Returns when this replica closes; raises in the caller when its shard dies, which is how
+        the controller learns that Ray restarted the shard (and must have it host this again)."""
         await self.closed.wait()
 
     def _claim_dir(self) -> None:
@@ -439,8 +430,6 @@ class PartitionActor:
                 task.cancel()
         self._stop_following()
         self.shares.close()
-        if self.listener:
-            self.listener.close()
         save_high_watermark(self.dir, self.core.high_watermark)
         self.core.close()
 

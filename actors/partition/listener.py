@@ -1,5 +1,6 @@
-"""The partition leader's data-path listener: serves wire.py's API on a Unix socket for the
-gateway of its node, by calling the partition actor's own methods.
+"""The partition leaders' data-path listener: serves wire.py's API on a Unix socket for the
+gateway of its node, by calling the methods of the partition replica each frame names (one
+listener serves every replica its process hosts).
 
 Long polls (WAIT_FOR_DATA, SHARE_WAIT) wait here, in the partition actor, and answer with a
 flag only: whatever is read or acquired afterwards is asked for by a call whose answer is used,
@@ -8,14 +9,15 @@ so a wait the gateway gave up on costs nothing and acquires nothing.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import uuid
+from typing import Any, Callable
 
 from actors.partition.log import FileSlice
 from actors.partition import wire
 from actors.pipelined import serve_multiplexed
 from protocol.errors import MalformedMessage
 
-# A gateway multiplexes all its clients' requests for this partition over one connection.
+# A gateway multiplexes all its clients' requests for the partitions behind a listener over one connection.
 INFLIGHT_REQUESTS_PER_CONNECTION_MAX = 4096
 
 
@@ -94,9 +96,15 @@ HANDLERS = {wire.PRODUCE: _produce, wire.FETCH: _fetch, wire.WAIT_FOR_DATA: _wai
             wire.REPLICA_FETCH: _replica_fetch}
 
 
-async def start_listener(actor: Any, address: str, frame_bytes_max: int) -> asyncio.AbstractServer:
+async def start_listener(replica_for: Callable[[tuple[uuid.UUID, int]], Any], address: str,
+                         frame_bytes_max: int) -> asyncio.AbstractServer:
+    """Listen on `address`; `replica_for(key)` is the replica a frame for partition `key` goes to,
+    or None (answered NOT_HOSTED: nothing done)."""
     async def handle(body: memoryview) -> list:
-        api_key, correlation_id, args, blobs = wire.decode_request(body)
+        api_key, correlation_id, key, args, blobs = wire.decode_request(body)
+        actor = replica_for(key)
+        if actor is None:
+            return wire.encode_response(correlation_id, [], (), status=wire.NOT_HOSTED)
         try:
             out_args, out_blobs = await HANDLERS[api_key](actor, args, blobs)
         except (TypeError, ValueError) as e:  # arguments of the wrong type or shape

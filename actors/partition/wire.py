@@ -11,8 +11,13 @@ call's arguments, followed by raw byte blobs (record batches, exactly as the pro
 or as the log holds them: never re-encoded):
 
     request   int32 size | int16 api key | int16 version 0 | int32 correlation id | int16 -1 (no client id)
-              | uint32 meta size | msgpack [args, [blob sizes]] | blobs
-    response  int32 size | int32 correlation id | uint32 meta size | msgpack [args, [blob sizes]] | blobs
+              | uint32 meta size | msgpack [topic id (16 bytes), partition, args, [blob sizes]] | blobs
+    response  int32 size | int32 correlation id | uint32 meta size | msgpack [status, args, [blob sizes]] | blobs
+
+Every request names its partition, so that one listener (and one connection to it) can serve any
+number of partition replicas hosted by one process. The status of a response is ANSWERED, or
+NOT_HOSTED when no replica of that partition lives behind the listener (deleted, or not hosted
+again yet after its host restarted): then nothing was done.
 
 Every field read off the wire is checked: a malformed frame raises `MalformedMessage`, which
 closes that connection and nothing else.
@@ -20,6 +25,7 @@ closes that connection and nothing else.
 from __future__ import annotations
 
 import struct
+import uuid
 
 import msgpack
 
@@ -45,30 +51,33 @@ API_NAMES = {PRODUCE: "produce", FETCH: "fetch", WAIT_FOR_DATA: "wait_for_data",
              SHARE_FETCH: "share_fetch", SHARE_WAIT: "share_wait", SHARE_ACKNOWLEDGE: "share_acknowledge",
              SHARE_RELEASE: "share_release", REPLICA_FETCH: "replica_fetch"}
 
+ANSWERED, NOT_HOSTED = 0, 1  # response statuses
+
 _REQUEST_HEADER = struct.Struct(">hhih")
 _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 NO_CLIENT_ID = -1
 
 
-def _meta(args: list, blobs) -> tuple[bytes, int]:
-    meta = msgpack.packb([args, [len(b) for b in blobs]], use_bin_type=True)
+def _meta(head: list, args: list, blobs) -> tuple[bytes, int]:
+    meta = msgpack.packb([*head, args, [len(b) for b in blobs]], use_bin_type=True)
     return meta, len(meta) + sum(len(b) for b in blobs)
 
 
-def encode_request(api_key: int, correlation_id: int, args: list, blobs=()) -> list:
-    meta, size_bytes = _meta(args, blobs)
+def encode_request(api_key: int, correlation_id: int, key: tuple[uuid.UUID, int], args: list, blobs=()) -> list:
+    """A request to partition `key` = (topic id, partition index)."""
+    meta, size_bytes = _meta([key[0].bytes, key[1]], args, blobs)
     head = _I32.pack(_REQUEST_HEADER.size + 4 + size_bytes) + \
         _REQUEST_HEADER.pack(api_key, 0, correlation_id, NO_CLIENT_ID) + _U32.pack(len(meta))
     return [head, meta, *blobs]
 
 
-def encode_response(correlation_id: int, args: list, blobs=()) -> list:
-    meta, size_bytes = _meta(args, blobs)
+def encode_response(correlation_id: int, args: list, blobs=(), status: int = ANSWERED) -> list:
+    meta, size_bytes = _meta([status], args, blobs)
     return [_I32.pack(8 + size_bytes) + _I32.pack(correlation_id) + _U32.pack(len(meta)), meta, *blobs]
 
 
-def _decode_meta(body: memoryview, pos: int) -> tuple[list, list]:
+def _decode_meta(body: memoryview, pos: int, head_fields: int) -> tuple[list, list, list]:
     if len(body) < pos + 4:
         raise MalformedMessage("internal frame: truncated before its meta size")
     meta_bytes = _U32.unpack_from(body, pos)[0]
@@ -79,9 +88,10 @@ def _decode_meta(body: memoryview, pos: int) -> tuple[list, list]:
         meta = msgpack.unpackb(body[pos:pos + meta_bytes], raw=False, use_list=True)
     except Exception as e:
         raise MalformedMessage(f"internal frame: bad meta ({e})") from None
-    if not (isinstance(meta, list) and len(meta) == 2 and isinstance(meta[0], list) and isinstance(meta[1], list)):
-        raise MalformedMessage("internal frame: meta is not [args, blob sizes]")
-    args, sizes = meta
+    if not (isinstance(meta, list) and len(meta) == head_fields + 2 and isinstance(meta[-2], list)
+            and isinstance(meta[-1], list)):
+        raise MalformedMessage("internal frame: meta is not [head, args, blob sizes]")
+    head, args, sizes = meta[:head_fields], meta[-2], meta[-1]
     pos += meta_bytes
     blobs = []
     for size in sizes:
@@ -91,19 +101,25 @@ def _decode_meta(body: memoryview, pos: int) -> tuple[list, list]:
         pos += size
     if pos != len(body):
         raise MalformedMessage(f"internal frame: {len(body) - pos} bytes after the last blob")
-    return args, blobs
+    return head, args, blobs
 
 
-def decode_request(body: memoryview) -> tuple[int, int, list, list]:
-    """(api key, correlation id, args, blobs) of a request frame body."""
+def decode_request(body: memoryview) -> tuple[int, int, tuple[uuid.UUID, int], list, list]:
+    """(api key, correlation id, partition key, args, blobs) of a request frame body."""
     if len(body) < _REQUEST_HEADER.size:
         raise MalformedMessage("internal frame: shorter than its header")
     api_key, version, correlation_id, client_id = _REQUEST_HEADER.unpack_from(body, 0)
     if api_key not in API_NAMES or version != 0 or client_id != NO_CLIENT_ID:
         raise MalformedMessage(f"internal frame: api key {api_key} v{version} is not served here")
-    args, blobs = _decode_meta(body, _REQUEST_HEADER.size)
-    return api_key, correlation_id, args, blobs
+    (topic_id, partition), args, blobs = _decode_meta(body, _REQUEST_HEADER.size, 2)
+    if not (isinstance(topic_id, bytes) and len(topic_id) == 16 and isinstance(partition, int) and partition >= 0):
+        raise MalformedMessage("internal frame: the partition is not (16-byte topic id, index)")
+    return api_key, correlation_id, (uuid.UUID(bytes=topic_id), partition), args, blobs
 
 
-def decode_response(body_after_correlation_id: memoryview) -> tuple[list, list]:
-    return _decode_meta(body_after_correlation_id, 0)
+def decode_response(body_after_correlation_id: memoryview) -> tuple[int, list, list]:
+    """(status, args, blobs) of a response frame body after its correlation id."""
+    (status,), args, blobs = _decode_meta(body_after_correlation_id, 0, 1)
+    if status not in (ANSWERED, NOT_HOSTED):
+        raise MalformedMessage(f"internal frame: unknown status {status!r}")
+    return status, args, blobs

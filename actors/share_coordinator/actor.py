@@ -32,8 +32,8 @@ def now_ms() -> int:
 
 
 class ShareCoordinatorActor(PartitionActor):
-    def __init__(self, spec: dict):
-        super().__init__(spec)
+    def __init__(self, spec: dict, listen):
+        super().__init__(spec, listen)
         self.state_log = CoordinatorLog(self)
         self.snapshot_update_records_max = int(
             spec["broker_config"]["share.coordinator.snapshot.update.records.per.snapshot"])
@@ -50,6 +50,8 @@ class ShareCoordinatorActor(PartitionActor):
         self.host.invalidate()  # the next leader term replays the partition afresh
 
     async def _ready(self) -> ShareCoordinatorShard:
+        if self.replica.leader_epoch < 0:  # hosted just now (its shard restarted): not told its state yet
+            raise CoordinatorLogError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "the coordinator is starting; retry")
         if not self.replica.is_leader:
             raise CoordinatorLogError(ErrorCode.NOT_COORDINATOR, "this replica does not lead the partition now")
         shard = await self.host.ready()

@@ -9,6 +9,8 @@ import time
 
 import ray
 
+from actors.shard.hosted import HostedReplica
+
 RESTART_WAIT_S = 60
 
 
@@ -28,3 +30,20 @@ def kill_and_await_restart(actor) -> None:
             pass
         time.sleep(0.2)
     raise AssertionError(f"actor was not restarted within {RESTART_WAIT_S} s")
+
+
+def leader_replica(controller, topic: str, partition: int = 0):
+    """The HostedReplica of a partition's leader replica, as the controller holds it."""
+    image = ray.get(controller.wait_for_metadata.remote(-1, 0))
+    return image.partition_actors[(image.topics[topic].topic_id, partition)]
+
+
+def host_of(replica):
+    """The shard a replica lives in: what a test kills (with every replica it hosts)."""
+    return replica.shard
+
+
+def inspect_replica(replica: HostedReplica, fn):
+    """`fn(replica object)` run inside the shard that hosts it."""
+    key = replica.key
+    return ray.get(replica.shard.__ray_call__.remote(lambda shard: fn(shard.replicas[key])))

@@ -6,8 +6,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from actors import internal_topics
-from cluster import composition
-from tests.actors.restarts import kill_and_await_restart
+from tests.actors.restarts import host_of, inspect_replica, kill_and_await_restart, leader_replica
 
 COMMITS = 1500
 
@@ -20,17 +19,15 @@ def test_compaction_drops_superseded_offsets_and_survives_a_restart(broker):
     for i in range(COMMITS):  # the same two keys, committed over and over (a simple group: assign() users)
         c.commit(offsets=[TopicPartition(topic, 0, i), TopicPartition(topic, 1, 2 * i)], asynchronous=False)
     c.close()
-    image = ray.get(broker.controller.wait_for_metadata.remote(-1, 0))
-    state = image.topics[internal_topics.CONSUMER_OFFSETS]
-    coordinator = ray.get_actor(composition.partition_name(state.topic_id, 0, state.partitions[0].leader))
-    start_before = ray.get(coordinator.__ray_call__.remote(lambda self: self.core.log_start_offset))
+    coordinator = leader_replica(broker.controller, internal_topics.CONSUMER_OFFSETS)
+    start_before = inspect_replica(coordinator, lambda replica: replica.core.log_start_offset)
     assert ray.get(coordinator.compact.remote()) is True
-    start_after, end = ray.get(coordinator.__ray_call__.remote(
-        lambda self: (self.core.log_start_offset, self.group_log.next_offset)))
+    start_after, end = inspect_replica(coordinator, lambda replica: (replica.core.log_start_offset,
+                                                                     replica.group_log.next_offset))
     assert start_after > start_before + COMMITS  # two records per commit, all but the last superseded
     assert end - start_after < 100, "only the live records (and any written since) remain"
 
-    kill_and_await_restart(coordinator)
+    kill_and_await_restart(host_of(coordinator))
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
     committed = c.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=30)
     c.close()

@@ -6,7 +6,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster import composition
-from tests.actors.restarts import kill_and_await_restart
+from tests.actors.restarts import host_of, kill_and_await_restart, leader_replica
+from tests.cluster.raw import produce_one
 
 
 def produce(bootstrap, topic, values):
@@ -35,10 +36,7 @@ def test_killed_partition_actor_comes_back_with_its_data(broker):
     admin.create_topics([NewTopic("phoenix", 1, 1)])["phoenix"].result(30)
     assert produce(broker.bootstrap, "phoenix", [b"a%d" % i for i in range(100)]) == list(range(100))
 
-    topic = ray.get(broker.controller.wait_for_metadata.remote(-1, 0)).topics["phoenix"]
-    actor = ray.get_actor(composition.partition_name(topic.topic_id, 0, topic.partitions[0].leader),
-                          namespace=composition.NAMESPACE)
-    kill_and_await_restart(actor)
+    kill_and_await_restart(host_of(leader_replica(broker.controller, "phoenix")))
 
     # the gateway learns the restarted leader's new listener from the controller and carries on
     assert produce(broker.bootstrap, "phoenix", [b"b%d" % i for i in range(100)]) == list(range(100, 200))
@@ -80,3 +78,43 @@ def test_restarted_controller_adopts_running_actors(broker):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic("after-controller", 1, 1)])["after-controller"].result(30)
     assert produce(broker.bootstrap, "after-controller", [b"z"]) == [0]
+
+
+def test_a_killed_shard_takes_only_its_own_replicas_down(broker):
+    """Replicas hosted by the broker's other shard serve on while one shard dies and comes back
+    with its replicas, each recovered from its own log."""
+    topic = "two-shards"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 8, 1)])[topic].result(30)
+    image = ray.get(broker.controller.wait_for_metadata.remote(-1, 0))
+    replicas = {p: image.partition_actors[(image.topics[topic].topic_id, p)] for p in range(8)}
+    victim = host_of(replicas[0])
+    survivors = [p for p, r in replicas.items() if host_of(r)._actor_id != victim._actor_id]
+    doomed = [p for p in replicas if p not in survivors]
+    assert survivors, "with two shards, some of 8 partitions live on the other one"
+    for p in range(8):
+        assert produce_one(broker.bootstrap, topic, p) == 0
+
+    ray.kill(victim, no_restart=False)
+    for p in survivors:  # answered at once by the shard that lives on
+        assert produce_one(broker.bootstrap, topic, p, timeout_s=5) == 0
+    deadline = time.monotonic() + 60
+    for p in doomed:  # back once Ray restarted the shard and it hosts them again
+        while not produced(broker.bootstrap, topic, p):
+            assert time.monotonic() < deadline, f"partition {p} did not come back with its shard"
+            time.sleep(0.5)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "two-shards", "enable.auto.commit": False})
+    try:
+        ends = [c.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)[1] for p in range(8)]
+    finally:
+        c.close()
+    assert all(end >= 2 for end in ends), f"every partition kept its first record and took a second: {ends}"
+
+
+def produced(bootstrap, topic, partition) -> bool:
+    """One record appended; False on a refusal, or a connection the gateway closed because the
+    partition's shard died under the request (its outcome unknown)."""
+    try:
+        return produce_one(bootstrap, topic, partition, timeout_s=10) == 0
+    except OSError:
+        return False

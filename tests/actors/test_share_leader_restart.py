@@ -4,13 +4,11 @@ coordinator replays its internal partition, and accepted records are never redel
 import time
 
 import pytest
-import ray
 from confluent_kafka import AcknowledgeType, ShareConsumer
 
 from actors import internal_topics
-from cluster import composition
 from tests.actors.queues import queue_with_records
-from tests.actors.restarts import kill_and_await_restart
+from tests.actors.restarts import host_of, kill_and_await_restart, leader_replica
 
 RECORDS = 400
 
@@ -44,11 +42,10 @@ def test_acknowledged_records_survive_a_kill(broker, victim):
     assert RECORDS // 2 <= len(accepted) < RECORDS
     first.close()
 
-    image = ray.get(broker.controller.wait_for_metadata.remote(-1, 0))
-    for name in VICTIMS[victim]:
-        state = image.topics[topic if name == "topic" else name]
-        kill_and_await_restart(ray.get_actor(composition.partition_name(state.topic_id, 0, state.partitions[0].leader),
-                                             namespace=composition.NAMESPACE))
+    victims = {host_of(leader_replica(broker.controller, topic if name == "topic" else name))
+               for name in VICTIMS[victim]}
+    for host in victims:  # in the shard layout, one shard may host several of them
+        kill_and_await_restart(host)
 
     second = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit"})
     second.subscribe([topic])

@@ -1,0 +1,82 @@
+"""A shard: the Ray actor that hosts many partition replicas of one broker, as Redpanda hosts
+thousands of partitions per core and Kafka's ReplicaManager hosts all of a broker's.
+
+A Ray actor is a process (~50-70 MiB, a start of ~0.3-1 s, idle CPU of its own), so it is the
+unit of hosting, not of logic: each hosted replica keeps its own cores, leadership, timers and
+share-partition leaders (actors/partition/actor.py's PartitionActor, or a coordinator, as a plain
+object here); the shard gives them one process, one data-path listener whose frames name their
+partition, and one mailbox for control calls (`call`). Creating, deleting, leading and following a
+partition are state changes in a shard, never a process start. When Ray restarts a shard it comes
+back empty; the controller's supervisors host each of its replicas again (`host`), recovered from
+its own files.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import uuid
+from typing import Any
+
+from actors import log_to_stderr
+from actors.partition.listener import start_listener
+from actors.pipelined import unix_address
+from actors.startup import start_unless_started
+
+log = logging.getLogger("kray.shard")
+
+
+class ReplicaNotHosted(LookupError):
+    pass
+
+
+class ShardActor:
+    def __init__(self, broker_id: int, index: int, broker_config: dict[str, Any]):
+        log_to_stderr()
+        self.broker_id, self.index = broker_id, index
+        self.frame_bytes_max = int(broker_config["socket.request.max.bytes"])
+        self.replicas: dict[tuple[uuid.UUID, int], Any] = {}
+        self.listener: asyncio.AbstractServer | None = None
+        self.listening: asyncio.Future | None = None
+
+    async def listen(self) -> str:
+        """The shard's data-path listener (started once): every hosted replica is served on it."""
+        self.listening = start_unless_started(self.listening, self._listen)
+        return await asyncio.shield(self.listening)
+
+    async def _listen(self) -> str:
+        address = unix_address(f"{os.getpid()}-shard-{self.broker_id}-{self.index}")
+        if self.listener is None:
+            self.listener = await start_listener(self.replicas.get, address, self.frame_bytes_max)
+        return address
+
+    async def host(self, spec: dict[str, Any]) -> str:
+        """Host the replica `spec` describes unless this shard does; answer where it listens."""
+        from cluster.composition import partition_class
+        key = (spec["topic_id"], spec["partition"])
+        if key not in self.replicas:
+            self.replicas[key] = partition_class(spec["topic"])(spec, self.listen)
+        return await self.replicas[key].listen()
+
+    async def call(self, key: tuple[uuid.UUID, int], method: str, *args):
+        """A control call (Ray) to one hosted replica: its method, awaited if it is a coroutine."""
+        replica = self.replicas.get(key)
+        if replica is None:
+            raise ReplicaNotHosted(f"shard {self.broker_id}/{self.index} hosts no replica of {key}")
+        result = getattr(replica, method)(*args)
+        if inspect.isawaitable(result):
+            result = await result
+        if method in ("close", "delete"):
+            self.replicas.pop(key, None)
+        return result
+
+    def hosted(self) -> list[tuple[uuid.UUID, int]]:
+        return list(self.replicas)
+
+    async def close(self) -> None:
+        """Close every hosted replica (flushing its log)."""
+        replicas, self.replicas = list(self.replicas.values()), {}
+        await asyncio.gather(*(r.close() for r in replicas), return_exceptions=True)
+        if self.listener is not None:
+            self.listener.close()
