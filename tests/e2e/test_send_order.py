@@ -19,8 +19,8 @@ from kafka import KafkaProducer
 
 from cluster.admin import KafkaConnection
 from protocol.errors import ErrorCode
-from protocol.messages import CreateTopicsRequest, MetadataRequest, ProduceRequest
-from protocol.record_batch import build_batch
+from protocol.messages import CreateTopicsRequest, MetadataRequest
+from tests.cluster.raw import produce_one
 
 PARTITIONS = 3
 RECORDS_PER_PRODUCER = 600
@@ -61,15 +61,11 @@ def test_metadata_names_a_leader_only_once_it_takes_writes(kray):
         creating = create_topic_in_background(kray, topic, 6)
         answers = {}
         deadline = time.monotonic() + 60
-        with KafkaConnection(kray) as meta, KafkaConnection(kray) as produce:
+        with KafkaConnection(kray) as meta:
             while len(answers) < 6 and time.monotonic() < deadline:
                 for p in metadata(meta, topic).partitions:
                     if p.leader_id >= 0 and p.partition_index not in answers:
-                        request = ProduceRequest(acks=1, timeout_ms=5000, topic_data=[ProduceRequest.TopicProduceData(
-                            name=topic, partition_data=[ProduceRequest.PartitionProduceData(
-                                index=p.partition_index, records=build_batch([(b"k", b"v", [], 0)]))])])
-                        answer = produce.send(request, 9).responses[0].partition_responses[0]
-                        answers[p.partition_index] = answer.error_code
+                        answers[p.partition_index] = produce_one(kray, topic, p.partition_index)
                 time.sleep(0.002)
         creating.join(60)
         assert answers == {p: ErrorCode.NONE for p in range(6)}
