@@ -2,7 +2,7 @@
 import time
 
 import ray
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster import composition
@@ -105,7 +105,7 @@ def test_a_killed_shard_takes_only_its_own_replicas_down(broker):
             time.sleep(0.5)
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "two-shards", "enable.auto.commit": False})
     try:
-        ends = [c.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)[1] for p in range(8)]
+        ends = [end_offset(c, topic, p, time.monotonic() + 30) for p in range(8)]
     finally:
         c.close()
     assert all(end >= 2 for end in ends), f"every partition kept its first record and took a second: {ends}"
@@ -118,3 +118,15 @@ def produced(bootstrap, topic, partition) -> bool:
         return produce_one(bootstrap, topic, partition, timeout_s=10) == 0
     except OSError:
         return False
+
+
+def end_offset(consumer, topic, partition, deadline) -> int:
+    """The partition's end offset, asked again after a retriable error (as a client would: the
+    metadata may still name the restarted shard's old listener for a moment)."""
+    while True:
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)[1]
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.NOT_LEADER_FOR_PARTITION or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
