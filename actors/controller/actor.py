@@ -473,9 +473,11 @@ class ControllerActor:
                 address = await getattr(actor, serve).remote()
                 delay_s = SUPERVISE_RETRY_S
                 if key[0] != "gateway":
+                    # its address first: the image routes to a leader only once it also confirmed
+                    # that it leads (`_tell`), so no moment names a new leader at an old address
+                    self._register_listener(key, address)
                     self.told.pop(key, None)
                     await self._tell(key, actor)
-                    self._register_listener(key, address)
                 await getattr(actor, until).remote()
                 return
             except asyncio.CancelledError:
@@ -495,8 +497,18 @@ class ControllerActor:
         """Answer only once new replicas listen and know their partition's state, so a client's
         first produce after a create finds the leader reachable from its gateway."""
         deadline = asyncio.get_running_loop().time() + PARTITION_START_TIMEOUT_S
-        while any(key not in self.replica_listeners for key in keys) and await self._await_change(deadline):
+        while not all(map(self._serving, keys)) and await self._await_change(deadline):
             pass
+
+    def _serving(self, key: tuple) -> bool:
+        """Replica `key` listens and, if it is its partition's leader, confirmed that it leads."""
+        if key not in self.replica_listeners:
+            return False
+        topic = self.core.topics_by_id.get(key[0])
+        if topic is None or key[1] >= len(topic.partitions):
+            return True  # deleted meanwhile: nothing to wait for
+        p = topic.partitions[key[1]]
+        return p.leader != key[2] or self.leading.get(key) == p.leader_epoch
 
     # ---- telling replicas their partition's state --------------------------------------------
     def _partition_state(self, key: tuple) -> tuple | None:

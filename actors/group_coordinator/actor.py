@@ -63,8 +63,8 @@ async def resolve_start_offset(partition, group_configs: dict, now_ms: int) -> i
 
 
 class GroupCoordinatorActor(PartitionActor):
-    def __init__(self, spec: dict, listen):
-        super().__init__(spec, listen)
+    def __init__(self, spec: dict, host):
+        super().__init__(spec, host)
         self.config = spec["broker_config"]
         self.controller = spec["controller"]
         self.group_log = CoordinatorLog(self)

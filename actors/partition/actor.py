@@ -6,8 +6,8 @@ wakes long-polling fetches, and runs retention on a timer.
 A replica is an actor-like unit hosted by a shard actor (actors/shard/), with many others: its own
 state machines, its own leadership, its own tasks. Its node's gateway reaches it through the
 shard's Unix-socket listener (listener.py: produce, fetch, follower fetch, share fetch...), whose
-frames name their partition. As a follower it fetches from its leader's broker over TCP
-(fetcher.py). Control calls come through the shard's `call` (Ray): listen, the controller's
+frames name their partition. As a follower it is fetched for by its shard's fetcher for its
+leader's broker, with the shard's other followers of that broker (fetcher.py). Control calls come through the shard's `call` (Ray): listen, the controller's
 partition state (`update`), reconfigure, delete, admin reads; AlterPartition goes to the controller
 as a Ray call.
 """
@@ -19,18 +19,18 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Protocol
 
 from actors import log_to_stderr
 from actors.partition.checkpoints import load_epochs, load_high_watermark, save_epochs, save_high_watermark
 from actors.partition.core import PartitionCore
-from actors.partition.fetcher import LeaderConnection
+from actors.partition.fetcher import ReplicaFetchers
 from actors.partition.replication import (
     ACKS_ALL, AlterPartitionRequest, AlterPartitionResponse, BatchSpan, Effects, FetchAnswer, FetchRequest,
     FollowerAction, PartitionRegistration, ReplicaCore, ReplicationConfig, Role,
 )
 from actors.share_partition.actor import ShareFetchResult, ShareLeaders
-from protocol.errors import ErrorCode, MalformedMessage
+from protocol.errors import ErrorCode
 from protocol.record_batch import CorruptRecord, crc_is_valid, iter_batches
 
 log = logging.getLogger("kray.partition")
@@ -39,10 +39,15 @@ RETENTION_CHECK_INTERVAL_MS_DEFAULT = 300000
 NOT_LEADER_MESSAGE = "this replica does not lead the partition now"
 REPLICATION_TICK_S = 0.25                  # ISR checks, AlterPartition resends
 HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS = 5000  # replica.high.watermark.checkpoint.interval.ms
-FOLLOWER_BACKOFF_S = 0.05                  # after a failed or refused follower fetch, doubling
-FOLLOWER_BACKOFF_S_MAX = 1.0               # replica.fetch.backoff.ms is 1 s in Kafka
-REPLICA_DEFAULTS = {"replica.lag.time.max.ms": 30000, "replica.fetch.wait.max.ms": 500,
-                    "replica.fetch.max.bytes": 1048576, "replica.fetch.response.max.bytes": 10485760}
+REPLICA_LAG_TIME_MAX_MS_DEFAULT = 30000
+
+
+class ReplicaHost(Protocol):
+    """What hosts a replica (actors/shard/actor.py's ShardActor): the data-path listener that
+    serves it, and the fetchers that fetch for it while it follows."""
+    fetchers: ReplicaFetchers
+
+    async def listen(self) -> str: ...
 
 
 def now_ms() -> int:
@@ -50,18 +55,19 @@ def now_ms() -> int:
 
 
 class PartitionActor:
-    def __init__(self, spec: dict[str, Any], listen: Callable[[], Awaitable[str]]):
+    def __init__(self, spec: dict[str, Any], host: ReplicaHost):
         log_to_stderr()
         self.spec = spec
         self.topic: str = spec["topic"]
         self.topic_id: uuid.UUID = spec["topic_id"]
         self.partition: int = spec["partition"]
+        self.key = (self.topic_id, self.partition)
         self.broker_id: int = spec["broker_id"]
         self.dir = Path(spec["log_dir"]) / f"{self.topic}-{self.partition}"
         self._claim_dir()
         self.core = PartitionCore.open(self.dir, spec["config"], now_ms=now_ms())
         broker_config = spec["broker_config"]
-        self.replica_config = {k: int(broker_config.get(k, v)) for k, v in REPLICA_DEFAULTS.items()}
+        self.replica_lag_time_max_ms = int(broker_config.get("replica.lag.time.max.ms", REPLICA_LAG_TIME_MAX_MS_DEFAULT))
         log_ = self.core.log
         self.replica = ReplicaCore(self.broker_id, log_end_offset=log_.log_end_offset,
                                    log_start_offset=log_.log_start_offset,
@@ -71,19 +77,17 @@ class PartitionActor:
         self.saved_epochs = self.replica.epochs.entries()
         self.saved_high_watermark = -1
         self.broker_epoch = -1
-        self.leader_endpoint: tuple[str, int] | None = None
         self.waiters: dict[int, asyncio.Future] = {}   # acks=all produce requests, by waiter id
-        self.follower_task: asyncio.Task | None = None
         self.replication_task: asyncio.Task | None = None
         self.data_arrived = asyncio.Event()
         self.retention_interval_s = spec.get("retention_check_interval_ms", RETENTION_CHECK_INTERVAL_MS_DEFAULT) / 1000
         self.retention_task: asyncio.Task | None = None
-        self.host_listen = listen  # the hosting shard's listener, which serves this replica too
+        self.hosted_by = host  # the shard: its listener serves this replica, its fetchers fetch for it
         self.shares = ShareLeaders(self, broker_config, spec["controller"])
         self.closed = asyncio.Event()
 
     def _replication_config(self, topic_config) -> ReplicationConfig:
-        return ReplicationConfig(replica_lag_time_max_ms=self.replica_config["replica.lag.time.max.ms"],
+        return ReplicationConfig(replica_lag_time_max_ms=self.replica_lag_time_max_ms,
                                  min_insync_replicas=int(getattr(topic_config, "min_insync_replicas", 1) or 1))
 
     @property
@@ -92,7 +96,7 @@ class PartitionActor:
 
     async def listen(self) -> str:
         """The address of the listener (the shard's) that serves this replica to its node's gateway."""
-        return await self.host_listen()
+        return await self.hosted_by.listen()
 
     def node_id(self) -> str:
         """The Ray node this replica runs on (where placement really put it)."""
@@ -132,11 +136,7 @@ class PartitionActor:
             # a new leader epoch on this same broker counts too: another leader may have led between
             self._leadership_changed(self.replica.is_leader)
         if self.replica.role is Role.FOLLOWER and leader_endpoint is not None:
-            endpoint = tuple(leader_endpoint)
-            if self.follower_task is None or self.follower_task.done() or endpoint != self.leader_endpoint:
-                self._stop_following()
-                self.leader_endpoint = endpoint
-                self.follower_task = asyncio.get_running_loop().create_task(self._follow(endpoint))
+            self.hosted_by.fetchers.follow(self, leader_endpoint)
         elif self.replica.role is not Role.FOLLOWER:
             self._stop_following()
         self._ensure_replication_timer()
@@ -232,43 +232,20 @@ class PartitionActor:
 
     # ---- follower: fetch from the leader ----------------------------------------------------
     def _stop_following(self) -> None:
-        if self.follower_task is not None:
-            self.follower_task.cancel()
-            self.follower_task = None
-        self.leader_endpoint = None
+        self.hosted_by.fetchers.unfollow(self.key)
 
-    async def _follow(self, endpoint: tuple[str, int]) -> None:
-        connection = LeaderConnection(endpoint[0], endpoint[1],
-                                      response_bytes_max=self.replica_config["replica.fetch.response.max.bytes"] + 65536)
-        max_wait_ms = self.replica_config["replica.fetch.wait.max.ms"]
-        backoff_s = FOLLOWER_BACKOFF_S
-        try:
-            while True:
-                request = self.replica.next_fetch()
-                if request is None:
-                    return
-                try:
-                    answer, records = await connection.fetch(
-                        self.topic_id, self.partition, request, broker_epoch=self.broker_epoch,
-                        max_wait_ms=max_wait_ms, max_bytes=self.replica_config["replica.fetch.max.bytes"],
-                        timeout_s=max_wait_ms / 1000 + 30)
-                    headers = list(iter_batches(records)) if len(records) else []
-                    if not all(map(crc_is_valid, headers)):
-                        raise CorruptRecord("a fetched batch failed its CRC check")
-                except (OSError, ConnectionError, asyncio.TimeoutError, MalformedMessage, CorruptRecord) as e:
-                    connection.close()
-                    log.debug("%s-%d: fetch from %s failed: %s", self.topic, self.partition, endpoint, e)
-                    await asyncio.sleep(backoff_s)
-                    backoff_s = min(backoff_s * 2, FOLLOWER_BACKOFF_S_MAX)
-                    continue
-                spans = [BatchSpan(h.base_offset, h.last_offset, h.partition_leader_epoch) for h in headers]
-                if self._step(request, answer, spans, records):
-                    backoff_s = FOLLOWER_BACKOFF_S
-                else:  # the leader refused (not leader yet, another epoch): the metadata will tell
-                    await asyncio.sleep(backoff_s)
-                    backoff_s = min(backoff_s * 2, FOLLOWER_BACKOFF_S_MAX)
-        finally:
-            connection.close()
+    def next_fetch(self) -> FetchRequest | None:
+        """What this follower asks its leader for now (its fetcher batches it with others)."""
+        return self.replica.next_fetch()
+
+    def on_fetched(self, request: FetchRequest, answer: FetchAnswer, records: memoryview) -> bool:
+        """The leader's answer to `request`, from this replica's fetcher: checked, then applied.
+        False when the leader refused the fetch (the fetcher waits before asking again)."""
+        headers = list(iter_batches(records)) if len(records) else []
+        if not all(map(crc_is_valid, headers)):
+            raise CorruptRecord("a fetched batch failed its CRC check")
+        spans = [BatchSpan(h.base_offset, h.last_offset, h.partition_leader_epoch) for h in headers]
+        return self._step(request, answer, spans, records)
 
     def _step(self, request: FetchRequest, answer: FetchAnswer, spans: list[BatchSpan], records) -> bool:
         """Apply one fetch answer to the log (no await between the core's decision and the write).

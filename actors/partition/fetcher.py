@@ -1,82 +1,242 @@
-"""A follower replica's fetches from its leader: Kafka's own follower Fetch (replica id and epoch,
-current leader epoch, fetch offset, last fetched epoch), sent over a kept-open TCP connection to
-the leader's broker, the same listener clients use, long-polled like a consumer's fetch.
+"""Follower replicas' fetches from their leaders, one fetcher per source broker, as Kafka's replica
+fetcher threads: every follower replica of one host (a shard) whose leader is on broker B is
+fetched for by the host's one fetcher for B, with one long-polled Kafka follower Fetch for all of
+them (replica id and broker epoch, and per partition: current leader epoch, fetch offset, last
+fetched epoch), over one kept-open TCP connection to B's listener, the one clients use.
 
-Sans-Ray: `encode_fetch` and `decode_fetch` are pure (bytes in, answers out); `LeaderConnection`
-is the socket. The replication core (replication.py) decides what to ask and what an answer
-means; the partition actor's shell loops: next_fetch -> fetch -> on_fetch_response -> act.
+Sans-Ray. `encode_fetch` and `decode_fetch` are pure (bytes in, answers out). What to ask and what
+an answer means stays in each replica's ReplicationCore (`next_fetch`, `on_fetch_response`, via the
+replica's `on_fetched`), so ISR, high watermark, truncation and diverging epochs are per replica as
+before; the fetcher only batches, and delays a partition whose answer was refused (Kafka's
+replica.fetch.backoff.ms) without delaying the others. A partition that joins a fetcher while a
+long poll is in flight is asked for in the next round (at most replica.fetch.wait.max.ms later),
+as Kafka does.
 """
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
+from typing import Any, Protocol
 
 from actors.partition.epoch_cache import EpochEndOffset
 from actors.partition.replication import FetchAnswer, FetchRequest
 from actors.pipelined import PipelinedConnection
-from protocol.errors import MalformedMessage
 from protocol import primitives
+from protocol.errors import ErrorCode, MalformedMessage
 from protocol.headers import RequestHeader, encode_request
 from protocol.messages import FetchRequest as KafkaFetchRequest, FetchResponse as KafkaFetchResponse
+from protocol.record_batch import CorruptRecord
+
+log = logging.getLogger("kray.fetcher")
 
 FETCH_VERSION = 16              # ReplicaState (v15+), topic ids (v13+), diverging epochs (v12+)
 FETCH_API_KEY = 1
 CONNECT_TIMEOUT_S = 5.0
 CLIENT_ID = "kray-replica-fetcher"
+BACKOFF_S = 0.05                # after a failed or refused fetch, doubling
+BACKOFF_S_MAX = 1.0             # replica.fetch.backoff.ms is 1 s in Kafka
+RESPONSE_OVERHEAD_BYTES = 65536
+RESPONSE_OVERHEAD_BYTES_PER_PARTITION = 128
+FETCHER_DEFAULTS = {"replica.fetch.wait.max.ms": 500, "replica.fetch.max.bytes": 1048576,
+                    "replica.fetch.response.max.bytes": 10485760}
+
+Key = tuple[uuid.UUID, int]     # (topic id, partition)
 
 
-def encode_fetch(correlation_id: int, topic_id: uuid.UUID, partition: int, request: FetchRequest, *,
-                 broker_epoch: int, max_wait_ms: int, max_bytes: int) -> bytes:
-    body = KafkaFetchRequest(
-        replica_state=KafkaFetchRequest.ReplicaState(replica_id=request.replica_id, replica_epoch=broker_epoch),
-        max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=0, session_id=0,
-        session_epoch=-1, forgotten_topics_data=[], rack_id="",
-        topics=[KafkaFetchRequest.FetchTopic(topic_id=topic_id, partitions=[KafkaFetchRequest.FetchPartition(
+class Follower(Protocol):
+    """What a fetcher needs of a follower replica (actors/partition/actor.py's PartitionActor)."""
+    key: Key
+    broker_epoch: int
+
+    def next_fetch(self) -> FetchRequest | None: ...
+
+    def on_fetched(self, request: FetchRequest, answer: FetchAnswer, records: memoryview) -> bool: ...
+
+
+def encode_fetch(correlation_id: int, wanted: list[tuple[Key, FetchRequest]], *, replica_id: int,
+                 broker_epoch: int, max_wait_ms: int, max_bytes: int, partition_max_bytes: int) -> bytes:
+    """One follower Fetch for every (partition, request) in `wanted`."""
+    topics: dict[uuid.UUID, list] = {}
+    for (topic_id, partition), request in wanted:
+        topics.setdefault(topic_id, []).append(KafkaFetchRequest.FetchPartition(
             partition=partition, current_leader_epoch=request.current_leader_epoch,
             fetch_offset=request.fetch_offset, last_fetched_epoch=request.last_fetched_epoch,
-            log_start_offset=-1, partition_max_bytes=max_bytes)])],
+            log_start_offset=-1, partition_max_bytes=partition_max_bytes))
+    body = KafkaFetchRequest(
+        replica_state=KafkaFetchRequest.ReplicaState(replica_id=replica_id, replica_epoch=broker_epoch),
+        max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=0, session_id=0,
+        session_epoch=-1, forgotten_topics_data=[], rack_id="",
+        topics=[KafkaFetchRequest.FetchTopic(topic_id=t, partitions=ps) for t, ps in topics.items()],
     ).encode(FETCH_VERSION)
     return encode_request(RequestHeader(FETCH_API_KEY, FETCH_VERSION, correlation_id, CLIENT_ID), body)
 
 
-def decode_fetch(body_after_correlation_id: memoryview, partition: int) -> tuple[FetchAnswer, memoryview]:
-    """The leader's answer for our one partition, and its records."""
+def decode_fetch(body_after_correlation_id: memoryview) -> dict[Key, tuple[FetchAnswer, memoryview]]:
+    """The leader's answer per partition, and its records. A request-level error is every
+    partition's answer (under the key None)."""
     _, pos = primitives.read_tagged_fields(body_after_correlation_id, 0)  # response header v1
     response = KafkaFetchResponse.decode(body_after_correlation_id[pos:], FETCH_VERSION)
     if response.error_code:
-        return FetchAnswer(response.error_code), memoryview(b"")
+        return {None: (FetchAnswer(response.error_code), memoryview(b""))}
+    answers = {}
     for topic in response.responses:
         for p in topic.partitions:
-            if p.partition_index != partition:
-                continue
             diverging = p.diverging_epoch
             diverging = (EpochEndOffset(diverging.epoch, diverging.end_offset)
                          if diverging is not None and diverging.end_offset >= 0 else None)
             # log end offset: Kafka's follower fetch answers carry none; ours is unknown (-1) then
-            return (FetchAnswer(p.error_code, p.high_watermark, p.log_start_offset, -1, diverging),
-                    memoryview(p.records or b""))
-    raise MalformedMessage(f"the leader's fetch answer has no partition {partition}")
+            answers[(topic.topic_id, p.partition_index)] = (
+                FetchAnswer(p.error_code, p.high_watermark, p.log_start_offset, -1, diverging),
+                memoryview(p.records or b""))
+    return answers
 
 
-class LeaderConnection:
-    """A kept-open connection to the broker leading a partition (one per follower replica)."""
+class ReplicaFetcher:
+    """Fetches for every follower replica of one host whose leader is on one broker."""
 
-    def __init__(self, host: str, port: int, *, response_bytes_max: int):
-        self.host, self.port = host, port
-        self.response_bytes_max = response_bytes_max
+    def __init__(self, endpoint: tuple[str, int], replica_id: int, config: dict[str, int]):
+        self.endpoint, self.replica_id = endpoint, replica_id
+        self.max_wait_ms = config["replica.fetch.wait.max.ms"]
+        self.max_bytes = config["replica.fetch.response.max.bytes"]
+        self.partition_max_bytes = config["replica.fetch.max.bytes"]
+        self.followers: dict[Key, Follower] = {}
+        self.delayed: dict[Key, tuple[float, float]] = {}  # key -> (until, loop time; backoff s)
+        self.changed = asyncio.Event()
         self.connection: PipelinedConnection | None = None
+        self.task: asyncio.Task | None = None
 
-    async def fetch(self, topic_id: uuid.UUID, partition: int, request: FetchRequest, *, broker_epoch: int,
-                    max_wait_ms: int, max_bytes: int, timeout_s: float) -> tuple[FetchAnswer, memoryview]:
-        if self.connection is None or not self.connection.usable:
-            self.connection = await PipelinedConnection.open_tcp(
-                self.host, self.port, timeout_s=CONNECT_TIMEOUT_S, response_bytes_max=self.response_bytes_max)
-        body = await self.connection.call(
-            lambda cid: [encode_fetch(cid, topic_id, partition, request, broker_epoch=broker_epoch,
-                                      max_wait_ms=max_wait_ms, max_bytes=max_bytes)], timeout_s)
-        return decode_fetch(body, partition)
+    def add(self, follower: Follower) -> None:
+        self.followers[follower.key] = follower
+        self.delayed.pop(follower.key, None)
+        self.changed.set()
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def remove(self, key: Key) -> None:
+        self.followers.pop(key, None)
+        self.delayed.pop(key, None)
 
     def close(self) -> None:
+        self.followers.clear()
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+        self._close_connection()
+
+    def _close_connection(self) -> None:
         if self.connection is not None:
             self.connection.close()
             self.connection = None
 
+    def _due(self, now: float) -> list[tuple[Follower, FetchRequest]]:
+        due = []
+        for key, follower in self.followers.items():
+            delay = self.delayed.get(key)
+            if delay is not None and delay[0] > now:
+                continue
+            request = follower.next_fetch()
+            if request is not None:
+                due.append((follower, request))
+        return due
+
+    def _delay(self, key: Key, now: float) -> None:
+        _, backoff_s = self.delayed.get(key, (0.0, BACKOFF_S / 2))
+        backoff_s = min(backoff_s * 2, BACKOFF_S_MAX)
+        self.delayed[key] = (now + backoff_s, backoff_s)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        backoff_s = BACKOFF_S
+        try:
+            while self.followers:
+                self.changed.clear()
+                now = loop.time()
+                due = self._due(now)
+                if not due:  # every follower waits out a delay, or has no fetch to send
+                    wake = min((until for until, _ in self.delayed.values() if until > now), default=None)
+                    try:
+                        await asyncio.wait_for(self.changed.wait(), None if wake is None else wake - now)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
+                try:
+                    answers = await self._fetch(due)
+                except (OSError, ConnectionError, asyncio.TimeoutError, MalformedMessage) as e:
+                    self._close_connection()
+                    log.debug("fetch of %d partitions from %s failed: %s", len(due), self.endpoint, e)
+                    await asyncio.sleep(backoff_s)
+                    backoff_s = min(backoff_s * 2, BACKOFF_S_MAX)
+                    continue
+                backoff_s = BACKOFF_S
+                now = loop.time()
+                everyone = answers.get(None)
+                for follower, request in due:
+                    if self.followers.get(follower.key) is not follower:
+                        continue  # left this fetcher while the fetch was out
+                    answer, records = everyone or answers.get(
+                        follower.key, (FetchAnswer(ErrorCode.UNKNOWN_SERVER_ERROR), memoryview(b"")))
+                    try:
+                        accepted = follower.on_fetched(request, answer, records)
+                    except CorruptRecord as e:
+                        log.warning("%s: a batch fetched from %s failed its CRC check: %s", follower.key,
+                                    self.endpoint, e)
+                        accepted = False
+                    if accepted:
+                        self.delayed.pop(follower.key, None)
+                    else:  # refused (not leader yet, another epoch): the controller's metadata will tell
+                        self._delay(follower.key, now)
+        finally:
+            self._close_connection()
+
+    async def _fetch(self, due: list[tuple[Follower, FetchRequest]]) -> dict:
+        if self.connection is None or not self.connection.usable:
+            self.connection = await PipelinedConnection.open_tcp(
+                *self.endpoint, timeout_s=CONNECT_TIMEOUT_S,
+                response_bytes_max=self.max_bytes + self.partition_max_bytes + RESPONSE_OVERHEAD_BYTES
+                + RESPONSE_OVERHEAD_BYTES_PER_PARTITION * len(self.followers))
+        wanted = [(f.key, request) for f, request in due]
+        broker_epoch = max(f.broker_epoch for f, _ in due)
+        body = await self.connection.call(
+            lambda cid: [encode_fetch(cid, wanted, replica_id=self.replica_id, broker_epoch=broker_epoch,
+                                      max_wait_ms=self.max_wait_ms, max_bytes=self.max_bytes,
+                                      partition_max_bytes=self.partition_max_bytes)],
+            self.max_wait_ms / 1000 + 30)
+        return decode_fetch(body)
+
+
+class ReplicaFetchers:
+    """A host's fetchers, one per source broker (its listener's endpoint). A follower replica is in
+    at most one: `follow` moves it when its leader moves."""
+
+    def __init__(self, replica_id: int, broker_config: dict[str, Any]):
+        self.replica_id = replica_id
+        self.config = {k: int(broker_config.get(k, v)) for k, v in FETCHER_DEFAULTS.items()}
+        self.fetchers: dict[tuple[str, int], ReplicaFetcher] = {}
+        self.source: dict[Key, tuple[str, int]] = {}
+
+    def follow(self, follower: Follower, endpoint: tuple[str, int]) -> None:
+        """`follower` fetches from `endpoint` (again at once, if it was waiting out a refusal)."""
+        endpoint = tuple(endpoint)
+        if self.source.get(follower.key) != endpoint:
+            self.unfollow(follower.key)
+        fetcher = self.fetchers.get(endpoint)
+        if fetcher is None:
+            fetcher = self.fetchers[endpoint] = ReplicaFetcher(endpoint, self.replica_id, self.config)
+        fetcher.add(follower)
+        self.source[follower.key] = endpoint
+
+    def unfollow(self, key: Key) -> None:
+        endpoint = self.source.pop(key, None)
+        fetcher = self.fetchers.get(endpoint) if endpoint is not None else None
+        if fetcher is not None:
+            fetcher.remove(key)
+            if not fetcher.followers:
+                fetcher.close()
+                del self.fetchers[endpoint]
+
+    def close(self) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.close()
+        self.fetchers.clear()
+        self.source.clear()

@@ -5,7 +5,8 @@ A Ray actor is a process (~50-70 MiB, a start of ~0.3-1 s, idle CPU of its own),
 unit of hosting, not of logic: each hosted replica keeps its own cores, leadership, timers and
 share-partition leaders (actors/partition/actor.py's PartitionActor, or a coordinator, as a plain
 object here); the shard gives them one process, one data-path listener whose frames name their
-partition, and one mailbox for control calls (`call`). Creating, deleting, leading and following a
+partition, one mailbox for control calls (`call`), and one replica fetcher per source broker for
+all its followers of that broker (actors/partition/fetcher.py). Creating, deleting, leading and following a
 partition are state changes in a shard, never a process start. When Ray restarts a shard it comes
 back empty; the controller's supervisors host each of its replicas again (`host`), recovered from
 its own files.
@@ -20,6 +21,7 @@ import uuid
 from typing import Any
 
 from actors import log_to_stderr
+from actors.partition.fetcher import ReplicaFetchers
 from actors.partition.listener import start_listener
 from actors.pipelined import unix_address
 from actors.startup import start_unless_started
@@ -39,6 +41,7 @@ class ShardActor:
         self.replicas: dict[tuple[uuid.UUID, int], Any] = {}
         self.listener: asyncio.AbstractServer | None = None
         self.listening: asyncio.Future | None = None
+        self.fetchers = ReplicaFetchers(broker_id, broker_config)
 
     async def listen(self) -> str:
         """The shard's data-path listener (started once): every hosted replica is served on it."""
@@ -56,7 +59,7 @@ class ShardActor:
         from cluster.composition import partition_class
         key = (spec["topic_id"], spec["partition"])
         if key not in self.replicas:
-            self.replicas[key] = partition_class(spec["topic"])(spec, self.listen)
+            self.replicas[key] = partition_class(spec["topic"])(spec, self)
         return await self.replicas[key].listen()
 
     async def call(self, key: tuple[uuid.UUID, int], method: str, *args):
@@ -78,5 +81,6 @@ class ShardActor:
         """Close every hosted replica (flushing its log)."""
         replicas, self.replicas = list(self.replicas.values()), {}
         await asyncio.gather(*(r.close() for r in replicas), return_exceptions=True)
+        self.fetchers.close()
         if self.listener is not None:
             self.listener.close()

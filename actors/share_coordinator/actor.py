@@ -32,8 +32,8 @@ def now_ms() -> int:
 
 
 class ShareCoordinatorActor(PartitionActor):
-    def __init__(self, spec: dict, listen):
-        super().__init__(spec, listen)
+    def __init__(self, spec: dict, host):
+        super().__init__(spec, host)
         self.state_log = CoordinatorLog(self)
         self.snapshot_update_records_max = int(
             spec["broker_config"]["share.coordinator.snapshot.update.records.per.snapshot"])

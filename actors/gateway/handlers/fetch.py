@@ -93,13 +93,21 @@ async def handle_fetch(ctx, header, request) -> FetchResponse:
                                       last_fetched_epoch, replica_id, pr))
     isolation = request.isolation_level
     sizes = await asyncio.gather(*(_read(w, isolation) for w in wanted))
-    if wanted and sum(sizes) < max(request.min_bytes, 1) and request.max_wait_ms > 0:
-        idle = [w for w, size in zip(wanted, sizes) if size == 0 and w.response.error_code == 0]
+    # as Kafka's delayed fetch: an error on any partition (its leader moved...) or a diverging
+    # epoch for a follower answers at once
+    answer_now = len(wanted) < _count_partitions(request) or any(
+        w.response.error_code or w.response.diverging_epoch.end_offset >= 0 for w in wanted)
+    if wanted and sum(sizes) < max(request.min_bytes, 1) and request.max_wait_ms > 0 and not answer_now:
+        idle = [w for w, size in zip(wanted, sizes) if size == 0]
         if idle:
             await _wait_for_any(idle, request.max_wait_ms)
             sizes = await asyncio.gather(*(_read(w, isolation) for w in wanted))
     _trim_to_max_bytes(wanted, sizes, request.max_bytes)
     return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=responses)
+
+
+def _count_partitions(request) -> int:
+    return sum(len(ft.partitions) for ft in request.topics)
 
 
 def _trim_to_max_bytes(wanted: list[_Wanted], sizes: list[int], max_bytes: int) -> None:
