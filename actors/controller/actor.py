@@ -30,6 +30,10 @@ from protocol.errors import ErrorCode
 
 log = logging.getLogger("kray.controller")
 METADATA_WAIT_S_MAX = 30.0
+# changes come in bursts (a topic of 1,000 partitions is 1,000 replicas confirming one by one):
+# an image, or a round of telling replicas, waits this long for more, so a burst costs a few
+# rounds instead of one per change (each image is O(partitions) to build and to send)
+CHANGES_COALESCE_S = 0.02
 PARTITION_START_TIMEOUT_S = 60.0
 SHARDS_PER_BROKER_MAX = 64
 ADOPT_TIMEOUT_S = 10.0
@@ -286,8 +290,11 @@ class ControllerActor:
         """Answer as soon as the metadata is newer than `known_version`, or at the timeout."""
         self._resume_supervision()
         deadline = asyncio.get_running_loop().time() + min(timeout_s, METADATA_WAIT_S_MAX)
+        waited = False
         while self.core.metadata_version <= known_version and await self._await_change(deadline):
-            pass
+            waited = True
+        if waited:
+            await asyncio.sleep(CHANGES_COALESCE_S)
         return self.image()
 
     def topic_configs(self, name: str) -> dict[str, Any] | None:
@@ -549,7 +556,8 @@ class ControllerActor:
                         asyncio.ensure_future(self._tell_quietly(key, actor))
             except Exception:
                 log.exception("telling replicas their partitions' state failed")
-            await self._await_change(asyncio.get_running_loop().time() + METADATA_WAIT_S_MAX)
+            if await self._await_change(asyncio.get_running_loop().time() + METADATA_WAIT_S_MAX):
+                await asyncio.sleep(CHANGES_COALESCE_S)
 
     async def _tell_quietly(self, key: tuple, actor) -> None:
         try:
@@ -609,8 +617,7 @@ class ControllerActor:
                 "config": config or TopicConfig.from_kafka(self.core.effective_configs(topic)),
                 "broker_config": self.core.broker_config,
                 "log_dir": str(self.data_dir / f"broker-{broker_id}"), "internal": topic.internal,
-                "controller": ray.get_runtime_context().current_actor, "listen_host": broker.host,
-                "retention_check_interval_ms": int(self.core.broker_config["log.retention.check.interval.ms"])}
+                "controller": ray.get_runtime_context().current_actor, "listen_host": broker.host}
 
     def _start_replica(self, spec: dict, broker) -> HostedReplica:
         """A replica on its broker's node, in the shard a stable function of its partition picks

@@ -70,13 +70,14 @@ class SocketPartition:
         self.key = key
         self.paths = paths if paths is not None else DataPaths()
 
-    async def _call(self, api_key: int, args: list, blobs=(), timeout_s: float = CALL_TIMEOUT_S):
-        return await (await self._send(api_key, args, blobs, timeout_s))
+    async def _call(self, api_key: int, args: list, blobs=(), timeout_s: float = CALL_TIMEOUT_S, key=None):
+        return await (await self._send(api_key, args, blobs, timeout_s, key))
 
-    async def _send(self, api_key: int, args: list, blobs=(), timeout_s: float = CALL_TIMEOUT_S):
+    async def _send(self, api_key: int, args: list, blobs=(), timeout_s: float = CALL_TIMEOUT_S, key=None):
         """Write the request now (in the order callers send); return an awaitable of its answer."""
         connection = await self.paths.connection(self.address)
-        answer = connection.send(lambda cid: wire.encode_request(api_key, cid, self.key, args, blobs), timeout_s)
+        key = key or self.key
+        answer = connection.send(lambda cid: wire.encode_request(api_key, cid, key, args, blobs), timeout_s)
 
         async def decoded():
             status, args_out, blobs_out = wire.decode_response(await answer)
@@ -104,37 +105,41 @@ class SocketPartition:
     async def fetch(self, offset, max_bytes, *, leader_epoch, isolation_level):
         """Records come back as a FileRegion: sent from the segment file when the response goes out."""
         for _ in range(FETCH_ATTEMPTS):
-            (error, high_watermark, last_stable, log_start, message, path, position, size_bytes), _ = \
-                await self._call(wire.FETCH, [offset, max_bytes, leader_epoch, isolation_level])
-            if not size_bytes:
-                return FetchResult(error, high_watermark, last_stable, log_start, b"", message)
-            try:
-                records = FileRegion.open(path, position, size_bytes)
-            except FileNotFoundError:  # retention deleted the segment just now: ask again
-                continue
-            return FetchResult(error, high_watermark, last_stable, log_start, records, message)
-        raise ConnectionError(f"segment {path} vanished {FETCH_ATTEMPTS} times while fetching offset {offset}")
+            out, _ = await self._call(wire.FETCH, fetch_args(offset, max_bytes, leader_epoch, isolation_level))
+            result = fetch_result(out)
+            if result is not None:
+                return result
+        raise ConnectionError(f"a segment vanished {FETCH_ATTEMPTS} times while fetching offset {offset}")
 
     async def replica_fetch(self, replica_id, offset, max_bytes, *, leader_epoch, last_fetched_epoch):
         """A follower's fetch (records up to the log end); returns (FetchResult, diverging epoch as
         (epoch, end offset) or None)."""
         for _ in range(FETCH_ATTEMPTS):
-            (error, high_watermark, log_start, _log_end, diverging_epoch, diverging_end, path, position,
-             size_bytes), _ = await self._call(wire.REPLICA_FETCH, [replica_id, leader_epoch, offset,
-                                                                     last_fetched_epoch, max_bytes])
-            diverging = (diverging_epoch, diverging_end) if diverging_end >= 0 else None
-            records = b""
-            if size_bytes:
-                try:
-                    records = FileRegion.open(path, position, size_bytes)
-                except FileNotFoundError:
-                    continue
-            return FetchResult(error, high_watermark, high_watermark, log_start, records), diverging
-        raise ConnectionError(f"segment {path} vanished {FETCH_ATTEMPTS} times while fetching offset {offset}")
+            out, _ = await self._call(wire.REPLICA_FETCH, replica_fetch_args(replica_id, offset, max_bytes,
+                                                                             leader_epoch, last_fetched_epoch))
+            result = replica_fetch_result(out)
+            if result is not None:
+                return result
+        raise ConnectionError(f"a segment vanished {FETCH_ATTEMPTS} times while fetching offset {offset}")
+
+    async def many(self, calls: list[tuple[tuple[uuid.UUID, int], int, list]]) -> list[tuple[int, list]]:
+        """Several FETCH / REPLICA_FETCH calls, each (partition, api key, args), to partitions behind
+        this client's listener, in one frame: (status, answer args) per call, in order."""
+        (answers,), _ = await self._call(wire.MANY, [[[api, key[0].bytes, key[1], args] for key, api, args in calls]],
+                                         key=wire.NO_PARTITION)
+        return answers
 
     async def wait_for_data(self, offset, timeout_ms, replica=False):
         (ready,), _ = await self._call(wire.WAIT_FOR_DATA, [offset, timeout_ms, replica],
                                        timeout_s=timeout_ms / 1000 + CALL_TIMEOUT_S)
+        return ready
+
+    async def wait_for_any(self, wanted: list[tuple[tuple[uuid.UUID, int], int, bool]], timeout_ms: int) -> bool:
+        """True once any of (partition, offset, replica) behind this client's listener has records at
+        or past its offset (see `wait_for_data`); one frame for all of them."""
+        (ready,), _ = await self._call(
+            wire.WAIT_FOR_ANY, [timeout_ms, [[key[0].bytes, key[1], offset, replica] for key, offset, replica in wanted]],
+            timeout_s=timeout_ms / 1000 + CALL_TIMEOUT_S, key=wire.NO_PARTITION)
         return ready
 
     async def list_offsets(self, timestamp, *, leader_epoch, isolation_level):
@@ -184,6 +189,40 @@ class SocketPartition:
 
     async def share_release(self, group_id, member_id):
         await self._call(wire.SHARE_RELEASE, [group_id, member_id])
+
+
+def fetch_args(offset, max_bytes, leader_epoch, isolation_level) -> list:
+    return [offset, max_bytes, leader_epoch, isolation_level]
+
+
+def fetch_result(out: list) -> FetchResult | None:
+    """A FETCH answer, its records a FileRegion of the segment; None when retention deleted the
+    segment in between (ask again)."""
+    error, high_watermark, last_stable, log_start, message, path, position, size_bytes = out
+    if not size_bytes:
+        return FetchResult(error, high_watermark, last_stable, log_start, b"", message)
+    try:
+        records = FileRegion.open(path, position, size_bytes)
+    except FileNotFoundError:
+        return None
+    return FetchResult(error, high_watermark, last_stable, log_start, records, message)
+
+
+def replica_fetch_args(replica_id, offset, max_bytes, leader_epoch, last_fetched_epoch) -> list:
+    return [replica_id, leader_epoch, offset, last_fetched_epoch, max_bytes]
+
+
+def replica_fetch_result(out: list) -> tuple[FetchResult, tuple[int, int] | None] | None:
+    """A REPLICA_FETCH answer and its diverging epoch (or None); None when the segment vanished."""
+    error, high_watermark, log_start, _log_end, diverging_epoch, diverging_end, path, position, size_bytes = out
+    diverging = (diverging_epoch, diverging_end) if diverging_end >= 0 else None
+    records = b""
+    if size_bytes:
+        try:
+            records = FileRegion.open(path, position, size_bytes)
+        except FileNotFoundError:
+            return None
+    return FetchResult(error, high_watermark, high_watermark, log_start, records), diverging
 
 
 class RayPartition:

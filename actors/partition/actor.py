@@ -35,9 +35,7 @@ from protocol.record_batch import CorruptRecord, crc_is_valid, iter_batches
 
 log = logging.getLogger("kray.partition")
 PARTITION_METADATA_FILE = "partition.metadata"
-RETENTION_CHECK_INTERVAL_MS_DEFAULT = 300000
 NOT_LEADER_MESSAGE = "this replica does not lead the partition now"
-REPLICATION_TICK_S = 0.25                  # ISR checks, AlterPartition resends
 HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS = 5000  # replica.high.watermark.checkpoint.interval.ms
 REPLICA_LAG_TIME_MAX_MS_DEFAULT = 30000
 
@@ -48,6 +46,9 @@ class ReplicaHost(Protocol):
     fetchers: ReplicaFetchers
 
     async def listen(self) -> str: ...
+
+    def took_records(self) -> None:
+        """Wake the long polls that wait on several of the host's replicas at once."""
 
 
 def now_ms() -> int:
@@ -78,10 +79,9 @@ class PartitionActor:
         self.saved_high_watermark = -1
         self.broker_epoch = -1
         self.waiters: dict[int, asyncio.Future] = {}   # acks=all produce requests, by waiter id
-        self.replication_task: asyncio.Task | None = None
         self.data_arrived = asyncio.Event()
-        self.retention_interval_s = spec.get("retention_check_interval_ms", RETENTION_CHECK_INTERVAL_MS_DEFAULT) / 1000
-        self.retention_task: asyncio.Task | None = None
+        self.retention_wanted = False  # retention passes start with the first write as leader
+        self.last_checkpoint_ms = 0
         self.hosted_by = host  # the shard: its listener serves this replica, its fetchers fetch for it
         self.shares = ShareLeaders(self, broker_config, spec["controller"])
         self.closed = asyncio.Event()
@@ -139,7 +139,6 @@ class PartitionActor:
             self.hosted_by.fetchers.follow(self, leader_endpoint)
         elif self.replica.role is not Role.FOLLOWER:
             self._stop_following()
-        self._ensure_replication_timer()
         self._wake()
 
     def _leadership_changed(self, leading: bool) -> None:
@@ -203,6 +202,7 @@ class PartitionActor:
         (followers)."""
         self.data_arrived.set()
         self.data_arrived = asyncio.Event()
+        self.hosted_by.took_records()
 
     def _save_epochs(self) -> None:
         entries = self.replica.epochs.entries()
@@ -210,25 +210,15 @@ class PartitionActor:
             save_epochs(self.dir, self.replica.epochs)
             self.saved_epochs = entries
 
-    def _ensure_replication_timer(self) -> None:
-        if self.replication_task is None:
-            self.replication_task = asyncio.get_running_loop().create_task(self._replication_loop())
-
-    async def _replication_loop(self) -> None:
-        """Lagging followers leave the ISR; unanswered proposals are resent; the high watermark
-        is checkpointed now and then."""
-        last_checkpoint_ms = 0
-        while True:
-            await asyncio.sleep(REPLICATION_TICK_S)
-            try:
-                now = now_ms()
-                self._apply(self.replica.tick(now))
-                hw = self.core.high_watermark
-                if hw != self.saved_high_watermark and now - last_checkpoint_ms >= HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS:
-                    save_high_watermark(self.dir, hw)
-                    self.saved_high_watermark, last_checkpoint_ms = hw, now
-            except Exception:
-                log.exception("replication tick of %s-%d failed", self.topic, self.partition)
+    def replication_tick(self, now: int) -> None:
+        """Periodic (the shard's timer, every REPLICATION_TICK_S): lagging followers leave the ISR;
+        unanswered proposals are resent; the high watermark is checkpointed now and then."""
+        if self.replica.role is Role.LEADER and len(self.replica.replicas) > 1:
+            self._apply(self.replica.tick(now))  # (alone in its ISR, a leader has no one to check)
+        hw = self.core.high_watermark
+        if hw != self.saved_high_watermark and now - self.last_checkpoint_ms >= HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS:
+            save_high_watermark(self.dir, hw)
+            self.saved_high_watermark, self.last_checkpoint_ms = hw, now
 
     # ---- follower: fetch from the leader ----------------------------------------------------
     def _stop_following(self) -> None:
@@ -271,23 +261,17 @@ class PartitionActor:
             self._wake()
         return step.error_code == ErrorCode.NONE
 
-    def _ensure_retention_timer(self) -> None:
-        if self.retention_task is None:
-            self.retention_task = asyncio.get_running_loop().create_task(self._retention_loop())
-
-    async def _retention_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.retention_interval_s)
-            try:
-                self.core.retention_tick(now_ms())
-                self.replica.advance_log_start_offset(self.core.log_start_offset)
-            except Exception:
-                log.exception("retention check of %s-%d failed", self.topic, self.partition)
+    def retention_tick(self, now: int) -> None:
+        """Periodic (the shard's timer, every log.retention.check.interval.ms): delete what
+        retention.ms / retention.bytes let go, once this replica has taken a write as leader."""
+        if self.retention_wanted:
+            self.core.retention_tick(now)
+            self.replica.advance_log_start_offset(self.core.log_start_offset)
 
     async def produce(self, blobs: list, leader_epoch: int, acks: int, timeout_ms: int) -> list:
         """Append each blob (one client request's record batch for this partition) in order; with
         acks=all answer once the high watermark passes them (min.insync.replicas permitting)."""
-        self._ensure_retention_timer()
+        self.retention_wanted = True
         error = self.replica.check_produce(acks, leader_epoch)
         if error:
             return [self.core.error_result(error) for _ in blobs]
@@ -343,8 +327,11 @@ class PartitionActor:
     async def wait_for_data(self, offset: int, timeout_ms: int, replica: bool = False) -> bool:
         """True as soon as records at or beyond `offset` are readable (for a follower: written);
         False after timeout_ms."""
-        return await self._wait_until(
-            lambda: (self.core.log_end_offset if replica else self.core.high_watermark) > offset, timeout_ms)
+        return await self._wait_until(lambda: self.has_data(offset, replica), timeout_ms)
+
+    def has_data(self, offset: int, replica: bool = False) -> bool:
+        """Records at or beyond `offset` are readable (for a follower's fetch: written)."""
+        return (self.core.log_end_offset if replica else self.core.high_watermark) > offset
 
     async def list_offsets(self, timestamp: int, leader_epoch: int, isolation_level: int):
         error = self.replica.validate_leader_epoch(leader_epoch)
@@ -402,9 +389,6 @@ class PartitionActor:
 
     async def close(self) -> None:
         self.closed.set()
-        for task in (self.retention_task, self.replication_task):
-            if task:
-                task.cancel()
         self._stop_following()
         self.shares.close()
         save_high_watermark(self.dir, self.core.high_watermark)

@@ -90,6 +90,48 @@ async def _share_release(actor, args, blobs):
     return [], ()
 
 
+async def _many(replica_for, args):
+    """MANY: each call to its own replica, in order; one answer per call."""
+    calls = _expect(args, 1, "many")[0]
+    if not isinstance(calls, list):
+        raise MalformedMessage("many: the calls are not a list")
+    answers = []
+    for call in calls:
+        if not (isinstance(call, list) and len(call) == 4 and call[0] in wire.BATCHED):
+            raise MalformedMessage("many: a call is not [fetch or replica fetch, topic id, partition, args]")
+        replica = replica_for(wire.decode_key(call[1], call[2]))
+        if replica is None:
+            answers.append([wire.NOT_HOSTED, []])
+            continue
+        out_args, _ = await HANDLERS[call[0]](replica, call[3], ())
+        answers.append([wire.ANSWERED, out_args])
+    return [answers], ()
+
+
+async def _wait_for_any(replica_for, wake, args):
+    """WAIT_FOR_ANY: checks every named partition when any replica of this process takes records
+    (`wake()` is the event that is set then), not one waiting task per partition."""
+    timeout_ms, wanted = _expect(args, 2, "wait_for_any")
+    if not (isinstance(wanted, list) and all(isinstance(w, list) and len(w) == 4 for w in wanted)):
+        raise MalformedMessage("wait_for_any: the partitions are not [[topic id, partition, offset, replica]...]")
+    wanted = [(wire.decode_key(t, p), offset, bool(replica)) for t, p, offset, replica in wanted]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_ms / 1000
+    while True:
+        woken = wake()
+        for key, offset, replica in wanted:
+            actor = replica_for(key)
+            if actor is None or actor.has_data(offset, replica):
+                return [True], ()
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return [False], ()
+        try:
+            await asyncio.wait_for(woken.wait(), remaining)
+        except asyncio.TimeoutError:
+            return [False], ()
+
+
 HANDLERS = {wire.PRODUCE: _produce, wire.FETCH: _fetch, wire.WAIT_FOR_DATA: _wait_for_data,
             wire.LIST_OFFSETS: _list_offsets, wire.SHARE_FETCH: _share_fetch, wire.SHARE_WAIT: _share_wait,
             wire.SHARE_ACKNOWLEDGE: _share_acknowledge, wire.SHARE_RELEASE: _share_release,
@@ -97,11 +139,19 @@ HANDLERS = {wire.PRODUCE: _produce, wire.FETCH: _fetch, wire.WAIT_FOR_DATA: _wai
 
 
 async def start_listener(replica_for: Callable[[tuple[uuid.UUID, int]], Any], address: str,
-                         frame_bytes_max: int) -> asyncio.AbstractServer:
+                         frame_bytes_max: int, wake: Callable[[], asyncio.Event]) -> asyncio.AbstractServer:
     """Listen on `address`; `replica_for(key)` is the replica a frame for partition `key` goes to,
-    or None (answered NOT_HOSTED: nothing done)."""
+    or None (answered NOT_HOSTED: nothing done); `wake()` is an event set the next time any replica
+    takes records (WAIT_FOR_ANY waits on it)."""
     async def handle(body: memoryview) -> list:
         api_key, correlation_id, key, args, blobs = wire.decode_request(body)
+        if api_key in (wire.MANY, wire.WAIT_FOR_ANY):
+            try:
+                out_args, _ = await (_many(replica_for, args) if api_key == wire.MANY
+                                     else _wait_for_any(replica_for, wake, args))
+            except (TypeError, ValueError) as e:
+                raise MalformedMessage(f"{wire.API_NAMES[api_key]}: {e}") from None
+            return wire.encode_response(correlation_id, out_args)
         actor = replica_for(key)
         if actor is None:
             return wire.encode_response(correlation_id, [], (), status=wire.NOT_HOSTED)

@@ -47,9 +47,17 @@ SHARE_RELEASE = 32007    # [group_id, member_id]
 REPLICA_FETCH = 32008    # [replica_id, current_leader_epoch, fetch_offset, last_fetched_epoch, max_bytes]
                          # -> [error, high_watermark, log_start, log_end, diverging epoch, diverging end
                          # offset (-1, -1: none), segment path, position, size_bytes]: a follower's fetch
+# Several partitions of one shard in one frame (the frame's own partition is NO_PARTITION):
+MANY = 32009             # [[api key, topic id, partition, args]...] of FETCH and REPLICA_FETCH calls
+                         # -> [[status, args]...]: one frame instead of one per partition
+WAIT_FOR_ANY = 32010     # [timeout_ms, [[topic id, partition, offset, replica]...]] -> [True once any
+                         # of them has records at or past its offset (or is not hosted)]
+BATCHED = (FETCH, REPLICA_FETCH)  # what MANY may carry: calls without blobs that never wait
+NO_PARTITION = (uuid.UUID(int=0), 0)
 API_NAMES = {PRODUCE: "produce", FETCH: "fetch", WAIT_FOR_DATA: "wait_for_data", LIST_OFFSETS: "list_offsets",
              SHARE_FETCH: "share_fetch", SHARE_WAIT: "share_wait", SHARE_ACKNOWLEDGE: "share_acknowledge",
-             SHARE_RELEASE: "share_release", REPLICA_FETCH: "replica_fetch"}
+             SHARE_RELEASE: "share_release", REPLICA_FETCH: "replica_fetch", MANY: "many",
+             WAIT_FOR_ANY: "wait_for_any"}
 
 ANSWERED, NOT_HOSTED = 0, 1  # response statuses
 
@@ -115,6 +123,13 @@ def decode_request(body: memoryview) -> tuple[int, int, tuple[uuid.UUID, int], l
     if not (isinstance(topic_id, bytes) and len(topic_id) == 16 and isinstance(partition, int) and partition >= 0):
         raise MalformedMessage("internal frame: the partition is not (16-byte topic id, index)")
     return api_key, correlation_id, (uuid.UUID(bytes=topic_id), partition), args, blobs
+
+
+def decode_key(topic_id, partition) -> tuple[uuid.UUID, int]:
+    """A partition named inside a MANY or WAIT_FOR_ANY frame, checked."""
+    if not (isinstance(topic_id, bytes) and len(topic_id) == 16 and isinstance(partition, int) and partition >= 0):
+        raise MalformedMessage("internal frame: a partition is not (16-byte topic id, index)")
+    return uuid.UUID(bytes=topic_id), partition
 
 
 def decode_response(body_after_correlation_id: memoryview) -> tuple[int, list, list]:

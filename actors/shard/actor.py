@@ -17,6 +17,7 @@ import asyncio
 import inspect
 import logging
 import os
+import time
 import uuid
 from typing import Any
 
@@ -27,6 +28,9 @@ from actors.pipelined import unix_address
 from actors.startup import start_unless_started
 
 log = logging.getLogger("kray.shard")
+REPLICATION_TICK_S = 0.25                  # ISR checks, AlterPartition resends, high watermark checkpoints
+RETENTION_CHECK_INTERVAL_MS_DEFAULT = 300000  # log.retention.check.interval.ms
+TIMER_YIELD_EVERY = 64                     # replicas per timer step before the loop lets others run
 
 
 class ReplicaNotHosted(LookupError):
@@ -42,6 +46,10 @@ class ShardActor:
         self.listener: asyncio.AbstractServer | None = None
         self.listening: asyncio.Future | None = None
         self.fetchers = ReplicaFetchers(broker_id, broker_config)
+        self.retention_check_interval_s = int(broker_config.get(
+            "log.retention.check.interval.ms", RETENTION_CHECK_INTERVAL_MS_DEFAULT)) / 1000
+        self.timers: list[asyncio.Task] = []
+        self.records_taken = asyncio.Event()  # set (and replaced) whenever a hosted replica takes records
 
     async def listen(self) -> str:
         """The shard's data-path listener (started once): every hosted replica is served on it."""
@@ -51,13 +59,22 @@ class ShardActor:
     async def _listen(self) -> str:
         address = unix_address(f"{os.getpid()}-shard-{self.broker_id}-{self.index}")
         if self.listener is None:
-            self.listener = await start_listener(self.replicas.get, address, self.frame_bytes_max)
+            self.listener = await start_listener(self.replicas.get, address, self.frame_bytes_max,
+                                                 lambda: self.records_taken)
         return address
+
+    def took_records(self) -> None:
+        self.records_taken.set()
+        self.records_taken = asyncio.Event()
 
     async def host(self, spec: dict[str, Any]) -> str:
         """Host the replica `spec` describes unless this shard does; answer where it listens."""
         from cluster.composition import partition_class
         key = (spec["topic_id"], spec["partition"])
+        if not self.timers:
+            self.timers = [asyncio.get_running_loop().create_task(self._every(REPLICATION_TICK_S, "replication_tick")),
+                           asyncio.get_running_loop().create_task(
+                               self._every(self.retention_check_interval_s, "retention_tick"))]
         if key not in self.replicas:
             self.replicas[key] = partition_class(spec["topic"])(spec, self)
         return await self.replicas[key].listen()
@@ -74,6 +91,24 @@ class ShardActor:
             self.replicas.pop(key, None)
         return result
 
+    async def _every(self, interval_s: float, method: str) -> None:
+        """One timer for all hosted replicas (not one per replica: 1,000 idle timers are what made
+        idle replicas cost CPU). Each replica's turn is synchronous and short; the loop yields
+        between replicas now and then, so that a long pass never holds up the data path."""
+        while True:
+            await asyncio.sleep(interval_s)
+            now = time.time_ns() // 1_000_000
+            for i, (key, replica) in enumerate(list(self.replicas.items())):
+                if self.replicas.get(key) is not replica:
+                    continue  # closed meanwhile
+                try:
+                    getattr(replica, method)(now)
+                except Exception:
+                    log.exception("%s of %s-%d failed", method, replica.topic, replica.partition)
+                if i % TIMER_YIELD_EVERY == TIMER_YIELD_EVERY - 1:
+                    await asyncio.sleep(0)
+                    now = time.time_ns() // 1_000_000
+
     def hosted(self) -> list[tuple[uuid.UUID, int]]:
         return list(self.replicas)
 
@@ -82,5 +117,7 @@ class ShardActor:
         replicas, self.replicas = list(self.replicas.values()), {}
         await asyncio.gather(*(r.close() for r in replicas), return_exceptions=True)
         self.fetchers.close()
+        for timer in self.timers:
+            timer.cancel()
         if self.listener is not None:
             self.listener.close()

@@ -3,6 +3,10 @@ wait (without polling) until one of the partitions gets new data or max_wait_ms 
 again. Kray keeps no fetch sessions yet: every response has session id 0, so clients send full
 fetch requests, which KIP-227 allows.
 
+Partitions whose leaders share a listener (one shard) are read with one MANY frame, and waited
+for with one WAIT_FOR_ANY frame, not one frame each: with a thousand partitions, an idle consumer's
+long poll would otherwise cost two thousand frames.
+
 A fetch with a replica id (ReplicaState from v15, ReplicaId before) is a follower replica's: it
 reads up to the log end rather than the high watermark, tells the leader how far the follower
 got (which moves the high watermark), and may answer a diverging epoch instead of records.
@@ -18,6 +22,10 @@ from protocol.messages import FetchResponse
 
 from actors.gateway.file_region import FileRegion
 from actors.gateway.handlers.routing import partition_client, resolve_topic
+from actors.gateway.partition_client import (
+    SocketPartition, fetch_args, fetch_result, replica_fetch_args, replica_fetch_result,
+)
+from actors.partition import wire
 
 log = logging.getLogger("kray.gateway")
 
@@ -40,16 +48,70 @@ async def _read(w: _Wanted, isolation_level: int) -> int:
         if w.replica_id == NO_REPLICA:
             r = await w.client.fetch(w.offset, w.max_bytes, leader_epoch=w.leader_epoch,
                                      isolation_level=isolation_level)
+            diverging = None
         else:
             r, diverging = await w.client.replica_fetch(w.replica_id, w.offset, w.max_bytes,
                                                         leader_epoch=w.leader_epoch,
                                                         last_fetched_epoch=w.last_fetched_epoch)
-            if diverging is not None:
-                w.response.diverging_epoch = FetchResponse.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1])
     except Exception as e:
         log.warning("fetch from a partition actor failed: %s", e)
         w.response.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
         return 0
+    return _fill(w, r, diverging)
+
+
+def _by_listener(wanted: list[_Wanted]) -> list[list[_Wanted]]:
+    """The partitions grouped by the listener that serves them (one group per shard); a partition
+    not reached over a socket is a group of its own."""
+    groups: dict = {}
+    for w in wanted:
+        key = (id(w.client.paths), w.client.address) if isinstance(w.client, SocketPartition) else id(w)
+        groups.setdefault(key, []).append(w)
+    return list(groups.values())
+
+
+async def _read_all(wanted: list[_Wanted], isolation_level: int) -> list[int]:
+    """Read every partition, one MANY frame per listener; the record bytes each got."""
+    sizes: dict[int, int] = {}
+
+    async def read_group(group: list[_Wanted]) -> None:
+        if len(group) == 1:
+            sizes[id(group[0])] = await _read(group[0], isolation_level)
+            return
+        calls = [(w.client.key, wire.FETCH, fetch_args(w.offset, w.max_bytes, w.leader_epoch, isolation_level))
+                 if w.replica_id == NO_REPLICA else
+                 (w.client.key, wire.REPLICA_FETCH, replica_fetch_args(w.replica_id, w.offset, w.max_bytes,
+                                                                       w.leader_epoch, w.last_fetched_epoch))
+                 for w in group]
+        try:
+            answers = await group[0].client.many(calls)
+        except Exception as e:
+            log.warning("fetch from %d partitions of a shard failed: %s", len(group), e)
+            answers = [(wire.NOT_HOSTED, [])] * len(group)
+        again = []
+        for w, (status, out) in zip(group, answers):
+            if status != wire.ANSWERED:
+                w.response.error_code, sizes[id(w)] = ErrorCode.NOT_LEADER_OR_FOLLOWER, 0
+                continue
+            if w.replica_id == NO_REPLICA:
+                r = fetch_result(out)
+                parsed = None if r is None else (r, None)
+            else:
+                parsed = replica_fetch_result(out)
+            if parsed is None:  # its segment was deleted under the read: ask again, alone
+                again.append(w)
+            else:
+                sizes[id(w)] = _fill(w, *parsed)
+        for w in again:
+            sizes[id(w)] = await _read(w, isolation_level)
+
+    await asyncio.gather(*(read_group(g) for g in _by_listener(wanted)))
+    return [sizes[id(w)] for w in wanted]
+
+
+def _fill(w: _Wanted, r, diverging) -> int:
+    if diverging is not None:
+        w.response.diverging_epoch = FetchResponse.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1])
     p = w.response
     if isinstance(p.records, FileRegion):  # read again after a wait: the first answer is dropped
         p.records.close()
@@ -59,9 +121,16 @@ async def _read(w: _Wanted, isolation_level: int) -> int:
     return len(r.records) if r.records is not None else 0
 
 
+def _wait_for_group(group: list[_Wanted], timeout_ms: int):
+    if len(group) == 1:
+        w = group[0]
+        return w.client.wait_for_data(w.offset, timeout_ms, w.replica_id != NO_REPLICA)
+    return group[0].client.wait_for_any([(w.client.key, w.offset, w.replica_id != NO_REPLICA) for w in group],
+                                        timeout_ms)
+
+
 async def _wait_for_any(wanted: list[_Wanted], timeout_ms: int) -> None:
-    tasks = [asyncio.ensure_future(w.client.wait_for_data(w.offset, timeout_ms, w.replica_id != NO_REPLICA))
-             for w in wanted]
+    tasks = [asyncio.ensure_future(_wait_for_group(group, timeout_ms)) for group in _by_listener(wanted)]
     try:
         done, _ = await asyncio.wait(tasks, timeout=timeout_ms / 1000, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -92,7 +161,7 @@ async def handle_fetch(ctx, header, request) -> FetchResponse:
                 wanted.append(_Wanted(client, fp.fetch_offset, fp.partition_max_bytes, fp.current_leader_epoch,
                                       last_fetched_epoch, replica_id, pr))
     isolation = request.isolation_level
-    sizes = await asyncio.gather(*(_read(w, isolation) for w in wanted))
+    sizes = await _read_all(wanted, isolation)
     # as Kafka's delayed fetch: an error on any partition (its leader moved...) or a diverging
     # epoch for a follower answers at once
     answer_now = len(wanted) < _count_partitions(request) or any(
@@ -101,7 +170,7 @@ async def handle_fetch(ctx, header, request) -> FetchResponse:
         idle = [w for w, size in zip(wanted, sizes) if size == 0]
         if idle:
             await _wait_for_any(idle, request.max_wait_ms)
-            sizes = await asyncio.gather(*(_read(w, isolation) for w in wanted))
+            sizes = await _read_all(wanted, isolation)
     _trim_to_max_bytes(wanted, sizes, request.max_bytes)
     return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=responses)
 
