@@ -13,6 +13,7 @@ from actors.gateway.connection import ClientConnection
 from actors.gateway.context import GatewayContext
 from actors.gateway.handlers.acls import handle_create_acls, handle_delete_acls, handle_describe_acls
 from actors.gateway.handlers.cluster_info import handle_metadata
+from actors.gateway.handlers.fetch import handle_fetch
 from actors.gateway.handlers.produce import handle_produce
 from actors.gateway.security.access import ALLOW_ALL, Access, authorizer_config
 from actors.gateway.security.authorizer import (CLUSTER_NAME, KAFKA_STANDARD_AUTHORIZER, AccessControlEntry,
@@ -26,7 +27,7 @@ from cluster.tools import acls as acls_tool
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader
 from protocol.messages import (CreateAclsRequest, CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse,
-                               DescribeAclsRequest, MetadataRequest, ProduceRequest)
+                               DescribeAclsRequest, FetchRequest, MetadataRequest, ProduceRequest)
 
 Op, Res, Perm = AclOperation, ResourceType, AclPermissionType
 ALICE = KafkaPrincipal.user("alice")
@@ -258,6 +259,24 @@ def test_produce_without_write_is_refused_per_partition_and_sends_nothing():
         name="orders", partition_data=[ProduceRequest.PartitionProduceData(index=0, records=b"x" * 61)])])
     response = asyncio.run(handle_produce(ctx, _header(0, 9), request, _connection()))
     assert response.responses[0].partition_responses[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_fetch_needs_read_and_a_followers_fetch_cluster_action():
+    ctx = _context(acls=[acl("orders", op=Op.DESCRIBE), acl("logs"),
+                         acl(CLUSTER_NAME, "User:broker", Op.CLUSTER_ACTION, rt=Res.CLUSTER)])
+    ctx.metadata = _image(1, topics=[_topic("orders"), _topic("logs")])
+
+    def fetch(principal, replica_id=-1):
+        request = FetchRequest(replica_id=replica_id, max_wait_ms=0, min_bytes=1, topics=[
+            FetchRequest.FetchTopic(topic=t, partitions=[FetchRequest.FetchPartition(partition=0, fetch_offset=0,
+                                                                                     partition_max_bytes=1024)])
+            for t in ("orders", "logs")])
+        response = asyncio.run(handle_fetch(ctx, _header(1, 12), request, _connection(principal)))
+        return [t.partitions[0].error_code for t in response.responses]
+    # no partition is led here: an allowed partition answers NOT_LEADER_OR_FOLLOWER, a refused one never gets there
+    assert fetch(ALICE) == [ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.NOT_LEADER_OR_FOLLOWER]
+    assert fetch(ALICE, replica_id=2) == [ErrorCode.TOPIC_AUTHORIZATION_FAILED] * 2
+    assert fetch(KafkaPrincipal.user("broker"), replica_id=2) == [ErrorCode.NOT_LEADER_OR_FOLLOWER] * 2
 
 
 # ---- kray acls ------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 
 from protocol.errors import ErrorCode
@@ -27,6 +28,17 @@ log = logging.getLogger("kray.gateway")
 
 
 NO_REPLICA = -1
+REFUSED_FOLLOWER_LOG_INTERVAL_S = 60.0
+_refused_followers_logged: dict[tuple, float] = {}  # (host, principal) -> when last logged (monotonic)
+
+
+def _log_refused_follower(replica_id, access) -> None:
+    """A refused follower fetch repeats every replica.fetch.wait.max.ms: say so once a minute per peer."""
+    key, now = (access.host, str(access.principal)), time.monotonic()
+    if now - _refused_followers_logged.get(key, float("-inf")) >= REFUSED_FOLLOWER_LOG_INTERVAL_S:
+        _refused_followers_logged[key] = now
+        log.warning("a follower fetch (replica %d) from %s as %s refused: it needs CLUSTER_ACTION on the cluster "
+                    "(an ACL for the brokers' principal, or super.users)", replica_id, access.host, access.principal)
 
 
 class _Wanted:
@@ -85,8 +97,7 @@ async def handle_fetch(ctx, header, request, connection=None) -> FetchResponse:
     access = ctx.access(connection)
     follower_allowed = replica_id == NO_REPLICA or access.allows_cluster(AclOperation.CLUSTER_ACTION)
     if not follower_allowed:
-        log.warning("a follower fetch (replica %d) from %s as %s refused: it needs CLUSTER_ACTION on the cluster "
-                    "(an ACL for the brokers' principal, or super.users)", replica_id, access.host, access.principal)
+        _log_refused_follower(replica_id, access)
     resolved = [resolve_topic(ctx, ft.topic, ft.topic_id, by_id) for ft in request.topics]
     names = [topic.name if topic is not None else None if by_id else ft.topic
              for ft, (topic, _) in zip(request.topics, resolved)]
