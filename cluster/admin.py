@@ -1,17 +1,29 @@
 """A small blocking Kafka client for Kray's tools: one connection, ApiVersions negotiation, and
 typed requests from `protocol.messages`. No Python Kafka library speaks the share-group admin APIs,
 so Kray's own tools use this.
+
+Security, as Kafka's tools take it from `--command-config client.properties` (Java properties):
+`security.protocol` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), `sasl.mechanism=PLAIN` with
+`sasl.jaas.config` (PlainLoginModule's username/password; librdkafka's `sasl.username` and
+`sasl.password` also work), TLS from PEM files: `ssl.truststore.location` (or librdkafka's
+`ssl.ca.location`), a client certificate from `ssl.keystore.location` (key and chain in one PEM,
+`ssl.key.password`) or `ssl.certificate.location` + `ssl.key.location`;
+`ssl.endpoint.identification.algorithm=` (empty) skips the host name check. `configure()` sets
+them for every connection the process opens (the tools connect to several brokers).
 """
 from __future__ import annotations
 
 import itertools
+import re
 import socket
+import ssl
 from typing import Any
 
 from protocol.apis import API_BY_KEY
 from protocol.framing import FrameDecoder
 from protocol.headers import RequestHeader, decode_response_header, encode_request
-from protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+from protocol.messages import (ApiVersionsRequest, ApiVersionsResponse, SaslAuthenticateRequest,
+                               SaslHandshakeRequest)
 
 RESPONSE_BYTES_MAX = 100 * 1024 * 1024
 RECV_CHUNK_BYTES = 256 * 1024
@@ -29,17 +41,124 @@ def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+COMMAND_CONFIG_HELP = ("client properties (Java .properties, as Kafka's tools): security.protocol, sasl.mechanism=PLAIN, "
+                       "sasl.jaas.config, ssl.truststore.location, ssl.keystore.location (PEM)")
+CLIENT_PROPERTIES: dict[str, str] = {}  # --command-config: every connection of this process uses them
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:\\.|[^"\\])*)"')
+
+
+def load_properties(path: str) -> dict[str, str]:
+    """A Java .properties file as Kafka's tools read `--command-config` (key=value or key: value,
+    # and ! comments, backslash line continuations)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise AdminError(f"--command-config {path}: {e}") from None
+    props: dict[str, str] = {}
+    for line in re.sub(r"\\\n\s*", "", text).splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        match = re.match(r"([^=:\s]+)\s*[=:\s]?\s*(.*)$", line)
+        key, value = match.group(1), match.group(2)
+        props[key] = value
+    return props
+
+
+def configure(properties: dict[str, str]) -> None:
+    """Use these client properties for every connection from now on (checked here)."""
+    protocol = properties.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise AdminError(f"security.protocol={protocol}: use one of {', '.join(SECURITY_PROTOCOLS)}")
+    if protocol.startswith("SASL"):
+        mechanism = properties.get("sasl.mechanism", "GSSAPI").upper()
+        if mechanism != "PLAIN":
+            raise AdminError(f"sasl.mechanism={mechanism}: Kray's tools log in with PLAIN only so far")
+        _plain_credentials(properties)
+    CLIENT_PROPERTIES.clear()
+    CLIENT_PROPERTIES.update(properties)
+
+
+def _plain_credentials(properties: dict[str, str]) -> tuple[str, str]:
+    if "sasl.username" in properties:
+        return properties["sasl.username"], properties.get("sasl.password", "")
+    options = dict(_JAAS_OPTION.findall(properties.get("sasl.jaas.config", "")))
+    if "username" not in options:
+        raise AdminError('SASL/PLAIN needs sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule '
+                         'required username="…" password="…";')
+    unescape = lambda v: re.sub(r"\\(.)", r"\1", v)  # noqa: E731
+    return unescape(options["username"]), unescape(options.get("password", ""))
+
+
+def librdkafka_config(properties: dict[str, str] | None = None) -> dict[str, str]:
+    """The same security settings for confluent-kafka (librdkafka's names)."""
+    properties = CLIENT_PROPERTIES if properties is None else properties
+    out: dict[str, str] = {}
+    protocol = properties.get("security.protocol", "PLAINTEXT").upper()
+    if protocol != "PLAINTEXT":
+        out["security.protocol"] = protocol
+    if protocol.startswith("SASL"):
+        out["sasl.mechanism"] = properties.get("sasl.mechanism", "PLAIN").upper()
+        out["sasl.username"], out["sasl.password"] = _plain_credentials(properties)
+    if protocol.endswith("SSL"):
+        ca = properties.get("ssl.truststore.location") or properties.get("ssl.ca.location")
+        if ca:
+            out["ssl.ca.location"] = ca
+        keystore = properties.get("ssl.keystore.location")
+        certificate = properties.get("ssl.certificate.location") or keystore
+        if certificate:
+            out["ssl.certificate.location"] = certificate
+            out["ssl.key.location"] = properties.get("ssl.key.location") or keystore or certificate
+        if properties.get("ssl.key.password"):
+            out["ssl.key.password"] = properties["ssl.key.password"]
+        if properties.get("ssl.endpoint.identification.algorithm", "https") == "":
+            out["ssl.endpoint.identification.algorithm"] = "none"
+    return out
+
+
+def _client_ssl_context(properties: dict[str, str]) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=properties.get("ssl.truststore.location")
+                                         or properties.get("ssl.ca.location"))
+    if properties.get("ssl.endpoint.identification.algorithm", "https") == "":
+        context.check_hostname = False
+    password = properties.get("ssl.key.password")
+    if properties.get("ssl.keystore.location"):
+        context.load_cert_chain(properties["ssl.keystore.location"], password=password)
+    elif properties.get("ssl.certificate.location"):
+        context.load_cert_chain(properties["ssl.certificate.location"], properties.get("ssl.key.location"),
+                                password=password)
+    return context
+
+
 class KafkaConnection:
-    def __init__(self, bootstrap: str, *, client_id: str = "kray-admin", timeout_s: float = 30.0):
+    def __init__(self, bootstrap: str, *, client_id: str = "kray-admin", timeout_s: float = 30.0,
+                 properties: dict[str, str] | None = None):
         self.address = parse_bootstrap(bootstrap)
         self.client_id = client_id
+        properties = CLIENT_PROPERTIES if properties is None else properties
+        protocol = properties.get("security.protocol", "PLAINTEXT").upper()
         try:
             self.sock = socket.create_connection(self.address, timeout=timeout_s)
-        except OSError as e:
-            raise AdminError(f"cannot connect to {bootstrap}: {e}; is the broker running (kray start)?") from None
+            if protocol in ("SSL", "SASL_SSL"):
+                self.sock = _client_ssl_context(properties).wrap_socket(self.sock, server_hostname=self.address[0])
+        except (OSError, ssl.SSLError) as e:
+            raise AdminError(f"cannot connect to {bootstrap} ({protocol}): {e}; is the broker running (kray start), "
+                             f"and is this its {protocol} listener?") from None
         self.decoder = FrameDecoder(RESPONSE_BYTES_MAX)
         self.correlation_ids = itertools.count(1)
         self.versions = self._negotiate()
+        if protocol.startswith("SASL"):
+            self._login(*_plain_credentials(properties))
+
+    def _login(self, username: str, password: str) -> None:
+        handshake = self._call(SaslHandshakeRequest(mechanism="PLAIN"), 17, 1)
+        if handshake.error_code:
+            raise AdminError(f"the broker refused SASL/PLAIN (enabled: {', '.join(handshake.mechanisms)})")
+        answer = self._call(SaslAuthenticateRequest(auth_bytes=f"\0{username}\0{password}".encode()), 36, 2)
+        if answer.error_code:
+            raise AdminError(f"SASL/PLAIN login as {username} failed: {answer.error_message}")
 
     def _negotiate(self) -> dict[int, tuple[int, int]]:
         response = self._call(ApiVersionsRequest(), 18, 3)

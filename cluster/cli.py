@@ -4,6 +4,8 @@
              [--nodes N | --address auto|HOST:PORT]
   kray chaos --seed S [--nodes 3] [--duration 300] [--faults kill,kill-graceful,pause] [start's options]
   kray topics (--create|--list|--describe|--delete) --bootstrap-server HOST:PORT [--topic T] ...
+  kray acls (--add|--remove|--list) --bootstrap-server HOST:PORT [--allow-principal User:alice] ...
+  (every tool: --command-config client.properties for a secured listener)
 """
 from __future__ import annotations
 
@@ -106,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     chaos.add_argument("--max-down", type=int, default=1, help="brokers down at once at most (default 1)")
     chaos.set_defaults(func=cmd_start, address=None)
 
-    from cluster.tools import configs, console_share_consumer, consumer_groups, perf, share_groups, topics
+    from cluster.tools import acls, configs, console_share_consumer, consumer_groups, perf, share_groups, topics
     topics.add_parser(sub)
+    acls.add_parser(sub)
     configs.add_parser(sub)
     share_groups.add_parser(sub)
     consumer_groups.add_parser(sub)
@@ -115,6 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     perf.add_parsers(sub)
 
     args = parser.parse_args(argv)
+    if getattr(args, "command_config", None):  # the tools' client security, as Kafka's --command-config
+        from cluster import admin
+        try:
+            admin.configure(admin.load_properties(args.command_config))
+        except admin.AdminError as e:
+            print(f"kray {args.command}: {e}", file=sys.stderr)
+            return 2
     return args.func(args)
 
 

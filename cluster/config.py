@@ -108,6 +108,11 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "sasl.jaas.config": None,
     "connections.max.reauth.ms": 0,
     "connection.failed.authentication.delay.ms": 100,
+    # ACLs: empty = no authorizer (everything allowed); Kafka's
+    # org.apache.kafka.metadata.authorizer.StandardAuthorizer turns on Kray's own (same rules)
+    "authorizer.class.name": "",
+    "super.users": "",  # principals separated by ';', e.g. User:admin;User:ANONYMOUS
+    "allow.everyone.if.no.acl.found": False,
 }
 
 # keys that may also be set for one listener as `listener.name.<listener>.<key>` (as Kafka's

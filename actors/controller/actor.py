@@ -64,6 +64,10 @@ class MetadataImage:
     # coordinators, keyed by (internal topic name, partition): the leader actors of those partitions
     coordinators: dict[tuple[str, int], Any] = field(default_factory=dict)
     group_configs: dict[str, dict[str, Any]] = field(default_factory=dict)  # overrides only
+    # ACL bindings (actors.gateway.security.authorizer.AclBinding) and how many ACL records made them:
+    # a gateway rebuilds its authorizer only when acl_version moves
+    acls: tuple = ()
+    acl_version: int = 0
 
     def __post_init__(self):
         self.topics_by_id = {t.topic_id: t for t in self.topics.values()}
@@ -284,7 +288,7 @@ class ControllerActor:
                     coordinators[(topic.name, p.index)] = actor
         return MetadataImage(c.metadata_version, c.cluster_id, c.controller_id(), live, dict(c.topics),
                              leaders, listeners, coordinators,
-                             {g: dict(cfg) for g, cfg in c.group_configs.items()})
+                             {g: dict(cfg) for g, cfg in c.group_configs.items()}, tuple(c.acls), c.acl_version)
 
     async def wait_for_metadata(self, known_version: int, timeout_s: float) -> MetadataImage:
         """Answer as soon as the metadata is newer than `known_version`, or at the timeout."""
@@ -311,6 +315,18 @@ class ControllerActor:
         outcome = self.core.alter_group_configs(group_id, configs, incremental=incremental, validate_only=validate_only)
         self._persist(outcome)
         return outcome.error_code, outcome.message
+
+    def create_acls(self, bindings: list) -> list[tuple[int, str | None]]:
+        """CreateAcls (AclBinding objects): per binding (error code, message)."""
+        results, outcome = self.core.create_acls(bindings)
+        self._persist(outcome)
+        return results
+
+    def delete_acls(self, filters: list) -> list[tuple[int, str | None, list]]:
+        """DeleteAcls (AclBindingFilter objects): per filter (error code, message, removed bindings)."""
+        results, outcome = self.core.delete_acls(filters)
+        self._persist(outcome)
+        return results
 
     def broker_configs(self) -> dict[str, Any]:
         return dict(self.core.broker_config)

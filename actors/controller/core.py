@@ -1,5 +1,5 @@
 """The controller's pure state machine: brokers, topics (with topic ids), partitions, placement,
-per-topic configs and producer-id blocks.
+per-topic configs, producer-id blocks and ACL bindings.
 
 Every command validates, then returns the metadata records that express its effect; `apply` is the
 only place state changes, so replaying the metadata log rebuilds exactly the same state.
@@ -13,6 +13,9 @@ from typing import Any
 
 from cluster.config import ConfigError, topic_config_defaults, validate_group_configs, validate_topic_configs
 from protocol.errors import ErrorCode
+
+from actors.gateway.security.authorizer import AclBinding, AclBindingFilter, acl_binding_problem, binding_from_row, \
+    binding_row
 
 from .elections import DEFAULT_BROKER_SESSION_TIMEOUT_MS, RECORD_TYPES as REPLICATION_RECORD_TYPES, ReplicationControl
 
@@ -89,6 +92,8 @@ class ControllerCore:
         self.producer_id_limit = 0  # ids below this are reserved in the log
         self.metadata_version = 0
         self.group_configs: dict[str, dict[str, Any]] = {}
+        self.acls: dict[AclBinding, None] = {}  # ACL bindings, in the order they were created
+        self.acl_version = 0  # ACL records applied: gateways rebuild their authorizer when it moves
         # liveness, leaders, epochs and ISRs: partition keys are (topic_id bytes, index), the
         # partition objects are this core's own PartitionStates (updated in place by its records)
         self.replication = ReplicationControl(
@@ -244,6 +249,38 @@ class ControllerCore:
             return Outcome()
         return self._commit([{"type": "group_configs", "group_id": group_id, "configs": merged}])
 
+    def create_acls(self, bindings: list[AclBinding]) -> tuple[list[tuple[int, str | None]], Outcome]:
+        """CreateAcls: per binding (error code, message); a binding that exists already is a success
+        that adds nothing, as in Kafka's AclControlManager."""
+        results, new = [], {}
+        for binding in bindings:
+            problem = acl_binding_problem(binding)
+            if problem:
+                results.append((ErrorCode.INVALID_REQUEST, problem))
+                continue
+            if binding not in self.acls:
+                new[binding] = None
+            results.append((0, None))
+        if not new:
+            return results, Outcome()
+        return results, self._commit([{"type": "acls", "bindings": [binding_row(b) for b in new]}])
+
+    def delete_acls(self, filters: list[AclBindingFilter]) -> tuple[list[tuple[int, str | None, list[AclBinding]]],
+                                                                    Outcome]:
+        """DeleteAcls: per filter (error code, message, the bindings it matched and removed)."""
+        results, gone = [], {}
+        for acl_filter in filters:
+            problem = acl_filter.problem()
+            if problem:
+                results.append((ErrorCode.INVALID_REQUEST, problem, []))
+                continue
+            matched = [b for b in self.acls if acl_filter.matches(b)]
+            gone.update(dict.fromkeys(matched))
+            results.append((0, None, matched))
+        if not gone:
+            return results, Outcome()
+        return results, self._commit([{"type": "remove_acls", "bindings": [binding_row(b) for b in gone]}])
+
     def allocate_producer_id(self) -> tuple[int, Outcome]:
         """Hand out the next producer id; ids are reserved in the log a block at a time."""
         outcome = Outcome()
@@ -291,6 +328,13 @@ class ControllerCore:
                 self.group_configs.pop(record["group_id"], None)
         elif kind == "producer_ids":
             self.producer_id_limit = record["limit"]
+        elif kind == "acls":
+            self.acls.update(dict.fromkeys(binding_from_row(row) for row in record["bindings"]))
+            self.acl_version += 1
+        elif kind == "remove_acls":
+            for row in record["bindings"]:
+                self.acls.pop(binding_from_row(row), None)
+            self.acl_version += 1
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
         self.metadata_version += 1

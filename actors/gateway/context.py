@@ -18,6 +18,8 @@ from typing import Any, Callable, Protocol
 import ray
 
 from actors.gateway.partition_client import DataPaths, RayPartition, SocketPartition
+from actors.gateway.security.access import ALLOW_ALL, Access, authorizer_config, connection_host
+from actors.gateway.security.authorizer import StandardAuthorizer
 
 log = logging.getLogger("kray.gateway")
 
@@ -87,6 +89,12 @@ class RayController:
     async def heartbeat(self, broker_id, broker_epoch):
         return await self._call("heartbeat", broker_id, broker_epoch)
 
+    async def create_acls(self, bindings):
+        return await self._call("create_acls", bindings)
+
+    async def delete_acls(self, filters):
+        return await self._call("delete_acls", filters)
+
 
 @dataclass
 class GatewayContext:
@@ -105,6 +113,11 @@ class GatewayContext:
     _caught_up_at: float = float("-inf")  # monotonic time a catch-up asked the controller
 
     def __post_init__(self):
+        # with authorizer.class.name set: ACLs from the metadata image, nothing allowed before the
+        # first image but what super.users and allow.everyone.if.no.acl.found allow
+        self.authorizer_config = authorizer_config(self.config)
+        self.authorizer = StandardAuthorizer(self.authorizer_config) if self.authorizer_config else None
+        self._acl_version: int | None = None
         from actors.gateway.share_sessions import ShareSessionCache
         self.share_sessions = ShareSessionCache(int(self.config.get("group.share.max.share.sessions", 2000)))
         self.data_paths = DataPaths()
@@ -113,6 +126,11 @@ class GatewayContext:
 
     def set_metadata(self, image) -> None:
         self.metadata = image
+        acl_version = getattr(image, "acl_version", 0)
+        if self.authorizer_config is not None and acl_version != self._acl_version:
+            # built whole, then swapped in: requests in flight finish with the ACLs they started with
+            self.authorizer = StandardAuthorizer(self.authorizer_config, getattr(image, "acls", ()))
+            self._acl_version = acl_version
         clients, addresses = {}, {}
         for key, address in image.partition_listeners.items():
             topic = image.topic_by_id(key[0])
@@ -123,6 +141,15 @@ class GatewayContext:
             addresses[key] = address
         self._clients, self._addresses = clients, addresses
         self.data_paths.keep_only(set(addresses.values()))
+
+    def access(self, connection) -> Access:
+        """What a request on `connection` may do: checked against the current ACLs, so an ACL change
+        applies to the next request of every live connection. Connections of no listener (the
+        share-state front end: brokers only, no authentication yet) and handlers called without a
+        connection are not checked."""
+        if self.authorizer is None or connection is None or getattr(connection, "listener_name", None) is None:
+            return ALLOW_ALL
+        return Access(self.authorizer, connection.principal, connection_host(connection))
 
     def partition(self, topic_id: uuid.UUID, index: int):
         """The data-path client of a partition this broker leads, else None."""

@@ -18,7 +18,7 @@ from actors.gateway.file_region import FileRegion
 
 log = logging.getLogger("kray.gateway")
 
-Handler = Callable[[Any, RequestHeader, Any], Awaitable[Any]]
+Handler = Callable[[Any, RequestHeader, Any, Any], Awaitable[Any]]
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,6 @@ class Route:
     min_version: int
     max_version: int
     no_response: Callable[[Any], bool] | None = None  # e.g. Produce with acks=0
-    with_connection: bool = False  # the handler also takes the ClientConnection (share sessions)
 
 
 class Dispatcher:
@@ -50,10 +49,9 @@ class Dispatcher:
             raise CloseConnection(f"{spec.name} v{header.api_version} is not supported "
                                   f"(supported {route.min_version}-{route.max_version})")
         request = spec.request.decode(body[offset:], header.api_version)
-        if route.with_connection:
-            response = await route.handler(self.ctx, header, request, connection)
-        else:
-            response = await route.handler(self.ctx, header, request)
+        # every handler takes the ClientConnection: its principal and host (the authorizer), its
+        # listener (addresses), its share sessions and request order
+        response = await route.handler(self.ctx, header, request, connection)
         if route.no_response is not None and route.no_response(request):
             return None
         chunks = response.encode_chunks(header.api_version)

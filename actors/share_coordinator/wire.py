@@ -39,7 +39,7 @@ async def _each(request, result_cls, op):
     return results
 
 
-async def handle_write(ctx, header, request) -> WriteShareGroupStateResponse:
+async def handle_write(ctx, header, request, connection=None) -> WriteShareGroupStateResponse:
     R = WriteShareGroupStateResponse
 
     async def write(topic_id, p):
@@ -51,7 +51,7 @@ async def handle_write(ctx, header, request) -> WriteShareGroupStateResponse:
     return R(results=await _each(request, R.WriteStateResult, write))
 
 
-async def handle_read(ctx, header, request) -> ReadShareGroupStateResponse:
+async def handle_read(ctx, header, request, connection=None) -> ReadShareGroupStateResponse:
     R = ReadShareGroupStateResponse
 
     async def read(topic_id, p):
@@ -63,7 +63,7 @@ async def handle_read(ctx, header, request) -> ReadShareGroupStateResponse:
     return R(results=await _each(request, R.ReadStateResult, read))
 
 
-async def handle_initialize(ctx, header, request) -> InitializeShareGroupStateResponse:
+async def handle_initialize(ctx, header, request, connection=None) -> InitializeShareGroupStateResponse:
     R = InitializeShareGroupStateResponse
 
     async def initialize(topic_id, p):
@@ -73,7 +73,7 @@ async def handle_initialize(ctx, header, request) -> InitializeShareGroupStateRe
     return R(results=await _each(request, R.InitializeStateResult, initialize))
 
 
-async def handle_delete(ctx, header, request) -> DeleteShareGroupStateResponse:
+async def handle_delete(ctx, header, request, connection=None) -> DeleteShareGroupStateResponse:
     R = DeleteShareGroupStateResponse
 
     async def delete(topic_id, p):
@@ -82,7 +82,7 @@ async def handle_delete(ctx, header, request) -> DeleteShareGroupStateResponse:
     return R(results=await _each(request, R.DeleteStateResult, delete))
 
 
-async def handle_read_summary(ctx, header, request) -> ReadShareGroupStateSummaryResponse:
+async def handle_read_summary(ctx, header, request, connection=None) -> ReadShareGroupStateSummaryResponse:
     R = ReadShareGroupStateSummaryResponse
 
     async def summary(topic_id, p):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from cluster.admin import AdminError, KafkaConnection
+from cluster.admin import COMMAND_CONFIG_HELP, AdminError, KafkaConnection
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeConfigsRequest, IncrementalAlterConfigsRequest
 
@@ -17,6 +17,7 @@ OP_SET, OP_DELETE = 0, 1
 def add_parser(sub) -> None:
     p = sub.add_parser("configs", help="describe and alter topic and group configs (like kafka-configs.sh)")
     p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+    p.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
     p.add_argument("--entity-type", choices=sorted(RESOURCE_TYPES), required=True)
     p.add_argument("--entity-name", required=True)
     action = p.add_mutually_exclusive_group(required=True)

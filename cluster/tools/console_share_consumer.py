@@ -2,6 +2,8 @@
 group, acknowledging each (ACCEPT by default, or --release / --reject)."""
 from __future__ import annotations
 
+from cluster.admin import COMMAND_CONFIG_HELP, librdkafka_config
+
 import sys
 import time
 
@@ -9,6 +11,7 @@ import time
 def add_parser(sub) -> None:
     p = sub.add_parser("console-share-consumer", help="print records from a share group (like kafka-console-share-consumer.sh)")
     p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+    p.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
     p.add_argument("--topic", required=True)
     p.add_argument("--group", default="console-share-consumer")
     ack = p.add_mutually_exclusive_group()
@@ -25,7 +28,8 @@ def run(args) -> int:
     props = dict(p.split("=", 1) for p in args.property if "=" in p)
     ack_type = AcknowledgeType.RELEASE if args.release else AcknowledgeType.REJECT if args.reject else AcknowledgeType.ACCEPT
     consumer = ShareConsumer({"bootstrap.servers": args.bootstrap_server, "group.id": args.group,
-                              "share.acknowledgement.mode": "explicit", "client.id": "kray-console-share-consumer"})
+                              "share.acknowledgement.mode": "explicit", "client.id": "kray-console-share-consumer",
+                              **librdkafka_config()})
     consumer.subscribe([args.topic])
     printed, last_record = 0, time.monotonic()
     try:

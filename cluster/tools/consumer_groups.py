@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from cluster.admin import AdminError, KafkaConnection
+from cluster.admin import COMMAND_CONFIG_HELP, AdminError, KafkaConnection
 from protocol.errors import ErrorCode
 from protocol.messages import (ConsumerGroupDescribeRequest, DeleteGroupsRequest, DescribeGroupsRequest,
                                FindCoordinatorRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
@@ -39,6 +39,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("consumer-groups",
                        help="list, describe, reset and delete consumer groups (like kafka-consumer-groups.sh)")
     p.add_argument("--bootstrap-server", default="127.0.0.1:9092", help="HOST:PORT of a Kray broker")
+    p.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
     actions = p.add_mutually_exclusive_group(required=True)
     actions.add_argument("--list", action="store_true", help="list the consumer groups")
     actions.add_argument("--describe", action="store_true", help="describe groups (--offsets, --members, --state)")

@@ -2,6 +2,8 @@
 load with progress lines and a summary (records/s, MB/s, latency)."""
 from __future__ import annotations
 
+from cluster.admin import COMMAND_CONFIG_HELP, librdkafka_config
+
 import os
 import time
 
@@ -11,6 +13,7 @@ PROGRESS_INTERVAL_S = 5.0
 def add_parsers(sub) -> None:
     p = sub.add_parser("producer-perf-test", help="produce at a given rate and report throughput and latency")
     p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+    p.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
     p.add_argument("--topic", required=True)
     p.add_argument("--num-records", type=int, required=True)
     p.add_argument("--record-size", type=int, default=100, help="bytes per record (ignored with --payload-monotonic)")
@@ -21,6 +24,7 @@ def add_parsers(sub) -> None:
 
     c = sub.add_parser("share-consumer-perf-test", help="consume from a share group and report throughput")
     c.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+    c.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
     c.add_argument("--topic", required=True)
     c.add_argument("--group", default="perf-share-consumer")
     c.add_argument("--messages", type=int, required=True, help="stop after this many records")
@@ -41,7 +45,8 @@ def _report(label: str, count: int, size_bytes: int, elapsed_s: float, latencies
 
 def run_producer(args) -> int:
     from confluent_kafka import Producer
-    props = {"bootstrap.servers": args.bootstrap_server, **dict(kv.split("=", 1) for kv in args.producer_props)}
+    props = {"bootstrap.servers": args.bootstrap_server, **librdkafka_config(),
+             **dict(kv.split("=", 1) for kv in args.producer_props)}
     producer = Producer(props)
     random_payload = os.urandom(args.record_size)
     latencies, sent_bytes, acked, errors = [], 0, [0], []
@@ -84,7 +89,7 @@ def run_producer(args) -> int:
 def run_share_consumer(args) -> int:
     from confluent_kafka import ShareConsumer
     consumer = ShareConsumer({"bootstrap.servers": args.bootstrap_server, "group.id": args.group,
-                              "share.acknowledgement.mode": "implicit"})
+                              "share.acknowledgement.mode": "implicit", **librdkafka_config()})
     consumer.subscribe([args.topic])
     count = size_bytes = 0
     first = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from datetime import datetime, timezone
 
-from cluster.admin import AdminError, KafkaConnection
+from cluster.admin import COMMAND_CONFIG_HELP, AdminError, KafkaConnection
 from protocol.errors import ErrorCode
 from protocol.messages import (AlterShareGroupOffsetsRequest, DeleteGroupsRequest, DeleteShareGroupOffsetsRequest,
                                DescribeShareGroupOffsetsRequest, FindCoordinatorRequest, ListGroupsRequest,
@@ -19,6 +19,7 @@ EARLIEST, LATEST = -2, -1
 def add_parser(sub) -> None:
     p = sub.add_parser("share-groups", help="list, describe, reset and delete share groups (like kafka-share-groups.sh)")
     p.add_argument("--bootstrap-server", default="127.0.0.1:9092", help="HOST:PORT of a Kray broker")
+    p.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
     actions = p.add_mutually_exclusive_group(required=True)
     for name in ("list", "describe", "reset-offsets", "delete-offsets", "delete"):
         actions.add_argument(f"--{name}", action="store_true")

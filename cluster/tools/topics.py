@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from cluster.admin import AdminError, KafkaConnection
+from cluster.admin import COMMAND_CONFIG_HELP, AdminError, KafkaConnection
 from protocol.errors import ErrorCode
 from protocol.messages import (CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
                                DescribeConfigsRequest, IncrementalAlterConfigsRequest, MetadataRequest)
@@ -21,6 +21,7 @@ def add_parser(sub) -> None:
     for action in ACTIONS:
         p.add_argument(f"--{action}", dest=f"flag_{action}", action="store_true", help=f"{action} topics")
     p.add_argument("--bootstrap-server", default="127.0.0.1:9092", help="HOST:PORT of a Kray broker")
+    p.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
     p.add_argument("--topic", help="the topic name")
     p.add_argument("--partitions", type=int, default=-1, help="number of partitions (create, alter)")
     p.add_argument("--replication-factor", type=int, default=-1, help="replicas per partition (create)")

@@ -5,6 +5,7 @@ Only what is listed here is advertised in ApiVersions.
 from __future__ import annotations
 
 from actors.gateway.dispatch import Route
+from actors.gateway.handlers.acls import handle_create_acls, handle_delete_acls, handle_describe_acls
 from actors.gateway.handlers.api_versions import handle_api_versions
 from actors.gateway.handlers.cluster_info import handle_describe_cluster, handle_metadata
 from actors.gateway.handlers.consumer_groups import (handle_consumer_group_describe, handle_consumer_group_heartbeat,
@@ -25,14 +26,14 @@ from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle
 from actors.gateway.handlers.topics import handle_create_partitions, handle_create_topics, handle_delete_topics
 
 ROUTES: dict[int, Route] = {
-    0: Route(handle_produce, 3, 13, no_response=acks_zero, with_connection=True),
+    0: Route(handle_produce, 3, 13, no_response=acks_zero),
     1: Route(handle_fetch, 4, 17),
     2: Route(handle_list_offsets, 1, 11),
-    3: Route(handle_metadata, 0, 13, with_connection=True),  # the connection's listener: its addresses
-    8: Route(handle_offset_commit, 2, 10, with_connection=True),
+    3: Route(handle_metadata, 0, 13),  # the connection's listener: its addresses
+    8: Route(handle_offset_commit, 2, 10),
     9: Route(handle_offset_fetch, 1, 10),
-    10: Route(handle_find_coordinator, 0, 6, with_connection=True),
-    11: Route(handle_join_group, 0, 9, with_connection=True),
+    10: Route(handle_find_coordinator, 0, 6),
+    11: Route(handle_join_group, 0, 9),
     12: Route(handle_heartbeat, 0, 4),
     13: Route(handle_leave_group, 0, 5),
     14: Route(handle_sync_group, 0, 5),
@@ -44,18 +45,21 @@ ROUTES: dict[int, Route] = {
     20: Route(handle_delete_topics, 1, 6),
     22: Route(handle_init_producer_id, 0, 5),
     36: Route(handle_sasl_authenticate, 0, 2),
+    29: Route(handle_describe_acls, 1, 3),
+    30: Route(handle_create_acls, 1, 3),
+    31: Route(handle_delete_acls, 1, 3),
     32: Route(handle_describe_configs, 1, 4),
     37: Route(handle_create_partitions, 0, 3),
     42: Route(handle_delete_groups, 0, 2),
     44: Route(handle_incremental_alter_configs, 0, 1),
     47: Route(handle_offset_delete, 0, 0),
-    60: Route(handle_describe_cluster, 0, 2, with_connection=True),
-    68: Route(handle_consumer_group_heartbeat, 0, 1, with_connection=True),
+    60: Route(handle_describe_cluster, 0, 2),
+    68: Route(handle_consumer_group_heartbeat, 0, 1),
     69: Route(handle_consumer_group_describe, 0, 1),
-    76: Route(handle_share_group_heartbeat, 1, 1, with_connection=True),
+    76: Route(handle_share_group_heartbeat, 1, 1),
     77: Route(handle_share_group_describe, 1, 1),
-    78: Route(handle_share_fetch, 1, 2, with_connection=True),
-    79: Route(handle_share_acknowledge, 1, 2, with_connection=True),
+    78: Route(handle_share_fetch, 1, 2),
+    79: Route(handle_share_acknowledge, 1, 2),
     90: Route(handle_describe_share_group_offsets, 0, 1),
     91: Route(handle_alter_share_group_offsets, 0, 0),
     92: Route(handle_delete_share_group_offsets, 0, 0),

@@ -1,4 +1,9 @@
-"""DescribeConfigs and IncrementalAlterConfigs for topics (and describing this broker)."""
+"""DescribeConfigs and IncrementalAlterConfigs for topics (and describing this broker).
+
+With an authorizer, as Kafka: describing needs DESCRIBE_CONFIGS, altering ALTER_CONFIGS, on the
+topic, the group, or the cluster for a broker; a refused resource answers TOPIC_/GROUP_/
+CLUSTER_AUTHORIZATION_FAILED and is left as it is.
+"""
 from __future__ import annotations
 
 from cluster.config import (BROKER_DEFAULTS, GROUP_CONFIG_SOURCES, TOPIC_CONFIG_SOURCES, group_config_defaults,
@@ -6,10 +11,28 @@ from cluster.config import (BROKER_DEFAULTS, GROUP_CONFIG_SOURCES, TOPIC_CONFIG_
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeConfigsResponse, IncrementalAlterConfigsResponse
 
+from actors.gateway.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
+
 RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_GROUP = 2, 4, 32
 CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_STATIC_BROKER, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_GROUP = 1, 4, 5, 8
 CONFIG_TYPE_BOOLEAN, CONFIG_TYPE_STRING, CONFIG_TYPE_INT, CONFIG_TYPE_LONG = 1, 2, 3, 5
 OP_SET, OP_DELETE = 0, 1
+
+
+_ACL_RESOURCES = {RESOURCE_TOPIC: (ResourceType.TOPIC, ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                  RESOURCE_GROUP: (ResourceType.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED),
+                  RESOURCE_BROKER: (ResourceType.CLUSTER, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)}
+
+
+def refused(access, operation: AclOperation, resource) -> int:
+    """The authorization error for one config resource, or 0 (types Kray does not serve: 0, and
+    the handler answers them as before)."""
+    found = _ACL_RESOURCES.get(resource.resource_type)
+    if found is None:
+        return 0
+    resource_type, error = found
+    name = CLUSTER_NAME if resource_type is ResourceType.CLUSTER else resource.resource_name
+    return 0 if access.allows(operation, resource_type, name) else error
 
 
 def _text(value) -> str | None:
@@ -81,10 +104,13 @@ def _describe_broker(ctx, resource, include_synonyms):
     return 0, None, configs
 
 
-async def handle_describe_configs(ctx, header, request) -> DescribeConfigsResponse:
+async def handle_describe_configs(ctx, header, request, connection=None) -> DescribeConfigsResponse:
     results = []
+    access = ctx.access(connection)
     for resource in request.resources:
-        if resource.resource_type == RESOURCE_TOPIC:
+        if refusal := refused(access, AclOperation.DESCRIBE_CONFIGS, resource):
+            error, message, configs = refusal, None, []
+        elif resource.resource_type == RESOURCE_TOPIC:
             error, message, configs = await _describe_topic(ctx, resource, request.include_synonyms)
         elif resource.resource_type == RESOURCE_BROKER:
             error, message, configs = _describe_broker(ctx, resource, request.include_synonyms)
@@ -101,12 +127,15 @@ async def handle_describe_configs(ctx, header, request) -> DescribeConfigsRespon
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)
 
 
-async def handle_incremental_alter_configs(ctx, header, request) -> IncrementalAlterConfigsResponse:
+async def handle_incremental_alter_configs(ctx, header, request, connection=None) -> IncrementalAlterConfigsResponse:
     responses = []
+    access = ctx.access(connection)
     for resource in request.resources:
         error, message = 0, None
         changes = {c.name: (c.value if c.config_operation == OP_SET else None) for c in resource.configs}
-        if resource.resource_type not in (RESOURCE_TOPIC, RESOURCE_GROUP):
+        if refusal := refused(access, AclOperation.ALTER_CONFIGS, resource):
+            error = refusal
+        elif resource.resource_type not in (RESOURCE_TOPIC, RESOURCE_GROUP):
             error, message = ErrorCode.INVALID_REQUEST, "only topic and group configs can be altered in Kray so far"
         elif any(c.config_operation not in (OP_SET, OP_DELETE) for c in resource.configs):
             error, message = ErrorCode.INVALID_CONFIG, "APPEND and SUBTRACT apply to list configs; Kray's configs are not lists"

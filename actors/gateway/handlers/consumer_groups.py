@@ -5,6 +5,12 @@ committed offsets (OffsetCommit, OffsetFetch, OffsetDelete).
 Each request goes to the group's coordinator actor, on the broker that leads the group's
 `__consumer_offsets` partition; any other broker answers NOT_COORDINATOR and the client finds the
 coordinator again. JoinGroup and SyncGroup calls stay open until the rebalance answers them.
+
+With an authorizer, as Kafka: joining, syncing, heartbeating, leaving and committing need READ on
+the group (GROUP_AUTHORIZATION_FAILED), commits READ on each topic too; describing a group and
+fetching its offsets DESCRIBE (offsets of topics the principal may not describe are left out, or
+answer TOPIC_AUTHORIZATION_FAILED when named); OffsetDelete DELETE on the group and READ on the
+topics; ConsumerGroupHeartbeat READ on the group and DESCRIBE on each subscribed topic name.
 """
 from __future__ import annotations
 
@@ -16,7 +22,9 @@ from protocol.messages import (ConsumerGroupDescribeResponse, ConsumerGroupHeart
                                OffsetCommitResponse, OffsetDeleteResponse, OffsetFetchResponse, SyncGroupResponse)
 
 from actors.gateway.connection import in_request_order
-from actors.gateway.handlers.groups import AUTHORIZED_OPERATIONS_OMITTED, coordinator_error, group_coordinator
+from actors.gateway.handlers.groups import (AUTHORIZED_OPERATIONS_OMITTED, coordinator_error, group_coordinator,
+                                            hide_undescribed_topics)
+from actors.gateway.security.authorizer import AclOperation, ResourceType
 
 log = logging.getLogger("kray.gateway")
 JOIN_GROUP_REQUIRES_KNOWN_MEMBER_ID = 4   # KIP-394: from this JoinGroup version a new member first gets an id
@@ -25,11 +33,23 @@ DESCRIBE_GROUPS_NOT_FOUND_ERROR = 6       # older DescribeGroups answer an unkno
 NO_OFFSET = -1
 
 
+GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
+GROUP_AUTHORIZATION_FAILED = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+def _may_read_group(ctx, connection, group_id) -> bool:
+    return ctx.access(connection).allows(AclOperation.READ, GROUP, group_id or "")
+
+
 def _peer(connection) -> str:
     return str(connection.peer[0]) if connection is not None and connection.peer else ""
 
 
-async def handle_join_group(ctx, header, request, connection) -> JoinGroupResponse:
+async def handle_join_group(ctx, header, request, connection=None) -> JoinGroupResponse:
+    if not _may_read_group(ctx, connection, request.group_id):
+        return JoinGroupResponse(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED, generation_id=-1,
+                                 protocol_name=None if header.api_version >= 7 else "", leader="",
+                                 member_id=request.member_id or "", members=[])
     try:
         coordinator = await group_coordinator(ctx, request.group_id or "")
         r = await coordinator.join_group.remote(
@@ -52,7 +72,9 @@ async def handle_join_group(ctx, header, request, connection) -> JoinGroupRespon
                  for m, i, md in r.members])
 
 
-async def handle_sync_group(ctx, header, request) -> SyncGroupResponse:
+async def handle_sync_group(ctx, header, request, connection=None) -> SyncGroupResponse:
+    if not _may_read_group(ctx, connection, request.group_id):
+        return SyncGroupResponse(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED, assignment=b"")
     try:
         coordinator = await group_coordinator(ctx, request.group_id or "")
         r = await coordinator.sync_group.remote(
@@ -66,7 +88,9 @@ async def handle_sync_group(ctx, header, request) -> SyncGroupResponse:
                              protocol_name=r.protocol_name, assignment=r.assignment)
 
 
-async def handle_heartbeat(ctx, header, request) -> HeartbeatResponse:
+async def handle_heartbeat(ctx, header, request, connection=None) -> HeartbeatResponse:
+    if not _may_read_group(ctx, connection, request.group_id):
+        return HeartbeatResponse(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED)
     try:
         coordinator = await group_coordinator(ctx, request.group_id or "")
         error = await coordinator.heartbeat.remote(request.group_id, request.generation_id, request.member_id or "",
@@ -76,11 +100,13 @@ async def handle_heartbeat(ctx, header, request) -> HeartbeatResponse:
     return HeartbeatResponse(throttle_time_ms=0, error_code=error)
 
 
-async def handle_leave_group(ctx, header, request) -> LeaveGroupResponse:
+async def handle_leave_group(ctx, header, request, connection=None) -> LeaveGroupResponse:
     if header.api_version < 3:
         members = [(request.member_id or "", None)]
     else:
         members = [(m.member_id or "", m.group_instance_id) for m in request.members]
+    if not _may_read_group(ctx, connection, request.group_id):
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED, members=[])
     try:
         coordinator = await group_coordinator(ctx, request.group_id or "")
         error, results = await coordinator.leave_group.remote(request.group_id, members)
@@ -93,12 +119,20 @@ async def handle_leave_group(ctx, header, request) -> LeaveGroupResponse:
         LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=i, error_code=e) for m, i, e in results])
 
 
-async def handle_describe_groups(ctx, header, request) -> DescribeGroupsResponse:
+async def handle_describe_groups(ctx, header, request, connection=None) -> DescribeGroupsResponse:
     groups = []
+    access = ctx.access(connection)
+    with_operations = header.api_version >= 3 and request.include_authorized_operations
     for group_id in request.groups:
         out = DescribeGroupsResponse.DescribedGroup(group_id=group_id, group_state="", protocol_type="",
                                                     protocol_data="", members=[],
                                                     authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+        if not access.allows(AclOperation.DESCRIBE, GROUP, group_id):
+            out.error_code = GROUP_AUTHORIZATION_FAILED
+            groups.append(out)
+            continue
+        if with_operations:
+            out.authorized_operations = access.authorized_operations(GROUP, group_id)
         try:
             [d] = await (await group_coordinator(ctx, group_id)).describe_classic.remote([group_id])
         except Exception as e:
@@ -136,11 +170,21 @@ async def handle_offset_commit(ctx, header, request, connection=None) -> OffsetC
                                                        for p in t.partitions])
                for t in request.topics]
     wanted, slots = [], []
-    for topic, answer in zip(request.topics, answers):
-        name = _topic_name(ctx, topic, by_id)
+    access = ctx.access(connection)
+    if not access.allows(AclOperation.READ, GROUP, request.group_id or ""):
+        for answer in answers:
+            for slot in answer.partitions:
+                slot.error_code = GROUP_AUTHORIZATION_FAILED
+        return R(throttle_time_ms=0, topics=answers)
+    names = [_topic_name(ctx, topic, by_id) for topic in request.topics]
+    readable = access.allowed(AclOperation.READ, TOPIC, (n for n in names if n is not None))
+    for topic, answer, name in zip(request.topics, answers, names):
         for p, slot in zip(topic.partitions, answer.partitions):
             if name is None:
                 slot.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+                continue
+            if name not in readable:
+                slot.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
             wanted.append((name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                            p.committed_metadata))
@@ -161,8 +205,10 @@ async def handle_offset_commit(ctx, header, request, connection=None) -> OffsetC
     return R(throttle_time_ms=0, topics=answers)
 
 
-async def _fetch_group(ctx, group_id: str, topics, by_id: bool, member_id=None, member_epoch=-1):
+async def _fetch_group(ctx, access, group_id: str, topics, by_id: bool, member_id=None, member_epoch=-1):
     """(group error, [(topic name or None, topic id, partition, (offset, epoch, metadata) or None, error)])."""
+    if not access.allows(AclOperation.DESCRIBE, GROUP, group_id or ""):
+        return GROUP_AUTHORIZATION_FAILED, []
     asked = None
     unknown = []
     if topics is not None:
@@ -171,6 +217,8 @@ async def _fetch_group(ctx, group_id: str, topics, by_id: bool, member_id=None, 
             name = _topic_name(ctx, t, by_id)
             if name is None:
                 unknown += [(None, t.topic_id, p, None, ErrorCode.UNKNOWN_TOPIC_ID) for p in t.partition_indexes]
+            elif not access.allows(AclOperation.DESCRIBE, TOPIC, name):
+                unknown += [(name, None, p, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in t.partition_indexes]
             else:
                 asked.append((name, list(t.partition_indexes)))
     try:
@@ -180,6 +228,9 @@ async def _fetch_group(ctx, group_id: str, topics, by_id: bool, member_id=None, 
         return coordinator_error(e), []
     if error:
         return error, []
+    if asked is None:  # every committed topic: those the principal may not describe are left out
+        allowed = access.allowed(AclOperation.DESCRIBE, TOPIC, (t for t, _, _ in rows))
+        rows = [row for row in rows if row[0] in allowed]
     return 0, [(t, None, p, v, 0) for t, p, v in rows] + unknown
 
 
@@ -195,11 +246,12 @@ def _grouped(ctx, rows, by_id: bool):
     return [(name, topic_id, parts) for (name, topic_id), parts in out.items()]
 
 
-async def handle_offset_fetch(ctx, header, request) -> OffsetFetchResponse:
+async def handle_offset_fetch(ctx, header, request, connection=None) -> OffsetFetchResponse:
     R = OffsetFetchResponse
     v = header.api_version
+    access = ctx.access(connection)
     if v < 8:
-        error, rows = await _fetch_group(ctx, request.group_id, request.topics, by_id=False)
+        error, rows = await _fetch_group(ctx, access, request.group_id, request.topics, by_id=False)
         answer = R(throttle_time_ms=0, error_code=error, topics=[])
         for name, _, parts in _grouped(ctx, rows, by_id=False):
             answer.topics.append(R.OffsetFetchResponseTopic(name=name, partitions=[R.OffsetFetchResponsePartition(
@@ -210,7 +262,8 @@ async def handle_offset_fetch(ctx, header, request) -> OffsetFetchResponse:
                 for t in (request.topics or [])]
         return answer
     by_id = v >= OFFSET_COMMIT_TOPIC_IDS
-    fetched = await asyncio.gather(*(_fetch_group(ctx, g.group_id, g.topics, by_id, g.member_id, g.member_epoch)
+    fetched = await asyncio.gather(*(_fetch_group(ctx, access, g.group_id, g.topics, by_id, g.member_id,
+                                                  g.member_epoch)
                                      for g in request.groups))
     return R(throttle_time_ms=0, groups=[
         R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error, topics=[
@@ -229,9 +282,13 @@ def _committed(value) -> dict:
     return dict(committed_offset=offset, committed_leader_epoch=leader_epoch, metadata=metadata)
 
 
-async def handle_offset_delete(ctx, header, request) -> OffsetDeleteResponse:
+async def handle_offset_delete(ctx, header, request, connection=None) -> OffsetDeleteResponse:
     R = OffsetDeleteResponse
-    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    access = ctx.access(connection)
+    if not access.allows(AclOperation.DELETE, GROUP, request.group_id or ""):
+        return R(error_code=GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0, topics=[])
+    readable = access.allowed(AclOperation.READ, TOPIC, (t.name for t in request.topics))
+    wanted = [(t.name, p.partition_index) for t in request.topics if t.name in readable for p in t.partitions]
     try:
         coordinator = await group_coordinator(ctx, request.group_id or "")
         error, errors = await coordinator.delete_offsets.remote(request.group_id, wanted)
@@ -242,14 +299,24 @@ async def handle_offset_delete(ctx, header, request) -> OffsetDeleteResponse:
     it = iter(errors)
     return R(error_code=0, throttle_time_ms=0, topics=[
         R.OffsetDeleteResponseTopic(name=t.name, partitions=[
-            R.OffsetDeleteResponsePartition(partition_index=p.partition_index, error_code=next(it))
+            R.OffsetDeleteResponsePartition(partition_index=p.partition_index,
+                                            error_code=next(it) if t.name in readable
+                                            else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             for p in t.partitions]) for t in request.topics])
 
 
 # ---- the consumer protocol (KIP-848) -------------------------------------------------------------------------------
 
-async def handle_consumer_group_heartbeat(ctx, header, request, connection) -> ConsumerGroupHeartbeatResponse:
+async def handle_consumer_group_heartbeat(ctx, header, request, connection=None) -> ConsumerGroupHeartbeatResponse:
     R = ConsumerGroupHeartbeatResponse
+    access = ctx.access(connection)
+    if not access.allows(AclOperation.READ, GROUP, request.group_id or ""):
+        return R(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED, error_message=None, member_epoch=-1,
+                 heartbeat_interval_ms=0)
+    subscribed = set(request.subscribed_topic_names or ())
+    if subscribed and access.allowed(AclOperation.DESCRIBE, TOPIC, subscribed) != subscribed:
+        return R(throttle_time_ms=0, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message=None,
+                 member_epoch=-1, heartbeat_interval_ms=0)
     owned = None
     if request.topic_partitions is not None:
         owned = [(t.topic_id, list(t.partitions)) for t in request.topic_partitions]
@@ -276,14 +343,19 @@ async def handle_consumer_group_heartbeat(ctx, header, request, connection) -> C
              member_epoch=r.member_epoch, heartbeat_interval_ms=r.heartbeat_interval_ms, assignment=assignment)
 
 
-async def handle_consumer_group_describe(ctx, header, request) -> ConsumerGroupDescribeResponse:
+async def handle_consumer_group_describe(ctx, header, request, connection=None) -> ConsumerGroupDescribeResponse:
     R = ConsumerGroupDescribeResponse
 
     def assignment(parts):
         return R.Assignment(topic_partitions=[R.TopicPartitions(topic_id=t, topic_name=name, partitions=list(ps))
                                               for t, name, ps in parts])
     groups = []
+    access = ctx.access(connection)
     for group_id in request.group_ids:
+        if not access.allows(AclOperation.DESCRIBE, GROUP, group_id):
+            groups.append(R.DescribedGroup(error_code=GROUP_AUTHORIZATION_FAILED, group_id=group_id, group_state="",
+                                           group_epoch=0, assignment_epoch=0, assignor_name="", members=[]))
+            continue
         try:
             [d] = await (await group_coordinator(ctx, group_id)).describe_consumer.remote([group_id])
         except Exception as e:
@@ -294,11 +366,12 @@ async def handle_consumer_group_describe(ctx, header, request) -> ConsumerGroupD
         groups.append(R.DescribedGroup(
             error_code=d.error_code, error_message=d.error_message, group_id=group_id, group_state=d.group_state,
             group_epoch=d.group_epoch, assignment_epoch=d.assignment_epoch, assignor_name=d.assignor_name,
-            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            authorized_operations=access.authorized_operations(GROUP, group_id)
+            if request.include_authorized_operations and not d.error_code else AUTHORIZED_OPERATIONS_OMITTED,
             members=[R.Member(member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
                               member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
                               subscribed_topic_names=list(m.subscribed_topic_names),
                               subscribed_topic_regex=m.subscribed_topic_regex, assignment=assignment(m.assignment),
                               target_assignment=assignment(m.target_assignment), member_type=m.member_type)
                      for m in d.members]))
-    return R(throttle_time_ms=0, groups=groups)
+    return R(throttle_time_ms=0, groups=hide_undescribed_topics(access, groups))

@@ -10,11 +10,15 @@ long poll would otherwise cost two thousand frames.
 A fetch with a replica id (ReplicaState from v15, ReplicaId before) is a follower replica's: it
 reads up to the log end rather than the high watermark, tells the leader how far the follower
 got (which moves the high watermark), and may answer a diverging epoch instead of records.
+
+With an authorizer (as Kafka): a follower's fetch needs CLUSTER_ACTION on the cluster, a
+consumer's READ on each topic; a refused partition answers TOPIC_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 
 from protocol.errors import ErrorCode
@@ -25,12 +29,24 @@ from actors.gateway.handlers.routing import partition_client, resolve_topic
 from actors.gateway.partition_client import (
     SocketPartition, fetch_args, fetch_result, replica_fetch_args, replica_fetch_result,
 )
+from actors.gateway.security.authorizer import AclOperation, ResourceType
 from actors.partition import wire
 
 log = logging.getLogger("kray.gateway")
 
 
 NO_REPLICA = -1
+REFUSED_FOLLOWER_LOG_INTERVAL_S = 60.0
+_refused_followers_logged: dict[tuple, float] = {}  # (host, principal) -> when last logged (monotonic)
+
+
+def _log_refused_follower(replica_id, access) -> None:
+    """A refused follower fetch repeats every replica.fetch.wait.max.ms: say so once a minute per peer."""
+    key, now = (access.host, str(access.principal)), time.monotonic()
+    if now - _refused_followers_logged.get(key, float("-inf")) >= REFUSED_FOLLOWER_LOG_INTERVAL_S:
+        _refused_followers_logged[key] = now
+        log.warning("a follower fetch (replica %d) from %s as %s refused: it needs CLUSTER_ACTION on the cluster "
+                    "(an ACL for the brokers' principal, or super.users)", replica_id, access.host, access.principal)
 
 
 class _Wanted:
@@ -139,7 +155,7 @@ async def _wait_for_any(wanted: list[_Wanted], timeout_ms: int) -> None:
                 t.cancel()
 
 
-async def handle_fetch(ctx, header, request) -> FetchResponse:
+async def handle_fetch(ctx, header, request, connection=None) -> FetchResponse:
     version = header.api_version
     by_id = version >= 13
     if request.session_id != 0 or request.session_epoch not in (0, -1):
@@ -147,14 +163,25 @@ async def handle_fetch(ctx, header, request) -> FetchResponse:
     responses, wanted = [], []
     replica_id = (request.replica_state.replica_id if version >= 15 and request.replica_state is not None
                   else request.replica_id if version < 15 else NO_REPLICA)
-    for ft in request.topics:
-        topic, unknown_error = resolve_topic(ctx, ft.topic, ft.topic_id, by_id)
+    access = ctx.access(connection)
+    follower_allowed = replica_id == NO_REPLICA or access.allows_cluster(AclOperation.CLUSTER_ACTION)
+    if not follower_allowed:
+        _log_refused_follower(replica_id, access)
+    resolved = [resolve_topic(ctx, ft.topic, ft.topic_id, by_id) for ft in request.topics]
+    names = [topic.name if topic is not None else None if by_id else ft.topic
+             for ft, (topic, _) in zip(request.topics, resolved)]
+    readable = access.allowed(AclOperation.READ, ResourceType.TOPIC, (n for n in names if n is not None))
+    for ft, (topic, unknown_error), name in zip(request.topics, resolved, names):
+        refused = name is not None and (not follower_allowed if replica_id != NO_REPLICA else name not in readable)
         tr = FetchResponse.FetchableTopicResponse(topic=ft.topic, topic_id=ft.topic_id, partitions=[])
         responses.append(tr)
         for fp in ft.partitions:
             pr = FetchResponse.PartitionData(partition_index=fp.partition, high_watermark=-1, last_stable_offset=-1,
                                              log_start_offset=-1, records=b"")
             tr.partitions.append(pr)
+            if refused:
+                pr.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             client, pr.error_code = partition_client(ctx, topic, fp.partition, unknown_error)
             if client is not None:
                 last_fetched_epoch = fp.last_fetched_epoch if version >= 12 else -1

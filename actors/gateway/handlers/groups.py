@@ -4,6 +4,13 @@ A group's coordinator is the actor that follows the leadership of the `__consume
 partition its id hashes to; a share-partition's state lives with the share coordinator of the
 `__share_group_state` partition "group:topicId:partition" hashes to. FindCoordinator names the
 node broker (gateway) of that partition's leader. The internal topics are created on first use.
+
+With an authorizer, as Kafka (KIP-932 for share groups): FindCoordinator needs DESCRIBE on the
+group (CLUSTER_ACTION for share-state keys); ShareGroupHeartbeat READ on the group and DESCRIBE
+on every subscribed topic; ShareGroupDescribe DESCRIBE on the group (a group whose assignments
+name a topic the principal may not describe answers TOPIC_AUTHORIZATION_FAILED); ListGroups lists
+every group with DESCRIBE on the cluster, else the groups the principal may describe;
+DeleteGroups DELETE on the group.
 """
 from __future__ import annotations
 
@@ -16,11 +23,25 @@ from protocol.messages import (DeleteGroupsResponse, FindCoordinatorResponse, Li
 
 from actors import internal_topics
 from actors.gateway.handlers.cluster_info import broker_address
+from actors.gateway.security.authorizer import AclOperation, ResourceType
 from actors.share_coordinator.core import state_partition_for_key
 
 log = logging.getLogger("kray.gateway")
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE = 0, 1, 2
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
+
+
+def find_refusal(access, key: str, key_type: int) -> int:
+    """FindCoordinator's authorization error for one key, or 0."""
+    if key_type == KEY_TYPE_GROUP:
+        return 0 if access.allows(AclOperation.DESCRIBE, GROUP, key) else ErrorCode.GROUP_AUTHORIZATION_FAILED
+    if key_type == KEY_TYPE_TRANSACTION:
+        return 0 if access.allows(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key) \
+            else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if key_type == KEY_TYPE_SHARE:
+        return 0 if access.allows_cluster(AclOperation.CLUSTER_ACTION) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return 0
 
 
 async def _internal_partition(ctx, topic_name: str, index_for):
@@ -89,13 +110,21 @@ async def _find_on_listener(ctx, key, key_type, connection):
 
 
 async def handle_find_coordinator(ctx, header, request, connection=None) -> FindCoordinatorResponse:
+    access = ctx.access(connection)
     if header.api_version < 4:
+        if refusal := find_refusal(access, request.key, request.key_type):
+            return FindCoordinatorResponse(throttle_time_ms=0, error_code=refusal, error_message=None, node_id=-1,
+                                           host="", port=-1)
         error, message, broker, address = await _find_on_listener(ctx, request.key, request.key_type, connection)
         return FindCoordinatorResponse(throttle_time_ms=0, error_code=error, error_message=message,
                                        node_id=broker.broker_id if broker else -1, host=address[0] if broker else "",
                                        port=address[1] if broker else -1)
     coordinators = []
     for key in request.coordinator_keys:
+        if refusal := find_refusal(access, key, request.key_type):
+            coordinators.append(FindCoordinatorResponse.Coordinator(key=key, node_id=-1, host="", port=-1,
+                                                                    error_code=refusal, error_message=None))
+            continue
         error, message, broker, address = await _find_on_listener(ctx, key, request.key_type, connection)
         coordinators.append(FindCoordinatorResponse.Coordinator(
             key=key, node_id=broker.broker_id if broker else -1, host=address[0] if broker else "",
@@ -103,7 +132,15 @@ async def handle_find_coordinator(ctx, header, request, connection=None) -> Find
     return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
 
 
-async def handle_share_group_heartbeat(ctx, header, request, connection) -> ShareGroupHeartbeatResponse:
+async def handle_share_group_heartbeat(ctx, header, request, connection=None) -> ShareGroupHeartbeatResponse:
+    access = ctx.access(connection)
+    if not access.allows(AclOperation.READ, GROUP, request.group_id or ""):
+        return ShareGroupHeartbeatResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, member_epoch=-1,
+                                           error_message="Group authorization failed.")
+    subscribed = set(request.subscribed_topic_names or ())
+    if subscribed and access.allowed(AclOperation.DESCRIBE, TOPIC, subscribed) != subscribed:
+        return ShareGroupHeartbeatResponse(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, member_epoch=-1,
+                                           error_message="Topic authorization failed.")
     try:
         coordinator = await group_coordinator(ctx, request.group_id or "")
         r = await coordinator.share_group_heartbeat.remote(
@@ -122,9 +159,14 @@ async def handle_share_group_heartbeat(ctx, header, request, connection) -> Shar
                                        heartbeat_interval_ms=r.heartbeat_interval_ms, assignment=assignment)
 
 
-async def handle_share_group_describe(ctx, header, request) -> ShareGroupDescribeResponse:
+async def handle_share_group_describe(ctx, header, request, connection=None) -> ShareGroupDescribeResponse:
     groups = []
+    access = ctx.access(connection)
     for group_id in request.group_ids:
+        if not access.allows(AclOperation.DESCRIBE, GROUP, group_id):
+            groups.append(ShareGroupDescribeResponse.DescribedGroup(
+                group_id=group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED))
+            continue
         try:
             described = (await (await group_coordinator(ctx, group_id)).describe.remote([group_id]))[0]
         except Exception as e:
@@ -135,7 +177,8 @@ async def handle_share_group_describe(ctx, header, request) -> ShareGroupDescrib
             error_code=described.error_code, error_message=described.error_message, group_id=group_id,
             group_state=described.group_state, group_epoch=described.group_epoch,
             assignment_epoch=described.assignment_epoch, assignor_name=described.assignor_name,
-            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            authorized_operations=access.authorized_operations(GROUP, group_id)
+            if request.include_authorized_operations and not described.error_code else AUTHORIZED_OPERATIONS_OMITTED,
             members=[ShareGroupDescribeResponse.Member(
                 member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch, client_id=m.client_id,
                 client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topic_names),
@@ -143,10 +186,29 @@ async def handle_share_group_describe(ctx, header, request) -> ShareGroupDescrib
                     ShareGroupDescribeResponse.TopicPartitions(topic_id=t, topic_name=name, partitions=list(ps))
                     for t, name, ps in m.assignment]))
                 for m in described.members]))
-    return ShareGroupDescribeResponse(throttle_time_ms=0, groups=groups)
+    return ShareGroupDescribeResponse(throttle_time_ms=0, groups=hide_undescribed_topics(access, groups))
 
 
-async def handle_list_groups(ctx, header, request) -> ListGroupsResponse:
+def hide_undescribed_topics(access, groups: list) -> list:
+    """Kafka's rule for ShareGroupDescribe and ConsumerGroupDescribe: a group whose members'
+    assignments name a topic the principal may not describe is answered TOPIC_AUTHORIZATION_FAILED
+    without members (only with an authorizer)."""
+    if not access.enforced:
+        return groups
+    named = {tp.topic_name for g in groups for m in (g.members or ()) if m.assignment is not None
+             for tp in m.assignment.topic_partitions}
+    allowed = access.allowed(AclOperation.DESCRIBE, TOPIC, named)
+    out = []
+    for g in groups:
+        hidden = any(tp.topic_name not in allowed for m in (g.members or ()) if m.assignment is not None
+                     for tp in m.assignment.topic_partitions)
+        out.append(type(g)(group_id=g.group_id, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                           error_message="The group has described topic(s) that the client is not authorized to "
+                                         "describe.", members=[]) if hidden else g)
+    return out
+
+
+async def handle_list_groups(ctx, header, request, connection=None) -> ListGroupsResponse:
     """The groups this broker coordinates, of every type (a client lists every broker's, as
     Kafka's admin clients do)."""
     topic = ctx.metadata.topics.get(internal_topics.CONSUMER_OFFSETS)
@@ -155,20 +217,31 @@ async def handle_list_groups(ctx, header, request) -> ListGroupsResponse:
               and topic.partitions[index].leader == ctx.broker_id]
     if topic is None or not actors:
         return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[])
+    access = ctx.access(connection)
+    every_group = access.allows_cluster(AclOperation.DESCRIBE)
     try:
         listed = await asyncio.gather(*(a.list_groups.remote(list(request.states_filter), list(request.types_filter))
                                         for a in actors))
     except Exception as e:
         log.warning("listing groups failed: %s", e)
         return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, groups=[])
+    rows = [row for part in listed for row in part]
+    if not every_group:  # only the groups the principal may describe
+        allowed = access.allowed(AclOperation.DESCRIBE, GROUP, (row[0] for row in rows))
+        rows = [row for row in rows if row[0] in allowed]
     return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[
         ListGroupsResponse.ListedGroup(group_id=g, protocol_type=protocol_type, group_state=state, group_type=t)
-        for part in listed for g, state, t, protocol_type in part])
+        for g, state, t, protocol_type in rows])
 
 
-async def handle_delete_groups(ctx, header, request) -> DeleteGroupsResponse:
+async def handle_delete_groups(ctx, header, request, connection=None) -> DeleteGroupsResponse:
     results = []
+    access = ctx.access(connection)
     for group_id in request.groups_names:
+        if not access.allows(AclOperation.DELETE, GROUP, group_id):
+            results.append(DeleteGroupsResponse.DeletableGroupResult(
+                group_id=group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED))
+            continue
         try:
             [(g, code, message)] = await (await group_coordinator(ctx, group_id)).delete_groups.remote([group_id])
         except Exception as e:

@@ -1,5 +1,6 @@
 """ListOffsets: earliest (-2), latest (-1), max timestamp (-3), earliest local (-4), latest
-tiered (-5) or the first offset at or after a timestamp, one Ray call per partition."""
+tiered (-5) or the first offset at or after a timestamp, one Ray call per partition. A topic the
+principal may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED per partition."""
 from __future__ import annotations
 
 import asyncio
@@ -9,6 +10,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import ListOffsetsResponse
 
 from actors.gateway.handlers.routing import partition_client
+from actors.gateway.security.authorizer import AclOperation, ResourceType
 
 log = logging.getLogger("kray.gateway")
 
@@ -23,8 +25,10 @@ async def _one(client, p, isolation_level, response):
     response.error_code, response.offset, response.timestamp, response.leader_epoch = r
 
 
-async def handle_list_offsets(ctx, header, request) -> ListOffsetsResponse:
+async def handle_list_offsets(ctx, header, request, connection=None) -> ListOffsetsResponse:
     jobs, topics = [], []
+    described = ctx.access(connection).allowed(AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                               (lt.name for lt in request.topics))
     for lt in request.topics:
         topic = ctx.metadata.topics.get(lt.name)
         tr = ListOffsetsResponse.ListOffsetsTopicResponse(name=lt.name, partitions=[])
@@ -33,6 +37,9 @@ async def handle_list_offsets(ctx, header, request) -> ListOffsetsResponse:
             pr = ListOffsetsResponse.ListOffsetsPartitionResponse(partition_index=p.partition_index, timestamp=-1,
                                                                   offset=-1, leader_epoch=-1)
             tr.partitions.append(pr)
+            if lt.name not in described:
+                pr.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             client, pr.error_code = partition_client(ctx, topic, p.partition_index)
             if client is not None:
                 jobs.append(_one(client, p, request.isolation_level, pr))

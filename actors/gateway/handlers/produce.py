@@ -4,7 +4,8 @@ The records travel as the bytes the producer sent; the partition leader validate
 patches offsets into the batch headers. A connection's produce requests are routed and sent in
 request order (the connection's turn, see actors/gateway/connection.py), so each partition
 appends them in the order the client sent them; answers are awaited after the turn is passed on,
-so up to max.in.flight requests stay pipelined.
+so up to max.in.flight requests stay pipelined. A topic the principal may not WRITE answers
+TOPIC_AUTHORIZATION_FAILED for each of its partitions and nothing of it is sent (as Kafka).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from protocol.messages import ProduceResponse
 
 from actors.gateway.connection import CloseConnection, in_request_order
 from actors.gateway.handlers.routing import leader_clients
+from actors.gateway.security.authorizer import AclOperation, ResourceType
 
 log = logging.getLogger("kray.gateway")
 VALID_ACKS = (-1, 0, 1)
@@ -29,6 +31,9 @@ def acks_zero(request) -> bool:
 async def handle_produce(ctx, header, request, connection=None) -> ProduceResponse:
     by_id = header.api_version >= 13
     responses, wanted, slots = [], [], []
+    access = ctx.access(connection)
+    names = {id(t): _topic_name(ctx, t, by_id) for t in request.topic_data}
+    writable = access.allowed(AclOperation.WRITE, ResourceType.TOPIC, (n for n in names.values() if n is not None))
     for topic_data in request.topic_data:
         topic_response = ProduceResponse.TopicProduceResponse(name=topic_data.name, topic_id=topic_data.topic_id,
                                                               partition_responses=[])
@@ -37,7 +42,10 @@ async def handle_produce(ctx, header, request, connection=None) -> ProduceRespon
             presp = ProduceResponse.PartitionProduceResponse(index=pdata.index, base_offset=-1,
                                                              log_append_time_ms=-1, log_start_offset=-1)
             topic_response.partition_responses.append(presp)
-            if request.acks not in VALID_ACKS:
+            name = names[id(topic_data)]
+            if name is not None and name not in writable:  # nothing of it is appended
+                presp.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif request.acks not in VALID_ACKS:
                 presp.error_code = ErrorCode.INVALID_REQUIRED_ACKS
             elif pdata.records is None or len(pdata.records) == 0:
                 presp.error_code = ErrorCode.CORRUPT_MESSAGE
@@ -66,6 +74,14 @@ async def handle_produce(ctx, header, request, connection=None) -> ProduceRespon
         presp.log_append_time_ms, presp.log_start_offset, presp.error_message = \
             r.log_append_time_ms, r.log_start_offset, r.error_message
     return ProduceResponse(responses=responses, throttle_time_ms=0)
+
+
+def _topic_name(ctx, topic_data, by_id: bool) -> str | None:
+    """The topic's name for the authorizer; None for an unknown topic id (UNKNOWN_TOPIC_ID follows)."""
+    if not by_id:
+        return topic_data.name
+    topic = ctx.metadata.topic_by_id(topic_data.topic_id)
+    return topic.name if topic is not None else None
 
 
 def _data_path_failed(connection, e: Exception):

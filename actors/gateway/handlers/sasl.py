@@ -11,11 +11,11 @@ from protocol.errors import ErrorCode
 from protocol.messages import SaslAuthenticateResponse, SaslHandshakeResponse
 
 
-async def handle_sasl_handshake(ctx, header, request) -> SaslHandshakeResponse:
+async def handle_sasl_handshake(ctx, header, request, connection=None) -> SaslHandshakeResponse:
     return SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
 
 
-async def handle_sasl_authenticate(ctx, header, request) -> SaslAuthenticateResponse:
+async def handle_sasl_authenticate(ctx, header, request, connection=None) -> SaslAuthenticateResponse:
     return SaslAuthenticateResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE,
                                     error_message="SaslAuthenticate on a connection that does not authenticate "
                                                   "with SASL now", auth_bytes=b"", session_lifetime_ms=0)

@@ -5,6 +5,11 @@ high watermark and is not yet delivered for good (high watermark - start offset 
 acknowledged or archived beyond it). Altering and deleting need an empty group: the share state is
 re-initialized (with the next state epoch, which fences any stale writer) or deleted, and the
 partition leaders drop their cached copy.
+
+With an authorizer, as Kafka (KIP-932): describing offsets needs DESCRIBE on the group (offsets of
+topics the principal may not describe are left out, or answer TOPIC_AUTHORIZATION_FAILED when
+named); altering READ on the group and on each topic; deleting DELETE on the group and READ on
+each topic. A refused topic is left as it is.
 """
 from __future__ import annotations
 
@@ -17,10 +22,12 @@ from protocol.messages import (AlterShareGroupOffsetsResponse, DeleteShareGroupO
 
 from actors import internal_topics
 from actors.gateway.handlers.groups import coordinator_error, group_coordinator
+from actors.gateway.security.authorizer import AclOperation, ResourceType
 from actors.share_coordinator.core import state_partition_for
 
 log = logging.getLogger("kray.gateway")
 LATEST = -1
+GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 
 
 async def _share_coordinator(ctx, group_id, topic_id, index):
@@ -58,9 +65,12 @@ async def _describe_partition(ctx, group_id, topic, index):
     return part
 
 
-async def _describe_group(ctx, request_group):
+async def _describe_group(ctx, access, request_group):
     group_id = request_group.group_id
     out = DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup(group_id=group_id, topics=[])
+    if not access.allows(AclOperation.DESCRIBE, GROUP, group_id):
+        out.error_code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        return out
     try:
         error, _members, initialized = await _summary(ctx, group_id)
     except Exception as e:
@@ -75,9 +85,18 @@ async def _describe_group(ctx, request_group):
             topic = ctx.metadata.topic_by_id(topic_id)
             if topic is not None:
                 wanted.setdefault(topic.name, []).append(index)
+        allowed = access.allowed(AclOperation.DESCRIBE, TOPIC, wanted)
+        wanted = {name: indexes for name, indexes in wanted.items() if name in allowed}
     else:
         wanted = {t.topic_name: list(t.partitions) for t in request_group.topics}
+    allowed = access.allowed(AclOperation.DESCRIBE, TOPIC, wanted)
     for name, indexes in sorted(wanted.items()):
+        if name not in allowed:
+            out.topics.append(DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic(
+                topic_name=name, partitions=[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponsePartition(
+                    partition_index=i, start_offset=-1, leader_epoch=-1, lag=-1,
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED) for i in indexes]))
+            continue
         topic = ctx.metadata.topics.get(name)
         if topic is None:
             out.topics.append(DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic(
@@ -91,8 +110,9 @@ async def _describe_group(ctx, request_group):
     return out
 
 
-async def handle_describe_share_group_offsets(ctx, header, request) -> DescribeShareGroupOffsetsResponse:
-    groups = await asyncio.gather(*(_describe_group(ctx, g) for g in request.groups))
+async def handle_describe_share_group_offsets(ctx, header, request, connection=None) -> DescribeShareGroupOffsetsResponse:
+    access = ctx.access(connection)
+    groups = await asyncio.gather(*(_describe_group(ctx, access, g) for g in request.groups))
     return DescribeShareGroupOffsetsResponse(throttle_time_ms=0, groups=list(groups))
 
 
@@ -120,8 +140,12 @@ async def _forget(ctx, group_id, topic_id, index):
             log.warning("a partition leader could not drop share state of %s: %s", group_id, e)
 
 
-async def handle_alter_share_group_offsets(ctx, header, request) -> AlterShareGroupOffsetsResponse:
+async def handle_alter_share_group_offsets(ctx, header, request, connection=None) -> AlterShareGroupOffsetsResponse:
     group_id = request.group_id
+    access = ctx.access(connection)
+    if not access.allows(AclOperation.READ, GROUP, group_id):
+        return AlterShareGroupOffsetsResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    readable = access.allowed(AclOperation.READ, TOPIC, (t.topic_name for t in request.topics))
     error, message, _ = await _require_empty(ctx, group_id)
     if error and error != ErrorCode.GROUP_ID_NOT_FOUND:  # KIP-932: this may also initialize a new share group
         return AlterShareGroupOffsetsResponse(throttle_time_ms=0, error_code=error, error_message=message)
@@ -132,6 +156,9 @@ async def handle_alter_share_group_offsets(ctx, header, request) -> AlterShareGr
         for p in t.partitions:
             part = AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponsePartition(partition_index=p.partition_index)
             parts.append(part)
+            if t.topic_name not in readable:
+                part.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             if topic is None or p.partition_index >= len(topic.partitions):
                 part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
@@ -146,7 +173,8 @@ async def handle_alter_share_group_offsets(ctx, header, request) -> AlterShareGr
             if not part.error_code:
                 altered[(topic.topic_id, p.partition_index)] = (t.topic_name, part)
         responses.append(AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic(
-            topic_name=t.topic_name, topic_id=topic.topic_id if topic else None, partitions=parts))
+            topic_name=t.topic_name, topic_id=topic.topic_id if topic and t.topic_name in readable else None,
+            partitions=parts))
     if altered:  # the group (created if new) holds them as initialized: a first join must not reset them
         try:
             error, message = await (await group_coordinator(ctx, group_id)).share_offsets_altered.remote(
@@ -158,8 +186,12 @@ async def handle_alter_share_group_offsets(ctx, header, request) -> AlterShareGr
     return AlterShareGroupOffsetsResponse(throttle_time_ms=0, error_code=0, responses=responses)
 
 
-async def handle_delete_share_group_offsets(ctx, header, request) -> DeleteShareGroupOffsetsResponse:
+async def handle_delete_share_group_offsets(ctx, header, request, connection=None) -> DeleteShareGroupOffsetsResponse:
     group_id = request.group_id
+    access = ctx.access(connection)
+    if not access.allows(AclOperation.DELETE, GROUP, group_id):
+        return DeleteShareGroupOffsetsResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    readable = access.allowed(AclOperation.READ, TOPIC, (t.topic_name for t in request.topics))
     error, message, initialized = await _require_empty(ctx, group_id)
     if error:
         return DeleteShareGroupOffsetsResponse(throttle_time_ms=0, error_code=error, error_message=message)
@@ -168,6 +200,9 @@ async def handle_delete_share_group_offsets(ctx, header, request) -> DeleteShare
         topic = ctx.metadata.topics.get(t.topic_name)
         result = DeleteShareGroupOffsetsResponse.DeleteShareGroupOffsetsResponseTopic(topic_name=t.topic_name)
         responses.append(result)
+        if t.topic_name not in readable:
+            result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            continue
         if topic is None:
             result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             continue

@@ -6,6 +6,11 @@ requests flagged IsRenewAck, which extend locks and fetch nothing (KIP-1222).
 The share-partition leader lives with the partition leader (see actors/partition/actor.py); the
 gateway reaches the leaders of its node over their data-path sockets. A session belongs to its
 connection and to this broker (as in Kafka): closing either releases what the member holds here.
+
+With an authorizer (KIP-932): both need READ on the group (GROUP_AUTHORIZATION_FAILED, nothing
+changes, the session's epoch included) and READ on each topic: a partition of a topic the principal
+may not read answers TOPIC_AUTHORIZATION_FAILED and is neither fetched nor acknowledged. The check
+is made on every request, so an ACL removed stops a live session at its next request.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from protocol.messages import ShareAcknowledgeResponse, ShareFetchResponse
 
 from actors.gateway.connection import in_request_order
 from actors.gateway.handlers.routing import leader_clients, partition_client
+from actors.gateway.security.authorizer import AclOperation, ResourceType
 from actors.gateway.share_sessions import FINAL_EPOCH, ShareSession
 
 log = logging.getLogger("kray.gateway")
@@ -82,6 +88,19 @@ def _open_session(ctx, header, request, connection, *, may_open: bool):
     return error, session
 
 
+def _topic_reader(ctx, access):
+    """A predicate: may the principal READ the topic of this (topic id, partition)? Unknown topic ids
+    pass (they answer UNKNOWN_TOPIC_ID on their way); each topic is checked once."""
+    cache: dict = {}
+
+    def may_read(tp) -> bool:
+        if tp[0] not in cache:
+            topic = ctx.metadata.topic_by_id(tp[0])
+            cache[tp[0]] = topic is None or access.allows(AclOperation.READ, ResourceType.TOPIC, topic.name)
+        return cache[tp[0]]
+    return may_read
+
+
 async def _call(coro, what):
     try:
         return await coro
@@ -117,7 +136,7 @@ async def _send_in_order(ctx, keys: list, send) -> list:
     return out
 
 
-async def handle_share_fetch(ctx, header, request, connection) -> ShareFetchResponse:
+async def handle_share_fetch(ctx, header, request, connection=None) -> ShareFetchResponse:
     lock_ms = _lock_ms(ctx, request.group_id)
     if not request.group_id or not request.member_id:
         return ShareFetchResponse(error_code=ErrorCode.INVALID_REQUEST, error_message="group id and member id are required",
@@ -135,6 +154,10 @@ async def handle_share_fetch(ctx, header, request, connection) -> ShareFetchResp
     if invalid:
         return ShareFetchResponse(error_code=ErrorCode.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms,
                                   error_message=invalid)
+    access = ctx.access(connection)
+    if not access.allows(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return ShareFetchResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, acquisition_lock_timeout_ms=lock_ms)
+    may_read = _topic_reader(ctx, access)
     fetching = not final and not (header.api_version >= 2 and request.is_renew_ack)
     record_limit = header.api_version >= 2 and request.share_acquire_mode == RECORD_LIMIT
     results: dict = {}
@@ -163,6 +186,9 @@ async def handle_share_fetch(ctx, header, request, connection) -> ShareFetchResp
             session.forget([(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions])
         partitions = session.rotated() if fetching else list(acks)
         partitions += [tp for tp in acks if tp not in partitions]
+        for tp in [tp for tp in partitions if not may_read(tp)]:
+            results[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        partitions = [tp for tp in partitions if may_read(tp)]
         sent = await _send_in_order(ctx, partitions, lambda tp, client: send_one(tp, client, True))
     for tp, r in zip(partitions, await asyncio.gather(*(_call(s, "share fetch") for s in sent))):
         results[tp] = r if r is not None else ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -227,7 +253,7 @@ def _fetch_response(ctx, results, acks, lock_ms) -> ShareFetchResponse:
         ShareFetchResponse.ShareFetchableTopicResponse(topic_id=t, partitions=ps) for t, ps in by_topic.items()])
 
 
-async def handle_share_acknowledge(ctx, header, request, connection) -> ShareAcknowledgeResponse:
+async def handle_share_acknowledge(ctx, header, request, connection=None) -> ShareAcknowledgeResponse:
     lock_ms = _lock_ms(ctx, request.group_id)
     if not request.group_id or not request.member_id:
         return ShareAcknowledgeResponse(error_code=ErrorCode.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms,
@@ -237,7 +263,13 @@ async def handle_share_acknowledge(ctx, header, request, connection) -> ShareAck
     if invalid:
         return ShareAcknowledgeResponse(error_code=ErrorCode.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms,
                                         error_message=invalid)
-    keys = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
+    access = ctx.access(connection)
+    if not access.allows(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return ShareAcknowledgeResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                                        acquisition_lock_timeout_ms=lock_ms)
+    may_read = _topic_reader(ctx, access)
+    asked = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
+    keys = [tp for tp in asked if may_read(tp)]
     batches = {(t.topic_id, p.partition_index): _acks(p.acknowledgement_batches)
                for t in request.topics for p in t.partitions}
     # the session's epoch and the acknowledgements are applied in this connection's request order
@@ -255,6 +287,9 @@ async def handle_share_acknowledge(ctx, header, request, connection) -> ShareAck
         by_topic.setdefault(topic_id, []).append(ShareAcknowledgeResponse.PartitionData(
             partition_index=index, error_code=code, error_message=message,
             current_leader=ShareAcknowledgeResponse.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch)))
+    for topic_id, index in (tp for tp in asked if not may_read(tp)):
+        by_topic.setdefault(topic_id, []).append(ShareAcknowledgeResponse.PartitionData(
+            partition_index=index, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
     if request.share_session_epoch == FINAL_EPOCH:
         ctx.share_sessions.close(request.group_id, request.member_id)
         await _release(ctx, session)

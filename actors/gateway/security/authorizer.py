@@ -110,6 +110,19 @@ class AclBinding:
     entry: AccessControlEntry
 
 
+def binding_row(binding: AclBinding) -> list:
+    """A binding as a plain row for the metadata log (msgpack): Kafka's codes and the names."""
+    p, e = binding.pattern, binding.entry
+    return [int(p.resource_type), p.name, int(p.pattern_type), e.principal, e.host, int(e.operation),
+            int(e.permission_type)]
+
+
+def binding_from_row(row) -> AclBinding:
+    resource_type, name, pattern_type, principal, host, operation, permission_type = row
+    return AclBinding(ResourcePattern(ResourceType(resource_type), name, PatternType(pattern_type)),
+                      AccessControlEntry(principal, host, AclOperation(operation), AclPermissionType(permission_type)))
+
+
 def acl_binding_problem(binding: AclBinding) -> str | None:
     """Why CreateAcls refuses a binding (Kafka's checks, INVALID_REQUEST), or None."""
     pattern, entry = binding.pattern, binding.entry

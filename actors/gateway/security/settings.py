@@ -18,6 +18,9 @@ case; Kafka writes it lower-case), which wins over the plain key, key by key, as
 `valuesWithPrefixOverride`. PLAIN's JAAS config is `listener.name.<listener>.plain.sasl.jaas.config`
 as in Kafka, or (beyond Kafka, which wants it per listener on a broker) `sasl.jaas.config`.
 
+The authorizer (`authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`) is
+read here too, so that a bad value stops `kray start` before anything runs (see access.py).
+
 Not read: `ssl.cipher.suites` (Java's suite names are not OpenSSL's), JKS and PKCS12 stores.
 """
 from __future__ import annotations
@@ -28,6 +31,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from actors.gateway.security.access import authorizer_config
+from actors.gateway.security.authorizer import AuthorizerConfig
 from actors.gateway.security.listeners import Listener, ListenerConfig, ListenerConfigError, SecurityProtocol, \
     listener_config
 from actors.gateway.security.plain import PLAIN_MECHANISM, plain_users_from_jaas
@@ -65,6 +70,7 @@ class ListenerSecurity:
 class SecuritySettings:
     listeners: ListenerConfig
     by_listener: dict[str, ListenerSecurity]
+    authorizer: AuthorizerConfig | None = None  # None: no authorizer.class.name, nothing enforced
 
     @property
     def primary(self) -> Listener:
@@ -105,8 +111,12 @@ def security_settings(config: Mapping[str, Any]) -> SecuritySettings:
             f"(followers fetching from leaders) does not authenticate yet, so it needs a PLAINTEXT listener; add "
             f"one (e.g. REPLICATION://127.0.0.1:9094 with REPLICATION:PLAINTEXT in listener.security.protocol.map) "
             f"and name it in inter.broker.listener.name")
+    try:
+        authorizer = authorizer_config(config)
+    except ValueError as e:
+        raise SecurityConfigError(str(e)) from None
     return SecuritySettings(listeners, {listener.name: _listener_security(config, listener)
-                                        for listener in listeners.listeners})
+                                        for listener in listeners.listeners}, authorizer)
 
 
 def _int(config, name, key, default) -> int:
