@@ -9,6 +9,7 @@ from __future__ import annotations
 
 CONSUMER_OFFSETS = "__consumer_offsets"
 SHARE_GROUP_STATE = "__share_group_state"
+NAMES = (CONSUMER_OFFSETS, SHARE_GROUP_STATE)
 
 PARTITION_COUNT_CONFIG = {CONSUMER_OFFSETS: "offsets.topic.num.partitions",
                           SHARE_GROUP_STATE: "share.coordinator.state.topic.num.partitions"}

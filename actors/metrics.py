@@ -14,8 +14,9 @@ ACK_TYPE_NAMES = {0: "gap", 1: "accept", 2: "release", 3: "reject", 4: "renew"}
 def _metrics():
     from ray.util import metrics as m
     return {
-        "group_count": m.Gauge("kray_group_count", "Groups by type (share, classic, consumer) and state",
-                               tag_keys=("type", "state")),
+        "group_count": m.Gauge("kray_group_count", "Groups by type (share, classic, consumer) and state, per "
+                               "coordinator (its __consumer_offsets partition): sum them for the cluster",
+                               tag_keys=("type", "state", "coordinator")),
         "rebalances": m.Counter("kray_group_rebalance_count", "Rebalances by group type (classic: join phases; "
                                 "share and consumer: group epoch bumps)", tag_keys=("type",)),
         "consumer_lag": m.Gauge("kray_consumer_group_lag", "Records between a group's committed offset and the "
@@ -29,9 +30,11 @@ def _metrics():
     }
 
 
-def record_group_counts(counts: dict[tuple[str, str], int]) -> None:
+def record_group_counts(counts: dict[tuple[str, str], int], coordinator: int) -> None:
+    """The counts of one coordinator (many share a process: each its own series)."""
     for (group_type, state), count in counts.items():
-        _metrics()["group_count"].set(count, tags={"type": group_type, "state": state})
+        _metrics()["group_count"].set(count, tags={"type": group_type, "state": state,
+                                                   "coordinator": str(coordinator)})
 
 
 def record_rebalances(group_type: str, count: int) -> None:

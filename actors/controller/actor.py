@@ -181,13 +181,17 @@ class ControllerActor:
     # ---- brokers: one per Ray node -----------------------------------------------------------
     async def deploy_brokers(self, expected: int, timeout_s: float) -> list[BrokerInfo]:
         """Run a broker (gateway) on every broker node of the Ray cluster, nodes that join later
-        included; answer once at least `expected` of them serve clients. Raises OSError when a
-        gateway cannot listen (its port is taken), TimeoutError when too few brokers come up."""
+        included; answer once at least `expected` of them serve clients and the internal topics
+        exist with their leaders ready (so a consumer group's first FindCoordinator does not wait
+        for 50 partitions to be created while it reads). Raises OSError when a gateway cannot
+        listen (its port is taken), TimeoutError when too few brokers come up."""
         self._resume_supervision()
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
             serving = [self.core.brokers[b] for b in sorted(self.serving)]
             if len(serving) >= expected:
+                for name in internal_topics.NAMES:
+                    await self.ensure_internal_topic(name)
                 return serving
             if self.broker_failures:
                 raise OSError("; ".join(f"broker {b}: {why}" for b, why in sorted(self.broker_failures.items())))

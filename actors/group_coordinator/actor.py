@@ -131,7 +131,7 @@ class GroupCoordinatorActor(PartitionActor):
 
     def _report_metrics(self, shard: Groups) -> None:
         m = shard.metrics()
-        metrics.record_group_counts(m.count_by_type_state)
+        metrics.record_group_counts(m.count_by_type_state, self.partition)
         for group_type, count in m.rebalance_count_by_type.items():
             metrics.record_rebalances(group_type, count - self.rebalances_reported.get(group_type, 0))
             self.rebalances_reported[group_type] = count

@@ -7,6 +7,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from actors import internal_topics
 from tests.actors.restarts import host_of, inspect_replica, kill_and_await_restart, leader_replica
+from tests.coordinators import group_coordinator_partition
 
 COMMITS = 1500
 
@@ -19,7 +20,9 @@ def test_compaction_drops_superseded_offsets_and_survives_a_restart(broker):
     for i in range(COMMITS):  # the same two keys, committed over and over (a simple group: assign() users)
         c.commit(offsets=[TopicPartition(topic, 0, i), TopicPartition(topic, 1, 2 * i)], asynchronous=False)
     c.close()
-    coordinator = leader_replica(broker.controller, internal_topics.CONSUMER_OFFSETS)
+    image = ray.get(broker.controller.wait_for_metadata.remote(-1, 0))
+    coordinator = leader_replica(broker.controller, internal_topics.CONSUMER_OFFSETS,
+                                 group_coordinator_partition(image, group))
     start_before = inspect_replica(coordinator, lambda replica: replica.core.log_start_offset)
     assert ray.get(coordinator.compact.remote()) is True
     start_after, end = inspect_replica(coordinator, lambda replica: (replica.core.log_start_offset,

@@ -4,11 +4,13 @@ coordinator replays its internal partition, and accepted records are never redel
 import time
 
 import pytest
+import ray
 from confluent_kafka import AcknowledgeType, ShareConsumer
 
 from actors import internal_topics
 from tests.actors.queues import queue_with_records
 from tests.actors.restarts import host_of, kill_and_await_restart, leader_replica
+from tests.coordinators import group_coordinator_partition, share_state_partition
 
 RECORDS = 400
 
@@ -42,8 +44,14 @@ def test_acknowledged_records_survive_a_kill(broker, victim):
     assert RECORDS // 2 <= len(accepted) < RECORDS
     first.close()
 
-    victims = {host_of(leader_replica(broker.controller, topic if name == "topic" else name))
-               for name in VICTIMS[victim]}
+    image = ray.get(broker.controller.wait_for_metadata.remote(-1, 0))
+    partitions = range(len(image.topics[topic].partitions))
+    where = {"topic": [(topic, p) for p in partitions],  # each partition's coordinator: the group's own
+             internal_topics.SHARE_GROUP_STATE: [(internal_topics.SHARE_GROUP_STATE,
+                                                  share_state_partition(image, group, topic, p)) for p in partitions],
+             internal_topics.CONSUMER_OFFSETS: [(internal_topics.CONSUMER_OFFSETS,
+                                                 group_coordinator_partition(image, group))]}
+    victims = {host_of(leader_replica(broker.controller, *at)) for name in VICTIMS[victim] for at in where[name]}
     for host in victims:  # in the shard layout, one shard may host several of them
         kill_and_await_restart(host)
 

@@ -15,6 +15,7 @@ from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader, encode_request
 from protocol.messages import MetadataRequest, WriteShareGroupStateRequest as W
 from tests.actors.queues import queue_with_records
+from tests.coordinators import share_state_partition
 
 
 def closed_after(address, data: bytes, half_close=False) -> bool:
@@ -50,7 +51,7 @@ def test_bad_input_to_the_state_listener_loses_no_share_state(broker):
     assert len(first) >= 20
 
     image = ray.get(broker.controller.ensure_internal_topic.remote(internal_topics.SHARE_GROUP_STATE))
-    coordinator = image.coordinators[(internal_topics.SHARE_GROUP_STATE, 0)]
+    coordinator = image.coordinators[(internal_topics.SHARE_GROUP_STATE, share_state_partition(image, group, topic, 0))]
     address = tuple(ray.get(coordinator.state_listener.remote()))
     assert closed_after(address, b"\x00\x00\x00\x10garbage-garbage!")
     assert closed_after(address, struct.pack(">i", 100) + b"\x00\x55", half_close=True)  # truncated

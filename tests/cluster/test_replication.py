@@ -19,6 +19,7 @@ from actors import internal_topics
 from cluster.local import LocalCluster
 from protocol.errors import ErrorCode
 from tests.cluster.raw import fetch_one, produce_one
+from tests.coordinators import group_coordinator_partition, share_state_partition
 
 FAST_LIVENESS = {"broker.session.timeout.ms": 3000, "broker.heartbeat.interval.ms": 500,
                  "replica.lag.time.max.ms": 5000}
@@ -30,9 +31,6 @@ def cluster(tmp_path_factory):
         ray.shutdown()
     c = LocalCluster(nodes=3, data_dir=tmp_path_factory.mktemp("kray-replication"), overrides=FAST_LIVENESS)
     c.start()
-    # the coordinators' partitions (three replicas each), before the clock of any test starts
-    for name in (internal_topics.CONSUMER_OFFSETS, internal_topics.SHARE_GROUP_STATE):
-        ray.get(c.controller.ensure_internal_topic.remote(name))
     yield c
     c.stop()
 
@@ -99,9 +97,10 @@ def _read_keys(bootstrap: str, topic: str, partitions: int, expected: int) -> se
     return keys
 
 
-def _share_coordinator_broker(cluster) -> int:
+def _share_coordinator_broker(cluster, group: str, topic: str, partition: int) -> int:
     image = cluster.metadata()
-    return image.topics[internal_topics.SHARE_GROUP_STATE].partitions[0].leader
+    state = share_state_partition(image, group, topic, partition)
+    return image.topics[internal_topics.SHARE_GROUP_STATE].partitions[state].leader
 
 
 def test_leader_killed_under_acks_all_producer_and_share_consumers(cluster):
@@ -152,8 +151,8 @@ def test_leader_killed_under_acks_all_producer_and_share_consumers(cluster):
         while len(consumed) < 500:
             assert time.monotonic() < deadline, "the share consumers do not consume"
             time.sleep(0.2)
-        victim = _share_coordinator_broker(cluster)
-        leaders = [cluster.leader(topic, i) for i in range(3)]
+        victim = _share_coordinator_broker(cluster, group, topic, 0)
+        leaders = [cluster.leader(topic, i) for i in range(3)]  # one partition on each broker
         assert victim in leaders, f"the share coordinator's broker {victim} leads none of {leaders}"
         victim_partition = leaders.index(victim)
         before = len(producer.acked)
@@ -336,8 +335,9 @@ def _settled_member_ids(admin: AdminClient, group: str, members: list, seen: set
         assert time.monotonic() < deadline, f"group {group}: {d.state}, {len(d.members)} members"
 
 
-def _group_coordinator_broker(cluster) -> int:
-    return cluster.metadata().topics[internal_topics.CONSUMER_OFFSETS].partitions[0].leader
+def _group_coordinator_broker(cluster, group: str) -> int:
+    image = cluster.metadata()
+    return image.topics[internal_topics.CONSUMER_OFFSETS].partitions[group_coordinator_partition(image, group)].leader
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
@@ -377,13 +377,13 @@ def test_consumer_group_survives_its_coordinators_node(cluster, protocol):
         before = {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(6)], 10)}
         c.close()
         members_before = _settled_member_ids(admin, group, members, seen) if protocol == "classic" else set()
-        victim = _group_coordinator_broker(cluster)
+        victim = _group_coordinator_broker(cluster, group)
         cluster.kill_node(victim)
         poll_and_commit(1200, 90)
         c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
         after = {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(6)], 10)}
         c.close()
-        assert _group_coordinator_broker(cluster) != victim
+        assert _group_coordinator_broker(cluster, group) != victim
         assert all(after[p] >= before[p] for p in range(6)), (before, after)
         assert seen == set(range(1200))
         if protocol == "classic":  # the same members: no one had to join again
@@ -393,4 +393,5 @@ def test_consumer_group_survives_its_coordinators_node(cluster, protocol):
             m.close()
         if victim != -1:
             cluster.restart_node(victim)
-            _wait_for_isr(admin, internal_topics.CONSUMER_OFFSETS, 0, [1, 2, 3])
+            _wait_for_isr(admin, internal_topics.CONSUMER_OFFSETS,
+                          group_coordinator_partition(cluster.metadata(), group), [1, 2, 3])
