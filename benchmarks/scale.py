@@ -1019,7 +1019,7 @@ def plot(doc: dict, path: Path) -> None:
         ax[0, 0].plot([doc["workload"]["nodes3_partitions"]], [c["first_produce_s"]], "^", color="tab:green",
                       markersize=9, label="kray 3 nodes, RF 3, acks=all")
     ax[0, 0].axhline(GOAL_CREATE_S, color="gray", ls=":", label=f"goal {GOAL_CREATE_S:g} s")
-    ax[0, 0].set(xscale="log", xlabel="partitions on the broker", ylabel="seconds",
+    ax[0, 0].set(xscale="log", yscale="log", xlabel="partitions on the broker", ylabel="seconds (log)",
                  title="CreateTopics → first produce acknowledged on every partition")
     ax[0, 1].axhline(GOAL_PSS_MIB, color="gray", ls=":", label="goal 2 GiB beyond Ray's own")
     ax[0, 1].set(xscale="log", xlabel="partitions on the broker", ylabel="PSS MiB", title="memory (PSS)")
@@ -1032,7 +1032,7 @@ def plot(doc: dict, path: Path) -> None:
             r = ((one.get(name) or {}).get("throughput") or {}).get(mode)
             if not isinstance(r, dict):
                 continue
-            labels.append(f"{name}\n{mode}")
+            labels.append(f"{name}\n{mode}\nload {_la(r.get('loadavg_before'))}")
             for ph in vals:
                 vals[ph].append((r.get(ph) or {}).get("mb_s", 0))
     if labels:
@@ -1091,6 +1091,8 @@ def parse_args(argv):
     ap.add_argument("--kray-override", action="append", default=[], metavar="KEY=VALUE",
                     help="passed to `kray start` as --override KEY=VALUE (repeatable)")
     ap.add_argument("--out", default=str(HERE / "results"), help="output directory")
+    ap.add_argument("--render", metavar="JSON", help="run nothing: write scale.md and scale.png again from a "
+                                                     "scale.json into --out")
     args = ap.parse_args(argv)
     args.partitions = [int(x) for x in args.partitions.split(",")]
     if args.partitions != sorted(set(args.partitions)) or args.partitions[0] <= 0:
@@ -1114,9 +1116,13 @@ def main(argv=None) -> int:
         return worker_main(argv[1:])
     args = parse_args(argv)
     outdir = Path(args.out)
+    if args.render:  # the report again from a run's JSON (after a change to the report's layout)
+        write_outputs(json.loads(Path(args.render).read_text()), outdir)
+        print((outdir / "scale.md").read_text())
+        return 0
     stamp = f"{int(time.time())}"
     doc = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "command": "python -m benchmarks.scale " + shlex.join(argv),
+           "command": " ".join(["python -m benchmarks.scale"] + ([shlex.join(argv)] if argv else [])),
            "machine": tp.machine_info(["tansu"]),
            "workload": {"partitions": args.partitions, "records": args.records, "record_size": args.record_size,
                         "acks": args.acks, "group_records": args.group_records,
