@@ -602,9 +602,10 @@ def tool_version(cmd: list[str]) -> str | None:
 # Driver
 # --------------------------------------------------------------------------------------------
 
-def run_worker(params: dict, timeout: float, label: str) -> dict:
-    """Run one load-client phase in a subprocess; forward progress; enforce timeout."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "worker", json.dumps(params)]
+def run_worker(params: dict, timeout: float, label: str, script: str | Path | None = None) -> dict:
+    """Run one load-client phase in a subprocess; forward progress; enforce timeout. `script`: the
+    benchmark file whose `worker` subcommand runs the phase (default: this file's workers)."""
+    cmd = [sys.executable, str(Path(script or __file__).resolve()), "worker", json.dumps(params)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(REPO))
     q: queue.Queue = queue.Queue()
