@@ -6,6 +6,7 @@ import os
 import pytest
 
 from tests.sim.breaks import BREAKS, broken
+from tests.sim.known_bugs import divergent_follower_below_log_start
 from tests.sim.world import InvariantViolation, Simulation
 
 # a longer soak: KRAY_SIM_SEEDS=20000 KRAY_SIM_STEPS=1000 pytest tests/sim
@@ -111,3 +112,13 @@ def test_unclean_election_can_lose_acknowledged_writes():
             Simulation(seed, unclean_leader_election_enable=True).run(STEPS)
     assert "I2:" in str(caught.value) or "I3:" in str(caught.value)
 
+
+def test_known_core_bug_replays_on_the_cores():
+    """tests/sim/known_bugs.py: seed 458's bug, step by step (see KNOWN_CORE_BUGS)."""
+    seen = divergent_follower_below_log_start()
+    assert seen["committed_at_0"] == (1, "w16")
+    assert seen["diverging_epoch"] is None and seen["proposed_isr"] == (0, 1, 2)
+    # the bug: a record that was never committed is below the new leader's HW, at an offset the
+    # partition had deleted
+    assert seen["new_leader_hw"] == 1 and seen["new_leader_log_start"] == 0
+    assert seen["served_at_0"] == (0, "w6")
