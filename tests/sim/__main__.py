@@ -4,6 +4,9 @@
     python -m tests.sim --seeds 0:2000 --steps 300     # run a block of seeds, report the first failure
     python -m tests.sim --seeds 0:200 --break elect_outside_isr   # watch a deliberately broken rule fail
     python -m tests.sim --seeds 0:200 --unclean      # unclean leader election: acknowledged writes lost
+
+Each step checks the invariants of the partitions it may have changed; KRAY_SIM_CHECK_ALL=1 checks
+every partition after every step (slower; it finds the same violations at the same steps).
 """
 from __future__ import annotations
 

@@ -6,6 +6,9 @@ from typing import Iterator
 
 from actors.controller import elections
 from actors.partition import replication
+from actors.partition.replication import FetchAnswer
+from protocol.errors import ErrorCode
+from tests.sim import world
 
 
 def _elect_outside_isr(original):
@@ -74,7 +77,18 @@ def _controller_forgets_answers(original):
     return elections.ReplicationControl, "alter_partition", alter_partition
 
 
+def _answers_by_partition_index(original):
+    def match_answers(self, wanted, answers):
+        # the bug: the follower's fetcher keys the answers of a batched fetch by partition index
+        # alone, forgetting the topic, so orders-0 may be handed the answer meant for events-0
+        by_index = {key[1]: (answer, entries) for key, answer, entries in answers}
+        return [(key, request, *by_index.get(key[1], (FetchAnswer(ErrorCode.UNKNOWN_SERVER_ERROR), [])))
+                for key, request in wanted]
+    return world.Simulation, "_match_answers", match_answers
+
+
 BREAKS = {
+    "answers_by_partition_index": (world.Simulation, "_match_answers", _answers_by_partition_index),
     "controller_forgets_answers": (elections.ReplicationControl, "alter_partition", _controller_forgets_answers),
     "forget_pending_isr_change_on_any_error": (replication.ReplicaCore, "on_alter_partition_response",
                                                _forget_pending_on_any_error),

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from tests.sim.breaks import BREAKS, broken
+from tests.sim.known_bugs import divergent_follower_below_log_start
 from tests.sim.world import InvariantViolation, Simulation
 
 # a longer soak: KRAY_SIM_SEEDS=20000 KRAY_SIM_STEPS=1000 pytest tests/sim
@@ -16,7 +17,7 @@ BLOCK = 100
 # found with `python -m tests.sim --seeds A:B --steps 1000 --break RULE`. Seeds depend on the
 # scheduler: when it changes, hunt again.
 RARE_BREAK_SEEDS: dict[str, list[int]] = {
-    "controller_forgets_answers": [12207],  # 1 seed in 40,000 (the rule is also pinned by
+    "controller_forgets_answers": [5452, 7275],  # 2 seeds in 16,000 (the rule is also pinned by
     # tests/unit/test_controller_elections.py::test_each_alter_partition_proposal_is_decided_once)
 }
 # Breaks no seed has shown yet; their rule is pinned by a unit test instead.
@@ -28,27 +29,58 @@ NOT_REACHED = {
         "tests/unit/test_replication_core.py::test_an_error_that_may_follow_an_applied_change_keeps_the_maximal_isr",
 }
 RARE_BREAK_STEPS = 1000
+# Seeds that show a bug of the cores found by the simulation and not fixed yet: left out of
+# test_invariants_hold, and checked to still fail the way they did (when the bug is fixed, that
+# test fails: take the seed out of this list).
+KNOWN_CORE_BUGS: dict[int, tuple[int, str]] = {
+    # A follower whose divergent records all lie below the leader's log start (DeleteRecords) is
+    # not told to truncate (the leader's epoch cache, truncated from the start, answers epoch 0
+    # ends at the log start = the fetch offset), so the leader takes its stale log end as its
+    # fetch position and adds it to the ISR before the answer moves its log start; if it is then
+    # elected, a record that was never committed becomes committed and readable at an offset the
+    # partition had deleted (its log start goes back). actors/partition/replication.py
+    # handle_follower_fetch with epoch_cache.end_offset_for; Kafka's leader has the same window.
+    # (Seed 12196 shows it too, outside the default seeds: a stale fetch from before the
+    # follower's truncation, at the leader's log start, puts an empty replica in the ISR.)
+    458: (403, "I3: acknowledged write 16 at offset 0 of orders-0 is not on broker 2, a member of "
+               "the controller's ISR [2, 0]"),
+}
 
 
 @pytest.mark.parametrize("first_seed", range(0, SEEDS, BLOCK))
 def test_invariants_hold(first_seed):
     totals = collections.Counter()
     for seed in range(first_seed, first_seed + BLOCK):
-        totals.update(Simulation(seed).run(STEPS).stats)
+        if seed not in KNOWN_CORE_BUGS:
+            totals.update(Simulation(seed).run(STEPS).stats)
     # the block exercised what it claims to: failovers, divergence, acknowledged writes, ISR
     # changes, fenced and stale leaders, controller restarts
     exercised = ("acked", "truncations", "diverging_epochs", "isr_changes", "crashes", "restarts", "pauses",
                  "dropped", "duplicated", "stale_leader_appends", "alter_partition_FENCED_LEADER_EPOCH",
-                 "controller_restarts", "preferred_elections", "consumed", "deleted_records")
+                 "controller_restarts", "preferred_elections", "consumed", "deleted_records",
+                 # batched follower fetches: several partitions in one fetch, partitions moving
+                 # between fetchers, answers dropped for partitions that left, stale answers the
+                 # cores ignore, held (long-polled) fetches, refused partitions delayed alone
+                 "batched_fetches", "fetcher_moves", "answers_dropped_left_fetcher", "stale_answers_ignored",
+                 "held_fetches", "delayed_partitions", "fetch_request_errors")
     assert [k for k in exercised if totals[k] == 0] == []
     assert totals["leaders"] > BLOCK
+
+
+@pytest.mark.parametrize("seed", sorted(KNOWN_CORE_BUGS))
+def test_known_core_bugs_still_show(seed):
+    step, what = KNOWN_CORE_BUGS[seed]
+    with pytest.raises(InvariantViolation) as caught:
+        Simulation(seed).run(step)
+    assert str(caught.value).startswith(f"seed {seed}, step {step}: {what}\n")
 
 
 def test_a_seed_replays_exactly():
     first, second = Simulation(1234).run(STEPS), Simulation(1234).run(STEPS)
     assert list(first.timeline) == list(second.timeline)
     assert first.metadata_log == second.metadata_log
-    assert [b.log for b in first.brokers.values()] == [b.log for b in second.brokers.values()]
+    assert [[r.log for r in b.replicas.values()] for b in first.brokers.values()] == \
+        [[r.log for r in b.replicas.values()] for b in second.brokers.values()]
     assert first.stats == second.stats
 
 
@@ -79,3 +111,14 @@ def test_unclean_election_can_lose_acknowledged_writes():
         for seed in range(500):
             Simulation(seed, unclean_leader_election_enable=True).run(STEPS)
     assert "I2:" in str(caught.value) or "I3:" in str(caught.value)
+
+
+def test_known_core_bug_replays_on_the_cores():
+    """tests/sim/known_bugs.py: seed 458's bug, step by step (see KNOWN_CORE_BUGS)."""
+    seen = divergent_follower_below_log_start()
+    assert seen["committed_at_0"] == (1, "w16")
+    assert seen["diverging_epoch"] is None and seen["proposed_isr"] == (0, 1, 2)
+    # the bug: a record that was never committed is below the new leader's HW, at an offset the
+    # partition had deleted
+    assert seen["new_leader_hw"] == 1 and seen["new_leader_log_start"] == 0
+    assert seen["served_at_0"] == (0, "w6")
