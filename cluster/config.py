@@ -68,6 +68,7 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "offsets.retention.check.interval.ms": 600000,
     "offset.metadata.max.bytes": 4096,
     "log.cleaner.min.cleanable.ratio": 0.5,
+    "max.incremental.fetch.session.cache.slots": 1000,  # KIP-227 fetch sessions per broker
     # share groups (KIP-932), Kafka 4.2's shipped defaults
     "group.share.delivery.count.limit": 5,
     "group.share.record.lock.duration.ms": 30000,

@@ -118,8 +118,11 @@ class GatewayContext:
         self.authorizer_config = authorizer_config(self.config)
         self.authorizer = StandardAuthorizer(self.authorizer_config) if self.authorizer_config else None
         self._acl_version: int | None = None
+        from actors.gateway.fetch_sessions import SESSION_CACHE_SLOTS_DEFAULT, FetchSessions
         from actors.gateway.share_sessions import ShareSessionCache
         self.share_sessions = ShareSessionCache(int(self.config.get("group.share.max.share.sessions", 2000)))
+        self.fetch_sessions = FetchSessions(int(self.config.get("max.incremental.fetch.session.cache.slots",
+                                                                SESSION_CACHE_SLOTS_DEFAULT)))
         self.data_paths = DataPaths()
         if self.client_for is None:
             self.client_for = lambda key, address: SocketPartition(address, key, self.data_paths)

@@ -2,7 +2,10 @@
 fetcher threads: every follower replica of one host (a shard) whose leader is on broker B is
 fetched for by the host's one fetcher for B, with one long-polled Kafka follower Fetch for all of
 them (replica id and broker epoch, and per partition: current leader epoch, fetch offset, last
-fetched epoch), over one kept-open TCP connection to B's listener, the one clients use.
+fetched epoch), over one kept-open TCP connection to B's listener, the one clients use. The
+fetcher keeps an incremental fetch session (KIP-227) with B, as Kafka's fetchers do: after the
+first full fetch, a fetch names only the partitions whose fetch state changed (and those it drops),
+and B answers only the partitions with something new, so an idle follower costs little per round.
 
 Sans-Ray. `encode_fetch` and `decode_fetch` are pure (bytes in, answers out). What to ask and what
 an answer means stays in each replica's ReplicationCore (`next_fetch`, `on_fetch_response`, via the
@@ -55,8 +58,10 @@ class Follower(Protocol):
 
 
 def encode_fetch(correlation_id: int, wanted: list[tuple[Key, FetchRequest]], *, replica_id: int,
-                 broker_epoch: int, max_wait_ms: int, max_bytes: int, partition_max_bytes: int) -> bytes:
-    """One follower Fetch for every (partition, request) in `wanted`."""
+                 broker_epoch: int, max_wait_ms: int, max_bytes: int, partition_max_bytes: int,
+                 session_id: int = 0, session_epoch: int = -1, forgotten: list[Key] = ()) -> bytes:
+    """One follower Fetch for every (partition, request) in `wanted` (within a fetch session:
+    session id and epoch, and the partitions it forgets)."""
     topics: dict[uuid.UUID, list] = {}
     for (topic_id, partition), request in wanted:
         topics.setdefault(topic_id, []).append(KafkaFetchRequest.FetchPartition(
@@ -65,20 +70,28 @@ def encode_fetch(correlation_id: int, wanted: list[tuple[Key, FetchRequest]], *,
             log_start_offset=-1, partition_max_bytes=partition_max_bytes))
     body = KafkaFetchRequest(
         replica_state=KafkaFetchRequest.ReplicaState(replica_id=replica_id, replica_epoch=broker_epoch),
-        max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=0, session_id=0,
-        session_epoch=-1, forgotten_topics_data=[], rack_id="",
+        max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=0, session_id=session_id,
+        session_epoch=session_epoch, rack_id="",
+        forgotten_topics_data=[KafkaFetchRequest.ForgottenTopic(topic_id=t, partitions=ps)
+                               for t, ps in _by_topic(forgotten).items()],
         topics=[KafkaFetchRequest.FetchTopic(topic_id=t, partitions=ps) for t, ps in topics.items()],
     ).encode(FETCH_VERSION)
     return encode_request(RequestHeader(FETCH_API_KEY, FETCH_VERSION, correlation_id, CLIENT_ID), body)
 
 
-def decode_fetch(body_after_correlation_id: memoryview) -> dict[Key, tuple[FetchAnswer, memoryview]]:
-    """The leader's answer per partition, and its records. A request-level error is every
-    partition's answer (under the key None)."""
+def _by_topic(keys) -> dict[uuid.UUID, list[int]]:
+    topics: dict[uuid.UUID, list[int]] = {}
+    for topic_id, partition in keys:
+        topics.setdefault(topic_id, []).append(partition)
+    return topics
+
+
+def decode_fetch(body_after_correlation_id: memoryview) -> tuple[int, int, dict[Key, tuple[FetchAnswer, memoryview]]]:
+    """(request-level error, session id, the leader's answer per partition and its records)."""
     _, pos = primitives.read_tagged_fields(body_after_correlation_id, 0)  # response header v1
     response = KafkaFetchResponse.decode(body_after_correlation_id[pos:], FETCH_VERSION)
     if response.error_code:
-        return {None: (FetchAnswer(response.error_code), memoryview(b""))}
+        return response.error_code, response.session_id, {}
     answers = {}
     for topic in response.responses:
         for p in topic.partitions:
@@ -89,7 +102,7 @@ def decode_fetch(body_after_correlation_id: memoryview) -> dict[Key, tuple[Fetch
             answers[(topic.topic_id, p.partition_index)] = (
                 FetchAnswer(p.error_code, p.high_watermark, p.log_start_offset, -1, diverging),
                 memoryview(p.records or b""))
-    return answers
+    return 0, response.session_id, answers
 
 
 class ReplicaFetcher:
@@ -105,6 +118,10 @@ class ReplicaFetcher:
         self.changed = asyncio.Event()
         self.connection: PipelinedConnection | None = None
         self.task: asyncio.Task | None = None
+        # the fetch session with the leader's broker: its id (0: none yet), the epoch of the next
+        # fetch (0: a full fetch that opens one), and the fetch state it holds per partition
+        self.session_id, self.session_epoch = 0, 0
+        self.in_session: dict[Key, FetchRequest] = {}
 
     def add(self, follower: Follower) -> None:
         self.followers[follower.key] = follower
@@ -161,21 +178,29 @@ class ReplicaFetcher:
                         pass
                     continue
                 try:
-                    answers = await self._fetch(due)
+                    error, answers = await self._fetch(due)
                 except (OSError, ConnectionError, asyncio.TimeoutError, MalformedMessage) as e:
                     self._close_connection()
+                    self.session_epoch = 0  # start over with a full fetch (closing the old session)
                     log.debug("fetch of %d partitions from %s failed: %s", len(due), self.endpoint, e)
                     await asyncio.sleep(backoff_s)
                     backoff_s = min(backoff_s * 2, BACKOFF_S_MAX)
                     continue
                 backoff_s = BACKOFF_S
                 now = loop.time()
-                everyone = answers.get(None)
-                for follower, request in due:
-                    if self.followers.get(follower.key) is not follower:
+                if error in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
+                    self.session_id = self.session_epoch = 0  # the leader lost it: a full fetch opens another
+                    continue
+                for follower, _ in due:
+                    request = self.in_session.get(follower.key)
+                    if self.followers.get(follower.key) is not follower or request is None:
                         continue  # left this fetcher while the fetch was out
-                    answer, records = everyone or answers.get(
-                        follower.key, (FetchAnswer(ErrorCode.UNKNOWN_SERVER_ERROR), memoryview(b"")))
+                    if error:
+                        answer, records = FetchAnswer(error), memoryview(b"")
+                    elif follower.key in answers:
+                        answer, records = answers[follower.key]
+                    else:
+                        continue  # nothing new for it (an incremental answer leaves it out)
                     try:
                         accepted = follower.on_fetched(request, answer, records)
                     except CorruptRecord as e:
@@ -195,14 +220,34 @@ class ReplicaFetcher:
                 *self.endpoint, timeout_s=CONNECT_TIMEOUT_S,
                 response_bytes_max=self.max_bytes + self.partition_max_bytes + RESPONSE_OVERHEAD_BYTES
                 + RESPONSE_OVERHEAD_BYTES_PER_PARTITION * len(self.followers))
-        wanted = [(f.key, request) for f, request in due]
+        due_state = {f.key: request for f, request in due}
+        if self.session_epoch == 0:  # a full fetch (with the old session's id, which it closes)
+            wanted, forgotten = list(due_state.items()), []
+        else:  # what changed since the session's last fetch, and what left it
+            wanted = [(key, r) for key, r in due_state.items() if self.in_session.get(key) != r]
+            forgotten = [key for key in self.in_session if key not in due_state]
         broker_epoch = max(f.broker_epoch for f, _ in due)
+        session_id, session_epoch = self.session_id, self.session_epoch
         body = await self.connection.call(
             lambda cid: [encode_fetch(cid, wanted, replica_id=self.replica_id, broker_epoch=broker_epoch,
                                       max_wait_ms=self.max_wait_ms, max_bytes=self.max_bytes,
-                                      partition_max_bytes=self.partition_max_bytes)],
+                                      partition_max_bytes=self.partition_max_bytes, session_id=session_id,
+                                      session_epoch=session_epoch, forgotten=forgotten)],
             self.max_wait_ms / 1000 + 30)
-        return decode_fetch(body)
+        error, answered_session_id, answers = decode_fetch(body)
+        if not error:
+            if session_epoch == 0:
+                self.in_session = due_state
+                self.session_id = answered_session_id
+                self.session_epoch = 1 if answered_session_id else 0  # 0: the leader keeps no sessions
+            else:
+                for key in forgotten:
+                    del self.in_session[key]
+                self.in_session.update(wanted)
+                self.session_epoch = 1 if self.session_epoch >= 2**31 - 1 else self.session_epoch + 1
+        elif session_epoch == 0:
+            self.in_session = due_state  # what the refusal answers
+        return error, answers
 
 
 class ReplicaFetchers:

@@ -6,6 +6,9 @@ partition), so a restarted shard, or a restarted controller, finds the same repl
 called like an actor handle (`replica.update.remote(...)`), and each call becomes the shard's
 `call(key, method, ...)`; `listen` becomes `host(spec)`, which hosts the replica if its shard does
 not (first start, or after Ray restarted the shard empty) and answers the shard's listener address.
+Only the controller hosts replicas: a HostedReplica sent elsewhere (in the gateways' metadata
+image) travels as (shard, partition) alone, without the spec and its actor handles, so an image of
+thousands of partitions costs a receiver a handful of actor handles, not thousands.
 """
 from __future__ import annotations
 
@@ -34,10 +37,10 @@ class HostedReplica:
         return _HostedMethod(self, method)
 
     def __getstate__(self):
-        return self.shard, self.key, self.spec
+        return self.shard, self.key
 
     def __setstate__(self, state) -> None:
-        self.shard, self.key, self.spec = state
+        (self.shard, self.key), self.spec = state, None
 
     def __repr__(self) -> str:
         return f"HostedReplica({self.key[0].hex[:8]}-{self.key[1]})"
@@ -52,5 +55,7 @@ class _HostedMethod:
     def remote(self, *args):
         r = self.replica
         if self.method == "listen":
+            if r.spec is None:
+                raise RuntimeError(f"{r!r} travelled without its spec: only the controller hosts replicas")
             return r.shard.host.remote(r.spec)
         return r.shard.call.remote(r.key, self.method, *args)

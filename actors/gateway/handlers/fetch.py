@@ -1,7 +1,8 @@
 """Fetch: read every asked-for partition in parallel; if the answer is smaller than min_bytes,
 wait (without polling) until one of the partitions gets new data or max_wait_ms passes, then read
-again. Kray keeps no fetch sessions yet: every response has session id 0, so clients send full
-fetch requests, which KIP-227 allows.
+again. Clients that ask for an incremental fetch session (KIP-227: followers' replica fetchers,
+Java consumers) get one (fetch_sessions.py): their fetches name only what changed, and the answers
+carry only partitions with something new; others (librdkafka) send full fetches, as KIP-227 allows.
 
 Partitions whose leaders share a listener (one shard) are read with one MANY frame, and waited
 for with one WAIT_FOR_ANY frame, not one frame each: with a thousand partitions, an idle consumer's
@@ -22,8 +23,9 @@ import time
 
 
 from protocol.errors import ErrorCode
-from protocol.messages import FetchResponse
+from protocol.messages import FetchRequest, FetchResponse
 
+from actors.gateway.fetch_sessions import FINAL_EPOCH, NO_SESSION, FetchSessions, SessionStep
 from actors.gateway.file_region import FileRegion
 from actors.gateway.handlers.routing import partition_client, resolve_topic
 from actors.gateway.partition_client import (
@@ -145,10 +147,21 @@ def _wait_for_group(group: list[_Wanted], timeout_ms: int):
                                         timeout_ms)
 
 
-async def _wait_for_any(wanted: list[_Wanted], timeout_ms: int) -> None:
+async def _wait_for_any(wanted: list[_Wanted], timeout_ms: int) -> bool:
+    """Wait until one of the partitions has records past its offset: True; False when max wait
+    passed without (then a second read would find what the first found)."""
     tasks = [asyncio.ensure_future(_wait_for_group(group, timeout_ms)) for group in _by_listener(wanted)]
+    deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
     try:
-        done, _ = await asyncio.wait(tasks, timeout=timeout_ms / 1000, return_when=asyncio.FIRST_COMPLETED)
+        while tasks:
+            remaining = deadline - asyncio.get_running_loop().time()
+            done, pending = await asyncio.wait(tasks, timeout=max(remaining, 0), return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                return False
+            if any(t.exception() is not None or t.result() for t in done):
+                return True  # records came (or a wait failed: read again to learn why)
+            tasks = list(pending)
+        return False
     finally:
         for t in tasks:
             if not t.done():
@@ -158,8 +171,16 @@ async def _wait_for_any(wanted: list[_Wanted], timeout_ms: int) -> None:
 async def handle_fetch(ctx, header, request, connection=None) -> FetchResponse:
     version = header.api_version
     by_id = version >= 13
-    if request.session_id != 0 or request.session_epoch not in (0, -1):
-        return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
+    step = SessionStep()  # a full fetch without a session
+    if version >= 7 and (request.session_id, request.session_epoch) != (NO_SESSION, FINAL_EPOCH):
+        step = ctx.fetch_sessions.begin(
+            request.session_id, request.session_epoch,
+            [((ft.topic_id if by_id else ft.topic, fp.partition), (ft.topic, ft.topic_id, fp))
+             for ft in request.topics for fp in ft.partitions],
+            [(t.topic_id if by_id else t.topic, p) for t in request.forgotten_topics_data for p in t.partitions])
+        if step.error_code:
+            return FetchResponse(error_code=step.error_code, session_id=NO_SESSION, responses=[])
+    topics = _session_topics(step.session) if step.incremental else request.topics
     responses, wanted = [], []
     replica_id = (request.replica_state.replica_id if version >= 15 and request.replica_state is not None
                   else request.replica_id if version < 15 else NO_REPLICA)
@@ -167,11 +188,11 @@ async def handle_fetch(ctx, header, request, connection=None) -> FetchResponse:
     follower_allowed = replica_id == NO_REPLICA or access.allows_cluster(AclOperation.CLUSTER_ACTION)
     if not follower_allowed:
         _log_refused_follower(replica_id, access)
-    resolved = [resolve_topic(ctx, ft.topic, ft.topic_id, by_id) for ft in request.topics]
+    resolved = [resolve_topic(ctx, ft.topic, ft.topic_id, by_id) for ft in topics]
     names = [topic.name if topic is not None else None if by_id else ft.topic
-             for ft, (topic, _) in zip(request.topics, resolved)]
+             for ft, (topic, _) in zip(topics, resolved)]
     readable = access.allowed(AclOperation.READ, ResourceType.TOPIC, (n for n in names if n is not None))
-    for ft, (topic, unknown_error), name in zip(request.topics, resolved, names):
+    for ft, (topic, unknown_error), name in zip(topics, resolved, names):
         refused = name is not None and (not follower_allowed if replica_id != NO_REPLICA else name not in readable)
         tr = FetchResponse.FetchableTopicResponse(topic=ft.topic, topic_id=ft.topic_id, partitions=[])
         responses.append(tr)
@@ -191,19 +212,41 @@ async def handle_fetch(ctx, header, request, connection=None) -> FetchResponse:
     sizes = await _read_all(wanted, isolation)
     # as Kafka's delayed fetch: an error on any partition (its leader moved...) or a diverging
     # epoch for a follower answers at once
-    answer_now = len(wanted) < _count_partitions(request) or any(
+    answer_now = len(wanted) < sum(len(ft.partitions) for ft in topics) or any(
         w.response.error_code or w.response.diverging_epoch.end_offset >= 0 for w in wanted)
     if wanted and sum(sizes) < max(request.min_bytes, 1) and request.max_wait_ms > 0 and not answer_now:
         idle = [w for w, size in zip(wanted, sizes) if size == 0]
         if idle:
-            await _wait_for_any(idle, request.max_wait_ms)
-            sizes = await _read_all(wanted, isolation)
+            if await _wait_for_any(idle, request.max_wait_ms):
+                sizes = await _read_all(wanted, isolation)
     _trim_to_max_bytes(wanted, sizes, request.max_bytes)
-    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=responses)
+    if step.session is None:
+        return FetchResponse(throttle_time_ms=0, error_code=0, session_id=NO_SESSION, responses=responses)
+    held = step.session.partitions
+    for ft, tr in zip(topics, responses):
+        kept = []
+        for pr in tr.partitions:
+            partition = held.get((ft.topic_id if by_id else ft.topic, pr.partition_index))
+            if partition is None or FetchSessions.changed(partition, pr) or not step.incremental:
+                kept.append(pr)
+            elif isinstance(pr.records, FileRegion):
+                pr.records.close()
+        tr.partitions = kept
+    if step.incremental:
+        step.session.advance()
+        responses = [tr for tr in responses if tr.partitions]
+    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=step.session.session_id, responses=responses)
 
 
-def _count_partitions(request) -> int:
-    return sum(len(ft.partitions) for ft in request.topics)
+def _session_topics(session) -> list:
+    """The partitions of a session as a fetch's topics (consecutive partitions of a topic together)."""
+    topics: dict = {}
+    for name, topic_id, fp in (held.fetch for held in session.partitions.values()):
+        ft = topics.get((name, topic_id))
+        if ft is None:
+            ft = topics[(name, topic_id)] = FetchRequest.FetchTopic(topic=name, topic_id=topic_id, partitions=[])
+        ft.partitions.append(fp)
+    return list(topics.values())
 
 
 def _trim_to_max_bytes(wanted: list[_Wanted], sizes: list[int], max_bytes: int) -> None:
