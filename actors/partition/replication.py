@@ -406,6 +406,14 @@ class ReplicaCore:
             return FetchAnswer(error), Effects()
         leo, hw, lso = self.log_end_offset, self.high_watermark, self.log_start_offset
         if request.last_fetched_epoch != UNDEFINED_EPOCH:
+            earliest = self.epochs.earliest_entry
+            if earliest is not None and request.last_fetched_epoch < earliest.epoch:
+                # the follower's last records are of an epoch this log no longer holds (deleted
+                # below the log start): nothing can tell whether they were ever committed, so
+                # the follower starts over at the log start instead of joining with them (found
+                # by the simulation: such a follower entered the ISR, was elected, and served an
+                # uncommitted record at an offset the partition had deleted)
+                return FetchAnswer(ErrorCode.OFFSET_OUT_OF_RANGE, hw, lso, leo), Effects()
             end = self.epochs.end_offset_for(request.last_fetched_epoch, leo)
             if end.undefined or request.fetch_offset < lso:
                 return FetchAnswer(ErrorCode.OFFSET_OUT_OF_RANGE, hw, lso, leo), Effects()

@@ -5,8 +5,9 @@ import os
 
 import pytest
 
+from protocol.errors import ErrorCode
 from tests.sim.breaks import BREAKS, broken
-from tests.sim.known_bugs import divergent_follower_below_log_start
+from tests.sim.fixed_bugs import divergent_follower_below_log_start
 from tests.sim.world import InvariantViolation, Simulation
 
 # a longer soak: KRAY_SIM_SEEDS=20000 KRAY_SIM_STEPS=1000 pytest tests/sim
@@ -29,21 +30,16 @@ NOT_REACHED = {
         "tests/unit/test_replication_core.py::test_an_error_that_may_follow_an_applied_change_keeps_the_maximal_isr",
 }
 RARE_BREAK_STEPS = 1000
-# Seeds that show a bug of the cores found by the simulation and not fixed yet: left out of
-# test_invariants_hold, and checked to still fail the way they did (when the bug is fixed, that
-# test fails: take the seed out of this list).
-KNOWN_CORE_BUGS: dict[int, tuple[int, str]] = {
-    # A follower whose divergent records all lie below the leader's log start (DeleteRecords) is
-    # not told to truncate (the leader's epoch cache, truncated from the start, answers epoch 0
-    # ends at the log start = the fetch offset), so the leader takes its stale log end as its
-    # fetch position and adds it to the ISR before the answer moves its log start; if it is then
-    # elected, a record that was never committed becomes committed and readable at an offset the
-    # partition had deleted (its log start goes back). actors/partition/replication.py
-    # handle_follower_fetch with epoch_cache.end_offset_for; Kafka's leader has the same window.
-    # (Seed 12196 shows it too, outside the default seeds: a stale fetch from before the
-    # follower's truncation, at the leader's log start, puts an empty replica in the ISR.)
-    458: (403, "I3: acknowledged write 16 at offset 0 of orders-0 is not on broker 2, a member of "
-               "the controller's ISR [2, 0]"),
+# Seeds that showed bugs of the cores the simulation found, kept as regressions.
+FIXED_CORE_BUGS = {
+    # A follower whose last records were of an epoch the leader no longer held (DeleteRecords had
+    # moved the leader's log start past them) was taken into the ISR at its stale log end, was
+    # elected, and served a record never committed at an offset the partition had deleted. Now
+    # the leader answers OFFSET_OUT_OF_RANGE and the follower starts over at the log start
+    # (actors/partition/replication.py handle_follower_fetch). 12196: the same through a stale
+    # fetch from before the follower's truncation.
+    458: 1000,
+    12196: 1000,
 }
 
 
@@ -51,8 +47,7 @@ KNOWN_CORE_BUGS: dict[int, tuple[int, str]] = {
 def test_invariants_hold(first_seed):
     totals = collections.Counter()
     for seed in range(first_seed, first_seed + BLOCK):
-        if seed not in KNOWN_CORE_BUGS:
-            totals.update(Simulation(seed).run(STEPS).stats)
+        totals.update(Simulation(seed).run(STEPS).stats)
     # the block exercised what it claims to: failovers, divergence, acknowledged writes, ISR
     # changes, fenced and stale leaders, controller restarts
     exercised = ("acked", "truncations", "diverging_epochs", "isr_changes", "crashes", "restarts", "pauses",
@@ -67,12 +62,9 @@ def test_invariants_hold(first_seed):
     assert totals["leaders"] > BLOCK
 
 
-@pytest.mark.parametrize("seed", sorted(KNOWN_CORE_BUGS))
-def test_known_core_bugs_still_show(seed):
-    step, what = KNOWN_CORE_BUGS[seed]
-    with pytest.raises(InvariantViolation) as caught:
-        Simulation(seed).run(step)
-    assert str(caught.value).startswith(f"seed {seed}, step {step}: {what}\n")
+@pytest.mark.parametrize("seed", sorted(FIXED_CORE_BUGS))
+def test_fixed_core_bugs_stay_fixed(seed):
+    Simulation(seed).run(FIXED_CORE_BUGS[seed])
 
 
 def test_a_seed_replays_exactly():
@@ -113,12 +105,9 @@ def test_unclean_election_can_lose_acknowledged_writes():
     assert "I2:" in str(caught.value) or "I3:" in str(caught.value)
 
 
-def test_known_core_bug_replays_on_the_cores():
-    """tests/sim/known_bugs.py: seed 458's bug, step by step (see KNOWN_CORE_BUGS)."""
+def test_a_follower_with_records_of_a_deleted_epoch_starts_over_at_the_log_start():
+    """tests/sim/fixed_bugs.py: seed 458's bug, step by step, now refused by the leader."""
     seen = divergent_follower_below_log_start()
     assert seen["committed_at_0"] == (1, "w16")
-    assert seen["diverging_epoch"] is None and seen["proposed_isr"] == (0, 1, 2)
-    # the bug: a record that was never committed is below the new leader's HW, at an offset the
-    # partition had deleted
-    assert seen["new_leader_hw"] == 1 and seen["new_leader_log_start"] == 0
-    assert seen["served_at_0"] == (0, "w6")
+    assert seen["answer_error"] == ErrorCode.OFFSET_OUT_OF_RANGE and seen["proposed_isr"] is None
+    assert seen["follower_log_start"] == 1 and seen["follower_log"] == []  # w6 is gone

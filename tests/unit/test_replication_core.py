@@ -359,15 +359,19 @@ def test_follower_log_start_follows_the_leaders():
 def test_unconfirmed_records_below_the_leaders_log_start_do_not_survive_a_truncation():
     """Found by the simulation with DeleteRecords (seed 27268): the leader deleted offset 0, so its
     epoch cache starts at 1; a follower with its own old epoch-0 records got the diverging epoch
-    (0, 1) and kept offset 0, a record never committed, which it would serve if elected."""
+    (0, 1) and kept offset 0, a record never committed, which it would serve if elected. Epoch 0
+    is older than any epoch the leader holds: the follower is told OFFSET_OUT_OF_RANGE and starts
+    over at the leader's log start (seed 458 of the batched simulation: with the diverging epoch,
+    a stale fetch could also take such a follower into the ISR before it moved its log start)."""
     leader_core = leader(4, epochs=LeaderEpochCache([(1, 0)]), leader_epoch=1)
     leader_core.advance_log_start_offset(1)
     core = follower(4, [(0, 0)], leader_epoch=1)
     request = core.next_fetch()
-    answer, _ = leader_core.handle_follower_fetch(request, 1)
-    assert answer.diverging_epoch == EpochEndOffset(0, 1) and answer.log_start_offset == 1
+    answer, effects = leader_core.handle_follower_fetch(request, 1)
+    assert answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and answer.log_start_offset == 1
+    assert effects.alter_partition is None, "not taken into the ISR"
     step = core.on_fetch_response(request, answer)
-    assert step.action is FollowerAction.TRUNCATE and step.truncate_to == 1 and step.log_start_offset == 1
+    assert step.action is FollowerAction.RESET and step.truncate_to == 1
     assert core.log_start_offset == core.log_end_offset == core.high_watermark == 1
 
 

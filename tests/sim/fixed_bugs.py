@@ -1,7 +1,6 @@
-"""Bugs of the cores that the simulation found and that are not fixed yet, replayed step by step
-on the cores alone (no scheduler), so that what goes wrong is plain. test_simulation.py checks that
-they still happen: when one is fixed, its test fails; delete it here and its seed from
-KNOWN_CORE_BUGS there.
+"""Bugs of the cores that the simulation found, replayed step by step on the cores alone (no
+scheduler), so that what went wrong, and what the fix does instead, is plain. test_simulation.py
+checks the fixed behaviour, and keeps the seeds that found them (FIXED_CORE_BUGS).
 """
 from __future__ import annotations
 
@@ -22,15 +21,15 @@ def divergent_follower_below_log_start() -> dict:
        [(epoch 1, start 1)].
     4. Broker 2 restarts with w6 and follows broker 0: fetch offset 1, last fetched epoch 0. The
        leader's cache says epoch 0 ends at 1 (= its log start, the start of the first epoch it
-       knows), which is not below the fetch offset: no diverging epoch, the fetch is accepted at
-       offset 1 and broker 2 is proposed for the ISR. Its answer (log start 1, which would delete
-       w6) is lost when broker 0 fails.
-    5. Broker 2 is elected (epoch 2, ISR [2, 1]) with w6 at offset 0 and log start 0. Broker 1
-       fetches, is told to truncate to 0 (w16 is gone), copies w6, and the high watermark
-       reaches 1.
+       knows), which is not below the fetch offset: no diverging epoch. The bug: the fetch was
+       accepted at offset 1 and broker 2 proposed for the ISR; its answer (log start 1, which
+       would have deleted w6) was lost when broker 0 failed; broker 2 was elected with w6 at
+       offset 0 and log start 0, and served w6, never committed, at an offset the partition had
+       deleted. The fix: epoch 0 is older than any epoch the leader holds, so it answers
+       OFFSET_OUT_OF_RANGE and proposes nothing; the follower starts over at the log start.
 
-    Returns what broker 2 then serves: a record that was never committed is committed and
-    readable at offset 0, an offset the partition had deleted (its log start went back)."""
+    Returns the leader's answer to broker 2, the ISR it proposed (None), and broker 2's log after
+    it applied the answer."""
     config = ReplicationConfig(replica_lag_time_max_ms=250, min_insync_replicas=2)
     replicas = (2, 0, 1)
     logs = {0: [], 1: [], 2: [(0, "w6")]}                       # step 1
@@ -53,6 +52,8 @@ def divergent_follower_below_log_start() -> dict:
                 del flog[step.truncate_to:]
             elif step.action is FollowerAction.APPEND:
                 flog.extend((e, w) for _, e, w in entries)
+            elif step.action is FollowerAction.RESET:  # everything below the leader's log start goes
+                flog.clear()
         return answer, effects
 
     fetch(b1, b0)
@@ -63,13 +64,7 @@ def divergent_follower_below_log_start() -> dict:
     epochs.assign(0, 0)
     b2 = ReplicaCore(2, log_end_offset=1, epochs=epochs, config=config)
     b2.apply_registration(epoch1, 0)
-    answer, effects = fetch(b2, b0, deliver=False)
+    answer, effects = fetch(b2, b0)
     proposed = effects.alter_partition.new_isr if effects.alter_partition is not None else None
-    epoch2 = PartitionRegistration(2, 2, 3, replicas, (2, 1))   # step 5
-    b2.apply_registration(epoch2, 0)
-    b1.apply_registration(epoch2, 0)
-    for _ in range(3):
-        fetch(b1, b2)
-    return {"committed_at_0": committed_at_0, "deleted_below": 1, "diverging_epoch": answer.diverging_epoch,
-            "proposed_isr": proposed, "new_leader_hw": b2.high_watermark,
-            "new_leader_log_start": b2.log_start_offset, "served_at_0": logs[2][0]}
+    return {"committed_at_0": committed_at_0, "answer_error": answer.error_code, "proposed_isr": proposed,
+            "follower_log_start": b2.log_start_offset, "follower_log": logs[2]}
