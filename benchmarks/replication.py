@@ -12,7 +12,10 @@ producers and share consumers.
    three replicas; the leader's node is hard-killed; measured from the kill to the first
    acknowledged produce, to the new leader in the metadata, and to the first record produced
    after the kill that the share consumer receives (served by the new leader's share-partition
-   leader). The broker is restarted and rejoins the ISR before the next kill.
+   leader). Beside it, a topic of --failover-partitions partitions (300 by default, 3 replicas):
+   at each kill, the time until every one of them that the killed broker led has a new leader in
+   the metadata (issue 16: hundreds of partitions moved within 3 s). The broker is restarted and
+   rejoins the ISR before the next kill.
 
     python -m benchmarks.replication                  # both parts, results in benchmarks/results/replication/
     python -m benchmarks.replication --kills 5 --records 200000
@@ -158,6 +161,14 @@ def failover_part(args) -> dict:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         topic, group = f"failover-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
         admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(60)
+        bulk = f"failover-bulk-{uuid.uuid4().hex[:6]}"
+        if args.failover_partitions:
+            admin.create_topics([NewTopic(bulk, args.failover_partitions, 3)])[bulk].result(120)
+
+        def bulk_leaders() -> dict[int, int]:
+            if not args.failover_partitions:
+                return {}
+            return {p: m.leader for p, m in admin.list_topics(bulk, timeout=10).topics[bulk].partitions.items()}
         for f in admin.incremental_alter_configs([ConfigResource("group", group, incremental_configs=[
                 ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])]).values():
             f.result(60)
@@ -194,12 +205,18 @@ def failover_part(args) -> dict:
             time.sleep(5)
             for k in range(args.kills):
                 victim = cluster.leader(topic, 0)
+                moved = [p for p, leader in bulk_leaders().items() if leader == victim]
                 killed = time.monotonic()
                 cluster.kill_node(victim)
                 deadline = killed + 60
                 leader_s = ack_s = share_s = None
-                while time.monotonic() < deadline and None in (leader_s, ack_s, share_s):
+                all_moved_s = None if moved else 0.0
+                while time.monotonic() < deadline and None in (leader_s, ack_s, share_s, all_moved_s):
                     now = time.monotonic()
+                    if all_moved_s is None:
+                        leaders = bulk_leaders()
+                        if all(leaders.get(p) not in (victim, -1, None) for p in moved):
+                            all_moved_s = time.monotonic() - killed
                     if leader_s is None and cluster.leader(topic, 0) not in (victim, -1):
                         leader_s = now - killed
                     # records sent after the kill: when the first was acknowledged, and consumed
@@ -211,9 +228,11 @@ def failover_part(args) -> dict:
                         share_s = min(late) - killed
                     time.sleep(0.02)
                 kills.append({"victim": victim, "new_leader_s": _r(leader_s), "first_ack_s": _r(ack_s),
-                              "first_share_record_s": _r(share_s)})
+                              "first_share_record_s": _r(share_s), "moved_partitions": len(moved),
+                              "all_moved_s": _r(all_moved_s)})
                 log(f"kill {k + 1}/{args.kills} of broker {victim}: new leader after {_r(leader_s)} s, first acked "
-                    f"produce after {_r(ack_s)} s, first new record to the share consumer after {_r(share_s)} s")
+                    f"produce after {_r(ack_s)} s, first new record to the share consumer after {_r(share_s)} s, "
+                    f"all {len(moved)} partitions it led in the bulk topic led again after {_r(all_moved_s)} s")
                 cluster.restart_node(victim)
                 isr_deadline = time.monotonic() + 60
                 while len(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs) < 3:
@@ -231,9 +250,9 @@ def failover_part(args) -> dict:
             threads[1].join(90)
         lost = sorted(set(acked) - set(received))
     return {"kills": kills, "rate_per_s": args.rate, "acked": len(acked), "received": len(received),
-            "acked_not_received": len(lost),
+            "acked_not_received": len(lost), "bulk_partitions": args.failover_partitions,
             "median": {key: _median([k[key] for k in kills]) for key in ("new_leader_s", "first_ack_s",
-                                                                         "first_share_record_s")}}
+                                                                         "first_share_record_s", "all_moved_s")}}
 
 
 def _r(x):
@@ -275,13 +294,18 @@ def write_outputs(doc: dict, outdir: Path) -> None:
     if fo:
         lines += ["", f"Failover (LocalCluster, 3 brokers; 1 partition, 3 replicas, min.insync.replicas=2; an "
                       f"idempotent acks=all producer at {fo['rate_per_s']} records/s and one ShareConsumer; the "
-                      f"leader's node hard-killed {len(fo['kills'])} times, restarted between kills):", "",
-                  "| kill | victim | new leader s | first acked produce s | first new record to the share consumer s |",
-                  "|---:|---:|---:|---:|---:|"]
+                      f"leader's node hard-killed {len(fo['kills'])} times, restarted between kills; beside it a "
+                      f"topic of {fo.get('bulk_partitions', 0)} partitions with 3 replicas, of which the killed "
+                      f"broker led the *moved* ones):", "",
+                  "| kill | victim | new leader s | first acked produce s | first new record to the share consumer s "
+                  "| moved partitions | every moved partition led again s |",
+                  "|---:|---:|---:|---:|---:|---:|---:|"]
         for i, k in enumerate(fo["kills"], 1):
-            lines.append(f"| {i} | {k['victim']} | {k['new_leader_s']} | {k['first_ack_s']} | {k['first_share_record_s']} |")
+            lines.append(f"| {i} | {k['victim']} | {k['new_leader_s']} | {k['first_ack_s']} | {k['first_share_record_s']} "
+                         f"| {k.get('moved_partitions', '–')} | {k.get('all_moved_s', '–')} |")
         md = fo["median"]
-        lines.append(f"| median | | {md['new_leader_s']} | {md['first_ack_s']} | {md['first_share_record_s']} |")
+        lines.append(f"| median | | {md['new_leader_s']} | {md['first_ack_s']} | {md['first_share_record_s']} | "
+                     f"| {md.get('all_moved_s', '–')} |")
         lines += ["", f"Acknowledged {fo['acked']:,} records; the share consumer received {fo['received']:,}; "
                       f"acknowledged but never received: {fo['acked_not_received']}."]
     (outdir / "replication.md").write_text("\n".join(lines) + "\n")
@@ -328,6 +352,8 @@ def main(argv=None) -> int:
     ap.add_argument("--record-size", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--kills", type=int, default=3)
+    ap.add_argument("--failover-partitions", type=int, default=300,
+                    help="partitions (3 replicas) of the topic beside the failover topic, moved by each kill")
     ap.add_argument("--rate", type=float, default=500, help="failover producer records/s")
     ap.add_argument("--parts", default="throughput,failover")
     ap.add_argument("--phase-timeout", type=float, default=300)

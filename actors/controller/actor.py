@@ -524,8 +524,9 @@ class ControllerActor:
         """Answer only once new replicas listen and know their partition's state, so a client's
         first produce after a create finds the leader reachable from its gateway."""
         deadline = asyncio.get_running_loop().time() + PARTITION_START_TIMEOUT_S
-        while not all(map(self._serving, keys)) and await self._await_change(deadline):
-            pass
+        waiting = [key for key in keys if not self._serving(key)]
+        while waiting and await self._await_change(deadline):
+            waiting = [key for key in waiting if not self._serving(key)]  # only those not ready yet
 
     def _serving(self, key: tuple) -> bool:
         """Replica `key` listens and, if it is its partition's leader, confirmed that it leads."""
