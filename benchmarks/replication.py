@@ -41,7 +41,7 @@ SERIES = [  # (name, replication factor, acks, topic configs)
     ("RF 1, acks=1", 1, "1", {}),
     ("RF 3, acks=all", 3, "all", {"min.insync.replicas": "2"}),
 ]
-REPLICA_CLASSES = ("ray::PartitionActor", "ray::GroupCoordinatorActor", "ray::ShareCoordinatorActor")
+REPLICA_CLASSES = ("ray::ShardActor",)  # every replica (user partitions and coordinators) lives in one
 
 
 def log(msg: str) -> None:
@@ -50,7 +50,8 @@ def log(msg: str) -> None:
 
 # ---- part 1: throughput --------------------------------------------------------------------
 def replica_memory(root: int) -> dict:
-    """PSS of each replica actor process (user partitions and coordinators) in the broker's tree."""
+    """PSS of each shard actor process (hosting the replicas: user partitions and coordinators) in the
+    broker's tree."""
     pss = []
     for pid in tp.proc_tree(root, True):
         if tp._cmdline(pid).startswith(REPLICA_CLASSES):
@@ -285,7 +286,7 @@ def write_outputs(doc: dict, outdir: Path) -> None:
             lines.append(f"| {label} | {p['mb_s']} | {p['lat_p50_ms']} / {p['lat_p99_ms']} | {f['mb_s']} | "
                          f"{p.get('broker_cpu_s')} |")
         r = t.get("replicas") or {}
-        lines += ["", f"Replica actors: {r.get('replica_actors')} processes, median PSS {r.get('pss_mib_median')} MiB "
+        lines += ["", f"Shard actors (hosting every replica): {r.get('replica_actors')} processes, median PSS {r.get('pss_mib_median')} MiB "
                       f"each ({r.get('pss_mib_total')} MiB in all).", "",
                   "| Ray node | processes | PSS MiB |", "|---|---:|---:|"]
         for node, n in t.get("per_node", {}).items():
