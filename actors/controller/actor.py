@@ -553,18 +553,55 @@ class ControllerActor:
                 liveness.broker_epoch if liveness is not None else -1,
                 tuple(r for r in p.replicas if not self.core.replication.is_live(r)))
 
+    @staticmethod
+    def _update_args(state: tuple) -> list:
+        """A replica's `update` arguments for partition state `state` (see `_partition_state`)."""
+        leader, leader_epoch, partition_epoch, replicas, isr, endpoint, broker_epoch, fenced = state
+        return [{"leader": leader, "leader_epoch": leader_epoch, "partition_epoch": partition_epoch,
+                 "replicas": list(replicas), "isr": list(isr)}, endpoint, broker_epoch, list(fenced)]
+
+    def _confirmed(self, key: tuple, actor, state: tuple) -> bool:
+        """Replica `key` took `state`: if it leads, the image may route to it now (True: changed)."""
+        leader, leader_epoch = state[0], state[1]
+        if leader == key[2] and self.replica_actors.get(key) is actor and self.leading.get(key, -1) < leader_epoch:
+            self.leading[key] = leader_epoch
+            return True
+        return False
+
     async def _tell(self, key: tuple, actor) -> None:
         state = self._partition_state(key)
         if state is None:
             return
-        leader, leader_epoch, partition_epoch, replicas, isr, endpoint, broker_epoch, fenced = state
         self.told[key] = state
-        await actor.update.remote({"leader": leader, "leader_epoch": leader_epoch, "partition_epoch": partition_epoch,
-                                   "replicas": list(replicas), "isr": list(isr)}, endpoint, broker_epoch,
-                                  list(fenced))
-        if leader == key[2] and self.replica_actors.get(key) is actor and self.leading.get(key, -1) < leader_epoch:
-            self.leading[key] = leader_epoch
-            self._bump()  # the image may route to this leader now
+        await actor.update.remote(*self._update_args(state))
+        if self._confirmed(key, actor, state):
+            self._bump()
+
+    async def _tell_shard(self, shard, replicas: list[tuple]) -> None:
+        """Tell several replicas of one shard their partitions' state in one Ray call (after a
+        broker's loss, hundreds of partitions change leader at once: one call each cost seconds)."""
+        told = []
+        for key, actor in replicas:
+            state = self._partition_state(key)
+            if state is not None:
+                self.told[key] = state
+                told.append((key, actor, state))
+        try:
+            results = await shard.call_many.remote([(key[:2], "update", self._update_args(state))
+                                                    for key, _, state in told])
+        except Exception as e:  # the shard died: its supervisors tell its replicas when it is back
+            for key, _, _ in told:
+                self.told.pop(key, None)
+            log.debug("could not tell a shard's %d replicas their partitions' state: %s", len(told), e)
+            return
+        changed = False
+        for (key, actor, state), (ok, _) in zip(told, results):
+            if ok:
+                changed = self._confirmed(key, actor, state) or changed
+            else:
+                self.told.pop(key, None)  # not hosted (yet): its supervisor tells it
+        if changed:
+            self._bump()
 
     async def _publish(self) -> None:
         """After every change, tell each listening replica whose partition state moved. A replica
@@ -572,9 +609,15 @@ class ControllerActor:
         when it wakes (older states are ignored by the replica)."""
         while True:
             try:
+                by_shard: dict[Any, list] = {}
                 for key, actor in list(self.replica_actors.items()):
                     if key in self.replica_listeners and self.told.get(key) != self._partition_state(key):
-                        asyncio.ensure_future(self._tell_quietly(key, actor))
+                        by_shard.setdefault(actor.shard, []).append((key, actor))
+                for shard, replicas in by_shard.items():
+                    if len(replicas) == 1:
+                        asyncio.ensure_future(self._tell_quietly(*replicas[0]))
+                    else:
+                        asyncio.ensure_future(self._tell_shard(shard, replicas))
             except Exception:
                 log.exception("telling replicas their partitions' state failed")
             if await self._await_change(asyncio.get_running_loop().time() + METADATA_WAIT_S_MAX):

@@ -109,6 +109,16 @@ class ShardActor:
                     await asyncio.sleep(0)
                     now = time.time_ns() // 1_000_000
 
+    async def call_many(self, calls: list[tuple[tuple[uuid.UUID, int], str, list]]) -> list[tuple[bool, Any]]:
+        """Several control calls in one Ray call, in order: (True, result) or (False, why) each."""
+        results = []
+        for key, method, args in calls:
+            try:
+                results.append((True, await self.call(key, method, *args)))
+            except Exception as e:
+                results.append((False, f"{type(e).__name__}: {e}"))
+        return results
+
     def hosted(self) -> list[tuple[uuid.UUID, int]]:
         return list(self.replicas)
 
