@@ -1,15 +1,16 @@
 """A partition replica's shell: owns one PartitionCore (log + producer state) and one ReplicaCore
 (leader epoch, ISR, high watermark, followers, acks=all waiters) for one replica of one
 topic-partition on one broker; reads the clock, carries out what the replication core decides,
-wakes long-polling fetches, and runs retention on a timer.
+wakes long-polling fetches, and runs retention when its shard's timer says.
 
 A replica is an actor-like unit hosted by a shard actor (actors/shard/), with many others: its own
-state machines, its own leadership, its own tasks. Its node's gateway reaches it through the
+state machines, its own leadership. Its node's gateway reaches it through the
 shard's Unix-socket listener (listener.py: produce, fetch, follower fetch, share fetch...), whose
 frames name their partition. As a follower it is fetched for by its shard's fetcher for its
-leader's broker, with the shard's other followers of that broker (fetcher.py). Control calls come through the shard's `call` (Ray): listen, the controller's
-partition state (`update`), reconfigure, delete, admin reads; AlterPartition goes to the controller
-as a Ray call.
+leader's broker, with the shard's other followers of that broker (fetcher.py); its timers are the
+shard's too (`replication_tick`, `retention_tick`). Control calls come through the shard's `call`
+(Ray): listen, the controller's partition state (`update`), reconfigure, delete, admin reads;
+AlterPartition goes to the controller as a Ray call.
 """
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ class PartitionActor:
         self._claim_dir()
         self.core = PartitionCore.open(self.dir, spec["config"], now_ms=now_ms())
         broker_config = spec["broker_config"]
-        self.replica_lag_time_max_ms = int(broker_config.get("replica.lag.time.max.ms", REPLICA_LAG_TIME_MAX_MS_DEFAULT))
+        self.replica_lag_time_max_ms = int(broker_config.get("replica.lag.time.max.ms",
+                                                             REPLICA_LAG_TIME_MAX_MS_DEFAULT))
         log_ = self.core.log
         self.replica = ReplicaCore(self.broker_id, log_end_offset=log_.log_end_offset,
                                    log_start_offset=log_.log_start_offset,
