@@ -81,6 +81,14 @@ class MetadataImage:
         return topic.partitions[index].leader
 
 
+class ReplicaHostDied(ConnectionError):
+    pass
+
+
+class ReplicaCallFailed(RuntimeError):
+    pass
+
+
 class ControllerActor:
     def __init__(self, broker_config: dict[str, Any]):
         log_to_stderr()
@@ -107,6 +115,13 @@ class ControllerActor:
         # leader (and its gateway routes to it) only once the leader knows it leads in this epoch
         self.leading: dict[tuple[uuid.UUID, int, int], int] = {}
         self.supervisors: dict[tuple, asyncio.Task] = {}
+        # one watcher per shard (by its actor id): a pending call that fails when the shard dies,
+        # setting that life's future, which the supervisors of its replicas wait on
+        self.shard_watchers: dict[Any, asyncio.Task] = {}
+        self.shard_lives: dict[Any, asyncio.Future] = {}
+        # control calls to replicas, gathered per shard while the event loop turns (see _shard_call)
+        self.shard_batches: dict[Any, list] = {}
+        self.own_handle = None
         self.shards: dict[tuple[int, int], Any] = {}  # (broker id, shard index) -> shard actor
         self.node_cpus: dict[str, int] = {}  # Ray node id -> its CPU count (the default shard count)
         self.changed = asyncio.Event()
@@ -156,7 +171,7 @@ class ControllerActor:
                         continue
                     key = (topic_id, partition, broker_id)
                     self.replica_actors[key] = actor = HostedReplica(shard, self._replica_spec(topic, partition, broker_id))
-                    found.append((key, actor, "listen", "until_closed"))
+                    found.append((key, actor, "listen", None))
         for broker_id, broker in self.core.brokers.items():
             gateway = running(composition.gateway_name(broker_id))
             if gateway is not None:
@@ -420,6 +435,10 @@ class ControllerActor:
         keys = [k for k in self.replica_actors if k[0] == topic.topic_id]
         actors = [self.replica_actors.pop(k) for k in keys]
         for k in keys:
+            supervisor = self.supervisors.pop(k, None)
+            if supervisor is not None:
+                supervisor.cancel()
+        for k in keys:
             self.replica_listeners.pop(k, None)
             self.told.pop(k, None)
             self.leading.pop(k, None)
@@ -458,7 +477,8 @@ class ControllerActor:
     async def shutdown(self) -> None:
         """Stop the gateways, close every partition actor this controller started (flushing their
         logs), then kill them."""
-        for task in [*self.supervisors.values(), self.node_watcher, self.ticker, self.publisher]:
+        for task in [*self.supervisors.values(), *self.shard_watchers.values(), self.node_watcher, self.ticker,
+                     self.publisher]:
             if task is not None:
                 task.cancel()
         gateways = list(self.gateways.values())
@@ -490,27 +510,33 @@ class ControllerActor:
         self.changed.set()
         self.changed = asyncio.Event()
 
-    async def _supervise(self, key, actor, serve: str = "listen", until: str = "until_closed") -> None:
-        """Keep a replica (or a gateway) serving: when Ray restarts it (the pending `until` call
-        fails), call `serve` again, so it listens, knows its partition's state, and the metadata
-        names its new address."""
+    async def _supervise(self, key, actor, serve: str = "listen", until: str | None = None) -> None:
+        """Keep a replica (or a gateway) serving: when Ray restarts it, call `serve` again, so it
+        listens, knows its partition's state, and the metadata names its new address. A gateway's
+        restart fails its pending `until` call; a replica's is its shard's death, which one watcher
+        per shard reports to every supervisor of its replicas (not a pending call per replica)."""
         delay_s = SUPERVISE_RETRY_S
-        while key[0] == "gateway" or self.replica_actors.get(key) is actor:
+        gateway = key[0] == "gateway"
+        while gateway or self.replica_actors.get(key) is actor:
             try:
-                address = await getattr(actor, serve).remote()
+                life = None if gateway else self._shard_life(actor.shard)
+                address = await (getattr(actor, serve).remote() if gateway else
+                                 self._shard_call(actor, "host", actor.spec))
                 delay_s = SUPERVISE_RETRY_S
-                if key[0] != "gateway":
-                    # its address first: the image routes to a leader only once it also confirmed
-                    # that it leads (`_tell`), so no moment names a new leader at an old address
-                    self._register_listener(key, address)
-                    self.told.pop(key, None)
-                    await self._tell(key, actor)
-                await getattr(actor, until).remote()
-                return
+                if gateway:
+                    await getattr(actor, until).remote()
+                    return
+                # its address first: the image routes to a leader only once it also confirmed
+                # that it leads (`_tell`), so no moment names a new leader at an old address
+                self._register_listener(key, address)
+                self.told.pop(key, None)
+                await self._tell(key, actor)
+                await asyncio.shield(life)
+                raise ReplicaHostDied(f"the shard hosting {key} died")
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                if key[0] == "gateway":
+                if gateway:
                     self.serving.discard(key[1])
                     self.broker_failures[key[1]] = str(getattr(e, "cause", None) or e).splitlines()[-1]
                     self._bump()
@@ -519,6 +545,29 @@ class ControllerActor:
                 log.info("%s failed or restarted (%s); asking it to serve again", key, type(e).__name__)
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, SUPERVISE_RETRY_S_MAX)
+
+    def _shard_life(self, shard) -> asyncio.Future:
+        """A future set when `shard` dies (Ray then restarts it empty): its current life."""
+        shard_id = shard._actor_id
+        watcher = self.shard_watchers.get(shard_id)
+        if watcher is None or watcher.done():
+            self.shard_lives[shard_id] = asyncio.get_running_loop().create_future()
+            self.shard_watchers[shard_id] = asyncio.ensure_future(self._watch_shard(shard_id, shard))
+        return self.shard_lives[shard_id]
+
+    async def _watch_shard(self, shard_id, shard) -> None:
+        while any(s._actor_id == shard_id for s in self.shards.values()):
+            try:
+                await shard.until_stopped.remote()
+                return  # closed on purpose
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.info("shard %s died (%s): its replicas are hosted again", shard_id.hex()[:8], type(e).__name__)
+                self.shard_lives[shard_id].set_result(None)
+                self.shard_lives[shard_id] = asyncio.get_running_loop().create_future()
+                await asyncio.sleep(SUPERVISE_RETRY_S)
+        self.shard_watchers.pop(shard_id, None)
 
     async def _await_listening(self, keys: list) -> None:
         """Answer only once new replicas listen and know their partition's state, so a client's
@@ -573,35 +622,44 @@ class ControllerActor:
         if state is None:
             return
         self.told[key] = state
-        await actor.update.remote(*self._update_args(state))
+        await self._shard_call(actor, "update", *self._update_args(state))
         if self._confirmed(key, actor, state):
             self._bump()
 
-    async def _tell_shard(self, shard, replicas: list[tuple]) -> None:
-        """Tell several replicas of one shard their partitions' state in one Ray call (after a
-        broker's loss, hundreds of partitions change leader at once: one call each cost seconds)."""
-        told = []
-        for key, actor in replicas:
-            state = self._partition_state(key)
-            if state is not None:
-                self.told[key] = state
-                told.append((key, actor, state))
+    def _shard_call(self, replica: HostedReplica, method: str, *args) -> asyncio.Future:
+        """A control call to a hosted replica ("host": have its shard host it). Calls to one shard
+        made while the event loop turns travel as one Ray call (`ShardActor.call_many`): creating
+        1,000 partitions, or a broker's loss moving hundreds, is a few Ray calls per shard, not two
+        per replica (each costs the controller ~1-2 ms of CPU)."""
+        loop = asyncio.get_running_loop()
+        shard_id = replica.shard._actor_id
+        batch = self.shard_batches.get(shard_id)
+        if batch is None:
+            batch = self.shard_batches[shard_id] = []
+            loop.call_soon(self._send_shard_batch, shard_id, replica.shard)
+        answer = loop.create_future()
+        batch.append((replica.key, method, list(args), answer))
+        return answer
+
+    def _send_shard_batch(self, shard_id, shard) -> None:
+        batch = self.shard_batches.pop(shard_id)
+        sent = shard.call_many.remote([(key, method, args) for key, method, args, _ in batch])
+        asyncio.ensure_future(self._answer_shard_batch(sent, batch))
+
+    @staticmethod
+    async def _answer_shard_batch(sent, batch: list) -> None:
         try:
-            results = await shard.call_many.remote([(key[:2], "update", self._update_args(state))
-                                                    for key, _, state in told])
-        except Exception as e:  # the shard died: its supervisors tell its replicas when it is back
-            for key, _, _ in told:
-                self.told.pop(key, None)
-            log.debug("could not tell a shard's %d replicas their partitions' state: %s", len(told), e)
-            return
-        changed = False
-        for (key, actor, state), (ok, _) in zip(told, results):
+            results = await sent
+        except Exception as e:  # the shard died: every call of the batch failed
+            results = [(False, e)] * len(batch)
+        for (key, method, _, answer), (ok, result) in zip(batch, results):
+            if answer.done():
+                continue
             if ok:
-                changed = self._confirmed(key, actor, state) or changed
+                answer.set_result(result)
             else:
-                self.told.pop(key, None)  # not hosted (yet): its supervisor tells it
-        if changed:
-            self._bump()
+                answer.set_exception(result if isinstance(result, Exception) else
+                                     ReplicaCallFailed(f"{method} of {key}: {result}"))
 
     async def _publish(self) -> None:
         """After every change, tell each listening replica whose partition state moved. A replica
@@ -609,15 +667,9 @@ class ControllerActor:
         when it wakes (older states are ignored by the replica)."""
         while True:
             try:
-                by_shard: dict[Any, list] = {}
                 for key, actor in list(self.replica_actors.items()):
                     if key in self.replica_listeners and self.told.get(key) != self._partition_state(key):
-                        by_shard.setdefault(actor.shard, []).append((key, actor))
-                for shard, replicas in by_shard.items():
-                    if len(replicas) == 1:
-                        asyncio.ensure_future(self._tell_quietly(*replicas[0]))
-                    else:
-                        asyncio.ensure_future(self._tell_shard(shard, replicas))
+                        asyncio.ensure_future(self._tell_quietly(key, actor))  # (one Ray call per shard)
             except Exception:
                 log.exception("telling replicas their partitions' state failed")
             if await self._await_change(asyncio.get_running_loop().time() + METADATA_WAIT_S_MAX):
@@ -681,7 +733,13 @@ class ControllerActor:
                 "config": config or TopicConfig.from_kafka(self.core.effective_configs(topic)),
                 "broker_config": self.core.broker_config,
                 "log_dir": str(self.data_dir / f"broker-{broker_id}"), "internal": topic.internal,
-                "controller": ray.get_runtime_context().current_actor, "listen_host": broker.host}
+                "controller": self._own_handle(), "listen_host": broker.host}
+
+    def _own_handle(self):
+        """This actor's handle, one object for every spec (pickled once per message, not per spec)."""
+        if self.own_handle is None:
+            self.own_handle = ray.get_runtime_context().current_actor
+        return self.own_handle
 
     def _start_replica(self, spec: dict, broker) -> HostedReplica:
         """A replica on its broker's node, in the shard a stable function of its partition picks

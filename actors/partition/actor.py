@@ -86,7 +86,6 @@ class PartitionActor:
         self.last_checkpoint_ms = 0
         self.hosted_by = host  # the shard: its listener serves this replica, its fetchers fetch for it
         self.shares = ShareLeaders(self, broker_config, spec["controller"])
-        self.closed = asyncio.Event()
 
     def _replication_config(self, topic_config) -> ReplicationConfig:
         return ReplicationConfig(replica_lag_time_max_ms=self.replica_lag_time_max_ms,
@@ -104,11 +103,6 @@ class PartitionActor:
         """The Ray node this replica runs on (where placement really put it)."""
         import ray
         return ray.get_runtime_context().get_node_id()
-
-    async def until_closed(self) -> None:
-        """Returns when this replica closes; raises in the caller when its shard dies, which is how
-        the controller learns that Ray restarted the shard (and must have it host this again)."""
-        await self.closed.wait()
 
     def _claim_dir(self) -> None:
         """A directory left by a deleted topic of the same name is not ours: start empty."""
@@ -390,7 +384,6 @@ class PartitionActor:
         self.replica.config = self._replication_config(config)
 
     async def close(self) -> None:
-        self.closed.set()
         self._stop_following()
         self.shares.close()
         save_high_watermark(self.dir, self.core.high_watermark)

@@ -51,6 +51,7 @@ class ShardActor:
             "log.retention.check.interval.ms", RETENTION_CHECK_INTERVAL_MS_DEFAULT)) / 1000
         self.timers: list[asyncio.Task] = []
         self.records_taken = asyncio.Event()  # set (and replaced) whenever a hosted replica takes records
+        self.stopped = asyncio.Event()
 
     async def listen(self) -> str:
         """The shard's data-path listener (started once): every hosted replica is served on it."""
@@ -111,20 +112,28 @@ class ShardActor:
                     now = time.time_ns() // 1_000_000
 
     async def call_many(self, calls: list[tuple[tuple[uuid.UUID, int], str, list]]) -> list[tuple[bool, Any]]:
-        """Several control calls in one Ray call, in order: (True, result) or (False, why) each."""
+        """Several control calls in one Ray call, in order ("host": `host(spec)`; any other: a
+        replica's method): (True, result) or (False, why) each."""
         results = []
         for key, method, args in calls:
             try:
-                results.append((True, await self.call(key, method, *args)))
+                result = await (self.host(*args) if method == "host" else self.call(key, method, *args))
+                results.append((True, result))
             except Exception as e:
                 results.append((False, f"{type(e).__name__}: {e}"))
         return results
+
+    async def until_stopped(self) -> None:
+        """Returns when this shard is closed; raises in the caller when its process dies, which is
+        how the controller learns that Ray restarted it (and must have it host its replicas again)."""
+        await self.stopped.wait()
 
     def hosted(self) -> list[tuple[uuid.UUID, int]]:
         return list(self.replicas)
 
     async def close(self) -> None:
         """Close every hosted replica (flushing its log)."""
+        self.stopped.set()
         replicas, self.replicas = list(self.replicas.values()), {}
         await asyncio.gather(*(r.close() for r in replicas), return_exceptions=True)
         self.fetchers.close()
