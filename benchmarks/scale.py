@@ -242,41 +242,9 @@ def worker_produce_all(p: dict) -> None:
     prod = Producer({**conf, "on_delivery": on_dr})
     for t in p["topics"]:
         prod.list_topics(topic=t, timeout=30)  # connections + metadata before the clock starts
-    produce, poll, nt = prod.produce, prod.poll, len(targets)
     cpu0 = tp._cpu_self()
     t_start = pc()
-    next_report = time.monotonic() + p["progress_every"]
-    i = 0
-    while i < n:
-        t, part = targets[i % nt]
-        try:
-            if i % sample_every == 0:
-                produce(t, pool[i & 255], partition=part, on_delivery=sampled(pc()))
-            else:
-                produce(t, pool[i & 255], partition=part)
-        except BufferError:
-            poll(0.01)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"produce timed out after {i} records (client queue full)")
-            continue
-        i += 1
-        if (i & 1023) == 0:
-            poll(0)
-            now = time.monotonic()
-            if now >= next_report:
-                _emit("PROGRESS", phase="produce", sent=i, acked=state["ok"], errors=state["err"],
-                      elapsed=round(pc() - t_start, 1))
-                next_report = now + p["progress_every"]
-                if now > deadline:
-                    raise TimeoutError(f"produce timed out after {i} records")
-    while True:
-        left = prod.flush(min(p["progress_every"], max(0.1, deadline - time.monotonic())))
-        if left == 0:
-            break
-        _emit("PROGRESS", phase="produce-flush", sent=i, acked=state["ok"], errors=state["err"],
-              in_queue=left, elapsed=round(pc() - t_start, 1))
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"flush timed out with {left} in queue ({state['ok']} acknowledged)")
+    tp.produce_all(prod, targets, pool, n, sampled, state, deadline, p["progress_every"], sample_every, t_start)
     wall = pc() - t_start
     cpu = tp._cpu_self() - cpu0
     if state["err"]:
@@ -288,7 +256,7 @@ def worker_produce_all(p: dict) -> None:
 
     _emit("RESULT", records=n, bytes=n * size, wall_s=round(wall, 3), mb_s=round(n * size / wall / MB, 2),
           rec_s=round(n / wall, 1), lat_p50_ms=pct(0.5), lat_p99_ms=pct(0.99), client_cpu_s=round(cpu, 2),
-          partitions=nt, first_offsets=[[t, part, off] for (t, part), off in sorted(first.items())])
+          partitions=len(targets), first_offsets=[[t, part, off] for (t, part), off in sorted(first.items())])
 
 
 def worker_fetch_all(p: dict) -> None:

@@ -112,7 +112,6 @@ def worker_produce(p: dict) -> None:
     rng = random.Random(0xC0FFEE)
     pool_n = 1024
     pool = [rng.randbytes(size) for _ in range(pool_n)]
-    mask = pool_n - 1
     sample_every = max(1, n // p["latency_samples"])
 
     state = {"ok": 0, "err": 0, "first_err": None}
@@ -139,14 +138,41 @@ def worker_produce(p: dict) -> None:
     if nparts == 0:
         raise RuntimeError(f"topic {topic} has no partitions")
 
-    produce = prod.produce
-    poll = prod.poll
     cpu0 = _cpu_self()
     t_start = pc()
-    next_report = time.monotonic() + p["progress_every"]
+    produce_all(prod, [(topic, part) for part in range(nparts)], pool, n, sampled, state, deadline,
+                p["progress_every"], sample_every, t_start, stop_on_error=True)
+    cpu = _cpu_self() - cpu0
+    wall = pc() - t_start
+    if state["err"]:
+        raise RuntimeError(f"{state['err']} delivery errors, first: {state['first_err']}")
+    if state["ok"] != n:
+        raise RuntimeError(f"delivered {state['ok']} != {n}")
+    lat_ms = sorted(x * 1000 for x in lat)
+
+    def pct(q):
+        return round(lat_ms[min(len(lat_ms) - 1, int(q * len(lat_ms)))], 2) if lat_ms else None
+
+    _emit("RESULT", phase="produce", records=n, bytes=n * size, wall_s=round(wall, 4),
+          mb_s=round(n * size / wall / MB, 2), mib_s=round(n * size / wall / MIB, 2),
+          rec_s=round(n / wall, 1), lat_p50_ms=pct(0.50), lat_p99_ms=pct(0.99),
+          lat_max_ms=round(lat_ms[-1], 2) if lat_ms else None, lat_samples=len(lat_ms),
+          client_cpu_s=round(cpu, 2), partitions=nparts)
+
+
+def produce_all(prod, targets: list[tuple[str, int]], pool: list[bytes], n: int, sampled, state: dict,
+                deadline: float, progress_every: float, sample_every: int, t_start: float, *,
+                stop_on_error: bool = False) -> int:
+    """Produce n records round-robin over `targets` ((topic, partition)s), values from `pool`
+    (a power-of-two count), every sample_every-th with a latency-sampling callback (`sampled(t0)`),
+    reporting progress; then flush. Returns how many were sent (fewer when stop_on_error and a
+    delivery failed)."""
+    produce, poll, pc = prod.produce, prod.poll, time.perf_counter
+    mask, nt = len(pool) - 1, len(targets)
+    next_report = time.monotonic() + progress_every
     i = 0
     while i < n:
-        part = i % nparts
+        topic, part = targets[i % nt]
         try:
             if i % sample_every == 0:
                 produce(topic, pool[i & mask], partition=part, on_delivery=sampled(pc()))
@@ -164,37 +190,19 @@ def worker_produce(p: dict) -> None:
             if now >= next_report:
                 _emit("PROGRESS", phase="produce", sent=i, acked=state["ok"], errors=state["err"],
                       elapsed=round(pc() - t_start, 1))
-                next_report = now + p["progress_every"]
+                next_report = now + progress_every
                 if now > deadline:
                     raise TimeoutError(f"produce timed out after {i} records")
-                if state["err"] > 0:
+                if stop_on_error and state["err"] > 0:
                     break
-    # flush with progress
-    while True:
-        left = prod.flush(min(p["progress_every"], max(0.1, deadline - time.monotonic())))
+    while True:  # flush with progress
+        left = prod.flush(min(progress_every, max(0.1, deadline - time.monotonic())))
         if left == 0:
-            break
+            return i
         _emit("PROGRESS", phase="produce-flush", sent=i, acked=state["ok"], errors=state["err"],
               in_queue=left, elapsed=round(pc() - t_start, 1))
         if time.monotonic() > deadline:
-            raise TimeoutError(f"flush timed out with {left} in queue")
-    t_end = pc()
-    cpu = _cpu_self() - cpu0
-    wall = t_end - t_start
-    if state["err"]:
-        raise RuntimeError(f"{state['err']} delivery errors, first: {state['first_err']}")
-    if state["ok"] != n:
-        raise RuntimeError(f"delivered {state['ok']} != {n}")
-    lat_ms = sorted(x * 1000 for x in lat)
-
-    def pct(q):
-        return round(lat_ms[min(len(lat_ms) - 1, int(q * len(lat_ms)))], 2) if lat_ms else None
-
-    _emit("RESULT", phase="produce", records=n, bytes=n * size, wall_s=round(wall, 4),
-          mb_s=round(n * size / wall / MB, 2), mib_s=round(n * size / wall / MIB, 2),
-          rec_s=round(n / wall, 1), lat_p50_ms=pct(0.50), lat_p99_ms=pct(0.99),
-          lat_max_ms=round(lat_ms[-1], 2) if lat_ms else None, lat_samples=len(lat_ms),
-          client_cpu_s=round(cpu, 2), partitions=nparts)
+            raise TimeoutError(f"flush timed out with {left} in queue ({state['ok']} acknowledged)")
 
 
 def worker_fetch(p: dict) -> None:
