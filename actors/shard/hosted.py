@@ -1,7 +1,10 @@
 """How a partition replica hosted by a shard is found and called (no Ray here).
 
 `shard_index` places a replica on one of its broker's shards by a stable function of (topic id,
-partition), so a restarted shard, or a restarted controller, finds the same replicas on it.
+partition), so a restarted shard, or a restarted controller, finds the same replicas on it. A
+topic's partitions go round-robin over the shards from a start that the topic id picks, so a
+topic of N partitions loads every shard with N/shards of them (a hash of the partition too would
+put all 3 partitions of a topic on one of 2 shards one time in four, halving its throughput).
 `HostedReplica` is what the controller, gateways and coordinators hold for a hosted replica: it is
 called like an actor handle (`replica.update.remote(...)`), and each call becomes the shard's
 `call(key, method, ...)`; `listen` becomes `host(spec)`, which hosts the replica if its shard does
@@ -20,7 +23,7 @@ from crc32c import crc32c
 
 def shard_index(topic_id: uuid.UUID, partition: int, shard_count: int) -> int:
     """The shard of its broker that hosts a replica of (topic id, partition)."""
-    return crc32c(topic_id.bytes + partition.to_bytes(4, "big")) % shard_count
+    return (crc32c(topic_id.bytes) + partition) % shard_count
 
 
 class HostedReplica:
