@@ -40,6 +40,10 @@ ADOPT_TIMEOUT_S = 10.0
 SUPERVISE_RETRY_S = 0.2
 SUPERVISE_RETRY_S_MAX = 5.0
 NODE_POLL_S = 1.0
+# after a shard died (its node may have): ray.nodes() is polled this often for a while, so a lost
+# node's partitions move as soon as Ray declares it dead, not up to NODE_POLL_S later
+NODE_POLL_S_SUSPECT = 0.1
+NODE_SUSPECT_S = 5.0
 REPLICATION_TICK_S = 0.25  # session expiry checks
 STALL_GRACE_MS = 1000  # a tick this late means the controller itself stalled
 LEADER_IMBALANCE_CHECK_INTERVAL_S_DEFAULT = 300  # leader.imbalance.check.interval.seconds
@@ -130,6 +134,8 @@ class ControllerActor:
         self.serving: set[int] = set()  # brokers whose gateway registered in this incarnation
         self.broker_failures: dict[int, str] = {}  # broker id -> why its gateway could not start
         self.node_watcher: asyncio.Task | None = None
+        self.nodes_suspect_until = 0.0  # loop time until which ray.nodes() is polled fast
+        self.node_poll_wake = asyncio.Event()
         self.ticker: asyncio.Task | None = None
         self.publisher: asyncio.Task | None = None
         self.to_supervise = self._adopt_running_actors()
@@ -215,6 +221,7 @@ class ControllerActor:
                                    f"Ray nodes: {len(ray.nodes())} (is every broker node up?)")
 
     async def _watch_nodes(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             try:
                 await self._deploy_new_nodes()
@@ -222,7 +229,17 @@ class ControllerActor:
                 raise
             except Exception:
                 log.exception("starting brokers on new Ray nodes failed; trying again")
-            await asyncio.sleep(NODE_POLL_S)
+            wait_s = NODE_POLL_S_SUSPECT if loop.time() < self.nodes_suspect_until else NODE_POLL_S
+            self.node_poll_wake.clear()
+            try:
+                await asyncio.wait_for(self.node_poll_wake.wait(), wait_s)
+            except asyncio.TimeoutError:
+                pass
+
+    def _suspect_nodes(self) -> None:
+        """A shard died: perhaps with its node. Poll Ray's node table fast for a while."""
+        self.nodes_suspect_until = asyncio.get_running_loop().time() + NODE_SUSPECT_S
+        self.node_poll_wake.set()
 
     async def _deploy_new_nodes(self) -> None:
         nodes = list(map(NodeView.of, ray.nodes()))
@@ -564,6 +581,7 @@ class ControllerActor:
                 raise
             except Exception as e:
                 log.info("shard %s died (%s): its replicas are hosted again", shard_id.hex()[:8], type(e).__name__)
+                self._suspect_nodes()
                 self.shard_lives[shard_id].set_result(None)
                 self.shard_lives[shard_id] = asyncio.get_running_loop().create_future()
                 await asyncio.sleep(SUPERVISE_RETRY_S)
