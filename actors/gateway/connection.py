@@ -28,7 +28,7 @@ from typing import Any, Awaitable, Callable
 from protocol.framing import FrameDecoder, FrameTooLarge, MalformedFrame
 from protocol.errors import MalformedMessage
 from protocol.headers import decode_request_header, encode_response
-from actors.gateway.file_region import write_frame
+from actors.gateway.file_region import FileRegion, write_frame
 from actors.gateway.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule, principal_for
 from actors.gateway.security.session import (API_SASL_HANDSHAKE, Action, AuthenticateAnswer, ConnectionSession,
                                              HandshakeAnswer)
@@ -37,6 +37,7 @@ log = logging.getLogger("kray.gateway")
 
 READ_CHUNK_BYTES = 256 * 1024
 INFLIGHT_REQUESTS_PER_CONNECTION_MAX = 16
+COALESCED_ANSWER_BYTES_MAX = 1024 * 1024  # answers ready together are sent together up to this size
 
 
 class CloseConnection(Exception):
@@ -262,30 +263,61 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
 
 
 async def _respond_in_order(pending: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
-    while True:
+    """Write the answers in request order. Answers that are ready one after the other (a client
+    pipelines its requests) go out in one send, not one each; an answer that sends records from a
+    segment file goes out as it is."""
+    ready: list = []  # byte chunks of answers not written yet: every one before the next pending
+    ready_bytes = 0
+    task = None
+    try:
         task = await pending.get()
-        if task is None:
-            return
-        try:
-            frame = await task
-        except (CloseConnection, MalformedMessage) as e:
-            log.warning("closing connection from %s: %s", writer.get_extra_info("peername"), e)
-            _cancel_rest(pending)
-            writer.transport.abort()
-            return
-        except Exception:
-            log.exception("unexpected error handling a request; closing the connection")
-            _cancel_rest(pending)
-            writer.transport.abort()
-            return
-        if frame is not None:
+        while task is not None:
             try:
-                await write_frame(writer, frame)
-            except (ConnectionError, OSError) as e:
-                log.warning("closing connection to %s: %s", writer.get_extra_info("peername"), e)
+                frame = await task
+            except (CloseConnection, MalformedMessage) as e:
+                log.warning("closing connection from %s: %s", writer.get_extra_info("peername"), e)
                 _cancel_rest(pending)
                 writer.transport.abort()
                 return
+            except Exception:
+                log.exception("unexpected error handling a request; closing the connection")
+                _cancel_rest(pending)
+                writer.transport.abort()
+                return
+            if frame is not None:
+                if isinstance(frame, list) and any(isinstance(c, FileRegion) for c in frame):
+                    ready_bytes = await _send_ready(writer, ready)
+                    await write_frame(writer, frame)
+                else:
+                    chunks = frame if isinstance(frame, list) else [frame]
+                    ready.extend(chunks)
+                    ready_bytes += sum(len(c) for c in chunks)
+                    if ready_bytes >= COALESCED_ANSWER_BYTES_MAX:
+                        ready_bytes = await _send_ready(writer, ready)
+            try:
+                task = pending.get_nowait()
+            except asyncio.QueueEmpty:  # nothing more is answered yet: send what is
+                ready_bytes = await _send_ready(writer, ready)
+                task = await pending.get()
+                continue
+            if task is not None and not task.done():  # don't hold answers back while it runs
+                ready_bytes = await _send_ready(writer, ready)
+        await _send_ready(writer, ready)
+    except (ConnectionError, OSError) as e:
+        log.warning("closing connection to %s: %s", writer.get_extra_info("peername"), e)
+        if task is not None and not task.done():
+            task.cancel()
+        _cancel_rest(pending)
+        writer.transport.abort()
+
+
+async def _send_ready(writer: asyncio.StreamWriter, ready: list) -> int:
+    """Write the chunks of the answers in `ready` in one send; empty `ready`; 0 (its new size)."""
+    if ready:
+        writer.write(ready[0] if len(ready) == 1 else b"".join(ready))
+        ready.clear()
+        await writer.drain()
+    return 0
 
 
 def _cancel_rest(pending: asyncio.Queue) -> None:

@@ -102,6 +102,23 @@ class SocketPartition:
                                  message)
         return result()
 
+    async def send_produce_many(self, calls: list, *, leader_epoch, acks, timeout_ms):
+        """Several partitions' record batches, each (partition, records), to partitions behind
+        this client's listener, in one frame (written when this returns, as `send_produce`'s):
+        an awaitable of a ProduceResult per call, in order, or PartitionNotHosted for a
+        partition the listener does not host (nothing was done for it)."""
+        answer = await self._send(wire.PRODUCE_MANY, [leader_epoch, acks, timeout_ms,
+                                                      [[key[0].bytes, key[1]] for key, _ in calls]],
+                                  [records for _, records in calls], key=wire.NO_PARTITION)
+
+        async def results():
+            (answers,), _ = await answer
+            return [ProduceResult(out[0], out[1], out[2], out[3], [tuple(e) for e in out[5]], out[4])
+                    if status == wire.ANSWERED else
+                    PartitionNotHosted(f"no replica of {key} behind {self.address!r}")
+                    for (status, out), (key, _) in zip(answers, calls)]
+        return results()
+
     async def fetch(self, offset, max_bytes, *, leader_epoch, isolation_level):
         """Records come back as a FileRegion: sent from the segment file when the response goes out."""
         for _ in range(FETCH_ATTEMPTS):

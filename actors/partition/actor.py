@@ -15,6 +15,7 @@ AlterPartition goes to the controller as a Ray call.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import shutil
 import time
@@ -50,6 +51,10 @@ class ReplicaHost(Protocol):
 
     def took_records(self) -> None:
         """Wake the long polls that wait on several of the host's replicas at once."""
+
+    def in_background(self, fn, *args) -> concurrent.futures.Future:
+        """Run fn(*args) on the host's I/O thread, after what was handed to it before: file
+        writes (checkpoints, with their fsync) that must not hold up the replicas' event loop."""
 
 
 def now_ms() -> int:
@@ -213,7 +218,7 @@ class PartitionActor:
             self._apply(self.replica.tick(now))  # (alone in its ISR, a leader has no one to check)
         hw = self.core.high_watermark
         if hw != self.saved_high_watermark and now - self.last_checkpoint_ms >= HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS:
-            save_high_watermark(self.dir, hw)
+            self.hosted_by.in_background(save_high_watermark, self.dir, hw)  # its fsync off the event loop
             self.saved_high_watermark, self.last_checkpoint_ms = hw, now
 
     # ---- follower: fetch from the leader ----------------------------------------------------
@@ -267,20 +272,31 @@ class PartitionActor:
     async def produce(self, blobs: list, leader_epoch: int, acks: int, timeout_ms: int) -> list:
         """Append each blob (one client request's record batch for this partition) in order; with
         acks=all answer once the high watermark passes them (min.insync.replicas permitting)."""
+        results, required_offset = self.append(blobs, leader_epoch, acks)
+        return await self.acknowledged(results, required_offset, timeout_ms)
+
+    def append(self, blobs: list, leader_epoch: int, acks: int) -> tuple[list, int | None]:
+        """`produce`'s first step, done before anything else runs (so the calls of one connection
+        append in the order they came): the results, and the offset the high watermark must pass
+        before acks=all answers (None: answer now)."""
         self.retention_wanted = True
         error = self.replica.check_produce(acks, leader_epoch)
         if error:
-            return [self.core.error_result(error) for _ in blobs]
+            return [self.core.error_result(error) for _ in blobs], None
         now = now_ms()
         results = [self.core.produce(memoryview(b), now_ms=now, leader_epoch=self.replica.leader_epoch) for b in blobs]
         if not any(r.error_code == 0 for r in results):
-            return results
+            return results, None
         self._apply(self.replica.on_leader_append(self.core.log_end_offset, now))
         self._wake()  # followers long-poll for the log end
-        if acks != ACKS_ALL:
-            return results
         # a duplicate's offsets lie below the log end too: waiting for the log end covers every blob
-        error = await self._await_replication(self.core.log_end_offset, timeout_ms)
+        return results, (self.core.log_end_offset if acks == ACKS_ALL else None)
+
+    async def acknowledged(self, results: list, required_offset: int | None, timeout_ms: int) -> list:
+        """`produce`'s second step: the results once acks=all's replication is done (or failed)."""
+        if required_offset is None:
+            return results
+        error = await self._await_replication(required_offset, timeout_ms)
         return [self.core.error_result(error) if error and r.error_code == 0 else r for r in results]
 
     async def _await_replication(self, required_offset: int, timeout_ms: int) -> int:
@@ -386,7 +402,9 @@ class PartitionActor:
     async def close(self) -> None:
         self._stop_following()
         self.shares.close()
-        save_high_watermark(self.dir, self.core.high_watermark)
+        # after any checkpoint still queued (so the last one written is this one, and `delete`
+        # removes a directory nothing writes to any more)
+        await asyncio.wrap_future(self.hosted_by.in_background(save_high_watermark, self.dir, self.core.high_watermark))
         self.core.close()
 
     async def delete(self) -> None:

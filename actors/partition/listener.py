@@ -27,13 +27,42 @@ def _expect(args: list, count: int, name: str) -> list:
     return args
 
 
+def _produce_answer(r) -> list:
+    return [r.error_code, r.base_offset, r.log_append_time_ms, r.log_start_offset, r.error_message,
+            [list(e) for e in r.record_errors]]
+
+
 async def _produce(actor, args, blobs):
     leader_epoch, acks, timeout_ms = _expect(args, 3, "produce")
     if len(blobs) != 1:
         raise MalformedMessage(f"produce: {len(blobs)} record blobs, expected 1")
     [r] = await actor.produce(blobs, leader_epoch, acks, timeout_ms)
-    return [r.error_code, r.base_offset, r.log_append_time_ms, r.log_start_offset, r.error_message,
-            [list(e) for e in r.record_errors]], ()
+    return _produce_answer(r), ()
+
+
+async def _produce_many(replica_for, args, blobs):
+    """PRODUCE_MANY: every partition's batch appended in the frame's order, before any of them
+    waits for acks=all (so frames of one connection still append in the order they came); then
+    the answers, once every partition's wait is over."""
+    leader_epoch, acks, timeout_ms, keys = _expect(args, 4, "produce_many")
+    if not (isinstance(keys, list) and len(keys) == len(blobs)
+            and all(isinstance(k, list) and len(k) == 2 for k in keys)):
+        raise MalformedMessage("produce_many: not one [topic id, partition] per record blob")
+    appended = []
+    for (topic_id, partition), blob in zip(keys, blobs):
+        replica = replica_for(wire.decode_key(topic_id, partition))
+        appended.append(None if replica is None else (replica, *replica.append([blob], leader_epoch, acks)))
+    waits = [replica.acknowledged(results, required, timeout_ms)
+             for replica, results, required in filter(None, appended) if required is not None]
+    done = iter(await asyncio.gather(*waits))
+    answers = []
+    for a in appended:
+        if a is None:
+            answers.append([wire.NOT_HOSTED, []])
+            continue
+        [r] = a[1] if a[2] is None else next(done)
+        answers.append([wire.ANSWERED, _produce_answer(r)])
+    return [answers], ()
 
 
 async def _fetch(actor, args, blobs):
@@ -145,9 +174,10 @@ async def start_listener(replica_for: Callable[[tuple[uuid.UUID, int]], Any], ad
     takes records (WAIT_FOR_ANY waits on it)."""
     async def handle(body: memoryview) -> list:
         api_key, correlation_id, key, args, blobs = wire.decode_request(body)
-        if api_key in (wire.MANY, wire.WAIT_FOR_ANY):
+        if api_key in (wire.MANY, wire.WAIT_FOR_ANY, wire.PRODUCE_MANY):
             try:
                 out_args, _ = await (_many(replica_for, args) if api_key == wire.MANY
+                                     else _produce_many(replica_for, args, blobs) if api_key == wire.PRODUCE_MANY
                                      else _wait_for_any(replica_for, wake, args))
             except (TypeError, ValueError) as e:
                 raise MalformedMessage(f"{wire.API_NAMES[api_key]}: {e}") from None

@@ -52,12 +52,15 @@ MANY = 32009             # [[api key, topic id, partition, args]...] of FETCH an
                          # -> [[status, args]...]: one frame instead of one per partition
 WAIT_FOR_ANY = 32010     # [timeout_ms, [[topic id, partition, offset, replica]...]] -> [True once any
                          # of them has records at or past its offset (or is not hosted)]
+PRODUCE_MANY = 32011     # [leader_epoch, acks, timeout_ms, [[topic id, partition]...]] + one record blob per
+                         # partition -> [[status, PRODUCE's answer]...]: a produce request's partitions
+                         # of one shard in one frame, appended in order before any of them waits
 BATCHED = (FETCH, REPLICA_FETCH)  # what MANY may carry: calls without blobs that never wait
 NO_PARTITION = (uuid.UUID(int=0), 0)
 API_NAMES = {PRODUCE: "produce", FETCH: "fetch", WAIT_FOR_DATA: "wait_for_data", LIST_OFFSETS: "list_offsets",
              SHARE_FETCH: "share_fetch", SHARE_WAIT: "share_wait", SHARE_ACKNOWLEDGE: "share_acknowledge",
              SHARE_RELEASE: "share_release", REPLICA_FETCH: "replica_fetch", MANY: "many",
-             WAIT_FOR_ANY: "wait_for_any"}
+             WAIT_FOR_ANY: "wait_for_any", PRODUCE_MANY: "produce_many"}
 
 ANSWERED, NOT_HOSTED = 0, 1  # response statuses
 

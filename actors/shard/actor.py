@@ -15,6 +15,7 @@ its own files.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import logging
 import os
@@ -38,6 +39,11 @@ class ReplicaNotHosted(LookupError):
     pass
 
 
+def _log_failure(future: concurrent.futures.Future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("a background write failed: %s", future.exception())
+
+
 class ShardActor:
     def __init__(self, broker_id: int, index: int, broker_config: dict[str, Any]):
         log_to_stderr()
@@ -50,6 +56,8 @@ class ShardActor:
         self.retention_check_interval_s = int(broker_config.get(
             "log.retention.check.interval.ms", RETENTION_CHECK_INTERVAL_MS_DEFAULT)) / 1000
         self.timers: list[asyncio.Task] = []
+        # one I/O thread for the replicas' checkpoint writes and their fsyncs (in order)
+        self.io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"shard-{index}-io")
         self.records_taken = asyncio.Event()  # set (and replaced) whenever a hosted replica takes records
         self.stopped = asyncio.Event()
 
@@ -68,6 +76,12 @@ class ShardActor:
     def took_records(self) -> None:
         self.records_taken.set()
         self.records_taken = asyncio.Event()
+
+    def in_background(self, fn, *args) -> concurrent.futures.Future:
+        """Run fn(*args) on the shard's I/O thread, in the order handed over (see ReplicaHost)."""
+        future = self.io.submit(fn, *args)
+        future.add_done_callback(_log_failure)
+        return future
 
     async def host(self, spec: dict[str, Any]) -> str:
         """Host the replica `spec` describes unless this shard does; answer where it listens."""
@@ -136,6 +150,7 @@ class ShardActor:
         self.stopped.set()
         replicas, self.replicas = list(self.replicas.values()), {}
         await asyncio.gather(*(r.close() for r in replicas), return_exceptions=True)
+        self.io.shutdown(wait=False)
         self.fetchers.close()
         for timer in self.timers:
             timer.cancel()

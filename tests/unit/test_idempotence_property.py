@@ -85,12 +85,16 @@ class World:
             self.in_flight.append(unacked[k % len(unacked)])
 
     def receive(self, k: int) -> None:
-        deliverable = [r for r in self.responses
-                       if r.error_code != ErrorCode.NONE or r.base_offset + self.sizes[r.batch] <= self.high_watermark]
-        if not deliverable:
+        # A connection answers in request order (as Kafka's): the oldest response first, once it
+        # may go (an acks=all success waits for the high watermark, and what came after waits
+        # behind it). Requests may still arrive reordered (a model of retries over new connections),
+        # but an error answered before an earlier batch's success cannot overtake that success.
+        if not self.responses:
             return
-        response = deliverable[k % len(deliverable)]
-        self.responses.remove(response)
+        response = self.responses[0]
+        if response.error_code == ErrorCode.NONE and response.base_offset + self.sizes[response.batch] > self.high_watermark:
+            return
+        self.responses.pop(0)
         if response.error_code == ErrorCode.NONE:
             known = self.acked.setdefault(response.batch, response.base_offset)
             assert known == response.base_offset, f"batch {response.batch} acked at {known} and {response.base_offset}"

@@ -1,4 +1,5 @@
-"""Produce: one data-path call per partition, all partitions of a request in parallel.
+"""Produce: one data-path frame per shard, carrying the request's partitions that shard hosts
+(one call per partition where a shard has only one), all shards in parallel.
 
 The records travel as the bytes the producer sent; the partition leader validates them and
 patches offsets into the batch headers. A connection's produce requests are routed and sent in
@@ -17,6 +18,7 @@ from protocol.messages import ProduceResponse
 
 from actors.gateway.connection import CloseConnection, in_request_order
 from actors.gateway.handlers.routing import leader_clients
+from actors.gateway.partition_client import SocketPartition
 from actors.gateway.security.authorizer import AclOperation, ResourceType
 
 log = logging.getLogger("kray.gateway")
@@ -53,27 +55,54 @@ async def handle_produce(ctx, header, request, connection=None) -> ProduceRespon
             else:
                 wanted.append((topic_data.name, topic_data.topic_id, pdata.index))
                 slots.append((presp, pdata.records))
-    answers = []
+    answers = []  # (the partitions' responses, an awaitable of their results)
     try:
         async with in_request_order(connection):
+            routed = []
             for (presp, records), (client, error) in zip(slots, await leader_clients(ctx, wanted, by_id)):
                 presp.error_code = error
                 if client is not None:
-                    # Produce carries no leader epoch: the replica itself knows whether it leads now
-                    answers.append((presp, await client.send_produce(
-                        records, leader_epoch=NO_EPOCH_GIVEN, acks=request.acks, timeout_ms=request.timeout_ms)))
+                    routed.append((presp, records, client))
+            for group in _by_listener(routed):
+                # Produce carries no leader epoch: the replica itself knows whether it leads now
+                if len(group) == 1:
+                    presp, records, client = group[0]
+                    answers.append(([presp], _listed(await client.send_produce(
+                        records, leader_epoch=NO_EPOCH_GIVEN, acks=request.acks, timeout_ms=request.timeout_ms))))
+                else:
+                    answers.append(([presp for presp, _, _ in group], await group[0][2].send_produce_many(
+                        [(client.key, records) for _, records, client in group], leader_epoch=NO_EPOCH_GIVEN,
+                        acks=request.acks, timeout_ms=request.timeout_ms)))
         results = await asyncio.gather(*(answer for _, answer in answers), return_exceptions=True)
     except (ConnectionError, OSError, asyncio.TimeoutError) as e:
         for _, answer in answers:
             answer.close()
         _data_path_failed(connection, e)
-    for (presp, _), r in zip(answers, results):
-        if isinstance(r, BaseException):
-            _data_path_failed(connection, r)
-        presp.error_code, presp.base_offset = r.error_code, r.base_offset
-        presp.log_append_time_ms, presp.log_start_offset, presp.error_message = \
-            r.log_append_time_ms, r.log_start_offset, r.error_message
+    for (presps, _), group_results in zip(answers, results):
+        if isinstance(group_results, BaseException):
+            _data_path_failed(connection, group_results)
+        for presp, r in zip(presps, group_results):
+            if isinstance(r, BaseException):
+                _data_path_failed(connection, r)
+            presp.error_code, presp.base_offset = r.error_code, r.base_offset
+            presp.log_append_time_ms, presp.log_start_offset, presp.error_message = \
+                r.log_append_time_ms, r.log_start_offset, r.error_message
     return ProduceResponse(responses=responses, throttle_time_ms=0)
+
+
+def _by_listener(routed: list) -> list[list]:
+    """(response, records, client) grouped by the listener (shard) that serves the partition; a
+    partition not reached over a socket is a group of its own."""
+    groups: dict = {}
+    for item in routed:
+        client = item[2]
+        key = (id(client.paths), client.address) if isinstance(client, SocketPartition) else id(item)
+        groups.setdefault(key, []).append(item)
+    return list(groups.values())
+
+
+async def _listed(result):
+    return [await result]
 
 
 def _topic_name(ctx, topic_data, by_id: bool) -> str | None:
