@@ -27,6 +27,7 @@ from actors import log_to_stderr
 from actors.partition.checkpoints import load_epochs, load_high_watermark, save_epochs, save_high_watermark
 from actors.partition.core import PartitionCore
 from actors.partition.fetcher import ReplicaFetchers
+from actors.partition.log import flush_rolled
 from actors.partition.replication import (
     ACKS_ALL, AlterPartitionRequest, AlterPartitionResponse, BatchSpan, Effects, FetchAnswer, FetchRequest,
     FollowerAction, PartitionRegistration, ReplicaCore, ReplicationConfig, Role,
@@ -216,6 +217,9 @@ class PartitionActor:
         unanswered proposals are resent; the high watermark is checkpointed now and then."""
         if self.replica.role is Role.LEADER and len(self.replica.replicas) > 1:
             self._apply(self.replica.tick(now))  # (alone in its ISR, a leader has no one to check)
+        rolled = self.core.log.take_rolled()
+        if rolled:  # their fsyncs, off the event loop (a 1 GiB segment's takes ~0.5 s)
+            self.hosted_by.in_background(flush_rolled, self.core.log.directory, rolled)
         hw = self.core.high_watermark
         if hw != self.saved_high_watermark and now - self.last_checkpoint_ms >= HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS:
             self.hosted_by.in_background(save_high_watermark, self.dir, hw)  # its fsync off the event loop

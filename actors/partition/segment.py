@@ -473,6 +473,17 @@ class Segment:
         self.offset_index.fsync()
         self.time_index.fsync()
 
+    def write_indexes(self) -> None:
+        """Write the index entries still in memory (no fsync)."""
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+
+    def dup_fds(self) -> list[int]:
+        """Duplicates of the data and index file descriptors (for an fsync elsewhere; the caller
+        closes them)."""
+        self.write_indexes()
+        return [os.dup(self.fd), os.dup(self.offset_index.fd), os.dup(self.time_index.fd)]
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)

@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.partition.log import CLEAN_SHUTDOWN_MARKER, LOG_START_OFFSET_CHECKPOINT, Log, OffsetOutOfRange
+from actors.partition.log import (
+    CLEAN_SHUTDOWN_MARKER, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, Log, OffsetOutOfRange, flush_rolled,
+)
 from actors.partition.segment import segment_file_name
 from protocol.record_batch import (
     COMPRESSION_LZ4, COMPRESSION_ZSTD, build_batch, crc_is_valid, decode_records, iter_batches,
@@ -521,3 +523,61 @@ def test_clean_reopen_trusts_indexes_and_does_not_rewrite_them(tmp_path):
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.suffix in (".index", ".timeindex")} == indexes
     assert log.max_timestamp_offset() == log.offset_for_timestamp(max(1000 + (i * 7919) % 500 for i in range(100)))
     log.close()
+
+
+def test_rolled_segments_are_flushed_later_and_move_the_recovery_point(tmp_path, monkeypatch):
+    """A roll does not fsync in line (a 1 GiB segment's fsync holds up everything its process
+    hosts); `take_rolled` hands the rolled segments over, and `flush_rolled` fsyncs them and
+    checkpoints the recovery point, even after the segment was deleted meanwhile."""
+    log = Log.open(tmp_path, segment_bytes=600)
+    assert (tmp_path / RECOVERY_POINT_CHECKPOINT).read_text().strip() == "0"
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    for _ in range(6):
+        log.append(batch(1, value_bytes=200), leader_epoch=0, now_ms=0)
+    bases = log.segment_base_offsets
+    assert len(bases) >= 3 and synced == []  # rolled, not fsynced
+    rolled = log.take_rolled()
+    assert [point for _, point in rolled] == bases[1:]
+    assert log.take_rolled() == []
+    log.high_watermark = log.log_end_offset
+    log.delete_records_before(bases[1])  # the first rolled segment is deleted before its flush
+    synced.clear()
+    flush_rolled(tmp_path, rolled)
+    # the data, offset index and time index of each, then the recovery point's checkpoint
+    assert synced[:-1] == [fd for fds, _ in rolled for fd in fds] and len(rolled) == len(bases) - 1
+    assert (tmp_path / RECOVERY_POINT_CHECKPOINT).read_text().strip() == str(bases[-1])
+
+
+def test_unclean_recovery_checks_every_segment_past_the_recovery_point(tmp_path):
+    """A rolled segment not yet flushed when the machine failed may have lost its tail: recovery
+    checks it, truncates it at its last good batch and drops the segments after it (as Kafka
+    truncates the log at the first bad batch)."""
+    log = Log.open(tmp_path, segment_bytes=600)
+    for _ in range(9):
+        log.append(batch(1, value_bytes=200), leader_epoch=0, now_ms=0)
+    bases = log.segment_base_offsets
+    assert len(bases) >= 4
+    flush_rolled(tmp_path, log.take_rolled()[:1])  # only the first rolled segment reached the disk
+    assert (tmp_path / RECOVERY_POINT_CHECKPOINT).read_text().strip() == str(bases[1])
+    # the crash: no clean close; the second segment's last batch is torn
+    damaged = tmp_path / segment_file_name(bases[1], ".log")
+    data = damaged.read_bytes()
+    damaged.write_bytes(data[:-30])
+    kept_end = headers(data)[-1].base_offset  # the torn batch and everything after it are gone
+    log = Log.open(tmp_path, segment_bytes=600)
+    assert log.segment_base_offsets == [bases[0], bases[1]]
+    assert log.log_end_offset == kept_end < bases[2]
+    assert not (tmp_path / segment_file_name(bases[2], ".log")).exists()
+    assert log.append(batch(1), leader_epoch=0, now_ms=0).base_offset == kept_end
+
+
+def test_a_clean_close_flushes_what_was_rolled(tmp_path):
+    log = Log.open(tmp_path, segment_bytes=600)
+    for _ in range(6):
+        log.append(batch(1, value_bytes=200), leader_epoch=0, now_ms=0)
+    before = read_all(log)
+    log.close()  # nothing was taken: close fsyncs the rolled segments itself
+    log = Log.open(tmp_path, segment_bytes=600)
+    assert read_all(log) == before and log.take_rolled() == []
