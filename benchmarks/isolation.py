@@ -14,8 +14,8 @@ shard as a *noisy* partition and one by another shard, while the noisy partition
 
 The probe: one confluent-kafka producer (acks=1, linger.ms=0) sends a 100 B record to each of
 the two quiet partitions every --probe-interval-ms; latency = produce() to its delivery callback.
-Both partitions' numbers come from the same producer and connection, so what differs between
-them is the shard. Run from the repo root:
+Each partition has a producer (a connection) of its own, in the same process, so what differs
+between them is the shard. Run from the repo root:
 
     python -m benchmarks.isolation                      # ~1.5 min
 Results: benchmarks/results/isolation.{json,md} (see --out).
@@ -44,22 +44,31 @@ def log(msg: str) -> None:
 
 
 def probe(bootstrap: str, topic: str, interval_ms: float, seconds: float, out) -> None:
-    """Produce to partitions 0 and 1 of `topic` in turn; put [(partition, latency ms)] on `out`."""
+    """Produce to partitions 0 and 1 of `topic` in turn; put [(partition, seconds since the start,
+    latency ms)] on `out`. A producer (a connection) per partition: a Kafka connection answers in
+    request order, so one connection for both would make each wait for the other. Between sends
+    the producers are polled (not slept), so that a delivery callback runs as soon as its answer
+    is in."""
     from confluent_kafka import Producer
-    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0})
+    producers = [Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0}) for _ in range(2)]
     samples = []
+    start = time.perf_counter()
 
     def sent(partition, t0):
-        return lambda err, msg: err is None and samples.append((partition, (time.perf_counter() - t0) * 1000))
-    end = time.monotonic() + seconds
+        return lambda err, msg: err is None and samples.append(
+            (partition, round(t0 - start, 3), (time.perf_counter() - t0) * 1000))
     i = 0
-    while time.monotonic() < end:
+    while time.perf_counter() - start < seconds:
         partition = i % 2
-        p.produce(topic, value=b"x" * 100, partition=partition, on_delivery=sent(partition, time.perf_counter()))
-        p.poll(0)
+        t0 = time.perf_counter()
+        producers[partition].produce(topic, value=b"x" * 100, partition=partition, on_delivery=sent(partition, t0))
         i += 1
-        time.sleep(interval_ms / 1000)
-    p.flush(30)
+        while (left := t0 + interval_ms / 1000 - time.perf_counter()) > 0:
+            for p in producers:
+                p.poll(0)
+            time.sleep(min(left, 0.0002))
+    for p in producers:
+        p.flush(30)
     out.put(samples)
 
 
@@ -122,11 +131,12 @@ def run_phase(name: str, bootstrap: str, quiet: str, noisy: str, args, same_shar
     background_result = out_bg.get(timeout=120) if background is not None else None
     for p in [probe_proc, *procs]:
         p.join(60)
-    same = [ms for part, ms in samples if part == same_shard_partition]
-    other = [ms for part, ms in samples if part != same_shard_partition]
+    same = [ms for part, _, ms in samples if part == same_shard_partition]
+    other = [ms for part, _, ms in samples if part != same_shard_partition]
     row = {"phase": name, "same_shard": _stats(same), "other_shard": _stats(other), "background": background_result,
-           "loadavg": [round(x, 2) for x in os.getloadavg()]}
-    log(f"{name}: same shard {row['same_shard']}, other shard {row['other_shard']}")
+           "loadavg": [round(x, 2) for x in os.getloadavg()],
+           "slowest": sorted(samples, key=lambda x: -x[2])[:5]}  # (partition, s into the phase, ms)
+    log(f"{name}: same shard {row['same_shard']}, other shard {row['other_shard']}; slowest {row['slowest']}")
     return row
 
 
@@ -196,8 +206,8 @@ def render(doc: dict) -> str:
     m = doc["machine"]
     lines = ["# Kray isolation benchmark", "",
              f"{doc['date']} · {m.get('nproc')} CPU · `{doc['command'].strip()}`", "",
-             "One `kray start` (log.retention.check.interval.ms=1000). A probe producer (acks=1, linger.ms=0) "
-             "sends a 100 B record to each of two partitions in turn, one hosted by the same shard as a "
+             "One `kray start` (log.retention.check.interval.ms=1000). Probe producers (acks=1, linger.ms=0, one "
+             "connection per partition) send a 100 B record to each of two partitions in turn, one hosted by the same shard as a "
              "*noisy* partition, the other by another shard; latency = produce() to delivery. Per phase, "
              "the noisy partition: idle; taking 1 MiB batches from one producer as fast as it can "
              "(segment.bytes=8 MiB: a roll, with an fsync of the rolled segment, every 8 batches); "

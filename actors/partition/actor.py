@@ -27,7 +27,7 @@ from actors import log_to_stderr
 from actors.partition.checkpoints import load_epochs, load_high_watermark, save_epochs, save_high_watermark
 from actors.partition.core import PartitionCore
 from actors.partition.fetcher import ReplicaFetchers
-from actors.partition.log import flush_rolled
+from actors.partition.log import flush_rolled, unlink_files
 from actors.partition.replication import (
     ACKS_ALL, AlterPartitionRequest, AlterPartitionResponse, BatchSpan, Effects, FetchAnswer, FetchRequest,
     FollowerAction, PartitionRegistration, ReplicaCore, ReplicationConfig, Role,
@@ -217,9 +217,7 @@ class PartitionActor:
         unanswered proposals are resent; the high watermark is checkpointed now and then."""
         if self.replica.role is Role.LEADER and len(self.replica.replicas) > 1:
             self._apply(self.replica.tick(now))  # (alone in its ISR, a leader has no one to check)
-        rolled = self.core.log.take_rolled()
-        if rolled:  # their fsyncs, off the event loop (a 1 GiB segment's takes ~0.5 s)
-            self.hosted_by.in_background(flush_rolled, self.core.log.directory, rolled)
+        self._hand_over_files()
         hw = self.core.high_watermark
         if hw != self.saved_high_watermark and now - self.last_checkpoint_ms >= HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS:
             self.hosted_by.in_background(save_high_watermark, self.dir, hw)  # its fsync off the event loop
@@ -266,12 +264,25 @@ class PartitionActor:
             self._wake()
         return step.error_code == ErrorCode.NONE
 
+    def _hand_over_files(self) -> None:
+        """The log's file work that may take long goes to the host's I/O thread, not the event
+        loop every replica of the host shares: fsyncing rolled segments (a 1 GiB segment's takes
+        ~0.5 s here) and unlinking deleted ones (~0.27 s per GiB of cached data)."""
+        log_ = self.core.log
+        rolled = log_.take_rolled()
+        if rolled:
+            self.hosted_by.in_background(flush_rolled, log_.directory, rolled)
+        deleted = log_.take_deleted()
+        if deleted:
+            self.hosted_by.in_background(unlink_files, deleted)
+
     def retention_tick(self, now: int) -> None:
         """Periodic (the shard's timer, every log.retention.check.interval.ms): delete what
         retention.ms / retention.bytes let go, once this replica has taken a write as leader."""
         if self.retention_wanted:
             self.core.retention_tick(now)
             self.replica.advance_log_start_offset(self.core.log_start_offset)
+            self._hand_over_files()
 
     async def produce(self, blobs: list, leader_epoch: int, acks: int, timeout_ms: int) -> list:
         """Append each blob (one client request's record batch for this partition) in order; with

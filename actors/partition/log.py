@@ -30,7 +30,7 @@ from protocol.record_batch import (
 )
 
 from .segment import (
-    INDEX_SUFFIX, LOG_SUFFIX, MAX_SEGMENT_BYTES, TIME_INDEX_SUFFIX, Segment, segment_file_name,
+    DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, MAX_SEGMENT_BYTES, TIME_INDEX_SUFFIX, Segment, segment_file_name,
 )
 
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -85,6 +85,13 @@ def _read_offset(path: Path) -> int | None:
         return None
 
 
+def unlink_files(paths: list[Path]) -> None:
+    """Unlink what `Log.take_deleted` handed over (for a thread of its own: freeing the page
+    cache of a deleted segment takes time)."""
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
 def flush_rolled(directory: Path, rolled: list[tuple[list[int], int]]) -> None:
     """fsync what `Log.take_rolled` handed over, in order, then checkpoint the recovery point
     (for a thread of its own: it blocks on the disk)."""
@@ -115,6 +122,7 @@ class Log:
         self._log_start_offset = log_start_offset
         self._high_watermark = self.log_end_offset
         self._unflushed: list[Segment] = []  # rolled, not yet handed over to be fsynced
+        self._deleted: list[Path] = []  # files of deleted segments, renamed, not yet handed over to be unlinked
 
     # --- opening / recovery -----------------------------------------------------------------
 
@@ -137,7 +145,7 @@ class Log:
         bases = sorted(int(p.stem) for p in directory.glob("*" + LOG_SUFFIX) if p.stem.isdigit())
         known = set(bases)
         for path in directory.iterdir():
-            stale = path.suffix == ".tmp" or (
+            stale = path.suffix in (".tmp", DELETED_SUFFIX) or (
                 path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and path.stem.isdigit()
                 and int(path.stem) not in known)
             if stale:
@@ -442,7 +450,16 @@ class Log:
         self._segments = [s for s in self._segments if id(s) not in ids]
         self._base_offsets = [s.base_offset for s in self._segments]
         for segment in doomed:
-            segment.delete() if delete_files else segment.close()
+            if delete_files:
+                self._deleted += segment.mark_deleted()
+            else:
+                segment.close()
+
+    def take_deleted(self) -> list[Path]:
+        """The renamed files of the segments deleted since the last call, for `unlink_files` (on
+        another thread). Files never handed over are removed by the next `open`."""
+        deleted, self._deleted = self._deleted, []
+        return deleted
 
     def truncate_to(self, offset: int, *, now_ms: int = NO_TIMESTAMP) -> None:
         """Remove every batch whose last offset is >= ``offset`` (replication truncation). Below

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from actors.partition.log import (
     CLEAN_SHUTDOWN_MARKER, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, Log, OffsetOutOfRange, flush_rolled,
+    unlink_files,
 )
 from actors.partition.segment import segment_file_name
 from protocol.record_batch import (
@@ -581,3 +582,23 @@ def test_a_clean_close_flushes_what_was_rolled(tmp_path):
     log.close()  # nothing was taken: close fsyncs the rolled segments itself
     log = Log.open(tmp_path, segment_bytes=600)
     assert read_all(log) == before and log.take_rolled() == []
+
+
+def test_deleted_segments_are_renamed_then_unlinked_elsewhere(tmp_path):
+    """Retention renames a deleted segment's files (*.deleted, as Kafka does) and hands them over
+    to be unlinked off the event loop; what was never unlinked goes at the next open."""
+    log = Log.open(tmp_path, segment_bytes=600)
+    for _ in range(6):
+        log.append(batch(1, value_bytes=200), leader_epoch=0, now_ms=0)
+    log.high_watermark = log.log_end_offset
+    first = log.segment_base_offsets[0]
+    assert log.apply_retention(10**13, retention_ms=1, retention_bytes=-1)
+    assert not (tmp_path / segment_file_name(first, ".log")).exists()
+    deleted = log.take_deleted()
+    assert tmp_path / (segment_file_name(first, ".log") + ".deleted") in deleted
+    assert all(p.exists() for p in deleted) and log.take_deleted() == []
+    unlink_files(deleted[:3])
+    assert not any(p.exists() for p in deleted[:3])
+    log.close()
+    Log.open(tmp_path, segment_bytes=600).close()  # the rest, never unlinked, go at open
+    assert not list(tmp_path.glob("*.deleted"))
