@@ -104,8 +104,8 @@ def test_a_credential_from_the_salted_password_kip554_sends():
     salted = salted_password(SHA256, "pencil", RFC_SALT, 4096)
     assert credential_from_salted_password(SHA256, RFC_SALT, salted, 4096) == \
         make_credential(SHA256, "pencil", salt=RFC_SALT, iterations=4096)
-    with pytest.raises(ValueError, match="32 bytes"):
-        credential_from_salted_password(SHA256, RFC_SALT, salted[:5], 4096)
+    with pytest.raises(ValueError, match="salted password is empty"):
+        credential_from_salted_password(SHA256, RFC_SALT, b"", 4096)
     with pytest.raises(ValueError, match="salt is empty"):
         credential_from_salted_password(SHA256, b"", salted, 4096)
 

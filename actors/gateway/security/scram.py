@@ -97,12 +97,13 @@ def _hash(mechanism: ScramMechanism, data: bytes) -> bytes:
 
 def credential_from_salted_password(mechanism: ScramMechanism, salt: bytes, salted: bytes,
                                     iterations: int) -> ScramCredential:
+    """The credential KIP-554's AlterUserScramCredentials asks for. A salted password of a length
+    other than the hash's is kept, as Kafka keeps it (no client's PBKDF2 output will match it)."""
     problem = iterations_problem(iterations)
     if problem:
         raise ValueError(f"{mechanism.mechanism_name}: {problem}")
-    if len(salted) != mechanism.digest_bytes:
-        raise ValueError(f"{mechanism.mechanism_name}: a salted password has {mechanism.digest_bytes} bytes, "
-                         f"not {len(salted)}")
+    if not salted:
+        raise ValueError(f"{mechanism.mechanism_name}: the salted password is empty")
     if not salt:
         raise ValueError(f"{mechanism.mechanism_name}: the salt is empty")
     client_key = _hmac(mechanism, salted, b"Client Key")
@@ -283,6 +284,10 @@ class ScramStep:
     state: ScramState
     challenge: bytes | None = None  # server-first or server-final, to send to the client
     failure: SaslFailure | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.state is ScramState.COMPLETE
 
 
 class ScramServer:
