@@ -229,3 +229,25 @@ def test_a_login_uses_the_credentials_of_the_gateways_current_image(mechanism):
     assert by_mechanism(ctx.metadata.scram_credentials)[mechanism] == {}
     session, answer = login("carol-secret")
     assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED, "a deleted credential logs in no more"
+
+
+# ---- kray configs' parsing -----------------------------------------------------------------------
+def test_add_config_splits_as_kafka_configs_does():
+    from cluster.admin import AdminError
+    from cluster.tools.configs import parse_add_config, scram_upsertion
+    assert parse_add_config("SCRAM-SHA-256=[iterations=8192,password=a,b],SCRAM-SHA-512=[password=c]") == {
+        "SCRAM-SHA-256": "iterations=8192,password=a,b", "SCRAM-SHA-512": "password=c"}
+    assert parse_add_config("retention.ms=100, cleanup.policy=[compact,delete],x=") == {
+        "retention.ms": "100", "cleanup.policy": "compact,delete", "x": ""}
+    assert parse_add_config("") == {}
+    with pytest.raises(AdminError, match="key=val"):
+        parse_add_config("novalue")
+    request = scram_upsertion("alice", "SCRAM-SHA-512", "password=alice-secret")
+    upsertion = request.upsertions[0]
+    assert (upsertion.name, upsertion.mechanism, upsertion.iterations) == ("alice", 2, 4096)
+    assert upsertion.salted_password == salted_password(SHA512, "alice-secret", upsertion.salt, 4096)
+    assert b"alice-secret" not in request.encode(0)
+    with pytest.raises(AdminError, match="less than the minimum 4096"):
+        scram_upsertion("alice", "SCRAM-SHA-512", "iterations=100,password=x")
+    with pytest.raises(AdminError, match=r"iterations=8192,password=SECRET"):
+        scram_upsertion("alice", "SCRAM-SHA-512", "secret")
