@@ -138,7 +138,8 @@ class _Gate:
             answer = session.authenticate(bytes(body), _now_ms())
             if answer.close:
                 return _Refusal(f"SASL authentication failed: {answer.log_reason}", None, self.delay_s)
-            self._authenticated()
+            if session.authenticated:  # SCRAM takes two tokens: the first one answers a challenge
+                self._authenticated()
             return struct.pack(">i", len(answer.auth_bytes)) + answer.auth_bytes
         if len(body) < 2:
             return _Refusal("a request shorter than its header", None, 0.0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import struct
 import subprocess
 import sys
 import time
@@ -264,6 +265,19 @@ def test_a_wrong_password_is_refused_after_the_delay_and_closed(secured):
     good.close()
 
 
+def test_scram_over_handshake_v0_raw_tokens(secured):
+    """SaslHandshake v0: the SCRAM messages travel as raw length-prefixed tokens, two of them."""
+    raw = Raw(secured.address("SASL_PLAINTEXT"))
+    assert raw.call(SaslHandshakeRequest(mechanism="SCRAM-SHA-256"), 0).error_code == 0
+    client = ScramClient(Mechanism.SCRAM_SHA_256, "bob", "bob-secret")
+    raw.sock.sendall(struct.pack(">i", len(client.first_message())) + client.first_message())
+    final = client.final_message(bytes(raw.receive()))
+    raw.sock.sendall(struct.pack(">i", len(final)) + final)
+    client.verify(bytes(raw.receive()))
+    assert raw.call(MetadataRequest(topics=[]), 12).brokers
+    raw.close()
+
+
 def test_kray_configs_describes_alters_and_refuses_as_kafka_configs(secured, tmp_path):
     admin = secured.properties(tmp_path, "admin", "SCRAM-SHA-512", PASSWORDS["admin"])  # the tools log in with SCRAM
     described = kray_configs(secured, admin, "--entity-name", "alice", "--describe")
@@ -304,9 +318,9 @@ def test_admin_client_alters_and_describes_credentials_and_a_deleted_one_logs_in
     description = admin.describe_user_scram_credentials([user])[user].result(TIMEOUT_S)
     assert [(i.mechanism, i.iterations) for i in description.scram_credential_infos] == [
         (ScramMechanism.SCRAM_SHA_256, 4096)]
-    dave = secured.config(user, "SCRAM-SHA-256", password="dave-pw", **{"group.id": name("g")})
-    live = Consumer(dave)  # logged in before the deletion
-    assert live.list_topics(timeout=TIMEOUT_S).brokers
+    dave = secured.config(user, "SCRAM-SHA-256", password="dave-pw")
+    live = Raw(secured.address(), tls=tls(secured))  # one connection, logged in before the deletion
+    assert scram_login(live, Mechanism.SCRAM_SHA_256, user, "dave-pw").error_code == 0
 
     # one request may change a user once (as Kafka): both mechanisms at once are a DUPLICATE_RESOURCE
     twice = admin.alter_user_scram_credentials([
@@ -323,7 +337,7 @@ def test_admin_client_alters_and_describes_credentials_and_a_deleted_one_logs_in
     assert gone.value.args[0].code() == KafkaError.RESOURCE_NOT_FOUND
     errors = authentication_errors(dave)
     assert errors and errors[0].code() == KafkaError._AUTHENTICATION, "new logins are refused"
-    assert live.list_topics(timeout=TIMEOUT_S).brokers, "a session already open goes on until it re-authenticates"
+    assert live.call(MetadataRequest(topics=[]), 12).brokers, "a session already open goes on until it re-authenticates"
     live.close()
 
 
