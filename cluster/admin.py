@@ -3,9 +3,9 @@ typed requests from `protocol.messages`. No Python Kafka library speaks the shar
 so Kray's own tools use this.
 
 Security, as Kafka's tools take it from `--command-config client.properties` (Java properties):
-`security.protocol` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), `sasl.mechanism=PLAIN` with
-`sasl.jaas.config` (PlainLoginModule's username/password; librdkafka's `sasl.username` and
-`sasl.password` also work), TLS from PEM files: `ssl.truststore.location` (or librdkafka's
+`security.protocol` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), `sasl.mechanism` PLAIN,
+SCRAM-SHA-256 or SCRAM-SHA-512 with `sasl.jaas.config` (the PlainLoginModule's or ScramLoginModule's
+username/password; librdkafka's `sasl.username` and `sasl.password` also work), TLS from PEM files: `ssl.truststore.location` (or librdkafka's
 `ssl.ca.location`), a client certificate from `ssl.keystore.location` (key and chain in one PEM,
 `ssl.key.password`) or `ssl.certificate.location` + `ssl.key.location`;
 `ssl.endpoint.identification.algorithm=` (empty) skips the host name check. `configure()` sets
@@ -24,6 +24,7 @@ from protocol.framing import FrameDecoder
 from protocol.headers import RequestHeader, decode_response_header, encode_request
 from protocol.messages import (ApiVersionsRequest, ApiVersionsResponse, SaslAuthenticateRequest,
                                SaslHandshakeRequest)
+from actors.gateway.security.scram import ScramClient, ScramClientError, ScramMechanism
 
 RESPONSE_BYTES_MAX = 100 * 1024 * 1024
 RECV_CHUNK_BYTES = 256 * 1024
@@ -41,10 +42,15 @@ def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-COMMAND_CONFIG_HELP = ("client properties (Java .properties, as Kafka's tools): security.protocol, sasl.mechanism=PLAIN, "
-                       "sasl.jaas.config, ssl.truststore.location, ssl.keystore.location (PEM)")
+COMMAND_CONFIG_HELP = ("client properties (Java .properties, as Kafka's tools): security.protocol, sasl.mechanism "
+                       "(PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), sasl.jaas.config, ssl.truststore.location, "
+                       "ssl.keystore.location (PEM)")
 CLIENT_PROPERTIES: dict[str, str] = {}  # --command-config: every connection of this process uses them
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:\\.|[^"\\])*)"')
 
 
@@ -74,20 +80,25 @@ def configure(properties: dict[str, str]) -> None:
         raise AdminError(f"security.protocol={protocol}: use one of {', '.join(SECURITY_PROTOCOLS)}")
     if protocol.startswith("SASL"):
         mechanism = properties.get("sasl.mechanism", "GSSAPI").upper()
-        if mechanism != "PLAIN":
-            raise AdminError(f"sasl.mechanism={mechanism}: Kray's tools log in with PLAIN only so far")
-        _plain_credentials(properties)
+        if mechanism not in SASL_MECHANISMS:
+            raise AdminError(f"sasl.mechanism={mechanism}: Kray's tools log in with {', '.join(SASL_MECHANISMS)}")
+        _sasl_credentials(properties)
     CLIENT_PROPERTIES.clear()
     CLIENT_PROPERTIES.update(properties)
 
 
-def _plain_credentials(properties: dict[str, str]) -> tuple[str, str]:
+def _sasl_mechanism(properties: dict[str, str]) -> str:
+    return properties.get("sasl.mechanism", "PLAIN").upper()
+
+
+def _sasl_credentials(properties: dict[str, str]) -> tuple[str, str]:
     if "sasl.username" in properties:
         return properties["sasl.username"], properties.get("sasl.password", "")
     options = dict(_JAAS_OPTION.findall(properties.get("sasl.jaas.config", "")))
     if "username" not in options:
-        raise AdminError('SASL/PLAIN needs sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule '
-                         'required username="…" password="…";')
+        mechanism = _sasl_mechanism(properties)
+        raise AdminError(f'SASL/{mechanism} needs sasl.jaas.config={LOGIN_MODULES.get(mechanism, "…")} '
+                         f'required username="…" password="…";')
     unescape = lambda v: re.sub(r"\\(.)", r"\1", v)  # noqa: E731
     return unescape(options["username"]), unescape(options.get("password", ""))
 
@@ -100,8 +111,8 @@ def librdkafka_config(properties: dict[str, str] | None = None) -> dict[str, str
     if protocol != "PLAINTEXT":
         out["security.protocol"] = protocol
     if protocol.startswith("SASL"):
-        out["sasl.mechanism"] = properties.get("sasl.mechanism", "PLAIN").upper()
-        out["sasl.username"], out["sasl.password"] = _plain_credentials(properties)
+        out["sasl.mechanism"] = _sasl_mechanism(properties)
+        out["sasl.username"], out["sasl.password"] = _sasl_credentials(properties)
     if protocol.endswith("SSL"):
         ca = properties.get("ssl.truststore.location") or properties.get("ssl.ca.location")
         if ca:
@@ -150,15 +161,30 @@ class KafkaConnection:
         self.correlation_ids = itertools.count(1)
         self.versions = self._negotiate()
         if protocol.startswith("SASL"):
-            self._login(*_plain_credentials(properties))
+            self._login(_sasl_mechanism(properties), *_sasl_credentials(properties))
 
-    def _login(self, username: str, password: str) -> None:
-        handshake = self._call(SaslHandshakeRequest(mechanism="PLAIN"), 17, 1)
+    def _login(self, mechanism: str, username: str, password: str) -> None:
+        handshake = self._call(SaslHandshakeRequest(mechanism=mechanism), 17, 1)
         if handshake.error_code:
-            raise AdminError(f"the broker refused SASL/PLAIN (enabled: {', '.join(handshake.mechanisms)})")
-        answer = self._call(SaslAuthenticateRequest(auth_bytes=f"\0{username}\0{password}".encode()), 36, 2)
+            raise AdminError(f"the broker refused SASL/{mechanism} (enabled: {', '.join(handshake.mechanisms)}); "
+                             f"set sasl.mechanism to one of those")
+        scram = ScramMechanism.from_name(mechanism)
+        if scram is None:
+            self._authenticate(mechanism, username, f"\0{username}\0{password}".encode())
+            return
+        client = ScramClient(scram, username, password)
+        try:
+            server_first = self._authenticate(mechanism, username, client.first_message())
+            server_final = self._authenticate(mechanism, username, client.final_message(server_first))
+            client.verify(server_final)
+        except ScramClientError as e:
+            raise AdminError(f"SASL/{mechanism} login as {username} failed: {e}") from None
+
+    def _authenticate(self, mechanism: str, username: str, auth_bytes: bytes) -> bytes:
+        answer = self._call(SaslAuthenticateRequest(auth_bytes=auth_bytes), 36, 2)
         if answer.error_code:
-            raise AdminError(f"SASL/PLAIN login as {username} failed: {answer.error_message}")
+            raise AdminError(f"SASL/{mechanism} login as {username} failed: {answer.error_message}")
+        return bytes(answer.auth_bytes or b"")
 
     def _negotiate(self) -> dict[int, tuple[int, int]]:
         response = self._call(ApiVersionsRequest(), 18, 3)

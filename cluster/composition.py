@@ -33,7 +33,11 @@ def on_node(node_id: str, *, soft: bool = False) -> NodeAffinitySchedulingStrate
 
 
 def start_controller(broker_config: dict[str, Any], node_id: str):
+    """The controller, whose config every other actor gets; it carries the secret Kray's actors
+    log in to each other's internal listeners with (made here unless the config has one)."""
     from actors.controller.actor import ControllerActor
+    from actors.gateway.security.inter_broker import with_broker_secret
+    broker_config = with_broker_secret(broker_config)
     return ray.remote(ControllerActor).options(
         name=CONTROLLER_NAME, namespace=NAMESPACE, lifetime=None, max_restarts=-1,
         max_task_retries=0, num_cpus=0, max_concurrency=1000,

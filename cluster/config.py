@@ -124,7 +124,8 @@ LISTENER_PREFIX = "listener.name."
 _LISTENER_KEY = re.compile(r"^listener\.name\.([A-Za-z0-9_-]+)\.(?:([a-z0-9-]+)\.(sasl\.jaas\.config)|(.+))$")
 # Kafka's PASSWORD-typed keys: DescribeConfigs answers them without their value (is_sensitive)
 SENSITIVE_KEYS = {"ssl.keystore.password", "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.key.password",
-                  "ssl.truststore.password", "ssl.truststore.certificates", "sasl.jaas.config"}
+                  "ssl.truststore.password", "ssl.truststore.certificates", "sasl.jaas.config",
+                  "kray.inter.broker.secret"}  # Kray's own: actors/gateway/security/inter_broker.py
 
 
 def base_key(key: str) -> str | None:

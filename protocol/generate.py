@@ -6,12 +6,15 @@ Kafka's schema files.
 DIR defaults to ``../shared/kafka-protocol/messages`` relative to the repo root, the records DIR to
 ``DIR/../records`` (the coordinators' key/value records: their ``apiKey`` is the record type), FILE to
 ``DIR/../ERRORS.md``. ``--extra-schemas`` (repeatable) adds the APIs of more folders to ``messages.py``:
-the ACL APIs (CreateAcls, DescribeAcls, DeleteAcls) are not in the shared folder; take their six
-``*Acls{Request,Response}.json`` files from Apache Kafka's ``clients/src/main/resources/common/message/``
-(trunk ``d79bd502ec7f``, the commit of the shared folder) into a folder outside the repo (never commit them)
-and regenerate with
+the ACL APIs (CreateAcls, DescribeAcls, DeleteAcls) and the SCRAM credential APIs of KIP-554
+(DescribeUserScramCredentials, AlterUserScramCredentials) are not in the shared folder. Take their
+``*Acls{Request,Response}.json`` files (trunk ``d79bd502ec7f``, the commit of the shared folder) and
+``*UserScramCredentials{Request,Response}.json`` (``1eb7644349cb``; last changed in 2023) from Apache Kafka's
+``clients/src/main/resources/common/message/`` into a folder outside the repo (never commit them) and
+regenerate with
 
-    python -m protocol.generate --extra-schemas /tmp/kray-acl-schemas
+    python -m protocol.generate --extra-schemas /tmp/kray-extra-schemas
+
 Only wire facts are emitted (names, types, versions, tags, defaults); the schemas' prose and comments are not.
 Every API (files with an ``apiKey``) gets a request and a response class; the header schemas are not generated
 (``protocol/headers.py`` handles headers by hand).
@@ -154,7 +157,7 @@ def message_lines(schema: dict) -> list[str]:
 
 
 EXTRA_MARKER = "# ---- APIs from --extra-schemas folders (their schemas are not in the shared folder) ----"
-REGENERATE_MESSAGES = "python -m protocol.generate --extra-schemas DIR  (DIR: the ACL schemas, see protocol/generate.py)"
+REGENERATE_MESSAGES = "python -m protocol.generate --extra-schemas DIR  (DIR: the ACL and SCRAM schemas, see protocol/generate.py)"
 
 
 def _api_schemas(paths: list[Path]) -> list[dict]:
@@ -209,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m protocol.generate", description=__doc__.splitlines()[0])
     parser.add_argument("--schemas", type=Path, default=DEFAULT_SCHEMAS_DIR, help="folder of *Request/*Response.json")
     parser.add_argument("--extra-schemas", type=Path, action="append", default=[], metavar="DIR",
-                        help="another folder of *Request/*Response.json (repeatable; e.g. the ACL APIs)")
+                        help="another folder of *Request/*Response.json (repeatable; e.g. the ACL and SCRAM APIs)")
     parser.add_argument("--records", type=Path, default=None, help="folder of coordinator record schemas")
     parser.add_argument("--errors", type=Path, default=None, help="ERRORS.md (default: DIR/../ERRORS.md)")
     args = parser.parse_args(argv)

@@ -72,6 +72,10 @@ class MetadataImage:
     # a gateway rebuilds its authorizer only when acl_version moves
     acls: tuple = ()
     acl_version: int = 0
+    # SCRAM credentials (KIP-554): (user, ScramMechanism) -> ScramCredential (salts and keys, never
+    # passwords); a gateway re-indexes them only when scram_version moves
+    scram_credentials: dict = field(default_factory=dict)
+    scram_version: int = 0
 
     def __post_init__(self):
         self.topics_by_id = {t.topic_id: t for t in self.topics.values()}
@@ -324,7 +328,8 @@ class ControllerActor:
                     coordinators[(topic.name, p.index)] = actor
         return MetadataImage(c.metadata_version, c.cluster_id, c.controller_id(), live, dict(c.topics),
                              leaders, listeners, coordinators,
-                             {g: dict(cfg) for g, cfg in c.group_configs.items()}, tuple(c.acls), c.acl_version)
+                             {g: dict(cfg) for g, cfg in c.group_configs.items()}, tuple(c.acls), c.acl_version,
+                             dict(c.scram_credentials), c.scram_version)
 
     async def wait_for_metadata(self, known_version: int, timeout_s: float) -> MetadataImage:
         """Answer as soon as the metadata is newer than `known_version`, or at the timeout."""
@@ -361,6 +366,12 @@ class ControllerActor:
     def delete_acls(self, filters: list) -> list[tuple[int, str | None, list]]:
         """DeleteAcls (AclBindingFilter objects): per filter (error code, message, removed bindings)."""
         results, outcome = self.core.delete_acls(filters)
+        self._persist(outcome)
+        return results
+
+    def alter_user_scram_credentials(self, deletions: list, upsertions: list) -> list:
+        """AlterUserScramCredentials (scram_credentials.Deletion / Upsertion): per user an AlterResult."""
+        results, outcome = self.core.alter_user_scram_credentials(deletions, upsertions)
         self._persist(outcome)
         return results
 

@@ -1,5 +1,5 @@
 """The controller's pure state machine: brokers, topics (with topic ids), partitions, placement,
-per-topic configs, producer-id blocks and ACL bindings.
+per-topic configs, producer-id blocks, ACL bindings and SCRAM credentials.
 
 Every command validates, then returns the metadata records that express its effect; `apply` is the
 only place state changes, so replaying the metadata log rebuilds exactly the same state.
@@ -16,6 +16,7 @@ from protocol.errors import ErrorCode
 
 from actors.gateway.security.authorizer import AclBinding, AclBindingFilter, acl_binding_problem, binding_from_row, \
     binding_row
+from actors.gateway.security import scram_credentials
 
 from .elections import DEFAULT_BROKER_SESSION_TIMEOUT_MS, RECORD_TYPES as REPLICATION_RECORD_TYPES, ReplicationControl
 
@@ -94,6 +95,9 @@ class ControllerCore:
         self.group_configs: dict[str, dict[str, Any]] = {}
         self.acls: dict[AclBinding, None] = {}  # ACL bindings, in the order they were created
         self.acl_version = 0  # ACL records applied: gateways rebuild their authorizer when it moves
+        # SCRAM credentials (KIP-554), keyed (user name, mechanism): salts, iterations and keys only
+        self.scram_credentials: dict[scram_credentials.CredentialKey, Any] = {}
+        self.scram_version = 0  # SCRAM records applied: gateways re-index credentials when it moves
         # liveness, leaders, epochs and ISRs: partition keys are (topic_id bytes, index), the
         # partition objects are this core's own PartitionStates (updated in place by its records)
         self.replication = ReplicationControl(
@@ -281,6 +285,13 @@ class ControllerCore:
             return results, Outcome()
         return results, self._commit([{"type": "remove_acls", "bindings": [binding_row(b) for b in gone]}])
 
+    def alter_user_scram_credentials(self, deletions: list, upsertions: list
+                                     ) -> tuple[list[scram_credentials.AlterResult], Outcome]:
+        """AlterUserScramCredentials (scram_credentials.Deletion / Upsertion): per user a result;
+        what succeeded is committed together."""
+        results, records = scram_credentials.alter_credentials(self.scram_credentials, deletions, upsertions)
+        return results, self._commit(records) if records else Outcome()
+
     def allocate_producer_id(self) -> tuple[int, Outcome]:
         """Hand out the next producer id; ids are reserved in the log a block at a time."""
         outcome = Outcome()
@@ -335,6 +346,9 @@ class ControllerCore:
             for row in record["bindings"]:
                 self.acls.pop(binding_from_row(row), None)
             self.acl_version += 1
+        elif kind in scram_credentials.RECORD_KINDS:
+            scram_credentials.apply_record(self.scram_credentials, record)
+            self.scram_version += 1
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
         self.metadata_version += 1

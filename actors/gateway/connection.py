@@ -23,7 +23,7 @@ import itertools
 import logging
 import struct
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 from protocol.framing import FrameDecoder, FrameTooLarge, MalformedFrame
 from protocol.errors import MalformedMessage
@@ -113,9 +113,15 @@ def _tls_principal(security, writer) -> KafkaPrincipal:
     return principal_for("SSL", peer_subject=certificate.get("subject"), mapper=security.principal_mapper)
 
 
-def new_session(security) -> ConnectionSession:
+def new_session(security, credentials: Callable[[Any], Mapping] | None = None) -> ConnectionSession:
+    """A SASL connection's session: PLAIN against the listener's users, SCRAM against `credentials`
+    (ScramMechanism -> user -> ScramCredential, the broker's current metadata; none: no SCRAM user)."""
     from actors.gateway.security.plain import PLAIN_MECHANISM, PlainServer
+    from actors.gateway.security.scram import ScramMechanism, ScramServer
     factories = {PLAIN_MECHANISM: lambda: PlainServer(security.plain_users)}
+    for mechanism in ScramMechanism:
+        factories[mechanism.mechanism_name] = (
+            lambda m=mechanism: ScramServer(m, credentials(m) if credentials is not None else {}))
     return ConnectionSession(sasl=True, mechanisms={m: factories[m] for m in security.mechanisms if m in factories},
                              enabled=security.mechanisms, reauth_ms=security.reauth_ms)
 
@@ -133,7 +139,8 @@ class _Gate:
             answer = session.authenticate(bytes(body), _now_ms())
             if answer.close:
                 return _Refusal(f"SASL authentication failed: {answer.log_reason}", None, self.delay_s)
-            self._authenticated()
+            if session.authenticated:  # SCRAM takes two tokens: the first one answers a challenge
+                self._authenticated()
             return struct.pack(">i", len(answer.auth_bytes)) + answer.auth_bytes
         if len(body) < 2:
             return _Refusal("a request shorter than its header", None, 0.0)
@@ -190,9 +197,11 @@ def _done(frame: bytes) -> asyncio.Future:
 
 
 async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dispatch: Dispatch,
-                           *, frame_bytes_max: int, idle_timeout_s: float, security=None) -> None:
+                           *, frame_bytes_max: int, idle_timeout_s: float, security=None,
+                           credentials: Callable[[Any], Mapping] | None = None) -> None:
     """Serve one client connection; `security` is its listener's ListenerSecurity (None: PLAINTEXT
-    without listeners, as the share-state front end)."""
+    without listeners, as the share-state front end); `credentials` gives SCRAM logins their
+    users (see new_session)."""
     peer = writer.get_extra_info("peername")
     try:
         principal = _tls_principal(security, writer)
@@ -202,7 +211,7 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
         return
     connection = ClientConnection(peer, writer.transport.abort, principal=principal,
                                   listener_name=security.listener.name if security is not None else None)
-    session = new_session(security) if security is not None and security.protocol.uses_sasl else None
+    session = new_session(security, credentials) if security is not None and security.protocol.uses_sasl else None
     gate = _Gate(session, connection, security.failed_auth_delay_ms / 1000) if session is not None else None
     decoder = FrameDecoder(frame_bytes_max)
     pending: asyncio.Queue[asyncio.Task | None] = asyncio.Queue(INFLIGHT_REQUESTS_PER_CONNECTION_MAX)

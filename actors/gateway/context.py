@@ -95,6 +95,9 @@ class RayController:
     async def delete_acls(self, filters):
         return await self._call("delete_acls", filters)
 
+    async def alter_user_scram_credentials(self, deletions, upsertions):
+        return await self._call("alter_user_scram_credentials", deletions, upsertions)
+
 
 @dataclass
 class GatewayContext:
@@ -118,6 +121,10 @@ class GatewayContext:
         self.authorizer_config = authorizer_config(self.config)
         self.authorizer = StandardAuthorizer(self.authorizer_config) if self.authorizer_config else None
         self._acl_version: int | None = None
+        # SCRAM credentials per mechanism (user -> credential), from the metadata image; a login
+        # reads the mapping current at its SaslHandshake
+        self._scram: dict = {}
+        self._scram_version: int | None = None
         from actors.gateway.fetch_sessions import SESSION_CACHE_SLOTS_DEFAULT, FetchSessions
         from actors.gateway.share_sessions import ShareSessionCache
         self.share_sessions = ShareSessionCache(int(self.config.get("group.share.max.share.sessions", 2000)))
@@ -134,6 +141,11 @@ class GatewayContext:
             # built whole, then swapped in: requests in flight finish with the ACLs they started with
             self.authorizer = StandardAuthorizer(self.authorizer_config, getattr(image, "acls", ()))
             self._acl_version = acl_version
+        scram_version = getattr(image, "scram_version", 0)
+        if scram_version != self._scram_version:
+            from actors.gateway.security.scram_credentials import by_mechanism
+            self._scram = by_mechanism(getattr(image, "scram_credentials", {}))
+            self._scram_version = scram_version
         clients, addresses = {}, {}
         for key, address in image.partition_listeners.items():
             topic = image.topic_by_id(key[0])
@@ -144,6 +156,10 @@ class GatewayContext:
             addresses[key] = address
         self._clients, self._addresses = clients, addresses
         self.data_paths.keep_only(set(addresses.values()))
+
+    def scram_credentials(self, mechanism) -> dict:
+        """user -> ScramCredential of one mechanism (actors.gateway.security.scram.ScramMechanism)."""
+        return self._scram.get(mechanism, {})
 
     def access(self, connection) -> Access:
         """What a request on `connection` may do: checked against the current ACLs, so an ACL change

@@ -27,7 +27,7 @@ async def start_frontend(ctx, host: str | None, port: int, routes=ROUTES, securi
 
     async def serve(reader, writer):
         await serve_connection(reader, writer, dispatch, frame_bytes_max=frame_bytes_max, idle_timeout_s=idle_timeout_s,
-                               security=security)
+                               security=security, credentials=getattr(ctx, "scram_credentials", None))
 
     ssl_context = security.ssl_context if security is not None else None
     return await asyncio.start_server(serve, host, port, backlog=LISTEN_BACKLOG, reuse_address=True, ssl=ssl_context,

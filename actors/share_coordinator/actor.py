@@ -19,6 +19,7 @@ from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHos
 from actors.gateway.frontend import start_frontend
 from actors.partition.actor import PartitionActor
 from actors.share_coordinator.wire import STATE_ROUTES, StateListenerContext
+from actors.gateway.security.inter_broker import state_listener_security
 from actors.share_coordinator.core import OpResult, ReadResult, ShareCoordinatorShard, SummaryResult
 from actors.startup import start_unless_started, succeeded
 from protocol.errors import ErrorCode
@@ -111,7 +112,8 @@ class ShareCoordinatorActor(PartitionActor):
     async def state_listener(self) -> tuple[str, int]:
         """The address of this coordinator's share-state listener (see wire.py), started on first ask."""
         self.state_server = start_unless_started(self.state_server, lambda: start_frontend(
-            StateListenerContext(self, self.spec["broker_config"]), self.spec["listen_host"], 0, STATE_ROUTES))
+            StateListenerContext(self, self.spec["broker_config"]), self.spec["listen_host"], 0, STATE_ROUTES,
+            security=state_listener_security(self.spec["broker_config"])))
         server = await asyncio.shield(self.state_server)
         return self.spec["listen_host"], server.sockets[0].getsockname()[1]
 

@@ -8,7 +8,9 @@ loopback connection costs a fraction of that. Requests on one connection are app
 order sent (the front end starts their handlers in order, and a loaded shard applies a write
 without waiting), so one leader's writes never overtake each other.
 
-These APIs are served here only, never by a gateway or a partition's client listener.
+These APIs are served here only, never by a gateway or a partition's client listener. The
+listener is a SASL listener whose one user is the broker (actors/gateway/security/inter_broker.py):
+a share-partition leader logs in before its first request; anyone else is refused and closed.
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from typing import Any
 
 from actors.gateway.dispatch import Route
 from actors.gateway.handlers.api_versions import handle_api_versions
+from actors.gateway.handlers.sasl import handle_sasl_authenticate, handle_sasl_handshake
+from actors.gateway.security.inter_broker import broker_credentials
 from protocol.messages import (DeleteShareGroupStateResponse, InitializeShareGroupStateResponse,
                                ReadShareGroupStateResponse, ReadShareGroupStateSummaryResponse,
                                WriteShareGroupStateResponse)
@@ -28,6 +32,10 @@ class StateListenerContext:
         self.coordinator = coordinator
         self.config = config
         self.advertised: list = []
+        self._credentials = broker_credentials(config)  # the broker's SCRAM credential, made once
+
+    def scram_credentials(self, mechanism) -> dict:
+        return self._credentials.get(mechanism, {})
 
 
 async def _each(request, result_cls, op):
@@ -94,7 +102,9 @@ async def handle_read_summary(ctx, header, request, connection=None) -> ReadShar
 
 
 STATE_ROUTES: dict[int, Route] = {
+    17: Route(handle_sasl_handshake, 0, 1),  # answered by the connection's SASL session
     18: Route(handle_api_versions, 0, 4),
+    36: Route(handle_sasl_authenticate, 0, 2),
     83: Route(handle_initialize, 0, 0),
     84: Route(handle_read, 0, 0),
     85: Route(handle_write, 0, 1),

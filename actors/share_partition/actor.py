@@ -105,7 +105,7 @@ class ShareLeaders:
 
     async def _connect(self, group_id: str) -> StateConnection:
         host, port = await (await self._coordinator(group_id)).state_listener.remote()
-        return await StateConnection.open(host, port, STATE_WRITE_TIMEOUT_S)
+        return await StateConnection.open(host, port, STATE_WRITE_TIMEOUT_S, self.config)
 
     async def _write_state(self, group_id: str, start_offset: int, batches: list) -> tuple[int, str | None]:
         """WriteShareGroupState, over the coordinator's state listener (not a Ray call: see

@@ -2,12 +2,14 @@
 share-state requests over one kept-open, pipelined connection (actors/pipelined.py), each
 waiting only for its own answer. Any failure closes the connection and fails every request
 waiting on it; the caller decides what to do (the leaders answer with a retriable error and
-resend whole state).
+resend whole state). A connection logs in as the broker before its first request (the state
+listener serves brokers only: actors/gateway/security/inter_broker.py).
 """
 from __future__ import annotations
 
 from typing import Any
 
+from actors.gateway.security.inter_broker import login
 from actors.pipelined import ConnectionClosed, PipelinedConnection
 from protocol.apis import API_BY_KEY
 from protocol.headers import RequestHeader, encode_request, response_header_version
@@ -24,9 +26,16 @@ class StateConnection:
         self.connection = connection
 
     @classmethod
-    async def open(cls, host: str, port: int, timeout_s: float) -> "StateConnection":
-        return cls(await PipelinedConnection.open_tcp(host, port, timeout_s=timeout_s,
-                                                      response_bytes_max=RESPONSE_BYTES_MAX))
+    async def open(cls, host: str, port: int, timeout_s: float, config: dict) -> "StateConnection":
+        """Connect and log in as the broker with the secret in `config` (the broker config)."""
+        connection = await PipelinedConnection.open_tcp(host, port, timeout_s=timeout_s,
+                                                        response_bytes_max=RESPONSE_BYTES_MAX)
+        try:
+            await login(connection, config, timeout_s)
+        except BaseException:
+            connection.close()
+            raise
+        return cls(connection)
 
     @property
     def usable(self) -> bool:

@@ -1,37 +1,140 @@
-"""`kray configs`, after kafka-configs.sh, for topics and groups:
+"""`kray configs`, after kafka-configs.sh, for topics, groups, brokers and users' SCRAM credentials:
   kray configs --entity-type groups --entity-name G --alter --add-config share.auto.offset.reset=earliest
   kray configs --entity-type topics --entity-name T --describe
+  kray configs --entity-type users --entity-name alice --alter \\
+      --add-config 'SCRAM-SHA-512=[iterations=8192,password=alice-secret]'
+  kray configs --entity-type users --entity-name alice --alter --delete-config SCRAM-SHA-512
+  kray configs --entity-type users [--entity-name alice] --describe
+
+`--add-config` is split as Kafka splits it: at commas outside square brackets, the brackets then
+dropped from the value. A SCRAM credential is `[iterations=N,]password=P` (4096 iterations unless
+given, as kafka-configs.sh); the tool salts and hashes the password here (AlterUserScramCredentials
+carries the salt and the salted password, never the password). Kafka's broker refuses changing one
+user twice in one request (DUPLICATE_RESOURCE), so each mechanism's change goes in a request of its
+own, and `SCRAM-SHA-256=[...],SCRAM-SHA-512=[...]` works in one command, as kafka-configs.sh meant.
 """
 from __future__ import annotations
 
+import re
+import secrets
 import sys
 
+from actors.gateway.security.scram import (ITERATIONS_MIN, SALT_BYTES_DEFAULT, ScramMechanism,
+                                           salted_password)
 from cluster.admin import COMMAND_CONFIG_HELP, AdminError, KafkaConnection
 from protocol.errors import ErrorCode
-from protocol.messages import DescribeConfigsRequest, IncrementalAlterConfigsRequest
+from protocol.messages import (AlterUserScramCredentialsRequest, DescribeConfigsRequest,
+                               DescribeUserScramCredentialsRequest, IncrementalAlterConfigsRequest)
 
 RESOURCE_TYPES = {"topics": 2, "brokers": 4, "groups": 32}
+ENTITY_TYPES = sorted([*RESOURCE_TYPES, "users"])
 OP_SET, OP_DELETE = 0, 1
+_OUTSIDE_BRACKETS = r"(?=[^\]]*(?:\[|$))"  # Kafka's lookahead: the next '[' comes before any ']'
+_SCRAM_VALUE = re.compile(r"(?:iterations=(-?[0-9]*),)?password=(.*)", re.S)
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("configs", help="describe and alter topic and group configs (like kafka-configs.sh)")
+    p = sub.add_parser("configs", help="describe and alter topic, group and broker configs and users' SCRAM "
+                                       "credentials (like kafka-configs.sh)")
     p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
     p.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
-    p.add_argument("--entity-type", choices=sorted(RESOURCE_TYPES), required=True)
-    p.add_argument("--entity-name", required=True)
+    p.add_argument("--entity-type", choices=ENTITY_TYPES, required=True)
+    p.add_argument("--entity-name", help="required but for --describe of every user")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true")
     action.add_argument("--alter", action="store_true")
-    p.add_argument("--add-config", default="", metavar="K1=V1,K2=V2")
+    p.add_argument("--add-config", default="", metavar="K1=V1,K2=[V2,V3]")
     p.add_argument("--delete-config", default="", metavar="K1,K2")
     p.set_defaults(func=run)
 
 
+def parse_add_config(text: str) -> dict[str, str]:
+    """kafka-configs.sh's --add-config: `k1=v1,k2=[a,b],k3=` (empty values kept)."""
+    configs = {}
+    for item in re.split("," + _OUTSIDE_BRACKETS, text) if text else []:
+        parts = re.split(r"\s*=\s*" + _OUTSIDE_BRACKETS, item)
+        if len(parts) != 2:
+            raise AdminError(f'invalid --add-config item {item!r}: all configs to be added must be in the format '
+                             f'"key=val" (a value with commas goes in square brackets: key=[a,b])')
+        configs[parts[0].strip()] = re.sub(r"[\[\]]", "", parts[1]).strip()
+    return configs
+
+
+def scram_upsertion(user: str, mechanism_name: str, value: str) -> AlterUserScramCredentialsRequest:
+    mechanism = ScramMechanism.from_name(mechanism_name)
+    match = _SCRAM_VALUE.fullmatch(value)
+    if match is None:
+        raise AdminError(f"invalid credential property {mechanism_name}={value[:16]}…: use "
+                         f"{mechanism_name}=[iterations=8192,password=SECRET] (iterations optional)")
+    iterations = int(match.group(1)) if match.group(1) not in (None, "", "-1") else ITERATIONS_MIN
+    if iterations < ITERATIONS_MIN:
+        raise AdminError(f"iterations {iterations} is less than the minimum {ITERATIONS_MIN} required for "
+                         f"{mechanism_name}")
+    salt = secrets.token_bytes(SALT_BYTES_DEFAULT)
+    # the broker bounds iterations above (UNACCEPTABLE_CREDENTIAL); hash no more than it accepts
+    salted = salted_password(mechanism, match.group(2), salt, min(iterations, 16384))
+    R = AlterUserScramCredentialsRequest
+    return R(deletions=[], upsertions=[R.ScramCredentialUpsertion(
+        name=user, mechanism=mechanism.type_id, iterations=iterations, salt=salt, salted_password=salted)])
+
+
+def scram_deletion(user: str, mechanism_name: str) -> AlterUserScramCredentialsRequest:
+    R = AlterUserScramCredentialsRequest
+    return R(deletions=[R.ScramCredentialDeletion(name=user, mechanism=ScramMechanism.from_name(mechanism_name).type_id)],
+             upsertions=[])
+
+
+def _alter_users(conn: KafkaConnection, user: str, to_add: dict[str, str], to_delete: list[str]) -> None:
+    scram_names = [m.mechanism_name for m in ScramMechanism]
+    unknown = [k for k in [*to_add, *to_delete] if k not in scram_names]
+    if unknown:
+        raise AdminError(f"only SCRAM credential configs ({', '.join(scram_names)}) can be altered for users in "
+                         f"Kray (quotas are not built); unexpected config names: {', '.join(unknown)}")
+    requests = [scram_deletion(user, name) for name in to_delete]
+    requests += [scram_upsertion(user, name, value) for name, value in to_add.items()]
+    for request in requests:
+        for result in conn.send(request).results:
+            if result.error_code:
+                raise AdminError(f"{ErrorCode(result.error_code).name}: {result.error_message or ''} "
+                                 f"(user {result.user})")
+
+
+def _describe_users(conn: KafkaConnection, user: str | None) -> int:
+    R = DescribeUserScramCredentialsRequest
+    response = conn.send(R(users=[R.UserName(name=user)] if user is not None else None))
+    if response.error_code:
+        raise AdminError(f"{ErrorCode(response.error_code).name}: {response.error_message or ''}")
+    names = {m.type_id: m.mechanism_name for m in ScramMechanism}
+    for result in response.results:
+        if result.error_code == ErrorCode.RESOURCE_NOT_FOUND:
+            print(f"No SCRAM credential configs for user-principal '{result.user}'.")
+        elif result.error_code:
+            print(f"Error retrieving SCRAM credential configs for user-principal '{result.user}': "
+                  f"{ErrorCode(result.error_code).name}: {result.error_message or ''}")
+        else:
+            text = ", ".join(f"{names.get(c.mechanism, c.mechanism)}=iterations={c.iterations}"
+                             for c in result.credential_infos)
+            print(f"SCRAM credential configs for user-principal '{result.user}' are {text}")
+    return 0
+
+
 def run(args) -> int:
-    resource_type = RESOURCE_TYPES[args.entity_type]
     try:
+        if args.entity_name is None and not (args.describe and args.entity_type == "users"):
+            raise AdminError("--entity-name is required (only --describe of users may leave it out: every user)")
         with KafkaConnection(args.bootstrap_server, client_id="kray-configs") as conn:
+            if args.entity_type == "users":
+                if args.describe:
+                    return _describe_users(conn, args.entity_name)
+                to_add = parse_add_config(args.add_config)
+                to_delete = [k.strip() for k in args.delete_config.split(",") if k.strip()]
+                if not to_add and not to_delete:
+                    raise AdminError("--alter needs --add-config 'SCRAM-SHA-512=[password=…]' or "
+                                     "--delete-config SCRAM-SHA-512")
+                _alter_users(conn, args.entity_name, to_add, to_delete)
+                print(f"Completed updating config for user {args.entity_name}.")
+                return 0
+            resource_type = RESOURCE_TYPES[args.entity_type]
             if args.describe:
                 result = conn.send(DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
                     resource_type=resource_type, resource_name=args.entity_name, configuration_keys=None)])).results[0]
@@ -42,7 +145,7 @@ def run(args) -> int:
                     print(f"  {c.name}={c.value}")
                 return 0
             changes = [IncrementalAlterConfigsRequest.AlterableConfig(name=k, config_operation=OP_SET, value=v)
-                       for k, _, v in (kv.partition("=") for kv in args.add_config.split(",") if kv)]
+                       for k, v in parse_add_config(args.add_config).items()]
             changes += [IncrementalAlterConfigsRequest.AlterableConfig(name=k, config_operation=OP_DELETE, value=None)
                         for k in args.delete_config.split(",") if k]
             if not changes:

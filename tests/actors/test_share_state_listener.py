@@ -1,16 +1,20 @@
 """The share coordinator's state listener against bad input: garbage, a truncated frame, an API it
-does not serve and invalid writes each get a closed connection or an error code, and the share
-state of a live group stays intact (its acknowledged records are not delivered again)."""
+does not serve, a write from anyone but a broker and a broker's invalid writes each get a closed
+connection or an error code, and the share state of a live group stays intact (its acknowledged
+records are not delivered again)."""
+import asyncio
 import socket
 import struct
 import time
 import uuid
 
+import pytest
 import ray
 from confluent_kafka import AcknowledgeType, ShareConsumer
 
 from actors import internal_topics
-from cluster.admin import KafkaConnection
+from actors.share_partition.state_client import StateConnection
+from cluster.admin import AdminError, KafkaConnection
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader, encode_request
 from protocol.messages import MetadataRequest, WriteShareGroupStateRequest as W
@@ -59,21 +63,32 @@ def test_bad_input_to_the_state_listener_loses_no_share_state(broker):
     assert closed_after(address, struct.pack(">i", 1 << 30))  # far over socket.request.max.bytes
 
     topic_id = image.topics[topic].topic_id
+
+    def write_request(**kw):
+        part = dict(partition=0, state_epoch=0, leader_epoch=0, start_offset=0, delivery_complete_count=-1,
+                    state_batches=[])
+        part.update(kw)
+        return W(group_id=group, topics=[W.WriteStateData(topic_id=kw.pop("topic_id", topic_id), partitions=[
+            W.PartitionData(**{k: v for k, v in part.items() if k != "topic_id"})])])
+
+    # not a broker: a share-state request without logging in gets no answer but a close
     with KafkaConnection(f"{address[0]}:{address[1]}") as conn:
-        def write(**kw):
-            part = dict(partition=0, state_epoch=0, leader_epoch=0, start_offset=0, delivery_complete_count=-1,
-                        state_batches=[])
-            part.update(kw)
-            r = conn.send(W(group_id=group, topics=[W.WriteStateData(topic_id=topic_id, partitions=[
-                W.PartitionData(**part)])]), 1)
-            return r.results[0].partitions[0].error_code
-        assert write(partition=-1) == ErrorCode.INVALID_REQUEST
-        assert write(state_epoch=-5) == ErrorCode.INVALID_REQUEST
-        assert write(state_batches=[W.StateBatch(first_offset=9, last_offset=3, delivery_state=2,
-                                                 delivery_count=1)]) == ErrorCode.INVALID_REQUEST
-        unknown = conn.send(W(group_id=group, topics=[W.WriteStateData(topic_id=uuid.uuid4(), partitions=[
-            W.PartitionData(partition=0, state_epoch=0, leader_epoch=0, start_offset=0, state_batches=[])])]), 1)
-        assert unknown.results[0].partitions[0].error_code == ErrorCode.INVALID_REQUEST, "never initialized"
+        with pytest.raises(AdminError, match="closed"):
+            conn.send(write_request(start_offset=10**9), 1)
+
+    broker_config = ray.get(broker.controller.broker_configs.remote())  # holds the cluster's secret
+
+    async def broker_writes():  # logged in as the broker
+        connection = await StateConnection.open(*address, 10, broker_config)
+        try:
+            return [(await connection.call(write_request(**kw), 1, 10)).results[0].partitions[0].error_code
+                    for kw in (dict(partition=-1), dict(state_epoch=-5),
+                               dict(state_batches=[W.StateBatch(first_offset=9, last_offset=3, delivery_state=2,
+                                                                delivery_count=1)]),
+                               dict(topic_id=uuid.uuid4()))]
+        finally:
+            connection.close()
+    assert asyncio.run(broker_writes()) == [ErrorCode.INVALID_REQUEST] * 4, "invalid writes, even a broker's"
 
     rest = consume(broker.bootstrap, group, topic, 40 - len(first))
     assert not set(first) & set(rest), "records acknowledged before the bad input came back"

@@ -321,3 +321,22 @@ def test_removing_prefixed_acls_leaves_the_index_exact():
     assert auth.remove(b) and auth.remove(a_bob)
     assert not auth._prefix_lengths[Res.TOPIC] and not auth._prefixed
     assert not may(auth, Op.READ, Res.TOPIC, "cdx")
+
+
+def test_many_principals_on_one_resource_each_see_only_their_own_and_the_wildcard_users():
+    many = [acl(Res.TOPIC, "orders", Op.READ, principal=f"User:u{i}") for i in range(5000)]
+    authorizer = StandardAuthorizer(AuthorizerConfig(allow_everyone_if_no_acl_found=True), many + [
+        acl(Res.TOPIC, "orders", Op.ALL, DENY, principal="User:*", host="10.0.0.9")])
+    assert authorizer.authorize(KafkaPrincipal.user("u4999"), "h", Op.READ, Res.TOPIC, "orders")
+    assert not authorizer.authorize(KafkaPrincipal.user("u4999"), "10.0.0.9", Op.READ, Res.TOPIC, "orders")
+    assert not authorizer.authorize(BOB, "h", Op.READ, Res.TOPIC, "orders"), \
+        "others' ACLs on the topic: allow.everyone.if.no.acl.found does not apply"
+    started = time.perf_counter()
+    for _ in range(1000):
+        authorizer.authorize(KafkaPrincipal.user("u1"), "h", Op.READ, Res.TOPIC, "orders")
+    assert time.perf_counter() - started < 0.5, "a check reads its principal's bindings, not all 5,000"
+    for binding in many:
+        assert authorizer.remove(binding)
+    assert len(authorizer) == 1 and authorizer.authorize(BOB, "h", Op.READ, Res.TOPIC, "orders") is False
+    assert authorizer.remove(authorizer.acls()[0]) and len(authorizer) == 0
+    assert authorizer.authorize(BOB, "h", Op.READ, Res.TOPIC, "orders"), "no ACLs left: everyone allowed"

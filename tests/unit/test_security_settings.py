@@ -78,8 +78,8 @@ def test_listener_prefixed_keys_win_key_by_key():
 
 @pytest.mark.parametrize("extra, words", [
     ({"ssl.keystore.type": "JKS"}, "ssl.keystore.type=PEM"),
-    ({"sasl.enabled.mechanisms": "GSSAPI"}, "sasl.enabled.mechanisms=PLAIN"),
-    ({"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512"}, "credential store"),
+    ({"sasl.enabled.mechanisms": "GSSAPI"}, "sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN"),
+    ({"sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER"}, "serves PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
     ({"listener.name.sasl_ssl.plain.sasl.jaas.config": None}, "plain.sasl.jaas.config"),
     ({"listener.name.ssl.ssl.client.auth": "sometimes"}, "ssl.client.auth must be"),
     ({"inter.broker.listener.name": "SSL"}, "PLAINTEXT listener"),
@@ -148,3 +148,10 @@ def test_a_file_region_over_tls_is_read_and_written_whole(pki, tmp_path):
         return received
     assert asyncio.run(run()) == expected
     assert frame[1].file.closed
+
+
+def test_scram_mechanisms_are_enabled_and_need_no_jaas_users(pki):
+    settings = security_settings(secured(pki, **{"sasl.enabled.mechanisms": "SCRAM-SHA-512,scram-sha-256",
+                                                 "listener.name.sasl_ssl.plain.sasl.jaas.config": None}))
+    sasl_ssl = settings.by_listener["SASL_SSL"]
+    assert sasl_ssl.mechanisms == ("SCRAM-SHA-512", "SCRAM-SHA-256") and sasl_ssl.plain_users == {}

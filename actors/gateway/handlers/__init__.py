@@ -20,6 +20,8 @@ from actors.gateway.handlers.list_offsets import handle_list_offsets
 from actors.gateway.handlers.produce import acks_zero, handle_produce
 from actors.gateway.handlers.producer_ids import handle_init_producer_id
 from actors.gateway.handlers.sasl import handle_sasl_authenticate, handle_sasl_handshake
+from actors.gateway.handlers.scram_credentials import (handle_alter_user_scram_credentials,
+                                                       handle_describe_user_scram_credentials)
 from actors.gateway.handlers.share_admin import (handle_alter_share_group_offsets, handle_delete_share_group_offsets,
                                                  handle_describe_share_group_offsets)
 from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle_share_fetch
@@ -53,6 +55,8 @@ ROUTES: dict[int, Route] = {
     42: Route(handle_delete_groups, 0, 2),
     44: Route(handle_incremental_alter_configs, 0, 1),
     47: Route(handle_offset_delete, 0, 0),
+    50: Route(handle_describe_user_scram_credentials, 0, 0),
+    51: Route(handle_alter_user_scram_credentials, 0, 0),
     60: Route(handle_describe_cluster, 0, 2),
     68: Route(handle_consumer_group_heartbeat, 0, 1),
     69: Route(handle_consumer_group_describe, 0, 1),

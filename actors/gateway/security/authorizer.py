@@ -242,8 +242,10 @@ class StandardAuthorizer:
 
     def __init__(self, config: AuthorizerConfig = AuthorizerConfig(), acls: Iterable[AclBinding] = ()):
         self.config = config
-        self._literal: dict[tuple[ResourceType, str], set[AclBinding]] = {}
-        self._prefixed: dict[tuple[ResourceType, str], set[AclBinding]] = {}
+        # (resource type, name) -> principal -> its bindings there: a check reads the bindings of
+        # its principal and of User:* only (10,000 principals on one topic cost what 1 does)
+        self._literal: dict[tuple[ResourceType, str], dict[str, set[AclBinding]]] = {}
+        self._prefixed: dict[tuple[ResourceType, str], dict[str, set[AclBinding]]] = {}
         self._prefix_lengths: dict[ResourceType, Counter[int]] = {}  # prefixed names per length
         self._count = 0
         for binding in acls:
@@ -258,12 +260,13 @@ class StandardAuthorizer:
             raise ValueError(problem)
         key = (binding.pattern.resource_type, binding.pattern.name)
         index = self._literal if binding.pattern.pattern_type is PatternType.LITERAL else self._prefixed
-        bucket = index.setdefault(key, set())
-        if binding in bucket:
+        new_key = key not in index
+        entries = index.setdefault(key, {}).setdefault(binding.entry.principal, set())
+        if binding in entries:
             return False
-        bucket.add(binding)
+        entries.add(binding)
         self._count += 1
-        if index is self._prefixed and len(bucket) == 1:
+        if index is self._prefixed and new_key:
             self._prefix_lengths.setdefault(key[0], Counter())[len(key[1])] += 1
         return True
 
@@ -271,10 +274,13 @@ class StandardAuthorizer:
         key = (binding.pattern.resource_type, binding.pattern.name)
         index = self._literal if binding.pattern.pattern_type is PatternType.LITERAL else self._prefixed
         bucket = index.get(key)
-        if not bucket or binding not in bucket:
+        entries = bucket.get(binding.entry.principal) if bucket else None
+        if not entries or binding not in entries:
             return False
-        bucket.discard(binding)
+        entries.discard(binding)
         self._count -= 1
+        if not entries:
+            del bucket[binding.entry.principal]
         if not bucket:
             del index[key]
             if index is self._prefixed:
@@ -297,16 +303,24 @@ class StandardAuthorizer:
     def _all(self) -> Iterator[AclBinding]:
         for index in (self._literal, self._prefixed):
             for bucket in index.values():
-                yield from bucket
+                for entries in bucket.values():
+                    yield from entries
 
-    def _applicable(self, resource_type: ResourceType, name: str) -> Iterator[AclBinding]:
-        """The ACLs that apply to one resource: its literal name, its prefixes, the wildcard."""
-        yield from self._literal.get((resource_type, name), ())
+    def _applicable(self, resource_type: ResourceType, name: str) -> Iterator[dict[str, set[AclBinding]]]:
+        """The ACLs that apply to one resource, per principal: its literal name, its prefixes, the
+        wildcard (each a non-empty mapping)."""
+        bucket = self._literal.get((resource_type, name))
+        if bucket:
+            yield bucket
         for length in self._prefix_lengths.get(resource_type, ()):
             if length <= len(name):
-                yield from self._prefixed.get((resource_type, name[:length]), ())
+                bucket = self._prefixed.get((resource_type, name[:length]))
+                if bucket:
+                    yield bucket
         if name != WILDCARD_RESOURCE:
-            yield from self._literal.get((resource_type, WILDCARD_RESOURCE), ())
+            bucket = self._literal.get((resource_type, WILDCARD_RESOURCE))
+            if bucket:
+                yield bucket
 
     def is_super_user(self, principal: KafkaPrincipal) -> bool:
         return str(principal) in self.config.super_users
@@ -317,16 +331,16 @@ class StandardAuthorizer:
             return True
         principals = (str(principal), str(WILDCARD_USER))
         has_acls = allowed = False
-        for binding in self._applicable(resource_type, name):
+        for bucket in self._applicable(resource_type, name):
             has_acls = True
-            entry = binding.entry
-            if entry.principal not in principals or entry.host not in (host, WILDCARD_HOST):
-                continue
-            if not _grants(entry, operation):
-                continue
-            if entry.permission_type is AclPermissionType.DENY:
-                return False
-            allowed = True
+            for who in principals:
+                for binding in bucket.get(who, ()):
+                    entry = binding.entry
+                    if entry.host not in (host, WILDCARD_HOST) or not _grants(entry, operation):
+                        continue
+                    if entry.permission_type is AclPermissionType.DENY:
+                        return False
+                    allowed = True
         return allowed or (not has_acls and self.config.allow_everyone_if_no_acl_found)
 
     def authorize_by_resource_type(self, principal: KafkaPrincipal, host: str, operation: AclOperation,

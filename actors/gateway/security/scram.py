@@ -97,12 +97,13 @@ def _hash(mechanism: ScramMechanism, data: bytes) -> bytes:
 
 def credential_from_salted_password(mechanism: ScramMechanism, salt: bytes, salted: bytes,
                                     iterations: int) -> ScramCredential:
+    """The credential KIP-554's AlterUserScramCredentials asks for. A salted password of a length
+    other than the hash's is kept, as Kafka keeps it (no client's PBKDF2 output will match it)."""
     problem = iterations_problem(iterations)
     if problem:
         raise ValueError(f"{mechanism.mechanism_name}: {problem}")
-    if len(salted) != mechanism.digest_bytes:
-        raise ValueError(f"{mechanism.mechanism_name}: a salted password has {mechanism.digest_bytes} bytes, "
-                         f"not {len(salted)}")
+    if not salted:
+        raise ValueError(f"{mechanism.mechanism_name}: the salted password is empty")
     if not salt:
         raise ValueError(f"{mechanism.mechanism_name}: the salt is empty")
     client_key = _hmac(mechanism, salted, b"Client Key")
@@ -284,6 +285,10 @@ class ScramStep:
     challenge: bytes | None = None  # server-first or server-final, to send to the client
     failure: SaslFailure | None = None
 
+    @property
+    def complete(self) -> bool:
+        return self.state is ScramState.COMPLETE
+
 
 class ScramServer:
     """One server-side SCRAM exchange. `credentials` maps user names to this mechanism's
@@ -372,3 +377,57 @@ class ScramServer:
 
 class _VisibleRefusal(ValueError):
     """A refusal whose reason the client may read (it reveals nothing about stored users)."""
+
+
+# --- the client side (Kray's tools) --------------------------------------------------------------
+
+class ScramClientError(ValueError):
+    """The server's SCRAM messages cannot be trusted: a foreign nonce, too few iterations, a bad
+    signature, or an error (`e=`) it sent."""
+
+
+class ScramClient:
+    """The client side of one exchange, sans-IO, for Kray's own tools: `first_message()`, then
+    `final_message(server first)`, then `verify(server final)`, each raising ScramClientError when
+    the server's message is wrong. Like Kafka's client, iterations below 4096 are refused."""
+
+    def __init__(self, mechanism: ScramMechanism, username: str, password: str, *, nonce: str | None = None):
+        self.mechanism, self.username, self._password = mechanism, username, password
+        self.nonce = _check_nonce(nonce) if nonce is not None else secrets.token_urlsafe(SERVER_NONCE_BYTES)
+        self._bare = f"n={encode_saslname(username)},r={self.nonce}"
+        self._server_signature: bytes | None = None
+
+    def __repr__(self) -> str:
+        return f"ScramClient({self.mechanism.mechanism_name}, {self.username!r}, password=<hidden>)"
+
+    def first_message(self) -> bytes:
+        return f"n,,{self._bare}".encode("utf-8")
+
+    def final_message(self, server_first: bytes) -> bytes:
+        try:
+            text = _text(server_first)
+            fields = dict(part.split("=", 1) for part in text.split(","))
+            nonce, salt, iterations = fields["r"], base64.b64decode(fields["s"], validate=True), int(fields["i"])
+        except (MalformedScram, KeyError, ValueError, binascii.Error):
+            raise ScramClientError(f"malformed server-first message {bytes(server_first)[:64]!r}") from None
+        if not nonce.startswith(self.nonce) or len(nonce) == len(self.nonce):
+            raise ScramClientError("the server's nonce does not extend the client's")
+        if iterations < ITERATIONS_MIN:
+            raise ScramClientError(f"the server asks for {iterations} iterations, less than the minimum "
+                                   f"{ITERATIONS_MIN}")
+        salted = salted_password(self.mechanism, self._password, salt, iterations)
+        client_key = _hmac(self.mechanism, salted, b"Client Key")
+        without_proof = f"c={base64.b64encode(b'n,,').decode('ascii')},r={nonce}"
+        message = auth_message(self._bare, text, without_proof)
+        signature = _hmac(self.mechanism, _hash(self.mechanism, client_key), message)
+        proof = bytes(k ^ s for k, s in zip(client_key, signature))
+        self._server_signature = _hmac(self.mechanism, _hmac(self.mechanism, salted, b"Server Key"), message)
+        return f"{without_proof},p={base64.b64encode(proof).decode('ascii')}".encode("ascii")
+
+    def verify(self, server_final: bytes) -> None:
+        text = bytes(server_final).decode("utf-8", "replace")
+        if text.startswith("e="):
+            raise ScramClientError(f"the server refused: {text[2:]}")
+        if self._server_signature is None or not text.startswith("v=") or not hmac.compare_digest(
+                text[2:].encode("ascii", "replace"), base64.b64encode(self._server_signature)):
+            raise ScramClientError("the server's signature is wrong: it does not know this user's credential")

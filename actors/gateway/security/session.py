@@ -77,7 +77,7 @@ class AuthenticateAnswer:
 
 
 # a mechanism's server side: step(client message) -> object with .complete, .challenge, .failure;
-# .username once complete (PlainServer; ScramServer once credentials are wired)
+# .username once complete (PlainServer, ScramServer)
 ExchangeFactory = Callable[[], Any]
 
 

@@ -8,8 +8,9 @@ Each listener gets its security protocol (listeners.py), and, as that protocol n
   decrypted with `ssl.key.password`; `ssl.truststore.type=PEM` with `ssl.truststore.location` or
   `ssl.truststore.certificates`; `ssl.client.auth=none|requested|required`; the client
   certificate's subject mapped to a principal by `ssl.principal.mapping.rules`.
-- SASL (SASL_PLAINTEXT, SASL_SSL): `sasl.enabled.mechanisms` (Kray serves PLAIN; SCRAM waits
-  for the controller's credential store), PLAIN's users from the JAAS config, re-authentication
+- SASL (SASL_PLAINTEXT, SASL_SSL): `sasl.enabled.mechanisms` (PLAIN, SCRAM-SHA-256,
+  SCRAM-SHA-512), PLAIN's users from the JAAS config (SCRAM's live in the controller's metadata:
+  kray configs --entity-type users, AlterUserScramCredentials), re-authentication
   (`connections.max.reauth.ms`) and the delay before a failed login's connection closes
   (`connection.failed.authentication.delay.ms`).
 
@@ -39,8 +40,8 @@ from actors.gateway.security.plain import PLAIN_MECHANISM, plain_users_from_jaas
 from actors.gateway.security.principal import SslPrincipalMapper
 
 LISTENER_PREFIX = "listener.name."
-SUPPORTED_MECHANISMS = (PLAIN_MECHANISM,)
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+SUPPORTED_MECHANISMS = (PLAIN_MECHANISM, *SCRAM_MECHANISMS)
 CLIENT_AUTH_MODES = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 TLS_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
@@ -142,13 +143,13 @@ def _listener_security(config: Mapping[str, Any], listener: Listener) -> Listene
             listener_value(config, listener.name, "sasl.enabled.mechanisms", "GSSAPI")).split(",") if m.strip())
         unsupported = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
         if not mechanisms or unsupported:
-            why = ("SCRAM credentials come with the controller's credential store, not built yet"
-                   if set(unsupported) <= set(SCRAM_MECHANISMS) and unsupported else "Kray serves PLAIN only so far")
             raise SecurityConfigError(
                 f"listener {listener.name}: sasl.enabled.mechanisms={','.join(mechanisms)} names "
-                f"{','.join(unsupported) or 'nothing'} ({why}); set sasl.enabled.mechanisms=PLAIN "
-                f"(or listener.name.{listener.name.lower()}.sasl.enabled.mechanisms=PLAIN)")
-        settings.update(mechanisms=mechanisms, plain_users=_plain_users(config, listener.name),
+                f"{','.join(unsupported) or 'nothing'} (Kray serves {', '.join(SUPPORTED_MECHANISMS)}); set for "
+                f"example sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN "
+                f"(or listener.name.{listener.name.lower()}.sasl.enabled.mechanisms=...)")
+        plain_users = _plain_users(config, listener.name) if PLAIN_MECHANISM in mechanisms else {}
+        settings.update(mechanisms=mechanisms, plain_users=plain_users,
                         reauth_ms=_int(config, listener.name, "connections.max.reauth.ms", 0),
                         failed_auth_delay_ms=_int(config, listener.name, "connection.failed.authentication.delay.ms",
                                                   100))
