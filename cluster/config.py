@@ -211,6 +211,11 @@ def listener_address(config: dict[str, Any]) -> tuple[str, int]:
     return primary.host or "127.0.0.1", primary.port
 
 
+def inter_broker_authenticates(config: dict[str, Any]) -> bool:
+    """Whether the inter-broker listener is a SASL one (brokers then log in there: followers too)."""
+    return _listeners(config).inter_broker_listener.security_protocol.uses_sasl
+
+
 def with_listener(config: dict[str, Any], host: str | None, port: int | None, *,
                   all_ports: int | None = None) -> dict[str, Any]:
     """`host` for every listener, `port` for the primary one (see listener_address); `all_ports`=0

@@ -20,6 +20,8 @@ import ray
 from actors.gateway.partition_client import DataPaths, RayPartition, SocketPartition
 from actors.gateway.security.access import ALLOW_ALL, Access, authorizer_config, connection_host
 from actors.gateway.security.authorizer import StandardAuthorizer
+from actors.gateway.security.inter_broker import broker_credentials
+from actors.gateway.security.principal import BROKER_USER
 
 log = logging.getLogger("kray.gateway")
 
@@ -118,6 +120,7 @@ class GatewayContext:
     def __post_init__(self):
         # with authorizer.class.name set: ACLs from the metadata image, nothing allowed before the
         # first image but what super.users and allow.everyone.if.no.acl.found allow
+        self._broker_scram = broker_credentials(self.config)  # (salted once: PBKDF2 is slow on purpose)
         self.authorizer_config = authorizer_config(self.config)
         self.authorizer = StandardAuthorizer(self.authorizer_config) if self.authorizer_config else None
         self._acl_version: int | None = None
@@ -158,8 +161,14 @@ class GatewayContext:
         self.data_paths.keep_only(set(addresses.values()))
 
     def scram_credentials(self, mechanism) -> dict:
-        """user -> ScramCredential of one mechanism (actors.gateway.security.scram.ScramMechanism)."""
-        return self._scram.get(mechanism, {})
+        """user -> ScramCredential of one mechanism (actors.gateway.security.scram.ScramMechanism):
+        the users' from the metadata, and Kray's own brokers' (User:kray-broker, whose name no
+        user's credential may take: it is a super user)."""
+        users = self._scram.get(mechanism, {})
+        if BROKER_USER in users:
+            users = {name: c for name, c in users.items() if name != BROKER_USER}
+        broker = self._broker_scram.get(mechanism)
+        return {**users, **broker} if broker else users
 
     def access(self, connection) -> Access:
         """What a request on `connection` may do: checked against the current ACLs, so an ACL change

@@ -108,8 +108,9 @@ def decode_fetch(body_after_correlation_id: memoryview) -> tuple[int, int, dict[
 class ReplicaFetcher:
     """Fetches for every follower replica of one host whose leader is on one broker."""
 
-    def __init__(self, endpoint: tuple[str, int], replica_id: int, config: dict[str, int]):
+    def __init__(self, endpoint: tuple[str, int], replica_id: int, config: dict[str, int], login=None):
         self.endpoint, self.replica_id = endpoint, replica_id
+        self.login = login  # async (connection) -> None: logs a new connection in as the broker (SASL)
         self.max_wait_ms = config["replica.fetch.wait.max.ms"]
         self.max_bytes = config["replica.fetch.response.max.bytes"]
         self.partition_max_bytes = config["replica.fetch.max.bytes"]
@@ -216,10 +217,17 @@ class ReplicaFetcher:
 
     async def _fetch(self, due: list[tuple[Follower, FetchRequest]]) -> dict:
         if self.connection is None or not self.connection.usable:
-            self.connection = await PipelinedConnection.open_tcp(
+            connection = await PipelinedConnection.open_tcp(
                 *self.endpoint, timeout_s=CONNECT_TIMEOUT_S,
                 response_bytes_max=self.max_bytes + self.partition_max_bytes + RESPONSE_OVERHEAD_BYTES
                 + RESPONSE_OVERHEAD_BYTES_PER_PARTITION * len(self.followers))
+            if self.login is not None:
+                try:
+                    await self.login(connection)
+                except BaseException:
+                    connection.close()
+                    raise
+            self.connection = connection
         due_state = {f.key: request for f, request in due}
         if self.session_epoch == 0:  # a full fetch (with the old session's id, which it closes)
             wanted, forgotten = list(due_state.items()), []
@@ -250,6 +258,16 @@ class ReplicaFetcher:
         return error, answers
 
 
+def _broker_login(broker_config: dict[str, Any]):
+    """How a fetcher's new connection logs in: as the broker (User:kray-broker, SCRAM-SHA-512) when
+    the inter-broker listener is a SASL one; None over PLAINTEXT."""
+    from cluster.config import inter_broker_authenticates
+    if not inter_broker_authenticates(broker_config):
+        return None
+    from actors.gateway.security.inter_broker import login
+    return lambda connection: login(connection, broker_config)
+
+
 class ReplicaFetchers:
     """A host's fetchers, one per source broker (its listener's endpoint). A follower replica is in
     at most one: `follow` moves it when its leader moves."""
@@ -257,6 +275,7 @@ class ReplicaFetchers:
     def __init__(self, replica_id: int, broker_config: dict[str, Any]):
         self.replica_id = replica_id
         self.config = {k: int(broker_config.get(k, v)) for k, v in FETCHER_DEFAULTS.items()}
+        self.login = _broker_login(broker_config)
         self.fetchers: dict[tuple[str, int], ReplicaFetcher] = {}
         self.source: dict[Key, tuple[str, int]] = {}
 
@@ -267,7 +286,7 @@ class ReplicaFetchers:
             self.unfollow(follower.key)
         fetcher = self.fetchers.get(endpoint)
         if fetcher is None:
-            fetcher = self.fetchers[endpoint] = ReplicaFetcher(endpoint, self.replica_id, self.config)
+            fetcher = self.fetchers[endpoint] = ReplicaFetcher(endpoint, self.replica_id, self.config, self.login)
         fetcher.add(follower)
         self.source[follower.key] = endpoint
 

@@ -93,7 +93,8 @@ def test_authorizer_config_names_kafkas_class_and_reads_super_users():
     assert authorizer_config({}) is None and authorizer_config({"authorizer.class.name": ""}) is None
     config = authorizer_config({"authorizer.class.name": KAFKA_STANDARD_AUTHORIZER,
                                 "super.users": "User:admin;User:ANONYMOUS", "allow.everyone.if.no.acl.found": "true"})
-    assert config == AuthorizerConfig(frozenset({"User:admin", "User:ANONYMOUS"}), True)
+    # and Kray's own brokers (followers fetching as User:kray-broker) always
+    assert config == AuthorizerConfig(frozenset({"User:admin", "User:ANONYMOUS", "User:kray-broker"}), True)
     with pytest.raises(ValueError, match="StandardAuthorizer"):
         authorizer_config({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
     with pytest.raises(ValueError, match="super.users"):

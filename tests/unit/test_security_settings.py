@@ -82,7 +82,12 @@ def test_listener_prefixed_keys_win_key_by_key():
     ({"sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER"}, "serves PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
     ({"listener.name.sasl_ssl.plain.sasl.jaas.config": None}, "plain.sasl.jaas.config"),
     ({"listener.name.ssl.ssl.client.auth": "sometimes"}, "ssl.client.auth must be"),
-    ({"inter.broker.listener.name": "SSL"}, "PLAINTEXT listener"),
+    ({"inter.broker.listener.name": "SSL"}, "over PLAINTEXT or SASL_PLAINTEXT"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093,SASL_SSL://127.0.0.1:9094,"
+                   "SASL_PLAINTEXT://127.0.0.1:9095", "inter.broker.listener.name": "SASL_PLAINTEXT",
+      "sasl.jaas.config": JAAS}, "listener.name.sasl_plaintext.sasl.enabled.mechanisms"),
+    ({"listener.name.sasl_ssl.plain.sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule '
+      'required user_kray-broker="x";'}, "Kray's own brokers"),
     ({"ssl.keystore.location": None}, "ssl.keystore.location"),
 ])
 def test_configs_kray_cannot_serve_say_what_to_set(pki, extra, words):

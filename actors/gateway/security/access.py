@@ -14,13 +14,14 @@ Pure: no Ray, no sockets.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from actors.gateway.security.authorizer import (AUTHORIZER_CLASS_NAME, CLUSTER_NAME, KAFKA_STANDARD_AUTHORIZER,
                                                 SUPPORTED_OPERATIONS, AclOperation, AuthorizerConfig, ResourceType,
                                                 StandardAuthorizer)
-from actors.gateway.security.principal import ANONYMOUS, KafkaPrincipal
+from actors.gateway.security.principal import ANONYMOUS, BROKER_PRINCIPAL, KafkaPrincipal
 
 AUTHORIZER_NAMES = (KAFKA_STANDARD_AUTHORIZER,)
 T = TypeVar("T")
@@ -36,7 +37,10 @@ def authorizer_config(config: Mapping[str, Any]) -> AuthorizerConfig | None:
         raise ValueError(f"{AUTHORIZER_CLASS_NAME}={name}: Kray's only authorizer has Kafka's StandardAuthorizer "
                          f"semantics; set {AUTHORIZER_CLASS_NAME}={KAFKA_STANDARD_AUTHORIZER} (or leave it empty "
                          f"for no authorizer)")
-    return AuthorizerConfig.from_configs(config)
+    settings = AuthorizerConfig.from_configs(config)
+    # Kray's own brokers (followers fetching, with CLUSTER_ACTION) pass every check, as Kafka's
+    # docs have the brokers' principal in super.users
+    return dataclasses.replace(settings, super_users=settings.super_users | {str(BROKER_PRINCIPAL)})
 
 
 @dataclass(frozen=True)

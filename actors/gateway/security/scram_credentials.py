@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping
 
 from protocol.errors import ErrorCode
 
+from actors.gateway.security.principal import BROKER_USER
 from actors.gateway.security.scram import (ITERATIONS_MAX, ITERATIONS_MIN, ScramCredential, ScramMechanism,
                                            credential_from_salted_password)
 
@@ -81,6 +82,9 @@ class _Refused(Exception):
 def _mechanism(name: str, type_id: int) -> ScramMechanism:
     if not name:
         raise _Refused(ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+    if name == BROKER_USER:
+        raise _Refused(ErrorCode.UNACCEPTABLE_CREDENTIAL,
+                       f"{BROKER_USER} is the name of Kray's own brokers (a super user); pick another")
     mechanism = ScramMechanism.from_type_id(type_id)
     if mechanism is None:
         raise _Refused(ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")

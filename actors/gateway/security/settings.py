@@ -37,9 +37,10 @@ from actors.gateway.security.authorizer import AuthorizerConfig
 from actors.gateway.security.listeners import Listener, ListenerConfig, ListenerConfigError, SecurityProtocol, \
     listener_config
 from actors.gateway.security.plain import PLAIN_MECHANISM, plain_users_from_jaas
-from actors.gateway.security.principal import SslPrincipalMapper
+from actors.gateway.security.principal import BROKER_USER, SslPrincipalMapper
 
 LISTENER_PREFIX = "listener.name."
+BROKER_MECHANISM = "SCRAM-SHA-512"  # how Kray's brokers log in (actors/gateway/security/inter_broker.py)
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 SUPPORTED_MECHANISMS = (PLAIN_MECHANISM, *SCRAM_MECHANISMS)
 CLIENT_AUTH_MODES = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
@@ -105,19 +106,26 @@ def security_settings(config: Mapping[str, Any]) -> SecuritySettings:
         listeners = listener_config(_plain(config))
     except ListenerConfigError as e:
         raise SecurityConfigError(str(e)) from None
-    primary = listeners.inter_broker_listener
-    if primary.security_protocol is not SecurityProtocol.PLAINTEXT:
-        raise SecurityConfigError(
-            f"the inter-broker listener {primary.name} is {primary.security_protocol.value}: Kray's own traffic "
-            f"(followers fetching from leaders) does not authenticate yet, so it needs a PLAINTEXT listener; add "
-            f"one (e.g. REPLICATION://127.0.0.1:9094 with REPLICATION:PLAINTEXT in listener.security.protocol.map) "
-            f"and name it in inter.broker.listener.name")
     try:
         authorizer = authorizer_config(config)
     except ValueError as e:
         raise SecurityConfigError(str(e)) from None
-    return SecuritySettings(listeners, {listener.name: _listener_security(config, listener)
-                                        for listener in listeners.listeners}, authorizer)
+    securities = {listener.name: _listener_security(config, listener) for listener in listeners.listeners}
+    primary = listeners.inter_broker_listener
+    if primary.security_protocol is SecurityProtocol.SASL_PLAINTEXT:
+        if BROKER_MECHANISM not in securities[primary.name].mechanisms:
+            raise SecurityConfigError(
+                f"the inter-broker listener {primary.name} is SASL_PLAINTEXT: Kray's brokers log in there with "
+                f"{BROKER_MECHANISM}; add it to listener.name.{primary.name.lower()}.sasl.enabled.mechanisms "
+                f"(or sasl.enabled.mechanisms)")
+    elif primary.security_protocol is not SecurityProtocol.PLAINTEXT:
+        raise SecurityConfigError(
+            f"the inter-broker listener {primary.name} is {primary.security_protocol.value}: Kray's followers "
+            f"fetch from leaders over PLAINTEXT or SASL_PLAINTEXT (logging in as User:{BROKER_USER} with "
+            f"{BROKER_MECHANISM}), not over TLS yet; add such a listener (e.g. REPLICATION://127.0.0.1:9094 with "
+            f"REPLICATION:SASL_PLAINTEXT in listener.security.protocol.map) and name it in "
+            f"inter.broker.listener.name")
+    return SecuritySettings(listeners, securities, authorizer)
 
 
 def _int(config, name, key, default) -> int:
@@ -174,9 +182,13 @@ def _plain_users(config, name) -> dict[str, str]:
             f"listener {name}: SASL/PLAIN needs its users: set {key}="
             f"'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice=\"alice-secret\";'")
     try:
-        return plain_users_from_jaas(str(jaas))
+        users = plain_users_from_jaas(str(jaas))
     except ValueError as e:
         raise SecurityConfigError(f"listener {name}: {key} (or sasl.jaas.config): {e}") from None
+    if BROKER_USER in users:
+        raise SecurityConfigError(f"listener {name}: {key} (or sasl.jaas.config) names user_{BROKER_USER}: that "
+                                  f"name is Kray's own brokers' (a super user); pick another")
+    return users
 
 
 def server_ssl_context(config: Mapping[str, Any], name: str, client_auth: str = "none") -> ssl.SSLContext:

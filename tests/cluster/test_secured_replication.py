@@ -1,0 +1,99 @@
+"""Kray's own replication traffic authenticated (issue 18): three brokers whose only listener,
+the inter-broker one, is SASL_PLAINTEXT, with ACLs on and no ACL at all for the brokers. Followers
+fetch from leaders as User:kray-broker (SCRAM-SHA-512 with the cluster's secret); anything that
+does not log in is closed before its first request. So an acks=all produce that needs every
+replica in the ISR (min.insync.replicas=3) is acknowledged only if the followers' logins worked.
+And nobody else can become the broker: a login as kray-broker without the secret is refused, and
+AlterUserScramCredentials refuses to make a credential under that name."""
+import socket
+import struct
+import time
+import uuid
+
+import pytest
+import ray
+from confluent_kafka import Consumer, KafkaError, Producer, TopicCollection, TopicPartition
+from confluent_kafka.admin import (AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism,
+                                   UserScramCredentialUpsertion)
+
+from actors.gateway.security.principal import BROKER_USER
+from cluster.local import LocalCluster
+
+ADMIN_PASSWORD = "admin-plain-secret"
+OVERRIDES = {
+    "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+    "security.inter.broker.protocol": "SASL_PLAINTEXT",
+    "sasl.enabled.mechanisms": "SCRAM-SHA-512,PLAIN",
+    "sasl.jaas.config": f'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                        f'user_admin="{ADMIN_PASSWORD}";',
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:admin",
+    "connection.failed.authentication.delay.ms": 100,
+}
+
+
+def client(bootstrap: str, user: str = "admin", password: str = ADMIN_PASSWORD, mechanism: str = "PLAIN",
+           **extra) -> dict:
+    return {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+            "sasl.username": user, "sasl.password": password, **extra}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if ray.is_initialized():
+        ray.shutdown()
+    c = LocalCluster(nodes=3, data_dir=tmp_path_factory.mktemp("kray-secured"), overrides=OVERRIDES)
+    c.start()
+    yield c
+    c.stop()
+
+
+def test_followers_log_in_as_the_broker_and_acks_all_needs_them(cluster):
+    admin = AdminClient(client(cluster.bootstrap))
+    topic = f"secured-{uuid.uuid4().hex[:6]}"
+    admin.create_topics([NewTopic(topic, 3, 3, config={"min.insync.replicas": "3"})])[topic].result(60)
+    producer = Producer(client(cluster.bootstrap, acks="all", **{"enable.idempotence": True,
+                                                                 "message.timeout.ms": 60000}))
+    delivered, failed = [], []
+    for i in range(300):
+        producer.produce(topic, key=b"%d" % i, value=b"v" * 100, partition=i % 3,
+                         on_delivery=lambda err, m: (failed if err else delivered).append(err or m.offset()))
+    assert producer.flush(90) == 0
+    assert not failed and len(delivered) == 300  # every replica of every partition fetched: logged in
+    for p in admin.describe_topics(TopicCollection([topic]))[topic].result(30).partitions:
+        assert len(p.isr) == 3, f"partition {p.id}: ISR {p.isr}"
+    consumer = Consumer(client(cluster.bootstrap, **{"group.id": f"g-{uuid.uuid4().hex[:6]}"}))
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
+    keys, deadline = set(), time.monotonic() + 60
+    while len(keys) < 300 and time.monotonic() < deadline:
+        keys |= {int(m.key()) for m in consumer.consume(300, timeout=1.0) if m.error() is None}
+    consumer.close()
+    assert keys == set(range(300))
+
+
+def test_no_one_else_logs_in_as_the_broker(cluster):
+    admin = AdminClient(client(cluster.bootstrap))
+    futures = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        BROKER_USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"guessed", b"salt-salt")])
+    with pytest.raises(Exception, match="UNACCEPTABLE_CREDENTIAL|kray's own brokers|Kray's own brokers"):
+        futures[BROKER_USER].result(30)
+    errors = []
+    impostor = Producer(client(cluster.bootstrap, BROKER_USER, "guessed", "SCRAM-SHA-512", error_cb=errors.append))
+    with pytest.raises(Exception):
+        impostor.list_topics(timeout=5)
+    impostor.poll(1)  # (error callbacks are served by poll)
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+
+
+def test_a_connection_that_does_not_log_in_gets_no_answer(cluster):
+    """What a follower of an unsecured broker would send (a Fetch, no SASL): closed unanswered."""
+    host, port = cluster.bootstrap.split(",")[0].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        body = struct.pack(">hhih", 18, 0, 1, -1)  # ApiVersions v0 (allowed before SASL) ...
+        s.sendall(struct.pack(">i", len(body)) + body)
+        assert len(s.recv(4)) == 4
+        s.recv(65536)
+        body = struct.pack(">hhih", 3, 1, 2, -1) + struct.pack(">i", 0)  # ... Metadata v1: not before SASL
+        s.sendall(struct.pack(">i", len(body)) + body)
+        s.settimeout(10)
+        assert s.recv(65536) == b""  # closed
