@@ -97,3 +97,43 @@ def test_a_connection_that_does_not_log_in_gets_no_answer(cluster):
         s.sendall(struct.pack(">i", len(body)) + body)
         s.settimeout(10)
         assert s.recv(65536) == b""  # closed
+
+
+def test_a_killed_leader_returns_logs_in_and_rejoins_the_isr(cluster):
+    """Failover, secured: the leader's node dies under an idempotent acks=all producer (min.insync
+    .replicas=2); the survivors' followers log in to the new leader, writes go on; the restarted
+    broker's followers log in again and its replica is back in the ISR; nothing acknowledged is
+    lost."""
+    admin = AdminClient(client(cluster.bootstrap))
+    topic = f"secured-failover-{uuid.uuid4().hex[:6]}"
+    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(60)
+    producer = Producer(client(cluster.bootstrap, acks="all", **{"enable.idempotence": True,
+                                                                 "message.timeout.ms": 60000}))
+    acked = []
+
+    def produce(start: int, count: int) -> None:
+        for i in range(start, start + count):
+            producer.produce(topic, key=b"%d" % i, value=b"v" * 100,
+                             on_delivery=lambda err, m: err is None and acked.append(int(m.key())))
+        assert producer.flush(90) == 0
+    produce(0, 100)
+    victim = cluster.leader(topic, 0)
+    cluster.kill_node(victim)
+    produce(100, 100)  # acknowledged by the new leader and the one surviving follower
+    cluster.restart_node(victim)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        [p] = admin.describe_topics(TopicCollection([topic]))[topic].result(30).partitions
+        if len(p.isr) == 3:
+            break
+        time.sleep(0.5)
+    assert victim in [n.id for n in p.isr], f"broker {victim} did not rejoin the ISR: {p.isr}"
+    produce(200, 100)
+    assert sorted(acked) == list(range(300))
+    consumer = Consumer(client(cluster.bootstrap, **{"group.id": f"g-{uuid.uuid4().hex[:6]}"}))
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    keys, deadline = [], time.monotonic() + 60
+    while len(keys) < 300 and time.monotonic() < deadline:
+        keys += [int(m.key()) for m in consumer.consume(300, timeout=1.0) if m.error() is None]
+    consumer.close()
+    assert sorted(keys) == list(range(300))  # each once: the idempotent producer's retries deduplicated
