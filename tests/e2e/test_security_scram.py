@@ -12,6 +12,7 @@ import ssl
 import struct
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -347,6 +348,35 @@ def test_a_mechanism_the_listener_does_not_enable_is_refused(secured):
     assert answer.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
     assert answer.mechanisms == ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]
     assert raw.closed()
+
+
+def test_hundreds_of_failed_logins_do_not_stop_authorized_clients(secured):
+    """200 connections fail a SCRAM login at the same time (each answered after the failed-
+    authentication delay, then closed) while an authorized producer writes: every bad login is
+    refused and closed, and every record is acknowledged meanwhile (nothing of the flood blocks
+    the broker: the delay is a wait per connection, not a pause of the listener)."""
+    outcomes = []
+
+    def attacker():
+        raw = Raw(secured.address("SASL_PLAINTEXT"))
+        try:
+            answer = scram_login(raw, Mechanism.SCRAM_SHA_512, "alice", "wrong")
+            outcomes.append((answer.error_code, raw.closed()))
+        finally:
+            raw.sock.close()
+    attackers = [threading.Thread(target=attacker) for _ in range(200)]
+    for t in attackers:
+        t.start()
+    topic = name("flood")
+    producer = Producer(secured.config("alice", acks="all"))
+    delivered = []
+    for i in range(200):
+        producer.produce(topic, f"f{i}".encode(), on_delivery=lambda err, m: err is None and delivered.append(1))
+        producer.poll(0)
+    assert producer.flush(TIMEOUT_S) == 0 and len(delivered) == 200
+    for t in attackers:
+        t.join(TIMEOUT_S)
+    assert outcomes == [(ErrorCode.SASL_AUTHENTICATION_FAILED, True)] * 200
 
 
 def test_credentials_survive_a_restart(secured):
