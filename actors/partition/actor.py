@@ -38,6 +38,13 @@ from protocol.record_batch import CorruptRecord, crc_is_valid, iter_batches
 
 log = logging.getLogger("kray.partition")
 PARTITION_METADATA_FILE = "partition.metadata"
+DELETED_DIR_SUFFIX = "-delete"  # a deleted partition's directory until it is removed (Kafka's suffix)
+
+
+def remove_deleted_dirs(log_dir: str) -> None:
+    """Remove what deleted partitions left (renamed, not yet removed when their host stopped)."""
+    for path in Path(log_dir).glob(f"*{DELETED_DIR_SUFFIX}"):
+        shutil.rmtree(path, ignore_errors=True)
 NOT_LEADER_MESSAGE = "this replica does not lead the partition now"
 HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS = 5000  # replica.high.watermark.checkpoint.interval.ms
 REPLICA_LAG_TIME_MAX_MS_DEFAULT = 30000
@@ -423,5 +430,13 @@ class PartitionActor:
         self.core.close()
 
     async def delete(self) -> None:
+        """Close, then remove the partition's directory: renamed at once (`*-delete`, as Kafka
+        renames a deleted partition's), removed on the host's I/O thread (a topic's gigabytes of
+        cached segments take a while to free), or at the host's next start after a crash."""
         await self.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        doomed = self.dir.with_name(f"{self.dir.name}.{uuid.uuid4().hex}{DELETED_DIR_SUFFIX}")
+        try:
+            self.dir.rename(doomed)
+        except FileNotFoundError:
+            return
+        self.hosted_by.in_background(shutil.rmtree, doomed, True)

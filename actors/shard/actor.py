@@ -24,6 +24,7 @@ import uuid
 from typing import Any
 
 from actors import log_to_stderr
+from actors.partition.actor import remove_deleted_dirs
 from actors.partition.fetcher import ReplicaFetchers
 from actors.partition.listener import start_listener
 from actors.pipelined import unix_address
@@ -58,6 +59,7 @@ class ShardActor:
         self.timers: list[asyncio.Task] = []
         # one I/O thread for the replicas' checkpoint writes and their fsyncs (in order)
         self.io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"shard-{index}-io")
+        self.swept = False  # whether leftovers of deleted partitions were removed (at the first host)
         self.records_taken = asyncio.Event()  # set (and replaced) whenever a hosted replica takes records
         self.stopped = asyncio.Event()
 
@@ -91,6 +93,9 @@ class ShardActor:
             self.timers = [asyncio.get_running_loop().create_task(self._every(REPLICATION_TICK_S, "replication_tick")),
                            asyncio.get_running_loop().create_task(
                                self._every(self.retention_check_interval_s, "retention_tick"))]
+        if not self.swept:  # what deleted partitions left when the broker last stopped
+            self.swept = True
+            self.in_background(remove_deleted_dirs, spec["log_dir"])
         if key not in self.replicas:
             self.replicas[key] = partition_class(spec["topic"])(spec, self)
         return await self.replicas[key].listen()

@@ -1,5 +1,8 @@
-"""Retention deletes whole segments on the broker's timer and advances the log start offset."""
+"""Retention deletes whole segments on the broker's timer and advances the log start offset; their
+files (renamed *.deleted first) and, after DeleteTopics, the partition's directory (renamed
+*-delete first) leave the disk soon after, off the shard's event loop."""
 import time
+from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -33,5 +36,22 @@ def test_retention_bytes_deletes_old_segments(tmp_path):
         first = next(m for m in iter(lambda: c.poll(5.0), None) if m.error() is None)
         assert first.offset() == low
         c.close()
+        partition_dir = next(Path(tmp_path / "data").rglob("short-0"))
+        assert _soon(lambda: not list(partition_dir.glob("*.deleted"))), list(partition_dir.iterdir())
+        kept_bytes = sum(p.stat().st_size for p in partition_dir.glob("*.log"))
+        assert kept_bytes <= 40000 + 20000  # retention.bytes, and the active segment
+        admin.delete_topics(["short"])["short"].result(30)
+        broker_dir = partition_dir.parent
+        assert _soon(lambda: not [p for p in broker_dir.iterdir() if p.name.startswith("short-")]), \
+            list(broker_dir.iterdir())
     finally:
         server.stop()
+
+
+def _soon(check, timeout_s: float = 15) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
