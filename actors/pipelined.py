@@ -77,9 +77,10 @@ class PipelinedConnection:
         return cls(reader, writer, response_bytes_max)
 
     @classmethod
-    async def open_tcp(cls, host: str, port: int, *, timeout_s: float,
-                       response_bytes_max: int) -> "PipelinedConnection":
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    async def open_tcp(cls, host: str, port: int, *, timeout_s: float, response_bytes_max: int,
+                       ssl_context=None) -> "PipelinedConnection":
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(
+            host, port, ssl=ssl_context, server_hostname=host if ssl_context is not None else None), timeout_s)
         return cls(reader, writer, response_bytes_max)
 
     @property

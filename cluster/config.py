@@ -211,9 +211,10 @@ def listener_address(config: dict[str, Any]) -> tuple[str, int]:
     return primary.host or "127.0.0.1", primary.port
 
 
-def inter_broker_authenticates(config: dict[str, Any]) -> bool:
-    """Whether the inter-broker listener is a SASL one (brokers then log in there: followers too)."""
-    return _listeners(config).inter_broker_listener.security_protocol.uses_sasl
+def inter_broker_listener(config: dict[str, Any]):
+    """The inter-broker listener (actors.gateway.security.listeners.Listener): where followers
+    fetch from, over its security protocol."""
+    return _listeners(config).inter_broker_listener
 
 
 def with_listener(config: dict[str, Any], host: str | None, port: int | None, *,

@@ -108,8 +108,10 @@ def decode_fetch(body_after_correlation_id: memoryview) -> tuple[int, int, dict[
 class ReplicaFetcher:
     """Fetches for every follower replica of one host whose leader is on one broker."""
 
-    def __init__(self, endpoint: tuple[str, int], replica_id: int, config: dict[str, int], login=None):
+    def __init__(self, endpoint: tuple[str, int], replica_id: int, config: dict[str, int], ssl_context=None,
+                 login=None):
         self.endpoint, self.replica_id = endpoint, replica_id
+        self.ssl_context = ssl_context  # TLS to the leader's listener (SSL, SASL_SSL), or None
         self.login = login  # async (connection) -> None: logs a new connection in as the broker (SASL)
         self.max_wait_ms = config["replica.fetch.wait.max.ms"]
         self.max_bytes = config["replica.fetch.response.max.bytes"]
@@ -220,7 +222,7 @@ class ReplicaFetcher:
             connection = await PipelinedConnection.open_tcp(
                 *self.endpoint, timeout_s=CONNECT_TIMEOUT_S,
                 response_bytes_max=self.max_bytes + self.partition_max_bytes + RESPONSE_OVERHEAD_BYTES
-                + RESPONSE_OVERHEAD_BYTES_PER_PARTITION * len(self.followers))
+                + RESPONSE_OVERHEAD_BYTES_PER_PARTITION * len(self.followers), ssl_context=self.ssl_context)
             if self.login is not None:
                 try:
                     await self.login(connection)
@@ -258,14 +260,20 @@ class ReplicaFetcher:
         return error, answers
 
 
-def _broker_login(broker_config: dict[str, Any]):
-    """How a fetcher's new connection logs in: as the broker (User:kray-broker, SCRAM-SHA-512) when
-    the inter-broker listener is a SASL one; None over PLAINTEXT."""
-    from cluster.config import inter_broker_authenticates
-    if not inter_broker_authenticates(broker_config):
-        return None
-    from actors.gateway.security.inter_broker import login
-    return lambda connection: login(connection, broker_config)
+def _broker_transport(broker_config: dict[str, Any]):
+    """How a fetcher's connections reach the leaders' inter-broker listeners: (a TLS client context,
+    for SSL and SASL_SSL; a login as the broker, User:kray-broker with SCRAM-SHA-512, for SASL_...);
+    (None, None) over PLAINTEXT."""
+    from cluster.config import inter_broker_listener
+    listener = inter_broker_listener(broker_config)
+    context = login = None
+    if listener.security_protocol.uses_tls:
+        from actors.gateway.security.settings import broker_client_ssl_context
+        context = broker_client_ssl_context(broker_config, listener.name)
+    if listener.security_protocol.uses_sasl:
+        from actors.gateway.security.inter_broker import login as broker_login
+        login = lambda connection: broker_login(connection, broker_config)  # noqa: E731
+    return context, login
 
 
 class ReplicaFetchers:
@@ -275,7 +283,7 @@ class ReplicaFetchers:
     def __init__(self, replica_id: int, broker_config: dict[str, Any]):
         self.replica_id = replica_id
         self.config = {k: int(broker_config.get(k, v)) for k, v in FETCHER_DEFAULTS.items()}
-        self.login = _broker_login(broker_config)
+        self.ssl_context, self.login = _broker_transport(broker_config)
         self.fetchers: dict[tuple[str, int], ReplicaFetcher] = {}
         self.source: dict[Key, tuple[str, int]] = {}
 
@@ -286,7 +294,8 @@ class ReplicaFetchers:
             self.unfollow(follower.key)
         fetcher = self.fetchers.get(endpoint)
         if fetcher is None:
-            fetcher = self.fetchers[endpoint] = ReplicaFetcher(endpoint, self.replica_id, self.config, self.login)
+            fetcher = self.fetchers[endpoint] = ReplicaFetcher(endpoint, self.replica_id, self.config,
+                                                                            self.ssl_context, self.login)
         fetcher.add(follower)
         self.source[follower.key] = endpoint
 

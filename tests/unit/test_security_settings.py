@@ -82,7 +82,7 @@ def test_listener_prefixed_keys_win_key_by_key():
     ({"sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER"}, "serves PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
     ({"listener.name.sasl_ssl.plain.sasl.jaas.config": None}, "plain.sasl.jaas.config"),
     ({"listener.name.ssl.ssl.client.auth": "sometimes"}, "ssl.client.auth must be"),
-    ({"inter.broker.listener.name": "SSL"}, "over PLAINTEXT or SASL_PLAINTEXT"),
+    ({"inter.broker.listener.name": "SASL_SSL"}, "listener.name.sasl_ssl.sasl.enabled.mechanisms"),
     ({"listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093,SASL_SSL://127.0.0.1:9094,"
                    "SASL_PLAINTEXT://127.0.0.1:9095", "inter.broker.listener.name": "SASL_PLAINTEXT",
       "sasl.jaas.config": JAAS}, "listener.name.sasl_plaintext.sasl.enabled.mechanisms"),
@@ -93,6 +93,15 @@ def test_listener_prefixed_keys_win_key_by_key():
 def test_configs_kray_cannot_serve_say_what_to_set(pki, extra, words):
     with pytest.raises(SecurityConfigError, match=words.replace(".", r"\.").replace("=", "=")):
         security_settings(secured(pki, **extra))
+
+
+def test_a_tls_inter_broker_listener_gives_followers_a_checking_client(pki):
+    from actors.gateway.security.settings import broker_client_ssl_context
+    config = secured(pki, **{"inter.broker.listener.name": "SSL"})
+    assert security_settings(config).listeners.inter_broker_listener.name == "SSL"
+    client = broker_client_ssl_context(config, "SSL")
+    assert client.check_hostname and client.verify_mode.name == "CERT_REQUIRED"
+    assert not broker_client_ssl_context(config | {"ssl.endpoint.identification.algorithm": ""}, "SSL").check_hostname
 
 
 def test_the_unprefixed_jaas_config_is_a_fallback(pki):

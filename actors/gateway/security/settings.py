@@ -112,19 +112,17 @@ def security_settings(config: Mapping[str, Any]) -> SecuritySettings:
         raise SecurityConfigError(str(e)) from None
     securities = {listener.name: _listener_security(config, listener) for listener in listeners.listeners}
     primary = listeners.inter_broker_listener
-    if primary.security_protocol is SecurityProtocol.SASL_PLAINTEXT:
-        if BROKER_MECHANISM not in securities[primary.name].mechanisms:
-            raise SecurityConfigError(
-                f"the inter-broker listener {primary.name} is SASL_PLAINTEXT: Kray's brokers log in there with "
-                f"{BROKER_MECHANISM}; add it to listener.name.{primary.name.lower()}.sasl.enabled.mechanisms "
-                f"(or sasl.enabled.mechanisms)")
-    elif primary.security_protocol is not SecurityProtocol.PLAINTEXT:
+    if primary.security_protocol.uses_sasl and BROKER_MECHANISM not in securities[primary.name].mechanisms:
         raise SecurityConfigError(
-            f"the inter-broker listener {primary.name} is {primary.security_protocol.value}: Kray's followers "
-            f"fetch from leaders over PLAINTEXT or SASL_PLAINTEXT (logging in as User:{BROKER_USER} with "
-            f"{BROKER_MECHANISM}), not over TLS yet; add such a listener (e.g. REPLICATION://127.0.0.1:9094 with "
-            f"REPLICATION:SASL_PLAINTEXT in listener.security.protocol.map) and name it in "
-            f"inter.broker.listener.name")
+            f"the inter-broker listener {primary.name} is {primary.security_protocol.value}: Kray's brokers log in "
+            f"there as User:{BROKER_USER} with {BROKER_MECHANISM}; add it to "
+            f"listener.name.{primary.name.lower()}.sasl.enabled.mechanisms (or sasl.enabled.mechanisms)")
+    if primary.security_protocol.uses_tls:
+        try:  # followers connect to it as TLS clients: the same files, read the client's way
+            broker_client_ssl_context(config, primary.name)
+        except (OSError, ssl.SSLError) as e:
+            raise SecurityConfigError(f"the inter-broker listener {primary.name}: followers cannot make their TLS "
+                                      f"client from its ssl.truststore / ssl.keystore settings: {e}") from None
     return SecuritySettings(listeners, securities, authorizer)
 
 
@@ -189,6 +187,30 @@ def _plain_users(config, name) -> dict[str, str]:
         raise SecurityConfigError(f"listener {name}: {key} (or sasl.jaas.config) names user_{BROKER_USER}: that "
                                   f"name is Kray's own brokers' (a super user); pick another")
     return users
+
+
+def broker_client_ssl_context(config: Mapping[str, Any], name: str) -> ssl.SSLContext:
+    """How a broker connects, as a client, to another broker's TLS listener `name` (its followers
+    fetching): it trusts the listener's truststore, checks the host name unless
+    ssl.endpoint.identification.algorithm is empty (Kafka's rule), and shows the listener's own
+    keystore as its client certificate (for ssl.client.auth=requested/required)."""
+    def get(key, default=None):
+        return listener_value(config, name, key, default)
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    truststore, certificates = get("ssl.truststore.location"), get("ssl.truststore.certificates")
+    if truststore:
+        context.load_verify_locations(cafile=str(truststore))
+    elif certificates:
+        context.load_verify_locations(cadata=str(certificates))
+    else:
+        context.load_default_certs()
+    context.check_hostname = bool(str(get("ssl.endpoint.identification.algorithm", "https") or "").strip())
+    password = get("ssl.key.password")
+    location = get("ssl.keystore.location")
+    if location:
+        context.load_cert_chain(str(location), password=str(password) if password is not None else None)
+    return context
 
 
 def server_ssl_context(config: Mapping[str, Any], name: str, client_auth: str = "none") -> ssl.SSLContext:
