@@ -79,7 +79,7 @@ def worker_produce(p: dict) -> None:
     deadline = time.monotonic() + p["timeout"]
 
     if p["create"]:
-        admin = AdminClient({"bootstrap.servers": bs})
+        admin = AdminClient({"bootstrap.servers": bs, **(p.get("client_conf") or {})})
         futs = admin.create_topics([NewTopic(topic, num_partitions=parts, replication_factor=1)],
                                    operation_timeout=30, request_timeout=60)
         for f in futs.values():
@@ -107,6 +107,7 @@ def worker_produce(p: dict) -> None:
     }
     if p.get("client_defaults"):  # what a user gets without tuning: librdkafka's own defaults
         conf = {"bootstrap.servers": bs, "acks": p["acks"], "message.timeout.ms": int(p["timeout"] * 1000)}
+    conf.update(p.get("client_conf") or {})
     conf.update(p.get("producer_conf") or {})
 
     rng = random.Random(0xC0FFEE)
@@ -226,6 +227,7 @@ def worker_fetch(p: dict) -> None:
     if p.get("client_defaults"):
         conf = {k: conf[k] for k in ("bootstrap.servers", "group.id", "enable.auto.commit", "enable.auto.offset.store",
                                      "auto.offset.reset", "enable.partition.eof")}
+    conf.update(p.get("client_conf") or {})
     conf.update(p.get("consumer_conf") or {})
     c = Consumer(conf)
     try:
@@ -683,7 +685,8 @@ def bench_target(name: str, bootstrap: str, args, sampler: MemSampler | None) ->
     common = dict(bootstrap=bootstrap, records=args.records, size=args.record_size,
                   stall_timeout=args.stall_timeout,
                   partitions=args.partitions, timeout=args.phase_timeout, client_defaults=args.client_defaults,
-                  progress_every=args.progress_every)
+                  progress_every=args.progress_every,
+                  client_conf=dict(kv.split("=", 1) for kv in args.client_config))
     stamp = f"{int(time.time())}-{os.getpid()}"
     try:
         for r in range(args.repeats):
@@ -810,7 +813,9 @@ def write_outputs(doc: dict, outdir: Path) -> None:
            f"acks={w['acks']}, linger.ms={w['linger_ms']}, batch.size={w['batch_size']}, no compression; ") +
         f"one producer process, then one consumer (assign from offset 0). {w['summary'].split()[0].capitalize()} "
         f"of {w['repeats']} runs per phase, each on a fresh topic (MB = 10⁶ B of record values). Latency = produce() → delivery callback, "
-        f"sampled over ~{w['latency_samples']:,} records. RSS = peak sum over the broker's process tree.",
+        f"sampled over ~{w['latency_samples']:,} records. RSS = peak sum over the broker's process tree."
+        + (" Every client with " + ", ".join(f"{k}={v}" for k, v in w["client_config"].items()) + "."
+           if w.get("client_config") else ""),
         "",
         "| target | produce MB/s | produce rec/s | p50/p99 produce latency ms | fetch MB/s | fetch rec/s | RSS MiB | processes |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -912,6 +917,9 @@ def parse_args(argv):
     ap.add_argument("--kray-bin", help="kray executable (default: next to this python, then PATH)")
     ap.add_argument("--kray-override", action="append", default=[], metavar="KEY=VALUE",
                     help="passed to `kray start` as --override KEY=VALUE (repeatable)")
+    ap.add_argument("--client-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a librdkafka setting for every client of the run, e.g. security.protocol=SASL_SSL "
+                         "(repeatable; with --bootstrap, to measure a secured listener)")
     ap.add_argument("--out", default=str(HERE / "results"), help="output directory")
     return ap.parse_args(argv)
 
@@ -938,6 +946,8 @@ def main(argv=None) -> int:
         "command": cmdline.strip(),
         "machine": machine_info(targets),
         "workload": {"records": args.records, "record_size": args.record_size, "client_defaults": args.client_defaults,
+                     "client_config": {k: ("***" if "password" in k else v)
+                                       for k, v in (kv.split("=", 1) for kv in args.client_config)},
                      "partitions": args.partitions, "acks": args.acks, "linger_ms": args.linger_ms,
                      "batch_size": args.batch_size, "queue_kbytes": args.queue_kbytes,
                      "fetch_max_bytes": args.fetch_max_bytes,
