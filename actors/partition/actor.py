@@ -278,7 +278,7 @@ class PartitionActor:
         log_ = self.core.log
         rolled = log_.take_rolled()
         if rolled:
-            self.hosted_by.in_background(flush_rolled, log_.directory, rolled)
+            self.hosted_by.in_background(flush_rolled, log_, rolled, log_.recovery_generation)
         deleted = log_.take_deleted()
         if deleted:
             self.hosted_by.in_background(unlink_files, deleted)

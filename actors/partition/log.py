@@ -19,6 +19,7 @@ After an unclean shutdown every segment from the recovery point on is checked, n
 from __future__ import annotations
 
 import os
+import threading
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,9 +94,10 @@ def unlink_files(paths: list[Path]) -> None:
         path.unlink(missing_ok=True)
 
 
-def flush_rolled(directory: Path, rolled: list[tuple[list[int], int]]) -> None:
-    """fsync what `Log.take_rolled` handed over, in order, then checkpoint the recovery point
-    (for a thread of its own: it blocks on the disk)."""
+def flush_rolled(log: "Log", rolled: list[tuple[list[int], int]], generation: int) -> None:
+    """fsync what `Log.take_rolled` handed over (when the log's recovery generation was
+    `generation`), in order, then checkpoint the recovery point, unless a truncation lowered it
+    meanwhile (for a thread of its own: it blocks on the disk)."""
     recovery_point = None
     try:
         for fds, point in rolled:
@@ -106,8 +108,9 @@ def flush_rolled(directory: Path, rolled: list[tuple[list[int], int]]) -> None:
         for fds, _ in rolled:
             for fd in fds:
                 os.close(fd)
-        if recovery_point is not None and directory.is_dir():
-            _write_text_atomically(directory / RECOVERY_POINT_CHECKPOINT, f"{recovery_point}\n")
+        with log.recovery_lock:
+            if recovery_point is not None and log.recovery_generation == generation and log.directory.is_dir():
+                _write_text_atomically(log.directory / RECOVERY_POINT_CHECKPOINT, f"{recovery_point}\n")
 
 
 class Log:
@@ -124,6 +127,10 @@ class Log:
         self._high_watermark = self.log_end_offset
         self._unflushed: list[Segment] = []  # rolled, not yet handed over to be fsynced
         self._deleted: list[Path] = []  # files of deleted segments, renamed, not yet handed over to be unlinked
+        # a truncation lowers the recovery point and starts a new generation: a flush handed over
+        # before it (and done on another thread) must not raise the point again
+        self.recovery_generation = 0
+        self.recovery_lock = threading.Lock()
 
     # --- opening / recovery -----------------------------------------------------------------
 
@@ -161,8 +168,8 @@ class Log:
             log_start_offset = 0
         knobs = dict(index_interval_bytes=index_interval_bytes, max_index_bytes=max_index_bytes)
         recovery_point = _read_offset(directory / RECOVERY_POINT_CHECKPOINT)
-        if recovery_point is None:  # a log from before background flushes: rolled segments were fsynced
-            recovery_point = bases[-1] if bases else 0
+        if recovery_point is None:  # unknown: every segment is checked (Kafka's rule)
+            recovery_point = 0
         segments, recovered = [], False
         for i, base in enumerate(bases):
             if recovered and segments[-1].next_offset < base:
@@ -172,13 +179,14 @@ class Log:
                     for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
                         (directory / segment_file_name(later, suffix)).unlink(missing_ok=True)
                 break
-            recover = recovered = i == len(bases) - 1 or (not clean_shutdown and base >= recovery_point)
+            # every segment that holds offsets at or past the recovery point (Kafka's rule), and the last
+            recover = recovered = i == len(bases) - 1 or (not clean_shutdown and bases[i + 1] > recovery_point)
             segments.append(Segment.open(directory, base, recover=recover,
                                          full_recovery=recover and not clean_shutdown, **knobs))
         if not segments:
             segments = [Segment.create(directory, log_start_offset, now_ms=now_ms, **knobs)]
             # not fsynced (creating 1,000 partitions would wait for 1,000 fsyncs): lost in a crash,
-            # the log counts as one from before background flushes, and recovery checks its last segment
+            # recovery checks every segment
             _write_text_atomically(directory / RECOVERY_POINT_CHECKPOINT, f"{log_start_offset}\n", fsync=False)
         log_end_offset = segments[-1].next_offset
         log_start_offset = min(max(log_start_offset, segments[0].base_offset), log_end_offset)
@@ -475,6 +483,7 @@ class Log:
         self._drop_segments([s for s in self._segments if s.base_offset >= offset], delete_files=True)
         self._segments[-1].truncate_to(offset)
         self._high_watermark = min(self._high_watermark, self.log_end_offset)
+        self._lower_recovery_point(offset)
 
     def reset_to(self, offset: int, *, now_ms: int = NO_TIMESTAMP) -> None:
         """Delete the whole log and start again, empty, at ``offset``: below the log start, or
@@ -489,6 +498,17 @@ class Log:
         self._log_start_offset = offset
         self._checkpoint_log_start_offset()
         self._high_watermark = offset
+        self._lower_recovery_point(offset)
+
+    def _lower_recovery_point(self, offset: int) -> None:
+        """After a truncation (as Kafka's truncateTo): what lies at or past `offset` may be
+        rewritten and not flushed yet, so recovery must check it again."""
+        with self.recovery_lock:
+            self.recovery_generation += 1
+            path = self.directory / RECOVERY_POINT_CHECKPOINT
+            current = _read_offset(path)
+            if current is None or current > offset:
+                _write_text_atomically(path, f"{offset}\n")
 
     # --- lifecycle --------------------------------------------------------------------------
 

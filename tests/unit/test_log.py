@@ -545,7 +545,7 @@ def test_rolled_segments_are_flushed_later_and_move_the_recovery_point(tmp_path,
     log.high_watermark = log.log_end_offset
     log.delete_records_before(bases[1])  # the first rolled segment is deleted before its flush
     synced.clear()
-    flush_rolled(tmp_path, rolled)
+    flush_rolled(log, rolled, log.recovery_generation)
     # the data, offset index and time index of each, then the recovery point's checkpoint
     assert synced[:-1] == [fd for fds, _ in rolled for fd in fds] and len(rolled) == len(bases) - 1
     assert (tmp_path / RECOVERY_POINT_CHECKPOINT).read_text().strip() == str(bases[-1])
@@ -560,7 +560,7 @@ def test_unclean_recovery_checks_every_segment_past_the_recovery_point(tmp_path)
         log.append(batch(1, value_bytes=200), leader_epoch=0, now_ms=0)
     bases = log.segment_base_offsets
     assert len(bases) >= 4
-    flush_rolled(tmp_path, log.take_rolled()[:1])  # only the first rolled segment reached the disk
+    flush_rolled(log, log.take_rolled()[:1], log.recovery_generation)  # only the first rolled segment reached the disk
     assert (tmp_path / RECOVERY_POINT_CHECKPOINT).read_text().strip() == str(bases[1])
     # the crash: no clean close; the second segment's last batch is torn
     damaged = tmp_path / segment_file_name(bases[1], ".log")
@@ -602,3 +602,28 @@ def test_deleted_segments_are_renamed_then_unlinked_elsewhere(tmp_path):
     log.close()
     Log.open(tmp_path, segment_bytes=600).close()  # the rest, never unlinked, go at open
     assert not list(tmp_path.glob("*.deleted"))
+
+
+def test_a_truncation_lowers_the_recovery_point_and_an_older_flush_cannot_raise_it(tmp_path):
+    """A follower truncates into flushed segments and writes on (as Kafka's truncateTo lowers the
+    recovery point): recovery after an unclean shutdown checks the rewritten segment again, even
+    when a flush handed over before the truncation finishes after it."""
+    log = Log.open(tmp_path, segment_bytes=600)
+    for _ in range(6):
+        log.append(batch(1, value_bytes=200), leader_epoch=0, now_ms=0)
+    flush_rolled(log, log.take_rolled(), log.recovery_generation)  # what rolled so far reached the disk
+    for _ in range(2):
+        log.append(batch(1, value_bytes=200), leader_epoch=0, now_ms=0)
+    bases = log.segment_base_offsets
+    assert int((tmp_path / RECOVERY_POINT_CHECKPOINT).read_text()) == bases[-2]
+    rolled, generation = log.take_rolled(), log.recovery_generation  # handed over, not done yet
+    log.truncate_to(bases[1] + 1)  # into the second segment
+    flush_rolled(log, rolled, generation)  # the older flush ends after the truncation
+    assert int((tmp_path / RECOVERY_POINT_CHECKPOINT).read_text()) == bases[1] + 1
+    for _ in range(3):  # written on, not flushed
+        log.append(batch(1, value_bytes=200), leader_epoch=0, now_ms=0)
+    rewritten = tmp_path / segment_file_name(bases[1], ".log")
+    data = rewritten.read_bytes()
+    rewritten.write_bytes(data[:-30])  # the crash tore the rewritten segment's tail
+    log = Log.open(tmp_path, segment_bytes=600)  # no clean close: checked, truncated at the torn batch
+    assert log.log_end_offset == headers(data)[-1].base_offset
