@@ -64,6 +64,17 @@ class DataPaths:
                 self.close(address)
 
 
+def by_listener(items: list, client_of) -> list[list]:
+    """`items` grouped, in order, by the listener (one per shard) that `client_of(item)` reaches;
+    an item whose client is not a socket one is a group of its own. A group travels as one frame."""
+    groups: dict = {}
+    for item in items:
+        client = client_of(item)
+        key = (id(client.paths), client.address) if isinstance(client, SocketPartition) else id(item)
+        groups.setdefault(key, []).append(item)
+    return list(groups.values())
+
+
 class SocketPartition:
     def __init__(self, address: str, key: tuple[uuid.UUID, int], paths: DataPaths | None = None):
         self.address = address

@@ -18,6 +18,7 @@ as Kafka does.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from typing import Any, Protocol
@@ -272,7 +273,7 @@ def _broker_transport(broker_config: dict[str, Any]):
         context = broker_client_ssl_context(broker_config, listener.name)
     if listener.security_protocol.uses_sasl:
         from actors.gateway.security.inter_broker import login as broker_login
-        login = lambda connection: broker_login(connection, broker_config)  # noqa: E731
+        login = functools.partial(broker_login, config=broker_config)
     return context, login
 
 

@@ -38,6 +38,17 @@ def client(bootstrap: str, user: str = "admin", password: str = ADMIN_PASSWORD, 
             "sasl.username": user, "sasl.password": password, **extra}
 
 
+def read_keys(config: dict, topic: str, partitions: int, count: int) -> list[int]:
+    """The keys of `topic`'s records from offset 0, read until `count` distinct ones (or 60 s)."""
+    consumer = Consumer({**config, "group.id": f"g-{uuid.uuid4().hex[:6]}"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    keys, deadline = [], time.monotonic() + 60
+    while len(set(keys)) < count and time.monotonic() < deadline:
+        keys += [int(m.key()) for m in consumer.consume(count, timeout=1.0) if m.error() is None]
+    consumer.close()
+    return keys
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     if ray.is_initialized():
@@ -62,13 +73,7 @@ def test_followers_log_in_as_the_broker_and_acks_all_needs_them(cluster):
     assert not failed and len(delivered) == 300  # every replica of every partition fetched: logged in
     for p in admin.describe_topics(TopicCollection([topic]))[topic].result(30).partitions:
         assert len(p.isr) == 3, f"partition {p.id}: ISR {p.isr}"
-    consumer = Consumer(client(cluster.bootstrap, **{"group.id": f"g-{uuid.uuid4().hex[:6]}"}))
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
-    keys, deadline = set(), time.monotonic() + 60
-    while len(keys) < 300 and time.monotonic() < deadline:
-        keys |= {int(m.key()) for m in consumer.consume(300, timeout=1.0) if m.error() is None}
-    consumer.close()
-    assert keys == set(range(300))
+    assert set(read_keys(client(cluster.bootstrap), topic, 3, 300)) == set(range(300))
 
 
 def test_no_one_else_logs_in_as_the_broker(cluster):
@@ -130,10 +135,5 @@ def test_a_killed_leader_returns_logs_in_and_rejoins_the_isr(cluster):
     assert victim in [n.id for n in p.isr], f"broker {victim} did not rejoin the ISR: {p.isr}"
     produce(200, 100)
     assert sorted(acked) == list(range(300))
-    consumer = Consumer(client(cluster.bootstrap, **{"group.id": f"g-{uuid.uuid4().hex[:6]}"}))
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    keys, deadline = [], time.monotonic() + 60
-    while len(keys) < 300 and time.monotonic() < deadline:
-        keys += [int(m.key()) for m in consumer.consume(300, timeout=1.0) if m.error() is None]
-    consumer.close()
+    keys = read_keys(client(cluster.bootstrap), topic, 1, 300)
     assert sorted(keys) == list(range(300))  # each once: the idempotent producer's retries deduplicated

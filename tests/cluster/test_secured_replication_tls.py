@@ -3,15 +3,15 @@ SASL_SSL (PEM keystore and truststore, ACLs on, no ACL for the brokers). Followe
 leaders as TLS clients that check the leader's certificate against the truststore and its host
 name, then log in as User:kray-broker; an acks=all produce that needs every replica
 (min.insync.replicas=3) is acknowledged only if all of that worked."""
-import time
 import uuid
 
 import pytest
 import ray
-from confluent_kafka import Consumer, Producer, TopicCollection, TopicPartition
+from confluent_kafka import Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster.local import LocalCluster
+from tests.cluster.test_secured_replication import read_keys
 from tests.tls_certs import make_pki
 
 ADMIN_PASSWORD = "admin-plain-secret"
@@ -52,10 +52,4 @@ def test_followers_fetch_over_tls_and_log_in(secured):
     assert producer.flush(90) == 0  # every follower fetched over TLS, logged in
     for p in admin.describe_topics(TopicCollection([topic]))[topic].result(30).partitions:
         assert len(p.isr) == 3, f"partition {p.id}: ISR {p.isr}"
-    consumer = Consumer({**config, "group.id": f"g-{uuid.uuid4().hex[:6]}"})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
-    keys, deadline = set(), time.monotonic() + 60
-    while len(keys) < 150 and time.monotonic() < deadline:
-        keys |= {int(m.key()) for m in consumer.consume(150, timeout=1.0) if m.error() is None}
-    consumer.close()
-    assert keys == set(range(150))
+    assert set(read_keys(config, topic, 3, 150)) == set(range(150))

@@ -152,25 +152,30 @@ def test_confluent_over_ssl_with_a_client_certificate(secured):
     assert roundtrip_confluent(ssl_config(secured)) == [f"v{i}".encode() for i in range(50)]
 
 
-def test_kafka_python_over_sasl_plaintext_with_plain(secured):
+def roundtrip_kafka_python(topic: str, group: str, producer_config: dict, consumer_config: dict) -> list[bytes]:
+    """20 records through kafka-python's KafkaProducer, then read back by a KafkaConsumer."""
     from kafka import KafkaConsumer, KafkaProducer
-    common = dict(bootstrap_servers=secured.address("SASL_PLAINTEXT"), security_protocol="SASL_PLAINTEXT",
-                  sasl_mechanism="PLAIN", sasl_plain_username="bob", sasl_plain_password="bob-secret")
-    topic = f"sec-kp-{uuid.uuid4().hex[:8]}"
-    producer = KafkaProducer(**common)
+    producer = KafkaProducer(**producer_config)
     for i in range(20):
         producer.send(topic, f"k{i}".encode())
     producer.flush(30)
     producer.close()
-    consumer = KafkaConsumer(topic, group_id=f"g-{topic}", auto_offset_reset="earliest", consumer_timeout_ms=20000,
-                             **common)
+    consumer = KafkaConsumer(topic, group_id=group, auto_offset_reset="earliest", consumer_timeout_ms=20000,
+                             **consumer_config)
     values = []
     for message in consumer:
         values.append(message.value)
         if len(values) == 20:
             break
     consumer.close()
-    assert values == [f"k{i}".encode() for i in range(20)]
+    return values
+
+
+def test_kafka_python_over_sasl_plaintext_with_plain(secured):
+    common = dict(bootstrap_servers=secured.address("SASL_PLAINTEXT"), security_protocol="SASL_PLAINTEXT",
+                  sasl_mechanism="PLAIN", sasl_plain_username="bob", sasl_plain_password="bob-secret")
+    topic = f"sec-kp-{uuid.uuid4().hex[:8]}"
+    assert roundtrip_kafka_python(topic, f"g-{topic}", common, common) == [f"k{i}".encode() for i in range(20)]
 
 
 def test_metadata_names_the_addresses_of_the_listener_the_client_came_in_on(secured):

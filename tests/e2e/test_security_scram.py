@@ -26,7 +26,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
 from actors.gateway.security.scram import ScramClient, ScramMechanism as Mechanism
 from protocol.errors import ErrorCode
 from protocol.messages import MetadataRequest, SaslAuthenticateRequest, SaslHandshakeRequest
-from tests.e2e.test_security import Raw
+from tests.e2e.test_security import Raw, roundtrip_kafka_python
 from tests.kray_process import KrayProcess, free_port
 from tests.tls_certs import make_pki
 
@@ -194,23 +194,10 @@ def test_a_share_consumer_logs_in_with_scram(secured):
 
 
 def test_kafka_python_with_scram_sha_256_and_512(secured):
-    from kafka import KafkaConsumer, KafkaProducer
-    topic = name("kp")
     common = dict(bootstrap_servers=secured.address("SASL_PLAINTEXT"), security_protocol="SASL_PLAINTEXT",
                   sasl_plain_username="alice", sasl_plain_password="alice-secret")
-    producer = KafkaProducer(sasl_mechanism="SCRAM-SHA-256", **common)
-    for i in range(20):
-        producer.send(topic, f"k{i}".encode())
-    producer.flush(TIMEOUT_S)
-    producer.close()
-    consumer = KafkaConsumer(topic, group_id=name("kp-g"), auto_offset_reset="earliest", consumer_timeout_ms=20000,
-                             sasl_mechanism="SCRAM-SHA-512", **common)
-    values = []
-    for message in consumer:
-        values.append(message.value)
-        if len(values) == 20:
-            break
-    consumer.close()
+    values = roundtrip_kafka_python(name("kp"), name("kp-g"), dict(common, sasl_mechanism="SCRAM-SHA-256"),
+                                    dict(common, sasl_mechanism="SCRAM-SHA-512"))
     assert values == [f"k{i}".encode() for i in range(20)]
 
 

@@ -29,7 +29,7 @@ from actors.gateway.fetch_sessions import FINAL_EPOCH, NO_SESSION, FetchSessions
 from actors.gateway.file_region import FileRegion
 from actors.gateway.handlers.routing import partition_client, resolve_topic
 from actors.gateway.partition_client import (
-    SocketPartition, fetch_args, fetch_result, replica_fetch_args, replica_fetch_result,
+    by_listener, fetch_args, fetch_result, replica_fetch_args, replica_fetch_result,
 )
 from actors.gateway.security.authorizer import AclOperation, ResourceType
 from actors.partition import wire
@@ -78,16 +78,6 @@ async def _read(w: _Wanted, isolation_level: int) -> int:
     return _fill(w, r, diverging)
 
 
-def _by_listener(wanted: list[_Wanted]) -> list[list[_Wanted]]:
-    """The partitions grouped by the listener that serves them (one group per shard); a partition
-    not reached over a socket is a group of its own."""
-    groups: dict = {}
-    for w in wanted:
-        key = (id(w.client.paths), w.client.address) if isinstance(w.client, SocketPartition) else id(w)
-        groups.setdefault(key, []).append(w)
-    return list(groups.values())
-
-
 async def _read_all(wanted: list[_Wanted], isolation_level: int) -> list[int]:
     """Read every partition, one MANY frame per listener; the record bytes each got."""
     sizes: dict[int, int] = {}
@@ -123,7 +113,7 @@ async def _read_all(wanted: list[_Wanted], isolation_level: int) -> list[int]:
         for w in again:
             sizes[id(w)] = await _read(w, isolation_level)
 
-    await asyncio.gather(*(read_group(g) for g in _by_listener(wanted)))
+    await asyncio.gather(*(read_group(g) for g in by_listener(wanted, lambda w: w.client)))
     return [sizes[id(w)] for w in wanted]
 
 
@@ -150,7 +140,7 @@ def _wait_for_group(group: list[_Wanted], timeout_ms: int):
 async def _wait_for_any(wanted: list[_Wanted], timeout_ms: int) -> bool:
     """Wait until one of the partitions has records past its offset: True; False when max wait
     passed without (then a second read would find what the first found)."""
-    tasks = [asyncio.ensure_future(_wait_for_group(group, timeout_ms)) for group in _by_listener(wanted)]
+    tasks = [asyncio.ensure_future(_wait_for_group(group, timeout_ms)) for group in by_listener(wanted, lambda w: w.client)]
     deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
     try:
         while tasks:

@@ -18,7 +18,7 @@ from protocol.messages import ProduceResponse
 
 from actors.gateway.connection import CloseConnection, in_request_order
 from actors.gateway.handlers.routing import leader_clients
-from actors.gateway.partition_client import SocketPartition
+from actors.gateway.partition_client import by_listener
 from actors.gateway.security.authorizer import AclOperation, ResourceType
 
 log = logging.getLogger("kray.gateway")
@@ -63,7 +63,7 @@ async def handle_produce(ctx, header, request, connection=None) -> ProduceRespon
                 presp.error_code = error
                 if client is not None:
                     routed.append((presp, records, client))
-            for group in _by_listener(routed):
+            for group in by_listener(routed, lambda item: item[2]):
                 # Produce carries no leader epoch: the replica itself knows whether it leads now
                 if len(group) == 1:
                     presp, records, client = group[0]
@@ -88,17 +88,6 @@ async def handle_produce(ctx, header, request, connection=None) -> ProduceRespon
             presp.log_append_time_ms, presp.log_start_offset, presp.error_message = \
                 r.log_append_time_ms, r.log_start_offset, r.error_message
     return ProduceResponse(responses=responses, throttle_time_ms=0)
-
-
-def _by_listener(routed: list) -> list[list]:
-    """(response, records, client) grouped by the listener (shard) that serves the partition; a
-    partition not reached over a socket is a group of its own."""
-    groups: dict = {}
-    for item in routed:
-        client = item[2]
-        key = (id(client.paths), client.address) if isinstance(client, SocketPartition) else id(item)
-        groups.setdefault(key, []).append(item)
-    return list(groups.values())
 
 
 async def _listed(result):

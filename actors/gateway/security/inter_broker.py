@@ -24,13 +24,12 @@ from protocol.messages import SaslAuthenticateRequest, SaslHandshakeRequest
 from protocol.primitives import read_tagged_fields
 
 from actors.gateway.security.listeners import Listener, SecurityProtocol
-from actors.gateway.security.principal import BROKER_PRINCIPAL, BROKER_USER
+from actors.gateway.security.principal import BROKER_USER
 from actors.gateway.security.scram import ScramClient, ScramClientError, ScramCredential, ScramMechanism, \
     make_credential
 from actors.gateway.security.settings import ListenerSecurity
 
 SECRET_KEY = "kray.inter.broker.secret"
-__all__ = ["BROKER_PRINCIPAL", "BROKER_USER", "MECHANISM", "login", "broker_credentials", "with_broker_secret"]
 MECHANISM = ScramMechanism.SCRAM_SHA_512
 STATE_LISTENER_NAME = "SHARE_STATE"
 SECRET_BYTES = 32
