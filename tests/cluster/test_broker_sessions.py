@@ -146,6 +146,7 @@ def test_a_node_declared_dead_comes_back_by_itself_and_rejoins_the_isr(cluster):
     print(f"\nRay declared the node dead {declared_dead_s:.1f} s into the stall, its partition moved within "
           f"{moved_s:.1f} s more; after the wake: serving again in {serving_s:.1f} s, every ISR whole in {isr_s:.1f} s")
     said = "\n".join(cluster.events)
+    print(said)
     for words in (f"broker {victim} lost", f"broker {victim}: its Ray node is gone", f"broker {victim} back"):
         assert words in said, f"{words!r} not said on the console:\n{said}"
     acked = set(producer.acked)
