@@ -50,6 +50,7 @@ def cmd_start(args) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):  # after ray.init, which installs its own handlers
             signal.signal(sig, lambda *_: stop.set())
         print(f"Kray is ready: bootstrap={bootstrap}", flush=True)
+        broker.report_broker_events(lambda line: print(line, flush=True))  # broker N lost / fenced / back
         if args.command == "chaos":
             from cluster.chaos import Stopped
             try:
