@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -25,6 +26,7 @@ import ray
 
 from actors.controller.nodes import BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABEL, ROLE_LABEL, NodeView
 from cluster import composition
+from cluster.start_errors import CannotListen, ProblemLog, RayUnreachable, ray_unreachable
 
 log = logging.getLogger("kray")
 RAY_STARTUP_TIMEOUT_S = 120
@@ -107,10 +109,19 @@ class LocalBroker:
         self.brokers: list = []
         self.bootstrap: str | None = None
         self._owns_ray = False
+        self._problems = ProblemLog(own_ray=address is None)
 
     def start(self) -> str:
+        """Raises RayUnreachable when Ray can't be reached at `address`, CannotListen when a
+        broker's listener can't open, each saying what to do."""
         if not ray.is_initialized():
-            _init_ray(self.address or "local")
+            try:
+                _init_ray(self.address or "local")
+            except Exception as e:
+                if self.address is None:
+                    raise
+                raise RayUnreachable(ray_unreachable(self.address, e, os.environ,
+                                                     Path("~/.ray/auth_token").expanduser().exists())) from None
             self._owns_ray = True
         if self.address is None:
             controller_node, expected = ray.get_runtime_context().get_node_id(), 1
@@ -118,9 +129,29 @@ class LocalBroker:
             controller_node = _head_node_id()
             expected = sum(1 for n in map(NodeView.of, ray.nodes()) if n.alive and n.hosts_broker)
         self.controller = composition.start_controller(self.config, controller_node)
-        self.brokers = ray.get(self.controller.deploy_brokers.remote(expected, RAY_STARTUP_TIMEOUT_S))
+        try:
+            self.brokers = ray.get(self.controller.deploy_brokers.remote(expected, RAY_STARTUP_TIMEOUT_S))
+        except OSError as e:  # a gateway could not listen
+            lines = self.listen_problems()
+            raise CannotListen("\n".join(lines) if lines else str(getattr(e, "cause", None) or e)) from None
         self.bootstrap = ",".join(f"{b.host}:{b.port}" for b in self.brokers)
         return self.bootstrap
+
+    def listen_problems(self) -> list[str]:
+        """Brokers whose listener could not open since the last call, each said once with its fix
+        (a node that joins later retries in the background: `kray start` prints these)."""
+        if self.controller is None:
+            return []
+        try:
+            failures, node_brokers = ray.get(self.controller.__ray_call__.remote(
+                lambda c: (dict(c.broker_failures), dict(c.node_brokers))), timeout=10)
+            addresses = {n["NodeID"]: n.get("NodeManagerAddress") for n in ray.nodes()}
+        except Exception as e:  # the controller is restarting: ask again next time
+            log.debug("could not ask the controller about its brokers: %s", e)
+            return []
+        hosts = {b: addresses.get(node) for node, b in node_brokers.items() if b is not None}
+        port = next((int(p) for p in re.findall(r":(\d+)", str(self.config.get("listeners", "")))[:1]), None)
+        return self._problems.new_lines(failures, hosts, port)
 
     def stop(self) -> None:
         if self.controller is not None:
