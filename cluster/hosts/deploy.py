@@ -37,6 +37,7 @@ KAFKA_PORT = 9092
 READY = re.compile(r"Kray is ready: bootstrap=(\S+)")
 STARTUP_TIMEOUT_S = 180
 STOP_TIMEOUT_S = 60
+OBJECT_STORE_BYTES = 100 * 1024 * 1024
 
 
 class KrayHosts:
@@ -44,11 +45,17 @@ class KrayHosts:
     (the head on h1), Kray deployed onto them with `kray start --address` from h1."""
 
     def __init__(self, hosts: int = 3, *, config: Path = MULTINODE_CONFIG, overrides: tuple[str, ...] = (),
-                 python: str = sys.executable):
+                 python: str = sys.executable, num_cpus: int | None = 1,
+                 object_store_bytes: int | None = OBJECT_STORE_BYTES):
+        """`num_cpus`: CPUs each Ray node declares (None: the machine's; it sets a broker's
+        shard count), 1 by default as the hosts share this machine's cores; `object_store_bytes`:
+        each node's Ray object store (Kray moves records over sockets, not Ray objects)."""
         self.net = HostNetwork(hosts)
         self.config = Path(config)
         self.overrides = tuple(overrides)
         self.python = python
+        self.num_cpus = num_cpus
+        self.object_store_bytes = object_store_bytes
         self.bin = Path(python).parent
         self.kray: subprocess.Popen | None = None
         self.output: list[str] = []          # kray start's console, line by line
@@ -103,8 +110,13 @@ class KrayHosts:
     def _ray_start_args(self, host) -> list[str]:
         h = self.plan.host(host)
         temp_dir = self.home(h.name) / "ray"
-        return [str(self.bin / "ray"), "start", f"--node-ip-address={h.address}", f"--temp-dir={temp_dir}",
+        args = [str(self.bin / "ray"), "start", f"--node-ip-address={h.address}", f"--temp-dir={temp_dir}",
                 f"--labels=kray-broker-id={h.index}", "--disable-usage-stats"]
+        if self.num_cpus is not None:
+            args.append(f"--num-cpus={self.num_cpus}")
+        if self.object_store_bytes is not None:
+            args.append(f"--object-store-memory={self.object_store_bytes}")
+        return args
 
     def _start_ray(self) -> None:
         for h in self.plan.hosts:
@@ -179,6 +191,12 @@ class KrayHosts:
 
     def heal(self, host: int | str) -> None:
         self.net.heal(host)
+
+    def cut(self, a: int | str, b: int | str, *, both_ways: bool = True) -> None:
+        self.net.cut(a, b, both_ways=both_ways)
+
+    def uncut(self, a: int | str, b: int | str) -> None:
+        self.net.uncut(a, b)
 
     def degrade(self, host: int | str, **netem) -> None:
         self.net.degrade(host, **netem)

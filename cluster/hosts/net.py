@@ -4,7 +4,8 @@ processes run in them, faults on their links, and removal of all of it.
     with HostNetwork(3) as net:                     # needs root and `ip netns`
         net.popen("h2", ["python", "-m", "http.server", "9092"])
         net.plan.host("h2").address                 # "198.18.0.2": reach it from here
-        net.isolate("h2"); ...; net.heal("h2")
+        net.isolate("h2"); ...; net.heal("h2")      # h2's cable pulled, and back
+        net.cut("h1", "h2"); ...; net.uncut("h1", "h2")   # h1 and h2 can't reach each other
 
 Leaving the block (an exception included) kills every process in the namespaces, then removes
 the namespaces, the links, the bridge and the run's directory. A run that could not clean up (it
@@ -227,6 +228,17 @@ class HostNetwork:
         for args in planner.heal_commands(h):
             ip(*args)
         self.isolated.discard(h.name)
+
+    def cut(self, a: int | str, b: int | str, *, both_ways: bool = True) -> None:
+        """Hosts `a` and `b` lose each other's packets (both ways, or only a -> b) while both keep
+        reaching every other host and the clients: e.g. a leader cut off from the controller's
+        host and the other replicas, but not from its clients."""
+        for args in planner.cut_commands(self.plan, self.plan.host(a), self.plan.host(b), both_ways=both_ways):
+            ip(*args)
+
+    def uncut(self, a: int | str, b: int | str) -> None:
+        for args in planner.uncut_commands(self.plan.host(a), self.plan.host(b)):
+            ip(*args, check=False)
 
     def degrade(self, host: int | str, *, delay_ms: float = 0, jitter_ms: float = 0, loss_percent: float = 0) -> None:
         """Latency and loss on `host`'s link, both ways (tc netem; clear with restore())."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 PREFIX = "krh"                                          # every name the harness makes starts with it
 TEST_RANGE = ipaddress.ip_network("198.18.0.0/15")      # RFC 2544: benchmarking, never routed
 SUBNET_PREFIX_LEN = 24
-HOSTS_MAX = 200
+HOSTS_MAX = 200  # of a /24's 254 addresses: the last is the bridge's, the one before it `nowhere`
 LINK_NAME_BYTES_MAX = 15                                # Linux IFNAMSIZ - 1
 RUN_ID = re.compile(rf"^{PREFIX}([0-9a-f]{{4}})-")
 
@@ -52,6 +52,7 @@ class NetworkPlan:
     bridge: str
     bridge_address: str  # the root namespace's address on the subnet: clients reach hosts through it
     hosts: tuple[HostPlan, ...]
+    nowhere: str         # an address of the subnet no one answers for: routes via it lose packets silently
 
     @property
     def prefix(self) -> str:
@@ -103,7 +104,7 @@ def plan(hosts: int, run_id: str, used: list[ipaddress.IPv4Network]) -> NetworkP
     for name in [f"{prefix}br"] + [n for h in members for n in (h.veth, h.veth_peer)]:
         if len(name.encode()) > LINK_NAME_BYTES_MAX:
             raise PlanError(f"link name {name!r} is longer than Linux allows ({LINK_NAME_BYTES_MAX} bytes)")
-    return NetworkPlan(run_id, subnet, f"{prefix}br", str(addresses[-1]), members)
+    return NetworkPlan(run_id, subnet, f"{prefix}br", str(addresses[-1]), members, str(addresses[-2]))
 
 
 def choose_subnet(used: list[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
@@ -148,7 +149,7 @@ def leftovers(netns_names: list[str], link_names: list[str], live_runs: set[str]
     return sorted(n for n in netns_names if dead(n)), sorted(n for n in link_names if dead(n))
 
 
-# ---- faults: a host's cable pulled, and a bad link (tc netem) ---------------------------------
+# ---- faults: a host's cable pulled, a link between two hosts cut, a bad link (tc netem) --------
 def isolate_commands(host: HostPlan) -> list[list[str]]:
     """Cut `host` off from every other host and from the clients, both ways: its bridge port goes
     down (a pulled cable: packets are lost, nothing is refused, connections time out)."""
@@ -157,6 +158,22 @@ def isolate_commands(host: HostPlan) -> list[list[str]]:
 
 def heal_commands(host: HostPlan) -> list[list[str]]:
     return [["link", "set", host.veth, "up"]]
+
+
+def cut_commands(network: NetworkPlan, a: HostPlan, b: HostPlan, *, both_ways: bool = True) -> list[list[str]]:
+    """Cut the link between hosts `a` and `b` only (each still reaches the others and the
+    clients): `a` routes packets for `b` to an address no one answers for, so they are lost
+    silently, as in a real partition (nothing is refused; connections time out); with
+    `both_ways`, `b` does the same for `a`, else only a -> b is lost (one-way loss)."""
+    cmds = [["-n", a.netns, "route", "replace", f"{b.address}/32", "via", network.nowhere, "dev", a.inner_link]]
+    if both_ways:
+        cmds.append(["-n", b.netns, "route", "replace", f"{a.address}/32", "via", network.nowhere, "dev", b.inner_link])
+    return cmds
+
+
+def uncut_commands(a: HostPlan, b: HostPlan) -> list[list[str]]:
+    """Undo cut_commands (either direction; each may fail harmlessly where there was no cut)."""
+    return [["-n", a.netns, "route", "del", f"{b.address}/32"], ["-n", b.netns, "route", "del", f"{a.address}/32"]]
 
 
 def netem_commands(host: HostPlan, *, delay_ms: float = 0, jitter_ms: float = 0, loss_percent: float = 0) -> list[list[str]]:

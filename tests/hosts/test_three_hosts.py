@@ -6,6 +6,8 @@ Clients run here, outside the hosts, with real Kafka clients over TCP.
 What a user relies on: each broker is at its own host's address on port 9092; any one broker's
 address is enough to bootstrap, produce and consume; a host cut off from the network and back
 loses no acknowledged record. Needs root and `ip netns` (CI has both); skipped otherwise."""
+import os
+import subprocess
 import threading
 import time
 import uuid
@@ -14,6 +16,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cluster.hosts.deploy import REPO
 from cluster.hosts.net import unavailable_reason
 
 pytestmark = pytest.mark.hosts
@@ -103,7 +106,13 @@ def test_a_broker_host_cut_off_for_10_s_and_back_loses_no_acknowledged_record(ho
         time.sleep(3)
         cut_at = time.monotonic()
         hosts.isolate(victim)
-        time.sleep(CUT_S)
+        # a tool given the cut-off host first still answers, from the next address
+        cut_first = ",".join(hosts.broker_address(i) for i in (victim, 1, 2))
+        listed = subprocess.run(hosts.kray_command("topics", "--bootstrap-server", cut_first, "--list"),
+                                env=os.environ | {"PYTHONPATH": str(REPO)}, cwd=str(REPO),
+                                capture_output=True, text=True, timeout=CUT_S + 30)
+        listed_s = time.monotonic() - cut_at
+        time.sleep(max(0.0, CUT_S - listed_s))
         hosts.heal(victim)
         healed_at = time.monotonic()
         time.sleep(5)
@@ -120,6 +129,8 @@ def test_a_broker_host_cut_off_for_10_s_and_back_loses_no_acknowledged_record(ho
     print(f"\n{len(acked)} records acknowledged, {len(failed)} failed; acks resumed after the cut at "
           + ", ".join(f"partition {p}: +{min(ts):.1f} s" for p, ts in sorted(by_partition.items()))
           + f"; healed at +{healed_at - cut_at:.1f} s")
+    assert listed.returncode == 0 and topic in listed.stdout.split(), listed.stderr
+    print(f"kray topics --bootstrap-server {cut_first} --list answered in {listed_s:.1f} s during the cut")
     assert not failed
     want = set(acked)
     got = _read(hosts.bootstrap, topic, 3, want)

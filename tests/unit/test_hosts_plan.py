@@ -83,3 +83,15 @@ def test_isolating_a_host_downs_its_bridge_port_and_netem_shapes_both_directions
         planner.netem_commands(h, delay_ms=5, jitter_ms=20)
     with pytest.raises(planner.PlanError):
         planner.netem_commands(h)
+
+
+def test_cutting_two_hosts_apart_routes_their_packets_to_an_address_no_one_answers():
+    p = planner.plan(3, "1a2b", [])
+    assert p.nowhere == "198.18.0.253" and p.nowhere not in {h.address for h in p.hosts} | {p.bridge_address}
+    h1, h3 = p.host(1), p.host(3)
+    assert planner.cut_commands(p, h1, h3) == [
+        ["-n", h1.netns, "route", "replace", "198.18.0.3/32", "via", "198.18.0.253", "dev", "eth0"],
+        ["-n", h3.netns, "route", "replace", "198.18.0.1/32", "via", "198.18.0.253", "dev", "eth0"]]
+    assert planner.cut_commands(p, h1, h3, both_ways=False) == planner.cut_commands(p, h1, h3)[:1]
+    assert planner.uncut_commands(h1, h3) == [["-n", h1.netns, "route", "del", "198.18.0.3/32"],
+                                              ["-n", h3.netns, "route", "del", "198.18.0.1/32"]]
