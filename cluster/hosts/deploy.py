@@ -127,15 +127,11 @@ class KrayHosts:
         for h in self.plan.hosts[1:]:
             (self.home(h.name) / ".ray" / "auth_token").write_text(token)
         self.net.run(1, self._ray_start_args(1) + ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"],
-                     env=self.env(1))
-        joins = [(h, subprocess.Popen(self.net.command(h.name, self._ray_start_args(h.name) +
-                                                       [f"--address={self.head_address}"]),
-                                      env=self.env(h.name), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-                 for h in self.plan.hosts[1:]]
-        for h, proc in joins:
-            out, _ = proc.communicate(timeout=STARTUP_TIMEOUT_S)
-            if proc.returncode != 0:
-                raise RuntimeError(f"ray start on {h.name} failed ({proc.returncode}):\n{out[-4000:]}")
+                     timeout_s=STARTUP_TIMEOUT_S, env=self.env(1))
+        joins = [(h, self._ray_start_args(h.name) + [f"--address={self.head_address}"]) for h in self.plan.hosts[1:]]
+        started = [(h, argv, self.net.start(h.name, argv, env=self.env(h.name))) for h, argv in joins]
+        for h, argv, proc in started:  # the others join at once
+            self.net.wait(h.name, argv, proc, STARTUP_TIMEOUT_S)
 
     def kray_command(self, *args: str) -> list[str]:
         """`kray ARGS` from this checkout (the `kray` console script runs cluster.cli:main)."""

@@ -15,6 +15,7 @@ same by hand).
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import secrets
@@ -143,6 +144,7 @@ class HostNetwork:
         self.run_dir: Path | None = None
         self.processes: list[subprocess.Popen] = []
         self.isolated: set[str] = set()
+        self._outputs = itertools.count(1)
 
     # ---- make and remove ---------------------------------------------------------------------
     def create(self) -> NetworkPlan:
@@ -207,13 +209,30 @@ class HostNetwork:
         self.processes.append(proc)
         return proc
 
-    def run(self, host: int | str, argv: list[str], *, timeout_s: float = 120, **kwargs) -> subprocess.CompletedProcess:
-        """Run `argv` on `host` to its end; raises CommandFailed with its output when it fails."""
-        done = subprocess.run(self.command(host, argv), capture_output=True, text=True, timeout=timeout_s, **kwargs)
-        if done.returncode != 0:
-            raise CommandFailed(f"on {host}: `{' '.join(argv)}` exited {done.returncode}:\n"
-                                f"{done.stdout[-2000:]}{done.stderr[-4000:]}")
-        return done
+    def run(self, host: int | str, argv: list[str], *, timeout_s: float = 120, **kwargs) -> str:
+        """Run `argv` on `host` to its end and return its output; raises CommandFailed with the
+        output when it fails. The output goes through a file, not a pipe: a command that leaves
+        daemons behind (`ray start`) would hold a pipe open after it exits."""
+        return self.wait(host, argv, self.start(host, argv, **kwargs), timeout_s)
+
+    def start(self, host: int | str, argv: list[str], **kwargs) -> tuple[subprocess.Popen, Path]:
+        """Start `argv` on `host` with its output in a file of the run's directory: (process, file)."""
+        out = self.run_dir / f"{self.plan.host(host).name}-{next(self._outputs):03d}.out"
+        with open(out, "wb") as f:
+            proc = self.popen(host, argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **kwargs)
+        return proc, out
+
+    def wait(self, host: int | str, argv: list[str], started: tuple[subprocess.Popen, Path], timeout_s: float = 120) -> str:
+        proc, out = started
+        try:
+            code = proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = f"nothing (killed after {timeout_s:.0f} s)"
+        text = out.read_text(errors="replace")
+        if code != 0:
+            raise CommandFailed(f"on {host}: `{' '.join(argv)}` exited {code}:\n{text[-4000:]}")
+        return text
 
     # ---- faults ------------------------------------------------------------------------------
     def isolate(self, host: int | str) -> None:
