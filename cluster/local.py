@@ -12,11 +12,13 @@ start() returns once clients can connect; stop() stops what Kray started (and th
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,6 +44,20 @@ def _init_ray(address: str) -> None:
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     ray.init(address=address, namespace=composition.NAMESPACE, include_dashboard=False, log_to_driver=False,
              configure_logging=True, logging_level=logging.WARNING)
+
+
+@contextlib.contextmanager
+def _stderr_into(file):
+    """Send this process's file descriptor 2 (where Ray's C++ client logs) into `file` for a while."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(file.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _head_node_id() -> str:
@@ -115,13 +131,10 @@ class LocalBroker:
         """Raises RayUnreachable when Ray can't be reached at `address`, CannotListen when a
         broker's listener can't open, each saying what to do."""
         if not ray.is_initialized():
-            try:
-                _init_ray(self.address or "local")
-            except Exception as e:
-                if self.address is None:
-                    raise
-                raise RayUnreachable(ray_unreachable(self.address, e, os.environ,
-                                                     Path("~/.ray/auth_token").expanduser().exists())) from None
+            if self.address is None:
+                _init_ray("local")
+            else:
+                self._join_ray(self.address)
             self._owns_ray = True
         if self.address is None:
             controller_node, expected = ray.get_runtime_context().get_node_id(), 1
@@ -136,6 +149,26 @@ class LocalBroker:
             raise CannotListen("\n".join(lines) if lines else str(getattr(e, "cause", None) or e)) from None
         self.bootstrap = ",".join(f"{b.host}:{b.port}" for b in self.brokers)
         return self.bootstrap
+
+    @staticmethod
+    def _join_ray(address: str) -> None:
+        """ray.init(address), saying what to do when it fails. Ray's client logs every retry of a
+        refused connection (~20 lines in 20 s): they are held back, and only their distinct
+        lines go into the error; after a success they are printed as they were."""
+        with tempfile.TemporaryFile() as ray_log:
+            try:
+                with _stderr_into(ray_log):
+                    _init_ray(address)
+            except Exception as e:
+                ray_log.seek(0)
+                said = list(dict.fromkeys(re.sub(r"^\[[^]]*\]\s*", "", line).strip()
+                                          for line in ray_log.read().decode(errors="replace").splitlines()
+                                          if line.strip()))
+                raise RayUnreachable(ray_unreachable(address, e, os.environ,
+                                                     Path("~/.ray/auth_token").expanduser().exists(),
+                                                     ray_said=said)) from None
+            ray_log.seek(0)
+            sys.stderr.write(ray_log.read().decode(errors="replace"))
 
     def listen_problems(self) -> list[str]:
         """Brokers whose listener could not open since the last call, each said once with its fix

@@ -26,20 +26,26 @@ def _chain(error: BaseException) -> list[str]:
     return texts
 
 
-def ray_unreachable(address: str, error: BaseException, env: Mapping[str, str], home_token: bool) -> str:
-    """Why `ray.init(address)` failed, and the fix. `home_token`: ~/.ray/auth_token exists here."""
-    texts = _chain(error)
+def ray_unreachable(address: str, error: BaseException, env: Mapping[str, str], home_token: bool,
+                    ray_said: list[str] = ()) -> str:
+    """Why `ray.init(address)` failed, and the fix. `home_token`: ~/.ray/auth_token exists here;
+    `ray_said`: the distinct lines Ray logged meanwhile."""
+    texts = _chain(error) + list(ray_said)
     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     lines = [f"cannot reach the Ray cluster at {address}: {first}"]
+    lines += [f"Ray said: {line}" for line in list(ray_said)[-3:]]
     mode = env.get("RAY_AUTH_MODE", "").lower()
     has_token = home_token or bool(env.get("RAY_AUTH_TOKEN")) or bool(env.get("RAY_AUTH_TOKEN_PATH"))
+    refused = any(re.search(r"unauthenticated|invalidauthtoken|token is missing", t, re.I) for t in texts)
     if address == "auto" and any("Could not find any running Ray instance" in t for t in texts):
         lines.append("no Ray runs on this machine: start it first (`ray start --head`), or give the head's "
                      "address: kray start --address HEAD_IP:6379")
         return "\n".join(lines)
     if mode != "token":
-        lines.append("if the cluster uses token authentication (Ray 2.60's `ray start --head` turns it on by "
-                     "itself when ~/.ray/auth_token exists on the head), every process that joins it needs "
+        lines.append(("the cluster uses token authentication and refused this process, which has none"
+                      if refused else "if the cluster uses token authentication")
+                     + " (Ray 2.60's `ray start --head` turns it on by "
+                     "itself when ~/.ray/auth_token exists on the head): every process that joins it needs "
                      "RAY_AUTH_MODE=token and the head's token: "
                      + ("" if has_token else "copy the head's ~/.ray/auth_token to this machine (or set "
                                              "RAY_AUTH_TOKEN), then ")
@@ -47,7 +53,7 @@ def ray_unreachable(address: str, error: BaseException, env: Mapping[str, str], 
     elif not has_token:
         lines.append("RAY_AUTH_MODE=token is set but this machine has no token: copy the head's "
                      "~/.ray/auth_token here (or set RAY_AUTH_TOKEN to it)")
-    elif any(re.search(r"unauthenticated|invalid.*token|token.*(invalid|incorrect|mismatch)", t, re.I) for t in texts):
+    elif refused:
         lines.append("the head refused this machine's token: use the head's own (its ~/.ray/auth_token)")
     lines.append(f"check that Ray runs there and this machine reaches it: `ray status --address {address}` "
                  f"(with the same RAY_AUTH_MODE); Ray's ports (6379 and the node ports) must be open between "
@@ -71,7 +77,7 @@ def cannot_listen(broker_id: int, host: str | None, reason: str, port: int | Non
     elif "permission denied" in low or "errno 13" in low:
         fix = f"{port_text} is privileged there: use a port above 1023 in `listeners` (or --port)"
     elif "cannot assign requested address" in low or "errno 99" in low:
-        fix = ("`listeners` names an address that machine does not have: use PLAINTEXT://0.0.0.0:9092 and let "
+        fix = ("`listeners` names an address that machine does not have: use PLAINTEXT://:9092 (every interface) and let "
                "each broker advertise its node's own address")
     else:
         fix = "see the broker's log on that node (Ray's session logs) for more"

@@ -44,8 +44,12 @@ def main(argv: list[str] | None = None) -> int:
                       f"(took {', '.join(f'{k} {v:.1f}' for k, v in hosts.timings.items())})")
                 for h in hosts.plan.hosts:
                     print(f"  {h.name} {h.address}: ip netns exec {h.netns} bash")
-                print("Ctrl-C stops Kray and removes the hosts", flush=True)
-                stop.wait()
+                print("Ctrl-C stops Kray and removes the hosts; kray start's console follows", flush=True)
+                shown = 0
+                while not stop.wait(1.0):
+                    for line in hosts.output[shown:]:
+                        print(f"  | {line}", flush=True)
+                    shown = len(hosts.output)
     except HostsUnavailable as e:
         print(f"cluster.hosts: {e}", file=sys.stderr)
         return 2

@@ -124,6 +124,9 @@ def test_an_explicit_map_replaces_the_default():
      "cannot use the nonroutable meta-address 0.0.0.0"),
     ({"listeners": "PLAINTEXT://:9092", "advertised.listeners": "PLAINTEXT://[::]:9092"},
      "nonroutable meta-address ::"),
+    ({"listeners": "PLAINTEXT://0.0.0.0:9092"},
+     "advertised.listeners is unset, so listeners is advertised, and it cannot use the nonroutable meta-address "
+     "0.0.0.0 .* leave the host empty: PLAINTEXT://:9092; or set advertised.listeners"),
     ({"listeners": "PLAINTEXT://:9092", "advertised.listeners": "PLAINTEXT://h:9092,SSL://h:9093"},
      "must be equal to or a subset of the ones defined in listeners. Found PLAINTEXT,SSL. The valid options "
      "based on the current configuration are PLAINTEXT"),

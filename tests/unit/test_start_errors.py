@@ -23,6 +23,16 @@ def test_a_ray_connection_failure_is_reported_as_that_with_the_token_fix():
     assert "listen" not in text and "--port" not in text
 
 
+def test_when_ray_said_the_token_is_missing_the_message_is_definite_and_quotes_it_once():
+    said = ["gcs_client.cc:210: Failed to get cluster ID from GCS server: Unauthenticated: RPC error: "
+            "InvalidAuthToken: Authentication token is missing or incorrect"]
+    text = ray_unreachable("h:6379", failed_connect(), {}, home_token=False, ray_said=said)
+    assert "the cluster uses token authentication and refused this process" in text
+    assert text.count("InvalidAuthToken") == 1
+    wrong = ray_unreachable("h:6379", failed_connect(), {"RAY_AUTH_MODE": "token"}, home_token=True, ray_said=said)
+    assert "refused this machine's token" in wrong
+
+
 def test_with_token_mode_but_no_token_it_says_to_copy_the_heads():
     text = ray_unreachable("h:6379", failed_connect(), {"RAY_AUTH_MODE": "token"}, home_token=False)
     assert "has no token" in text and "RAY_AUTH_TOKEN" in text

@@ -224,6 +224,12 @@ def listener_config(configs: Mapping[str, Any]) -> ListenerConfig:
                                   f"based on the current configuration are {','.join(names)}")
     for listener in advertised:
         if listener.host in NON_ROUTABLE_HOSTS:
+            if advertised is listeners:  # advertised.listeners unset: Kafka advertises `listeners`
+                raise ListenerConfigError(
+                    f"{ADVERTISED_LISTENERS} is unset, so {LISTENERS} is advertised, and it cannot use the "
+                    f"nonroutable meta-address {listener.host} ({listener.connection_string}). To listen on every "
+                    f"interface and advertise each broker's own address, leave the host empty: "
+                    f"{listener.name}://:{listener.port}; or set {ADVERTISED_LISTENERS}.")
             raise ListenerConfigError(f"{ADVERTISED_LISTENERS} cannot use the nonroutable meta-address "
                                       f"{listener.host} ({listener.connection_string}). Use a routable IP address "
                                       f"or host name.")
