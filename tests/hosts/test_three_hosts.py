@@ -29,7 +29,9 @@ def hosts():
     if reason:
         pytest.skip(f"hosts harness unavailable: {reason}")
     from cluster.hosts.deploy import KrayHosts
-    h = KrayHosts(3)
+    # fewer internal partitions than Kafka's 50 (as Kafka's own tests do): 300 replicas on 2 cores
+    # take most of a minute to create, and this test is about hosts, not scale
+    h = KrayHosts(3, overrides=("offsets.topic.num.partitions=6", "share.coordinator.state.topic.num.partitions=6"))
     h.start()
     print(f"\n3 hosts up: {h.bootstrap}; " + ", ".join(f"{k} {v:.1f}" for k, v in h.timings.items()))
     yield h
@@ -81,6 +83,7 @@ def test_a_broker_host_cut_off_for_10_s_and_back_loses_no_acknowledged_record(ho
     _create(hosts.bootstrap, topic)
     victim = 3  # a broker-only host: h1 also runs the Ray head and the controller
     acked: dict[bytes, tuple[int, float]] = {}  # value -> (partition, when acknowledged)
+    sent: dict[bytes, float] = {}                # value -> when produced
     failed: list[str] = []
     stop = threading.Event()
 
@@ -95,24 +98,32 @@ def test_a_broker_host_cut_off_for_10_s_and_back_loses_no_acknowledged_record(ho
                 failed.append(str(err))
         n = 0
         while not stop.is_set():
-            p.produce(topic, value=b"%08d" % n, partition=n % 3, on_delivery=done)
+            value = b"%08d" % n
+            sent[value] = time.monotonic()
+            p.produce(topic, value=value, partition=n % 3, on_delivery=done)
             n += 1
             p.poll(0.005)
         assert p.flush(120) == 0, "records still unacknowledged 120 s after the heal"
 
     producer = threading.Thread(target=produce, name="producer")
     producer.start()
+    tool = None
     try:
         time.sleep(3)
         cut_at = time.monotonic()
         hosts.isolate(victim)
         # a tool given the cut-off host first still answers, from the next address
         cut_first = ",".join(hosts.broker_address(i) for i in (victim, 1, 2))
-        listed = subprocess.run(hosts.kray_command("topics", "--bootstrap-server", cut_first, "--list"),
-                                env=os.environ | {"PYTHONPATH": str(REPO)}, cwd=str(REPO),
-                                capture_output=True, text=True, timeout=CUT_S + 30)
-        listed_s = time.monotonic() - cut_at
-        time.sleep(max(0.0, CUT_S - listed_s))
+        listing: dict = {}
+
+        def list_topics():
+            listing["done"] = subprocess.run(hosts.kray_command("topics", "--bootstrap-server", cut_first, "--list"),
+                                             env=os.environ | {"PYTHONPATH": str(REPO)}, cwd=str(REPO),
+                                             capture_output=True, text=True, timeout=60)
+            listing["s"] = time.monotonic() - cut_at
+        tool = threading.Thread(target=list_topics, name="kray-topics")
+        tool.start()
+        time.sleep(CUT_S)
         hosts.heal(victim)
         healed_at = time.monotonic()
         time.sleep(5)
@@ -121,16 +132,19 @@ def test_a_broker_host_cut_off_for_10_s_and_back_loses_no_acknowledged_record(ho
             hosts.heal(victim)
         stop.set()
         producer.join(150)
+        if tool is not None:
+            tool.join(60)
     assert not producer.is_alive()
-    by_partition = {}
-    for partition, at in acked.values():
-        if at > cut_at:
-            by_partition.setdefault(partition, []).append(at - cut_at)
-    print(f"\n{len(acked)} records acknowledged, {len(failed)} failed; acks resumed after the cut at "
-          + ", ".join(f"partition {p}: +{min(ts):.1f} s" for p, ts in sorted(by_partition.items()))
+    listed, listed_s = listing["done"], listing["s"]
+    resumed = {}  # partition -> when its first record sent after the cut was acknowledged
+    for value, (partition, at) in acked.items():
+        if sent[value] > cut_at:
+            resumed[partition] = min(resumed.get(partition, at), at)
+    print(f"\n{len(acked)} records acknowledged, {len(failed)} failed; the first record sent after the cut "
+          f"was acknowledged at " + ", ".join(f"partition {p}: +{t - cut_at:.1f} s" for p, t in sorted(resumed.items()))
           + f"; healed at +{healed_at - cut_at:.1f} s")
     assert listed.returncode == 0 and topic in listed.stdout.split(), listed.stderr
-    print(f"kray topics --bootstrap-server {cut_first} --list answered in {listed_s:.1f} s during the cut")
+    print(f"kray topics --bootstrap-server {cut_first} --list answered in {listed_s:.1f} s after the cut")
     assert not failed
     want = set(acked)
     got = _read(hosts.bootstrap, topic, 3, want)
