@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -28,10 +29,11 @@ import ray
 
 from actors.controller.nodes import BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABEL, ROLE_LABEL, NodeView
 from cluster import composition
-from cluster.start_errors import CannotListen, ProblemLog, RayUnreachable, ray_unreachable
+from cluster.start_errors import CannotListen, ProblemLog, RayUnreachable, ray_port_closed, ray_unreachable
 
 log = logging.getLogger("kray")
 RAY_STARTUP_TIMEOUT_S = 120
+RAY_PROBE_TIMEOUT_S = 10  # kray start --address HOST:PORT: how long the head's port may take to accept
 # Failover (next step) needs Ray to notice a dead node in seconds, not the default ~30 s
 FAST_HEALTH_CHECKS = {"health_check_period_ms": 500, "health_check_failure_threshold": 3,
                       "health_check_timeout_ms": 500, "health_check_initial_delay_ms": 500}
@@ -145,7 +147,7 @@ class LocalBroker:
         try:
             self.brokers = ray.get(self.controller.deploy_brokers.remote(expected, RAY_STARTUP_TIMEOUT_S))
         except OSError as e:  # a gateway could not listen
-            lines = self.listen_problems()
+            lines = self.listen_problems(retrying=False)
             raise CannotListen("\n".join(lines) if lines else str(getattr(e, "cause", None) or e)) from None
         self.bootstrap = ",".join(f"{b.host}:{b.port}" for b in self.brokers)
         return self.bootstrap
@@ -155,6 +157,12 @@ class LocalBroker:
         """ray.init(address), saying what to do when it fails. Ray's client logs every retry of a
         refused connection (~20 lines in 20 s): they are held back, and only their distinct
         lines go into the error; after a success they are printed as they were."""
+        host, sep, port = address.rpartition(":")
+        if sep and port.isdigit():  # a wrong address makes ray.init retry for minutes: look first
+            try:
+                socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_PROBE_TIMEOUT_S).close()
+            except OSError as e:
+                raise RayUnreachable(ray_port_closed(address, e)) from None
         with tempfile.TemporaryFile() as ray_log:
             try:
                 with _stderr_into(ray_log):
@@ -170,7 +178,7 @@ class LocalBroker:
             ray_log.seek(0)
             sys.stderr.write(ray_log.read().decode(errors="replace"))
 
-    def listen_problems(self) -> list[str]:
+    def listen_problems(self, *, retrying: bool = True) -> list[str]:
         """Brokers whose listener could not open since the last call, each said once with its fix
         (a node that joins later retries in the background: `kray start` prints these)."""
         if self.controller is None:
@@ -184,7 +192,7 @@ class LocalBroker:
             return []
         hosts = {b: addresses.get(node) for node, b in node_brokers.items() if b is not None}
         port = next((int(p) for p in re.findall(r":(\d+)", str(self.config.get("listeners", "")))[:1]), None)
-        return self._problems.new_lines(failures, hosts, port)
+        return self._problems.new_lines(failures, hosts, port, retrying=retrying)
 
     def stop(self) -> None:
         if self.controller is not None:

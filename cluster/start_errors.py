@@ -61,8 +61,16 @@ def ray_unreachable(address: str, error: BaseException, env: Mapping[str, str], 
     return "\n".join(lines)
 
 
+def ray_port_closed(address: str, error: BaseException) -> str:
+    """Nothing answers at the Ray head's HOST:PORT (checked before ray.init, which would retry
+    for minutes)."""
+    return (f"cannot reach the Ray cluster at {address}: {error}\n"
+            f"is Ray's head running there (`ray start --head --port PORT` on that machine; 6379 unless "
+            f"--port says otherwise), and is that port open from this machine?")
+
+
 def cannot_listen(broker_id: int, host: str | None, reason: str, port: int | None = None, *,
-                  own_ray: bool = False) -> str:
+                  own_ray: bool = False, retrying: bool = True) -> str:
     """A broker's listener failed to open (`reason`: the gateway's error text), and the fix.
     `own_ray`: Kray started its Ray here (plain `kray start`), so --port is the way out."""
     where = f"broker {broker_id}" + (f" (Ray node {host})" if host else "")
@@ -81,7 +89,7 @@ def cannot_listen(broker_id: int, host: str | None, reason: str, port: int | Non
                "each broker advertise its node's own address")
     else:
         fix = "see the broker's log on that node (Ray's session logs) for more"
-    return f"{where} cannot listen: {reason.strip()}; {fix}" + ("" if own_ray else ". It retries until it can.")
+    return f"{where} cannot listen: {reason.strip()}; {fix}" + (". It retries until it can." if retrying else "")
 
 
 class ProblemLog:
@@ -91,10 +99,13 @@ class ProblemLog:
         self.said: set[tuple[int, str]] = set()
         self.own_ray = own_ray
 
-    def new_lines(self, failures: Mapping[int, str], hosts: Mapping[int, str], port: int | None = None) -> list[str]:
+    def new_lines(self, failures: Mapping[int, str], hosts: Mapping[int, str], port: int | None = None, *,
+                  retrying: bool = True) -> list[str]:
+        """`retrying`: the brokers retry (Kray runs); False when `kray start` gives up."""
         out = []
         for broker_id, reason in sorted(failures.items()):
             if (broker_id, reason) not in self.said:
                 self.said.add((broker_id, reason))
-                out.append(cannot_listen(broker_id, hosts.get(broker_id), reason, port, own_ray=self.own_ray))
+                out.append(cannot_listen(broker_id, hosts.get(broker_id), reason, port, own_ray=self.own_ray,
+                                         retrying=retrying))
         return out

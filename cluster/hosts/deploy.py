@@ -20,16 +20,19 @@ it to each machine), and every Ray command runs with RAY_AUTH_MODE=token.
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-from cluster.hosts.net import HostNetwork
+from cluster.hosts.net import CommandFailed, HostNetwork, kill_namespace_processes
 
+log = logging.getLogger("kray.hosts")
 REPO = Path(__file__).resolve().parents[2]
 MULTINODE_CONFIG = REPO / "configs" / "multinode.toml"
 RAY_PORT = 6379
@@ -126,12 +129,27 @@ class KrayHosts:
                                capture_output=True, text=True, check=True, timeout=60).stdout.strip()
         for h in self.plan.hosts[1:]:
             (self.home(h.name) / ".ray" / "auth_token").write_text(token)
-        self.net.run(1, self._ray_start_args(1) + ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"],
-                     timeout_s=STARTUP_TIMEOUT_S, env=self.env(1))
+        head = self._ray_start_args(1) + ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"]
+        self._retry_ray_start(self.plan.hosts[0], head, lambda: self.net.run(1, head, timeout_s=STARTUP_TIMEOUT_S,
+                                                                             env=self.env(1)))
         joins = [(h, self._ray_start_args(h.name) + [f"--address={self.head_address}"]) for h in self.plan.hosts[1:]]
         started = [(h, argv, self.net.start(h.name, argv, env=self.env(h.name))) for h, argv in joins]
         for h, argv, proc in started:  # the others join at once
-            self.net.wait(h.name, argv, proc, STARTUP_TIMEOUT_S)
+            self._retry_ray_start(h, argv, lambda: self.net.wait(h.name, argv, proc, STARTUP_TIMEOUT_S),
+                                  lambda: self.net.run(h.name, argv, timeout_s=STARTUP_TIMEOUT_S, env=self.env(h.name)))
+
+    def _retry_ray_start(self, host, argv, first, again=None) -> None:
+        """`ray start` gives up when its node has not registered within 30 s (hard-coded in Ray),
+        which a loaded 2-core machine can exceed: clear the host and try once more."""
+        try:
+            first()
+        except CommandFailed as e:
+            if "timed out during startup" not in str(e):
+                raise
+            log.warning("ray start on %s timed out (a loaded machine?): trying once more", host.name)
+            kill_namespace_processes(host.netns)
+            shutil.rmtree(self.home(host.name) / "ray", ignore_errors=True)
+            (again or first)()
 
     def kray_command(self, *args: str) -> list[str]:
         """`kray ARGS` from this checkout (the `kray` console script runs cluster.cli:main)."""

@@ -151,3 +151,17 @@ def test_a_broker_host_cut_off_for_10_s_and_back_loses_no_acknowledged_record(ho
     missing = want - set(got)
     assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"
     assert len(got) == len(set(got)), "an idempotent producer's record was written twice"
+
+
+def test_kray_start_without_the_token_mode_says_the_cluster_refused_it(hosts):
+    """A second `kray start --address` on h2 without RAY_AUTH_MODE=token (the head has token auth
+    on): a Ray problem with its fix, not "cannot listen"."""
+    env = {k: v for k, v in hosts.env(2).items() if k != "RAY_AUTH_MODE"}
+    env["RAY_gcs_server_port_wait_time_s"] = "3"  # Ray's connection attempts: 3 instead of 20 (~20 s)
+    r = subprocess.run(hosts.net.command(2, hosts.kray_command("start", "--address", hosts.head_address,
+                                                               "--data-dir", str(hosts.net.run_dir / "h2-data"))),
+                       env=env, cwd=str(REPO), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert f"cannot reach the Ray cluster at {hosts.head_address}" in r.stderr, r.stderr
+    assert "refused this process" in r.stderr and f"RAY_AUTH_MODE=token kray start --address {hosts.head_address}" in r.stderr
+    assert "cannot listen" not in r.stderr and r.stderr.count("InvalidAuthToken") <= 1

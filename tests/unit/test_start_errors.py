@@ -1,6 +1,6 @@
 """What `kray start` says when Ray can't be reached or a broker can't listen (cluster/start_errors.py):
 the cause as it is, and the fix."""
-from cluster.start_errors import ProblemLog, cannot_listen, ray_unreachable
+from cluster.start_errors import ProblemLog, cannot_listen, ray_port_closed, ray_unreachable
 
 BIND = "[Errno 98] error while attempting to bind on address ('0.0.0.0', 9092): address already in use"
 
@@ -50,6 +50,7 @@ def test_a_port_in_use_says_where_and_what_to_do():
     assert on_cluster.startswith("broker 3 (Ray node 198.18.0.3) cannot listen: [Errno 98]")
     assert "port 9092" in on_cluster and "kray-port=N" in on_cluster and "retries" in on_cluster
     assert "--port" in cannot_listen(0, "127.0.0.1", BIND, own_ray=True)
+    assert "retries" not in cannot_listen(3, "198.18.0.3", BIND, retrying=False)  # kray start gave up
     assert "above 1023" in cannot_listen(1, None, "[Errno 13] error while attempting to bind on address "
                                                   "('0.0.0.0', 92): permission denied")
 
@@ -59,3 +60,9 @@ def test_each_failure_is_said_once():
     assert len(said.new_lines({3: BIND}, {3: "198.18.0.3"})) == 1
     assert said.new_lines({3: BIND}, {3: "198.18.0.3"}) == []
     assert len(said.new_lines({3: BIND, 2: BIND}, {})) == 1
+
+
+def test_a_closed_head_port_says_to_start_ray_there():
+    text = ray_port_closed("10.0.0.1:6379", ConnectionRefusedError(111, "Connection refused"))
+    assert text.startswith("cannot reach the Ray cluster at 10.0.0.1:6379: [Errno 111] Connection refused")
+    assert "ray start --head" in text
