@@ -62,7 +62,7 @@ def cmd_start(args) -> int:
             except ValueError as e:  # a schedule that can't be made: say so, stop the cluster
                 print(f"kray chaos: {e}", file=sys.stderr)
                 return 2
-        problems_every_s, waited_s = 2.0, 0.0
+        problems_every_s, waited_s = 5.0, 0.0  # a Ray call and ray.nodes(): not too often
         while not stop.wait(0.5):
             waited_s += 0.5
             if waited_s >= problems_every_s and hasattr(broker, "listen_problems"):
