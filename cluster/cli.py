@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from cluster.config import DEFAULT_LOCAL_CONFIG, load_broker_config, with_listener
+from cluster.start_errors import CannotListen, RayUnreachable
 
 
 def cmd_start(args) -> int:
@@ -62,9 +63,17 @@ def cmd_start(args) -> int:
             except ValueError as e:  # a schedule that can't be made: say so, stop the cluster
                 print(f"kray chaos: {e}", file=sys.stderr)
                 return 2
+        problems_every_s, waited_s = 5.0, 0.0  # a Ray call and ray.nodes(): not too often
         while not stop.wait(0.5):
-            pass
+            waited_s += 0.5
+            if waited_s >= problems_every_s and hasattr(broker, "listen_problems"):
+                waited_s = 0.0
+                for line in broker.listen_problems():  # a node that joined later and can't listen
+                    print(f"kray start: {line}", file=sys.stderr, flush=True)
         print("Stopping Kray ...", flush=True)
+    except (RayUnreachable, CannotListen) as e:
+        print(f"kray start: {e}", file=sys.stderr)
+        return 1
     except OSError as e:
         print(f"kray start: cannot listen: {e}; pick another port with --port", file=sys.stderr)
         return 1

@@ -17,8 +17,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
+import socket
+import sys
 import tempfile
 import threading
 import time
@@ -30,9 +33,11 @@ import ray
 
 from actors.controller.nodes import BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABEL, ROLE_LABEL, NodeView
 from cluster import composition
+from cluster.start_errors import CannotListen, ProblemLog, RayUnreachable, ray_port_closed, ray_unreachable
 
 log = logging.getLogger("kray")
 RAY_STARTUP_TIMEOUT_S = 120
+RAY_PROBE_TIMEOUT_S = 10  # kray start --address HOST:PORT: how long the head's port may take to accept
 NODE_SUPERVISION_POLL_S = 0.5
 BROKER_EVENTS_POLL_S = 10.0
 # Ray's health checks on one machine: a node whose raylet is gone is refused at once, so Ray may
@@ -51,6 +56,20 @@ def _init_ray(address: str) -> None:
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     ray.init(address=address, namespace=composition.NAMESPACE, include_dashboard=False, log_to_driver=False,
              configure_logging=True, logging_level=logging.WARNING)
+
+
+@contextlib.contextmanager
+def _stderr_into(file):
+    """Send this process's file descriptor 2 (where Ray's C++ client logs) into `file` for a while."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(file.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _head_node_id() -> str:
@@ -164,6 +183,7 @@ class LocalBroker:
         self.brokers: list = []
         self.bootstrap: str | None = None
         self._owns_ray = False
+        self._problems = ProblemLog(own_ray=address is None)
         self._stopping = threading.Event()
 
     def report_broker_events(self, say=print) -> None:
@@ -171,8 +191,13 @@ class LocalBroker:
         follow_broker_events(self.controller, say, self._stopping)
 
     def start(self) -> str:
+        """Raises RayUnreachable when Ray can't be reached at `address`, CannotListen when a
+        broker's listener can't open, each saying what to do."""
         if not ray.is_initialized():
-            _init_ray(self.address or "local")
+            if self.address is None:
+                _init_ray("local")
+            else:
+                self._join_ray(self.address)
             self._owns_ray = True
         if self.address is None:
             controller_node, expected = ray.get_runtime_context().get_node_id(), 1
@@ -180,9 +205,55 @@ class LocalBroker:
             controller_node = _head_node_id()
             expected = sum(1 for n in map(NodeView.of, ray.nodes()) if n.alive and n.hosts_broker)
         self.controller = composition.start_controller(self.config, controller_node)
-        self.brokers = ray.get(self.controller.deploy_brokers.remote(expected, RAY_STARTUP_TIMEOUT_S))
+        try:
+            self.brokers = ray.get(self.controller.deploy_brokers.remote(expected, RAY_STARTUP_TIMEOUT_S))
+        except OSError as e:  # a gateway could not listen
+            lines = self.listen_problems(retrying=False)
+            raise CannotListen("\n".join(lines) if lines else str(getattr(e, "cause", None) or e)) from None
         self.bootstrap = ",".join(f"{b.host}:{b.port}" for b in self.brokers)
         return self.bootstrap
+
+    @staticmethod
+    def _join_ray(address: str) -> None:
+        """ray.init(address), saying what to do when it fails. Ray's client logs every retry of a
+        refused connection (~20 lines in 20 s): they are held back, and only their distinct
+        lines go into the error; after a success they are printed as they were."""
+        host, sep, port = address.rpartition(":")
+        if sep and port.isdigit():  # a wrong address makes ray.init retry for minutes: look first
+            try:
+                socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_PROBE_TIMEOUT_S).close()
+            except OSError as e:
+                raise RayUnreachable(ray_port_closed(address, e)) from None
+        with tempfile.TemporaryFile() as ray_log:
+            try:
+                with _stderr_into(ray_log):
+                    _init_ray(address)
+            except Exception as e:
+                ray_log.seek(0)
+                said = list(dict.fromkeys(re.sub(r"^\[[^]]*\]\s*", "", line).strip()
+                                          for line in ray_log.read().decode(errors="replace").splitlines()
+                                          if line.strip()))
+                raise RayUnreachable(ray_unreachable(address, e, os.environ,
+                                                     Path("~/.ray/auth_token").expanduser().exists(),
+                                                     ray_said=said)) from None
+            ray_log.seek(0)
+            sys.stderr.write(ray_log.read().decode(errors="replace"))
+
+    def listen_problems(self, *, retrying: bool = True) -> list[str]:
+        """Brokers whose listener could not open since the last call, each said once with its fix
+        (a node that joins later retries in the background: `kray start` prints these)."""
+        if self.controller is None:
+            return []
+        try:
+            failures, node_brokers = ray.get(self.controller.__ray_call__.remote(
+                lambda c: (dict(c.broker_failures), dict(c.node_brokers))), timeout=10)
+            addresses = {n["NodeID"]: n.get("NodeManagerAddress") for n in ray.nodes()}
+        except Exception as e:  # the controller is restarting: ask again next time
+            log.debug("could not ask the controller about its brokers: %s", e)
+            return []
+        hosts = {b: addresses.get(node) for node, b in node_brokers.items() if b is not None}
+        port = next((int(p) for p in re.findall(r":(\d+)", str(self.config.get("listeners", "")))[:1]), None)
+        return self._problems.new_lines(failures, hosts, port, retrying=retrying)
 
     def stop(self) -> None:
         self._stopping.set()
