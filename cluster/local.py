@@ -245,15 +245,15 @@ class LocalBroker:
         if self.controller is None:
             return []
         try:
-            failures, node_brokers = ray.get(self.controller.__ray_call__.remote(
-                lambda c: (dict(c.broker_failures), dict(c.node_brokers))), timeout=10)
+            failures = ray.get(self.controller.listen_failures.remote(), timeout=10)
             addresses = {n["NodeID"]: n.get("NodeManagerAddress") for n in ray.nodes()}
         except Exception as e:  # the controller is restarting: ask again next time
             log.debug("could not ask the controller about its brokers: %s", e)
             return []
-        hosts = {b: addresses.get(node) for node, b in node_brokers.items() if b is not None}
+        hosts = {b: addresses.get(node_id) for b, (_, node_id) in failures.items()}
         port = next((int(p) for p in re.findall(r":(\d+)", str(self.config.get("listeners", "")))[:1]), None)
-        return self._problems.new_lines(failures, hosts, port, retrying=retrying)
+        return self._problems.new_lines({b: why for b, (why, _) in failures.items()}, hosts, port,
+                                        retrying=retrying)
 
     def stop(self) -> None:
         self._stopping.set()

@@ -430,6 +430,12 @@ class ControllerActor:
         self._bump()
         return self.image()
 
+    def listen_failures(self) -> dict[int, tuple[str, str | None]]:
+        """Brokers whose gateway could not start (its listener could not open) and has not
+        registered since: broker id -> (why, its Ray node id or None). `kray start` reports them."""
+        nodes = {b: node_id for node_id, b in self.node_brokers.items() if b is not None}
+        return {b: (why, nodes.get(b)) for b, why in self.broker_failures.items()}
+
     def heartbeat(self, broker_id: int, broker_epoch: int) -> int:
         """A broker is alive (broker.heartbeat.interval.ms). STALE_BROKER_EPOCH: register again.
         A broker whose node was declared dead is not unfenced by a last heartbeat of its old
