@@ -145,6 +145,7 @@ def test_a_broker_host_cut_off_for_10_s_and_back_loses_no_acknowledged_record(ho
           + f"; healed at +{healed_at - cut_at:.1f} s")
     assert listed.returncode == 0 and topic in listed.stdout.split(), listed.stderr
     print(f"kray topics --bootstrap-server {cut_first} --list answered in {listed_s:.1f} s after the cut")
+    print("kray start said:\n" + "\n".join(line for line in hosts.output if f"broker {victim} " in line))
     assert not failed
     want = set(acked)
     got = _read(hosts.bootstrap, topic, 3, want)
