@@ -27,6 +27,9 @@ from protocol.messages import (ApiVersionsRequest, ApiVersionsResponse, SaslAuth
 from actors.gateway.security.scram import ScramClient, ScramClientError, ScramMechanism
 
 RESPONSE_BYTES_MAX = 100 * 1024 * 1024
+# with several bootstrap addresses, how long connecting to one may take before the next is tried
+# (a host cut off from the network drops the connection attempt silently)
+CONNECT_TIMEOUT_S_EACH = 10.0
 RECV_CHUNK_BYTES = 256 * 1024
 
 
@@ -34,12 +37,25 @@ class AdminError(RuntimeError):
     """The broker could not be reached or answered something unusable; the message says what to try."""
 
 
+def parse_bootstrap_servers(bootstrap: str) -> list[tuple[str, int]]:
+    """Every HOST:PORT of a comma-separated bootstrap list, in order."""
+    addresses = []
+    for part in bootstrap.split(","):
+        if not part.strip():
+            continue
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not port.isdigit():
+            raise AdminError(f"--bootstrap-server {bootstrap!r}: {part.strip()!r} is not HOST:PORT "
+                             f"(example: 127.0.0.1:9092,127.0.0.2:9092)")
+        addresses.append((host.strip("[]") or "127.0.0.1", int(port)))
+    if not addresses:
+        raise AdminError(f"--bootstrap-server {bootstrap!r} names no broker (example: 127.0.0.1:9092)")
+    return addresses
+
+
 def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
-    first = bootstrap.split(",")[0].strip()
-    host, sep, port = first.rpartition(":")
-    if not sep or not port.isdigit():
-        raise AdminError(f"--bootstrap-server {bootstrap!r} is not HOST:PORT (example: 127.0.0.1:9092)")
-    return host or "127.0.0.1", int(port)
+    """The first HOST:PORT of a bootstrap list."""
+    return parse_bootstrap_servers(bootstrap)[0]
 
 
 COMMAND_CONFIG_HELP = ("client properties (Java .properties, as Kafka's tools): security.protocol, sasl.mechanism "
@@ -146,20 +162,35 @@ def _client_ssl_context(properties: dict[str, str]) -> ssl.SSLContext:
 class KafkaConnection:
     def __init__(self, bootstrap: str, *, client_id: str = "kray-admin", timeout_s: float = 30.0,
                  properties: dict[str, str] | None = None):
-        self.address = parse_bootstrap(bootstrap)
+        """Connects to the first broker of the comma-separated `bootstrap` list that answers
+        (ApiVersions), trying each in turn, as Kafka's clients use every bootstrap server."""
+        addresses = parse_bootstrap_servers(bootstrap)
         self.client_id = client_id
         properties = CLIENT_PROPERTIES if properties is None else properties
         protocol = properties.get("security.protocol", "PLAINTEXT").upper()
-        try:
-            self.sock = socket.create_connection(self.address, timeout=timeout_s)
-            if protocol in ("SSL", "SASL_SSL"):
-                self.sock = _client_ssl_context(properties).wrap_socket(self.sock, server_hostname=self.address[0])
-        except (OSError, ssl.SSLError) as e:
-            raise AdminError(f"cannot connect to {bootstrap} ({protocol}): {e}; is the broker running (kray start), "
-                             f"and is this its {protocol} listener?") from None
-        self.decoder = FrameDecoder(RESPONSE_BYTES_MAX)
-        self.correlation_ids = itertools.count(1)
-        self.versions = self._negotiate()
+        connect_timeout_s = timeout_s if len(addresses) == 1 else min(timeout_s, CONNECT_TIMEOUT_S_EACH)
+        failures = []
+        for address in addresses:
+            self.address = address
+            try:
+                self.sock = socket.create_connection(address, timeout=connect_timeout_s)
+            except OSError as e:
+                failures.append(f"{address[0]}:{address[1]}: {e}")
+                continue
+            try:
+                self.sock.settimeout(timeout_s)
+                if protocol in ("SSL", "SASL_SSL"):
+                    self.sock = _client_ssl_context(properties).wrap_socket(self.sock, server_hostname=address[0])
+                self.decoder = FrameDecoder(RESPONSE_BYTES_MAX)
+                self.correlation_ids = itertools.count(1)
+                self.versions = self._negotiate()
+                break
+            except (OSError, ssl.SSLError, AdminError) as e:
+                self.sock.close()
+                failures.append(f"{address[0]}:{address[1]}: {e}")
+        else:
+            raise AdminError(f"cannot connect to {'; '.join(failures)} ({protocol}); is the broker running "
+                             f"(kray start), and is this its {protocol} listener?")
         if protocol.startswith("SASL"):
             self._login(_sasl_mechanism(properties), *_sasl_credentials(properties))
 

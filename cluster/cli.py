@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from cluster.config import DEFAULT_LOCAL_CONFIG, load_broker_config, with_listener
+from cluster.start_errors import CannotListen, RayUnreachable
 
 
 def cmd_start(args) -> int:
@@ -50,6 +51,7 @@ def cmd_start(args) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):  # after ray.init, which installs its own handlers
             signal.signal(sig, lambda *_: stop.set())
         print(f"Kray is ready: bootstrap={bootstrap}", flush=True)
+        broker.report_broker_events(lambda line: print(line, flush=True))  # broker N lost / fenced / back
         if args.command == "chaos":
             from cluster.chaos import Stopped
             try:
@@ -61,9 +63,17 @@ def cmd_start(args) -> int:
             except ValueError as e:  # a schedule that can't be made: say so, stop the cluster
                 print(f"kray chaos: {e}", file=sys.stderr)
                 return 2
+        problems_every_s, waited_s = 5.0, 0.0  # a Ray call and ray.nodes(): not too often
         while not stop.wait(0.5):
-            pass
+            waited_s += 0.5
+            if waited_s >= problems_every_s and hasattr(broker, "listen_problems"):
+                waited_s = 0.0
+                for line in broker.listen_problems():  # a node that joined later and can't listen
+                    print(f"kray start: {line}", file=sys.stderr, flush=True)
         print("Stopping Kray ...", flush=True)
+    except (RayUnreachable, CannotListen) as e:
+        print(f"kray start: {e}", file=sys.stderr)
+        return 1
     except OSError as e:
         print(f"kray start: cannot listen: {e}; pick another port with --port", file=sys.stderr)
         return 1

@@ -6,18 +6,26 @@
 - `LocalCluster(nodes=3)`: several broker nodes on one machine, on `ray.cluster_utils.Cluster`;
   the Ray head runs the controller and no broker, so losing a broker node never takes Ray down.
   `kill_node`, `restart_node`, `pause_node` and `resume_node` act out a machine's loss, return
-  and stall, for failover tests.
+  and stall, for failover tests. A node whose raylet exits on its own (Ray declared it dead, e.g.
+  after a stall longer than its health checks) is started again by LocalCluster's node supervisor,
+  as a service manager restarts `ray start` on a real host (cluster/node_supervisor.py).
 
 start() returns once clients can connect; stop() stops what Kray started (and the Ray it started).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
+import socket
+import sys
 import tempfile
+import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +33,18 @@ import ray
 
 from actors.controller.nodes import BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABEL, ROLE_LABEL, NodeView
 from cluster import composition
+from cluster.start_errors import CannotListen, ProblemLog, RayUnreachable, ray_port_closed, ray_unreachable
 
 log = logging.getLogger("kray")
 RAY_STARTUP_TIMEOUT_S = 120
-# Failover (next step) needs Ray to notice a dead node in seconds, not the default ~30 s
+RAY_PROBE_TIMEOUT_S = 10  # kray start --address HOST:PORT: how long the head's port may take to accept
+NODE_SUPERVISION_POLL_S = 0.5
+BROKER_EVENTS_POLL_S = 10.0
+# Ray's health checks on one machine: a node whose raylet is gone is refused at once, so Ray may
+# declare it dead in ~1.5 s (failover tests stay short). A stall longer than that (pause_node) gets
+# the node declared dead too: its raylet exits when it wakes, and the node supervisor starts it
+# again. On real hosts keep Ray's defaults (a cut of ~15-25 s is tolerated), longer than
+# broker.session.timeout.ms: a short cut then only fences the broker, which comes back by itself.
 FAST_HEALTH_CHECKS = {"health_check_period_ms": 500, "health_check_failure_threshold": 3,
                       "health_check_timeout_ms": 500, "health_check_initial_delay_ms": 500}
 
@@ -40,6 +56,20 @@ def _init_ray(address: str) -> None:
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     ray.init(address=address, namespace=composition.NAMESPACE, include_dashboard=False, log_to_driver=False,
              configure_logging=True, logging_level=logging.WARNING)
+
+
+@contextlib.contextmanager
+def _stderr_into(file):
+    """Send this process's file descriptor 2 (where Ray's C++ client logs) into `file` for a while."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(file.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _head_node_id() -> str:
@@ -81,6 +111,11 @@ def _node_pids(node) -> list[int]:
     return found
 
 
+def _raylet_exited(node) -> bool:
+    """The raylet of a ray.cluster_utils node has exited (e.g. Ray declared its node dead)."""
+    return any(info.process.poll() is not None for info in node.all_processes.get("raylet", []))
+
+
 def _is_ray_worker(pid: int) -> bool:
     """Ray names its worker processes (actors included) `ray::<class or task>`."""
     try:
@@ -88,6 +123,47 @@ def _is_ray_worker(pid: int) -> bool:
             return f.read().startswith(b"ray::")
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def _no_sigterm_handler_off_the_main_thread():
+    """A ray.cluster_utils node installs a SIGTERM handler as it starts, which only the main thread
+    may do: the node supervisor (a thread) starts nodes without it, and the process keeps its own."""
+    if threading.current_thread() is threading.main_thread():
+        yield
+        return
+    import ray._private.utils as ray_utils
+    original = ray_utils.set_sigterm_handler
+    ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = original
+
+
+def _stamp(at_ms: int | None = None) -> str:
+    moment = datetime.now() if at_ms is None else datetime.fromtimestamp(at_ms / 1000)
+    return moment.strftime("%H:%M:%S")
+
+
+def follow_broker_events(controller, say, stopping: threading.Event) -> threading.Thread:
+    """A thread that says what happens to brokers (the controller's `broker_events`: lost, fenced,
+    back) as it happens, until `stopping` is set."""
+    def run():
+        seq = None
+        while not stopping.is_set():
+            try:
+                seq, events = ray.get(controller.broker_events.remote(seq, BROKER_EVENTS_POLL_S),
+                                      timeout=BROKER_EVENTS_POLL_S * 2)
+                for at_ms, text in events:
+                    say(f"[{_stamp(at_ms)}] {text}")
+            except Exception as e:  # the controller restarts, or Kray stops
+                if stopping.wait(1.0):
+                    return
+                log.debug("broker events: %s", e)
+    thread = threading.Thread(target=run, name="kray-broker-events", daemon=True)
+    thread.start()
+    return thread
 
 
 def _signal_all(pids: list[int], sig: int) -> None:
@@ -107,10 +183,21 @@ class LocalBroker:
         self.brokers: list = []
         self.bootstrap: str | None = None
         self._owns_ray = False
+        self._problems = ProblemLog(own_ray=address is None)
+        self._stopping = threading.Event()
+
+    def report_broker_events(self, say=print) -> None:
+        """Say what happens to brokers (lost, fenced, back) as it happens, e.g. on the console."""
+        follow_broker_events(self.controller, say, self._stopping)
 
     def start(self) -> str:
+        """Raises RayUnreachable when Ray can't be reached at `address`, CannotListen when a
+        broker's listener can't open, each saying what to do."""
         if not ray.is_initialized():
-            _init_ray(self.address or "local")
+            if self.address is None:
+                _init_ray("local")
+            else:
+                self._join_ray(self.address)
             self._owns_ray = True
         if self.address is None:
             controller_node, expected = ray.get_runtime_context().get_node_id(), 1
@@ -118,11 +205,58 @@ class LocalBroker:
             controller_node = _head_node_id()
             expected = sum(1 for n in map(NodeView.of, ray.nodes()) if n.alive and n.hosts_broker)
         self.controller = composition.start_controller(self.config, controller_node)
-        self.brokers = ray.get(self.controller.deploy_brokers.remote(expected, RAY_STARTUP_TIMEOUT_S))
+        try:
+            self.brokers = ray.get(self.controller.deploy_brokers.remote(expected, RAY_STARTUP_TIMEOUT_S))
+        except OSError as e:  # a gateway could not listen
+            lines = self.listen_problems(retrying=False)
+            raise CannotListen("\n".join(lines) if lines else str(getattr(e, "cause", None) or e)) from None
         self.bootstrap = ",".join(f"{b.host}:{b.port}" for b in self.brokers)
         return self.bootstrap
 
+    @staticmethod
+    def _join_ray(address: str) -> None:
+        """ray.init(address), saying what to do when it fails. Ray's client logs every retry of a
+        refused connection (~20 lines in 20 s): they are held back, and only their distinct
+        lines go into the error; after a success they are printed as they were."""
+        host, sep, port = address.rpartition(":")
+        if sep and port.isdigit():  # a wrong address makes ray.init retry for minutes: look first
+            try:
+                socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_PROBE_TIMEOUT_S).close()
+            except OSError as e:
+                raise RayUnreachable(ray_port_closed(address, e)) from None
+        with tempfile.TemporaryFile() as ray_log:
+            try:
+                with _stderr_into(ray_log):
+                    _init_ray(address)
+            except Exception as e:
+                ray_log.seek(0)
+                said = list(dict.fromkeys(re.sub(r"^\[[^]]*\]\s*", "", line).strip()
+                                          for line in ray_log.read().decode(errors="replace").splitlines()
+                                          if line.strip()))
+                raise RayUnreachable(ray_unreachable(address, e, os.environ,
+                                                     Path("~/.ray/auth_token").expanduser().exists(),
+                                                     ray_said=said)) from None
+            ray_log.seek(0)
+            sys.stderr.write(ray_log.read().decode(errors="replace"))
+
+    def listen_problems(self, *, retrying: bool = True) -> list[str]:
+        """Brokers whose listener could not open since the last call, each said once with its fix
+        (a node that joins later retries in the background: `kray start` prints these)."""
+        if self.controller is None:
+            return []
+        try:
+            failures = ray.get(self.controller.listen_failures.remote(), timeout=10)
+            addresses = {n["NodeID"]: n.get("NodeManagerAddress") for n in ray.nodes()}
+        except Exception as e:  # the controller is restarting: ask again next time
+            log.debug("could not ask the controller about its brokers: %s", e)
+            return []
+        hosts = {b: addresses.get(node_id) for b, (_, node_id) in failures.items()}
+        port = next((int(p) for p in re.findall(r":(\d+)", str(self.config.get("listeners", "")))[:1]), None)
+        return self._problems.new_lines({b: why for b, (why, _) in failures.items()}, hosts, port,
+                                        retrying=retrying)
+
     def stop(self) -> None:
+        self._stopping.set()
         if self.controller is not None:
             stop_controller(self.controller)
         self.controller = None
@@ -154,10 +288,12 @@ class LocalCluster:
     listeners move by the same offset), else ports are free ones.
     `data_dir` holds every broker's logs (`broker-<id>/`) and the controller's metadata; by
     default a temporary directory, removed by stop().
+    `supervise` (default True): a node whose raylet exits on its own is started again, with its
+    broker id, port and data (what `ray start` under a service manager does on a real host).
     """
 
     def __init__(self, nodes: int = 3, data_dir: str | Path | None = None, overrides: dict[str, Any] | None = None,
-                 *, config_path: Path | None = None, port: int = 0, host: str = "127.0.0.1"):
+                 *, config_path: Path | None = None, port: int = 0, host: str = "127.0.0.1", supervise: bool = True):
         from cluster.config import DEFAULT_LOCAL_CONFIG, ConfigError, load_broker_config, with_listener
         if nodes < 1:
             raise ValueError("a cluster needs at least one broker node")
@@ -186,6 +322,11 @@ class LocalCluster:
         self._brokers: list = []
         self._nodes: dict[int, Any] = {}            # broker id -> its ray.cluster_utils node
         self._paused: dict[int, list[int]] = {}     # broker id -> pids stopped by pause_node
+        self.supervise = supervise
+        self._nodes_lock = threading.RLock()        # the node table, changed by callers and the supervisor
+        self._stopping = threading.Event()
+        self._say = log.info                         # report_broker_events sets where lines go
+        self.restarts: list[tuple[int, float]] = []  # (broker id, monotonic time) of supervised restarts
 
     def start(self) -> str:
         from ray.cluster_utils import Cluster
@@ -205,7 +346,38 @@ class LocalCluster:
             self.stop()
             raise
         self.bootstrap = ",".join(f"{b.host}:{b.port}" for b in self._brokers)
+        if self.supervise:
+            threading.Thread(target=self._supervise_nodes, name="kray-node-supervisor", daemon=True).start()
         return self.bootstrap
+
+    def report_broker_events(self, say=print) -> None:
+        """Say what happens to brokers (lost, fenced, back; nodes started again) as it happens."""
+        self._say = say
+        follow_broker_events(self.controller, say, self._stopping)
+
+    # ---- the node supervisor: what a service manager running `ray start` does on each host ----
+    def _supervise_nodes(self) -> None:
+        while not self._stopping.wait(NODE_SUPERVISION_POLL_S):
+            try:
+                alive = {n["NodeID"]: n["Alive"] for n in ray.nodes()}
+                for broker_id, node in list(self._nodes.items()):
+                    if broker_id in self._paused or self._stopping.is_set():
+                        continue  # stopped on purpose: resume_node wakes it first
+                    if _raylet_exited(node) or not alive.get(node.node_id, True):
+                        self._start_again(broker_id, node)
+            except Exception as e:
+                if not self._stopping.is_set():
+                    log.warning("node supervisor: %s", e)
+
+    def _start_again(self, broker_id: int, node) -> None:
+        with self._nodes_lock:
+            if self._nodes.get(broker_id) is not node or broker_id in self._paused or self._stopping.is_set():
+                return  # killed, restarted or paused meanwhile, or the cluster stops
+            self._say(f"[{_stamp()}] broker {broker_id}: its Ray node is gone (declared dead by Ray, its raylet "
+                      f"exited): starting the node again with the broker's id, port and data")
+            self.kill_node(broker_id)
+            self.add_node(broker_id, wait=False, port=self._port_of(broker_id))
+            self.restarts.append((broker_id, time.monotonic()))
 
     def add_node(self, broker_id: int, *, wait: bool = True, port: int | None = None):
         """A Ray node that is broker `broker_id` (its data in data_dir/broker-<id>), listening on
@@ -215,7 +387,8 @@ class LocalCluster:
             port = self.port + broker_id - 1
         if port is not None:
             labels[PORT_LABEL] = str(port)
-        node = self.ray_cluster.add_node(wait=wait, num_cpus=1, labels=labels)
+        with _no_sigterm_handler_off_the_main_thread():
+            node = self.ray_cluster.add_node(wait=wait, num_cpus=1, labels=labels)
         self._nodes[broker_id] = node
         return node
 
@@ -223,24 +396,36 @@ class LocalCluster:
     def kill_node(self, broker_id: int, graceful: bool = False) -> None:
         """Broker `broker_id`'s Ray node dies: with graceful=False the raylet and every process
         on the node (gateway, partition actors, Ray's agents) get SIGKILL at the same moment, as
-        when a machine loses power; graceful=True stops them with SIGTERM first."""
-        node = self._nodes.pop(broker_id, None)
-        if node is None:
-            raise KeyError(f"broker {broker_id} has no running node (running: {sorted(self._nodes)})")
-        self._paused.pop(broker_id, None)
-        if not graceful:
-            _signal_all(_node_pids(node), signal.SIGKILL)
-        self.ray_cluster.remove_node(node, allow_graceful=graceful)
+        when a machine loses power; graceful=True stops them with SIGTERM first. The node
+        supervisor leaves it dead: restart_node brings it back."""
+        with self._nodes_lock:
+            node = self._nodes.pop(broker_id, None)
+            if node is None:
+                raise KeyError(f"broker {broker_id} has no running node (running: {sorted(self._nodes)})")
+            self._paused.pop(broker_id, None)
+            if not graceful:
+                _signal_all(_node_pids(node), signal.SIGKILL)
+            self.ray_cluster.remove_node(node, allow_graceful=graceful)
+
+    def _port_of(self, broker_id: int) -> int | None:
+        return next((b.port for b in self._brokers if b.broker_id == broker_id), None)
 
     def restart_node(self, broker_id: int, timeout_s: float = RAY_STARTUP_TIMEOUT_S) -> None:
         """Broker `broker_id` comes back: a new Ray node with its labels, so the same broker id,
         port (the one it had, even if it was a free one) and data directory
         (`data_dir/broker-<id>`); returns once it serves clients again."""
-        if broker_id in self._nodes:
-            raise ValueError(f"broker {broker_id} is running: kill_node({broker_id}) first")
-        self.add_node(broker_id, port=next((b.port for b in self._brokers if b.broker_id == broker_id), None))
+        with self._nodes_lock:
+            if broker_id in self._nodes:
+                raise ValueError(f"broker {broker_id} is running: kill_node({broker_id}) first")
+            self.add_node(broker_id, port=self._port_of(broker_id))
+        self._await_serving(broker_id, timeout_s)
+
+    def _await_serving(self, broker_id: int, timeout_s: float) -> None:
+        """Until the broker serves clients from its current node (not its previous incarnation's,
+        which the controller may not have found dead yet)."""
         deadline = time.monotonic() + timeout_s
-        while broker_id not in self.metadata().brokers:
+        node_id = self._nodes[broker_id].node_id
+        while getattr(self.metadata().brokers.get(broker_id), "node_id", None) != node_id:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"broker {broker_id} did not serve clients within {timeout_s:.0f} s")
             time.sleep(0.2)
@@ -251,26 +436,35 @@ class LocalCluster:
         raylet=False only the broker's own processes stop (its gateway and replicas: Ray's
         workers) while Ray sees a healthy node: the controller notices by the missing
         heartbeats alone (broker.session.timeout.ms), as a stalled Kafka broker process."""
-        if broker_id not in self._nodes:
-            raise KeyError(f"broker {broker_id} has no running node")
-        pids = _node_pids(self._nodes[broker_id])
-        if not raylet:
-            pids = [pid for pid in pids if _is_ray_worker(pid)]
-        _signal_all(pids, signal.SIGSTOP)
-        self._paused.setdefault(broker_id, []).extend(pids)
+        with self._nodes_lock:
+            if broker_id not in self._nodes:
+                raise KeyError(f"broker {broker_id} has no running node")
+            pids = _node_pids(self._nodes[broker_id])
+            if not raylet:
+                pids = [pid for pid in pids if _is_ray_worker(pid)]
+            _signal_all(pids, signal.SIGSTOP)
+            self._paused.setdefault(broker_id, []).extend(pids)
 
-    def resume_node(self, broker_id: int) -> bool:
+    def resume_node(self, broker_id: int, timeout_s: float = RAY_STARTUP_TIMEOUT_S) -> bool:
         """SIGCONT what pause_node stopped: the node wakes up and carries on where it was. A
         pause longer than Ray's health checks allow (~1.5 s here) makes Ray declare the node dead,
-        and its raylet exits when it wakes, as a fenced Kafka broker must re-register: then the
-        broker is restarted (same id, port and data), and this returns True once it serves again."""
-        _signal_all(self._paused.pop(broker_id, []), signal.SIGCONT)
-        node = self._nodes.get(broker_id)
-        if node is None or any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
-            return False
-        log.info("broker %d was declared dead while paused: restarting it", broker_id)
-        self.kill_node(broker_id)
-        self.restart_node(broker_id)
+        and its raylet exits when it wakes: the node supervisor starts it again (same broker id,
+        port and data; without supervision, this does), and this returns True once it serves."""
+        with self._nodes_lock:
+            _signal_all(self._paused.pop(broker_id, []), signal.SIGCONT)
+            node = self._nodes.get(broker_id)
+            if node is None or any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
+                return False
+            if not self.supervise:
+                log.info("broker %d was declared dead while paused: restarting it", broker_id)
+                self.kill_node(broker_id)
+                self.add_node(broker_id, port=self._port_of(broker_id))
+        deadline = time.monotonic() + timeout_s
+        while self._nodes.get(broker_id) in (node, None):  # until the supervisor started it again
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"broker {broker_id}'s node was not started again within {timeout_s:.0f} s")
+            time.sleep(0.1)
+        self._await_serving(broker_id, max(1.0, deadline - time.monotonic()))
         return True
 
     def _forget_current_cluster(self) -> None:
@@ -299,6 +493,8 @@ class LocalCluster:
         return image.leader_id(image.topics[topic], partition)
 
     def stop(self) -> None:
+        with self._nodes_lock:  # (after a restart the supervisor may be making)
+            self._stopping.set()
         for pids in self._paused.values():  # let paused processes see their SIGTERM and exit
             _signal_all(pids, signal.SIGCONT)
         self._paused.clear()

@@ -5,7 +5,12 @@ actors, tells each replica its partition's state, and serves metadata images to 
 Liveness: a gateway registers its broker (a new broker epoch) and heartbeats; a broker whose Ray
 node dies is fenced at once, one that stops heartbeating after `broker.session.timeout.ms`.
 Fencing elects new leaders from the ISR (actors/controller/elections.py); every decision is in
-the metadata log before any replica or gateway hears of it.
+the metadata log before any replica or gateway hears of it. What happens to brokers (lost, fenced,
+back) is also said in words (`broker_events`), which `kray start` prints.
+
+Calls to replicas have a timeout too: an `update` that gets no answer (its broker cut off) is
+told again a little later, so a broker that returns learns its partitions' state within
+about RETELL_S of the heal, not when TCP gives up on a broken connection.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import ray
 
 from actors import internal_topics, log_to_stderr
 from actors.controller.core import BrokerInfo, ControllerCore, Outcome, TopicState
+from actors.controller.events import BrokerEvents
 from actors.controller.metadata_log import MetadataLog
 from actors.controller.nodes import NodeView, proposed_broker_id, recorded_broker_id
 from actors.shard.hosted import HostedReplica, shard_index
@@ -47,6 +53,9 @@ NODE_SUSPECT_S = 5.0
 REPLICATION_TICK_S = 0.25  # session expiry checks
 STALL_GRACE_MS = 1000  # a tick this late means the controller itself stalled
 LEADER_IMBALANCE_CHECK_INTERVAL_S_DEFAULT = 300  # leader.imbalance.check.interval.seconds
+REPLICA_UPDATE_TIMEOUT_S = 5.0  # a replica that does not take its partition state in this long is told again
+RETELL_S = 1.0                  # ... after this long
+BROKER_EVENTS_WAIT_S_MAX = 30.0
 
 
 def now_ms() -> int:
@@ -141,6 +150,11 @@ class ControllerActor:
         self.nodes_suspect_until = 0.0  # loop time until which ray.nodes() is polled fast
         self.node_poll_wake = asyncio.Event()
         self.ticker: asyncio.Task | None = None
+        self.events = BrokerEvents()
+        self.events_changed = asyncio.Event()
+        self.retell = asyncio.Event()  # a replica missed its partition state: tell the missing ones again
+        self.ever_registered: set[int] = set()  # brokers that registered with this incarnation
+        self.lost_nodes: set[str] = set()  # Ray nodes declared dead: a gateway left on one may not register
         self.publisher: asyncio.Task | None = None
         self.to_supervise = self._adopt_running_actors()
         # brokers that registered with this incarnation, or whose gateway it adopted: only they
@@ -278,9 +292,12 @@ class ControllerActor:
         meta.properties beside its logs) gets a gateway and its replicas again, recovered from
         its data directory, to catch up and rejoin the ISRs."""
         broker_id = self.node_brokers.pop(node_id)
+        self.lost_nodes.add(node_id)
         if broker_id is None:
             return
         log.warning("broker %d is gone with its Ray node %s", broker_id, node_id[:12])
+        self._say(f"broker {broker_id} lost: Ray declared its node {node_id[:12]} dead (the machine stopped, or "
+                  f"was cut off longer than Ray's health checks allow); it returns when its node does")
         self._persist(self.core.replication_outcome(self.core.replication.broker_died(broker_id).records))
         self.serving.discard(broker_id)
         self.registered.discard(broker_id)
@@ -383,10 +400,17 @@ class ControllerActor:
         """A gateway (re)starts its broker: a new broker epoch, unfenced, and its replicas start.
         Returns at once with the image and the broker epoch its heartbeats carry (replicas may
         take longer to start than a broker session lasts); `broker_ready` then waits for them."""
+        if info.node_id in self.lost_nodes:
+            raise ValueError(f"broker {info.broker_id}: its Ray node {info.node_id[:12]} was declared dead; the "
+                             f"broker starts again on the node that replaces it")
         outcome = self.core.register_broker(info, now_ms())
         self._persist(outcome)
         log.info("broker %d registered (broker epoch %d) at %s:%d", info.broker_id, outcome.broker_epoch,
                  info.host, info.port)
+        if info.broker_id in self.ever_registered:
+            self._say(f"broker {info.broker_id} back: registered again at {info.host}:{info.port} "
+                      f"(broker epoch {outcome.broker_epoch}); its replicas catch up and rejoin the ISRs")
+        self.ever_registered.add(info.broker_id)
         self.registered.add(info.broker_id)
         self.broker_failures.pop(info.broker_id, None)
         self._bump()
@@ -406,11 +430,46 @@ class ControllerActor:
         self._bump()
         return self.image()
 
+    def listen_failures(self) -> dict[int, tuple[str, str | None]]:
+        """Brokers whose gateway could not start (its listener could not open) and has not
+        registered since: broker id -> (why, its Ray node id or None). `kray start` reports them."""
+        nodes = {b: node_id for node_id, b in self.node_brokers.items() if b is not None}
+        return {b: (why, nodes.get(b)) for b, why in self.broker_failures.items()}
+
     def heartbeat(self, broker_id: int, broker_epoch: int) -> int:
-        """A broker is alive (broker.heartbeat.interval.ms). STALE_BROKER_EPOCH: register again."""
+        """A broker is alive (broker.heartbeat.interval.ms). STALE_BROKER_EPOCH: register again.
+        A broker whose node was declared dead is not unfenced by a last heartbeat of its old
+        gateway (woken from a stall just before its raylet exits)."""
+        if broker_id not in self.registered:
+            return ErrorCode.STALE_BROKER_EPOCH
         decision = self.core.replication.heartbeat(broker_id, broker_epoch, now_ms())
         self._persist(self.core.replication_outcome(decision.records))
+        if any(r["type"] == "unfence_broker" for r in decision.records):
+            self._say(f"broker {broker_id} back: its heartbeats reach the controller again (broker epoch "
+                      f"{broker_epoch}); its replicas catch up and rejoin the ISRs")
         return decision.error_code
+
+    async def broker_events(self, after_seq: int | None, timeout_s: float) -> tuple[int, list[tuple[int, str]]]:
+        """What happened to brokers since event `after_seq` (None: from now on), as (wall-clock ms,
+        sentence); answers at the first new event or after `timeout_s`. Returns the number to ask
+        from next time."""
+        if after_seq is None:
+            return self.events.next_seq, []
+        deadline = asyncio.get_running_loop().time() + min(timeout_s, BROKER_EVENTS_WAIT_S_MAX)
+        while self.events.next_seq <= after_seq:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                break
+            try:
+                await asyncio.wait_for(self.events_changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                break
+        return self.events.next_seq, [(e.at_ms, e.text) for e in self.events.after(after_seq)]
+
+    def _say(self, text: str) -> None:
+        self.events.add(text, now_ms())
+        self.events_changed.set()
+        self.events_changed = asyncio.Event()
 
     def alter_partition(self, broker_id: int, broker_epoch: int, topic_id: uuid.UUID, index: int,
                         leader_epoch: int, partition_epoch: int, new_isr: list[int],
@@ -470,7 +529,9 @@ class ControllerActor:
             self.replica_listeners.pop(k, None)
             self.told.pop(k, None)
             self.leading.pop(k, None)
-        await asyncio.gather(*(a.delete.remote() for a in actors if a is not None), return_exceptions=True)
+        # (a replica cut off from the controller is not waited for: it deletes its files when told
+        # again, or when its broker returns without the topic)
+        await self._await_replicas([a.delete.remote() for a in actors if a is not None])
         return 0, None, topic.topic_id
 
     async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> tuple[int, str | None]:
@@ -487,9 +548,19 @@ class ControllerActor:
         if not outcome.error_code and not validate_only:
             topic = self.core.topics[name]
             config = TopicConfig.from_kafka(self.core.effective_configs(topic))
-            await asyncio.gather(*(actor.reconfigure.remote(config) for key, actor in list(self.replica_actors.items())
-                                   if key[0] == topic.topic_id), return_exceptions=True)
+            await self._await_replicas([actor.reconfigure.remote(config) for key, actor
+                                        in list(self.replica_actors.items()) if key[0] == topic.topic_id])
         return outcome.error_code, outcome.message
+
+    @staticmethod
+    async def _await_replicas(calls: list) -> None:
+        """Wait for control calls to replicas, at most REPLICA_UPDATE_TIMEOUT_S: one cut off from
+        the controller must not hold up an admin command (whatever failed is left to the replica)."""
+        tasks = [asyncio.ensure_future(c) for c in calls]
+        for task in tasks:  # failures are the replica's to recover from: retrieved, not raised
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        if tasks:
+            await asyncio.wait(tasks, timeout=REPLICA_UPDATE_TIMEOUT_S)
 
     def _register_listener(self, key: tuple, address: str) -> None:
         """A replica's data-path listener is up: its node's gateway may connect."""
@@ -646,12 +717,12 @@ class ControllerActor:
             return True
         return False
 
-    async def _tell(self, key: tuple, actor) -> None:
+    async def _tell(self, key: tuple, actor, timeout_s: float | None = None) -> None:
         state = self._partition_state(key)
         if state is None:
             return
         self.told[key] = state
-        await self._shard_call(actor, "update", *self._update_args(state))
+        await asyncio.wait_for(self._shard_call(actor, "update", *self._update_args(state)), timeout_s)
         if self._confirmed(key, actor, state):
             self._bump()
 
@@ -701,14 +772,26 @@ class ControllerActor:
                         asyncio.ensure_future(self._tell_quietly(key, actor))  # (one Ray call per shard)
             except Exception:
                 log.exception("telling replicas their partitions' state failed")
-            if await self._await_change(asyncio.get_running_loop().time() + METADATA_WAIT_S_MAX):
+            if await self._await_change_or_retell(asyncio.get_running_loop().time() + METADATA_WAIT_S_MAX):
                 await asyncio.sleep(CHANGES_COALESCE_S)
+
+    async def _await_change_or_retell(self, deadline: float) -> bool:
+        retell = asyncio.ensure_future(self.retell.wait())
+        change = asyncio.ensure_future(self._await_change(deadline))
+        done, pending = await asyncio.wait({retell, change}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        if retell in done:
+            self.retell.clear()
+            return True
+        return change.result()
 
     async def _tell_quietly(self, key: tuple, actor) -> None:
         try:
-            await self._tell(key, actor)
-        except Exception as e:  # died: its supervisor tells it again once Ray restarted it;
-            self.told.pop(key, None)  # else the next round tries again
+            await self._tell(key, actor, REPLICA_UPDATE_TIMEOUT_S)
+        except Exception as e:  # died: its supervisor tells it again once Ray restarted it; cut off
+            self.told.pop(key, None)  # (no answer in time): told again after RETELL_S
+            asyncio.get_running_loop().call_later(RETELL_S, self.retell.set)
             log.debug("could not tell %s its partition state: %s", key, e)
 
     async def _tick(self) -> None:
@@ -736,6 +819,9 @@ class ControllerActor:
                 for broker_id, silent_ms in expired:
                     log.warning("broker %d is fenced: no heartbeat for %d ms (broker.session.timeout.ms)",
                                 broker_id, silent_ms)
+                    self._say(f"broker {broker_id} fenced: no heartbeat for {silent_ms} ms (broker.session.timeout.ms="
+                              f"{self.core.replication.broker_session_timeout_ms}); other replicas lead its "
+                              f"partitions until it is back")
                 self._persist(self.core.replication_outcome(self.core.replication.tick(now).records))
                 if rebalance and asyncio.get_running_loop().time() - last_balance >= interval_s:
                     last_balance = asyncio.get_running_loop().time()

@@ -4,6 +4,13 @@ One gateway per Ray node: it is that node's broker. The controller starts it (se
 actors/controller/nodes.py for broker ids); it registers itself and keeps its metadata image
 fresh by long-polling the controller, and heartbeats so that the controller knows it is alive.
 
+Its session with the controller (actors/gateway/broker_session.py): a heartbeat goes every
+`broker.heartbeat.interval.ms` without waiting for the previous answer; every control call has a
+timeout (actors/controller_client.py). Once no heartbeat was answered for
+`broker.session.timeout.ms` the broker assumes the controller fenced it and serves as leader of
+nothing (NOT_LEADER_OR_FOLLOWER, NOT_COORDINATOR) until the controller answers again and it has
+metadata from after that answer.
+
 It opens one front end per entry of `listeners` (Kafka's syntax; TLS and SASL per listener, see
 actors/gateway/security/settings.py) and registers every advertised listener's address, so that
 Metadata answers a client with the addresses of the listener it came in on. The inter-broker
@@ -20,7 +27,9 @@ import ray
 
 from actors import log_to_stderr
 from actors.controller.core import BrokerInfo
-from actors.gateway.context import GatewayContext, RayController
+from actors.controller.elections import DEFAULT_BROKER_SESSION_TIMEOUT_MS
+from actors.gateway.broker_session import BrokerSession
+from actors.gateway.context import GatewayContext, RayController, monotonic_ms
 from actors.gateway.frontend import follow_metadata, start_frontend
 from actors.startup import start_unless_started
 from actors.gateway.security.settings import security_settings
@@ -29,6 +38,7 @@ from protocol.errors import ErrorCode
 log = logging.getLogger("kray.gateway")
 ANY_ADDRESS = ("0.0.0.0", "::", "")
 BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT = 2000  # broker.heartbeat.interval.ms
+SESSION_RECHECK_S = 0.05  # a session deadline is checked at most this late
 
 
 class GatewayActor:
@@ -37,13 +47,21 @@ class GatewayActor:
         self.config = broker_config
         self.port = port  # this node's listener port, where it differs from the `listeners` config
         self.controller = controller
-        self.ctx = GatewayContext(broker_id, broker_config, RayController(controller))
+        self.ctx = GatewayContext(broker_id, broker_config, RayController(controller, broker_config))
         self.servers: dict[str, asyncio.AbstractServer] = {}  # listener name -> its front end
         self.watcher: asyncio.Task | None = None
         self.starting: asyncio.Future | None = None
         self.info: BrokerInfo | None = None
         self.broker_epoch = -1
         self.heartbeats: asyncio.Task | None = None
+        self.session_watch: asyncio.Task | None = None
+        self.heartbeat_interval_s = int(broker_config.get("broker.heartbeat.interval.ms",
+                                                          BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT)) / 1000
+        self.session_timeout_ms = int(broker_config.get("broker.session.timeout.ms", DEFAULT_BROKER_SESSION_TIMEOUT_MS))
+        self.in_flight: set[asyncio.Task] = set()  # heartbeats awaiting their answer
+        self.taking_up = asyncio.Lock()  # one re-registration or session resumption at a time
+        self.unanswered_since_ms: int | None = None  # for the log: when heartbeats stopped being answered
+        self.background: asyncio.Task | None = None  # a re-registration or session resumption under way
         self.stopped = asyncio.Event()
 
     async def start(self) -> tuple[str, int]:
@@ -87,37 +105,114 @@ class GatewayActor:
         if self.watcher is None:
             self.watcher = asyncio.create_task(follow_metadata(self.ctx))
         self.info = BrokerInfo(self.ctx.broker_id, host, port, None, node_id, endpoints)
+        if self.ctx.session is None:
+            self.ctx.session = BrokerSession(self.session_timeout_ms)
         await self._register()
         if self.heartbeats is None:
             self.heartbeats = asyncio.create_task(self._heartbeat())
-        image = await self.controller.broker_ready.remote(self.ctx.broker_id)  # its replicas listen
+            self.session_watch = asyncio.create_task(self._watch_session())
+        image = await self.ctx.controller.broker_ready(self.ctx.broker_id)  # its replicas listen
         if image.version > self.ctx.metadata.version:
             self.ctx.set_metadata(image)
         return host, port
 
     async def _register(self) -> None:
-        image, self.broker_epoch = await self.controller.register_broker.remote(
+        sent_ms = monotonic_ms()
+        image, self.broker_epoch = await self.ctx.controller.register_broker(
             self.info, ray.get_runtime_context().current_actor)
+        self.ctx.session.renewed(sent_ms)
         if image.version > self.ctx.metadata.version:
             self.ctx.set_metadata(image)
 
     async def _heartbeat(self) -> None:
-        """Tell the controller this broker is alive, every broker.heartbeat.interval.ms; a broker
-        the controller no longer knows under this epoch (it was declared dead and came back)
-        registers again."""
-        interval_s = int(self.config.get("broker.heartbeat.interval.ms", BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT)) / 1000
+        """Tell the controller this broker is alive, every broker.heartbeat.interval.ms. A beat does
+        not wait for the previous one's answer (a slow answer still renews the session from its
+        own send time); at most a session's worth of beats wait at once."""
+        most_in_flight = max(1, int(self.session_timeout_ms / 1000 / self.heartbeat_interval_s) + 1)
         while True:
-            await asyncio.sleep(interval_s)
+            if len(self.in_flight) < most_in_flight:
+                task = asyncio.create_task(self._beat())
+                self.in_flight.add(task)
+                task.add_done_callback(self.in_flight.discard)
+            await asyncio.sleep(self.heartbeat_interval_s)
+
+    async def _beat(self) -> None:
+        epoch, sent_ms = self.broker_epoch, monotonic_ms()
+        try:
+            error = await self.ctx.controller.heartbeat(self.ctx.broker_id, epoch, self.session_timeout_ms / 1000)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            if self.unanswered_since_ms is None:
+                self.unanswered_since_ms = sent_ms
+                log.warning("broker %d: a heartbeat got no answer (%s: %s); trying every %g s",
+                            self.ctx.broker_id, type(e).__name__, e, self.heartbeat_interval_s)
+            return
+        if epoch != self.broker_epoch:
+            return  # registered again meanwhile: the registration renewed the session
+        if self.unanswered_since_ms is not None:
+            log.warning("broker %d: the controller answers heartbeats again (after %d ms)", self.ctx.broker_id,
+                        monotonic_ms() - self.unanswered_since_ms)
+            self.unanswered_since_ms = None
+        if error == ErrorCode.STALE_BROKER_EPOCH:
+            if not self.taking_up.locked():  # (apart from the beats: they go on meanwhile)
+                self.background = asyncio.create_task(self._register_again(epoch))
+            return
+        if error == ErrorCode.NONE:
+            self.ctx.session.renewed(sent_ms)
+            if self.ctx.session.may_resume(monotonic_ms()) and not self.taking_up.locked():
+                self.background = asyncio.create_task(self._take_up_session())
+
+    async def _register_again(self, epoch: int) -> None:
+        async with self.taking_up:
+            if epoch != self.broker_epoch:
+                return
+            log.warning("broker %d: the controller has a newer incarnation of it, or forgot it; registering again",
+                        self.ctx.broker_id)
             try:
-                error = await self.ctx.controller.heartbeat(self.ctx.broker_id, self.broker_epoch)
-                if error == ErrorCode.STALE_BROKER_EPOCH:
-                    log.warning("broker %d: the controller has a newer incarnation of it; registering again",
-                                self.ctx.broker_id)
-                    await self._register()
-            except asyncio.CancelledError:
-                raise
+                await self._register()
+            except Exception as e:  # the next heartbeat tries again
+                log.warning("broker %d: registering again failed: %s", self.ctx.broker_id, e)
+                return
+        await self._take_up_session()
+
+    async def _watch_session(self) -> None:
+        """Stop serving as leader the moment the session would have expired at the controller."""
+        session = self.ctx.session
+        while True:
+            now = monotonic_ms()
+            if session.check(now):
+                log.warning("broker %d: no heartbeat answered for %d ms (broker.session.timeout.ms): the "
+                            "controller may have fenced this broker, so it leads no partition and coordinates "
+                            "no group until the controller answers again", self.ctx.broker_id,
+                            now - session.renewed_from_ms)
+                self.ctx.set_metadata(self.ctx.published)  # advertised without this broker
+            expires = session.expires_at_ms()
+            wait_s = (expires - now) / 1000 if expires is not None and not session.lost else self.heartbeat_interval_s
+            await asyncio.sleep(max(wait_s, SESSION_RECHECK_S))
+
+    async def _take_up_session(self) -> None:
+        """After the session was lost: once the controller answered again, serve again, with
+        metadata asked for after that answer (what it decided meanwhile: new leaders elsewhere)."""
+        session = self.ctx.session
+        if not session.may_resume(monotonic_ms()):
+            return
+        async with self.taking_up:
+            if not session.may_resume(monotonic_ms()):
+                return
+            try:
+                image = await self.ctx.controller.wait_for_metadata(-1, 0)
             except Exception as e:
-                log.warning("broker %d: heartbeat failed: %s", self.ctx.broker_id, e)
+                log.info("broker %d: no fresh metadata yet (%s); still fenced", self.ctx.broker_id, e)
+                return
+            if not session.resumed(monotonic_ms()):
+                return
+            self.ctx.set_metadata(image)
+            log.warning("broker %d: the controller answers again: serving as leader of what it leads now",
+                        self.ctx.broker_id)
+            if self.watcher is not None:  # its long poll may hang on a connection the cut broke
+                self.watcher.cancel()
+                self.watcher = asyncio.create_task(follow_metadata(self.ctx))
 
     async def until_stopped(self) -> None:
         """Returns when the gateway stops; raises in the caller if it dies (the controller's cue to
@@ -126,7 +221,7 @@ class GatewayActor:
 
     async def stop(self) -> None:
         self.stopped.set()
-        for task in (self.watcher, self.heartbeats):
+        for task in (self.watcher, self.heartbeats, self.session_watch, self.background, *self.in_flight):
             if task:
                 task.cancel()
         for server in self.servers.values():

@@ -4,19 +4,23 @@ hand handlers other implementations of the same methods.
 
 A gateway serves the data path (produce, fetch, share fetch) only for partitions whose leader is
 its own broker, over the Unix socket each of those partition actors listens on; for any other
-partition the handlers answer NOT_LEADER_OR_FOLLOWER, as a Kafka broker does.
+partition the handlers answer NOT_LEADER_OR_FOLLOWER, as a Kafka broker does. While the broker's
+session with the controller may have expired (broker_session.py) it serves as leader of nothing
+and leaves itself out of the brokers it describes, as the controller would after fencing it.
 """
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-import ray
 
+from actors import controller_client
+from actors.gateway.broker_session import BrokerSession
 from actors.gateway.partition_client import DataPaths, RayPartition, SocketPartition
 from actors.gateway.security.access import ALLOW_ALL, Access, authorizer_config, connection_host
 from actors.gateway.security.authorizer import StandardAuthorizer
@@ -38,37 +42,36 @@ class PartitionClient(Protocol):
 
 CONTROLLER_RETRY_S = 30.0
 CATCH_UP_TIMEOUT_S = 5.0  # a request waiting for a route waits this long for the controller at most
+BROKER_READY_TIMEOUT_S = 120.0  # broker_ready waits for the broker's replicas to recover and listen
+# creating partitions answers once their replicas listen (the controller waits up to 60 s for them)
+PARTITIONS_COMMAND_TIMEOUT_S = 90.0
 
 
 class RayController:
-    """Typed wrappers around the controller actor's methods. While Ray restarts the controller,
-    calls are retried (with backoff, for up to CONTROLLER_RETRY_S) instead of failing the client's
-    request; a create that did land before a crash then answers TOPIC_ALREADY_EXISTS, as in Kafka."""
+    """Typed wrappers around the controller actor's methods, each attempt bounded by a timeout
+    (actors/controller_client.py). Commands wait `controller.socket.timeout.ms` per attempt; while
+    Ray restarts the controller they are retried (with backoff, for up to CONTROLLER_RETRY_S)
+    instead of failing the client's request; a create that did land before a crash then answers
+    TOPIC_ALREADY_EXISTS, as in Kafka."""
 
-    def __init__(self, handle):
+    def __init__(self, handle, config: dict | None = None):
         self.handle = handle
+        self.timeout_s = controller_client.socket_timeout_s(config or {})
 
-    async def _call(self, method: str, *args):
-        deadline = time.monotonic() + CONTROLLER_RETRY_S
-        delay_s = 0.1
-        while True:
-            try:
-                return await getattr(self.handle, method).remote(*args)
-            except (ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError):
-                if time.monotonic() + delay_s > deadline:
-                    raise
-                await asyncio.sleep(delay_s)
-                delay_s = min(delay_s * 2, 2.0)
+    async def _call(self, method: str, *args, timeout_s: float | None = None):
+        return await controller_client.call(self.handle, method, *args, timeout_s=timeout_s or self.timeout_s,
+                                            retry_for_s=CONTROLLER_RETRY_S)
 
     async def create_topic(self, name, num_partitions, replication_factor, configs, validate_only, assignments):
         return await self._call("create_topic", name, num_partitions, replication_factor, configs, validate_only,
-                                assignments)
+                                assignments, timeout_s=max(self.timeout_s, PARTITIONS_COMMAND_TIMEOUT_S))
 
     async def delete_topic(self, name):
         return await self._call("delete_topic", name)
 
     async def create_partitions(self, name, count, validate_only):
-        return await self._call("create_partitions", name, count, validate_only)
+        return await self._call("create_partitions", name, count, validate_only,
+                                timeout_s=max(self.timeout_s, PARTITIONS_COMMAND_TIMEOUT_S))
 
     async def alter_topic_configs(self, name, configs, incremental, validate_only):
         return await self._call("alter_topic_configs", name, configs, incremental, validate_only)
@@ -83,13 +86,21 @@ class RayController:
         return await self._call("allocate_producer_id")
 
     async def ensure_internal_topic(self, name):
-        return await self._call("ensure_internal_topic", name)
+        return await controller_client.ensure_internal_topic(self.handle, name, retry_for_s=CONTROLLER_RETRY_S)
 
     async def wait_for_metadata(self, known_version, timeout_s):
-        return await self._call("wait_for_metadata", known_version, timeout_s)
+        return await controller_client.wait_for_metadata(self.handle, known_version, timeout_s,
+                                                         retry_for_s=CONTROLLER_RETRY_S)
 
-    async def heartbeat(self, broker_id, broker_epoch):
-        return await self._call("heartbeat", broker_id, broker_epoch)
+    async def heartbeat(self, broker_id, broker_epoch, timeout_s):
+        """One attempt (the heartbeat loop is the retry), waiting up to `timeout_s` for the answer."""
+        return await controller_client.call(self.handle, "heartbeat", broker_id, broker_epoch, timeout_s=timeout_s)
+
+    async def register_broker(self, info, gateway):
+        return await self._call("register_broker", info, gateway)
+
+    async def broker_ready(self, broker_id):
+        return await self._call("broker_ready", broker_id, timeout_s=BROKER_READY_TIMEOUT_S)
 
     async def create_acls(self, bindings):
         return await self._call("create_acls", bindings)
@@ -116,6 +127,9 @@ class GatewayContext:
     _addresses: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
     _catching_up: asyncio.Lock = field(default_factory=asyncio.Lock)
     _caught_up_at: float = float("-inf")  # monotonic time a catch-up asked the controller
+    # the broker's session with the controller (set once registered; monotonic milliseconds)
+    session: BrokerSession | None = None
+    published: Any = None  # the controller's image as received (`metadata` is what this broker serves)
 
     def __post_init__(self):
         # with authorizer.class.name set: ACLs from the metadata image, nothing allowed before the
@@ -137,8 +151,20 @@ class GatewayContext:
         if self.client_for is None:
             self.client_for = lambda key, address: SocketPartition(address, key, self.data_paths)
 
+    def fenced(self) -> bool:
+        """This broker's session may have expired (the controller may have fenced it and moved its
+        leadership elsewhere): it serves as leader of nothing until the controller answers again."""
+        return self.session is not None and (self.session.lost or self.session.expired(monotonic_ms()))
+
     def set_metadata(self, image) -> None:
+        self.published = image
         self.metadata = image
+        if self.session is not None and self.session.lost and self.broker_id in image.brokers:
+            # what the controller would publish once it fenced this broker: without it, so that no
+            # partition it leads is advertised (Metadata answers LEADER_NOT_AVAILABLE for them);
+            # the routes below stay (followers fetch; `partition` refuses clients)
+            self.metadata = dataclasses.replace(image, brokers={b: info for b, info in image.brokers.items()
+                                                                if b != self.broker_id})
         acl_version = getattr(image, "acl_version", 0)
         if self.authorizer_config is not None and acl_version != self._acl_version:
             # built whole, then swapped in: requests in flight finish with the ACLs they started with
@@ -150,7 +176,7 @@ class GatewayContext:
             self._scram = by_mechanism(getattr(image, "scram_credentials", {}))
             self._scram_version = scram_version
         clients, addresses = {}, {}
-        for key, address in image.partition_listeners.items():
+        for key, address in (image.partition_listeners.items() if self.broker_id in image.brokers else ()):
             topic = image.topic_by_id(key[0])
             if topic is None or key[1] >= len(topic.partitions) or topic.partitions[key[1]].leader != self.broker_id:
                 continue
@@ -179,9 +205,14 @@ class GatewayContext:
             return ALLOW_ALL
         return Access(self.authorizer, connection.principal, connection_host(connection))
 
-    def partition(self, topic_id: uuid.UUID, index: int):
-        """The data-path client of a partition this broker leads, else None."""
-        return self._clients.get((topic_id, index))
+    def partition(self, topic_id: uuid.UUID, index: int, follower: bool = False):
+        """The data-path client of a partition this broker leads, else None; None for clients also
+        while fenced (checked at each lookup, so no request is routed a moment after the session ran
+        out). Followers still fetch while it is fenced: the replica fences stale leader epochs
+        itself, and a controller that is merely away (restarting) then finds every ISR intact;
+        records the followers take were appended by a leader that was in the ISR, as in Kafka."""
+        client = self._clients.get((topic_id, index))
+        return None if client is None or (not follower and self.fenced()) else client
 
     def any_partition(self, topic_id: uuid.UUID, index: int) -> RayPartition | None:
         """A partition on any broker, for admin steps (Ray calls)."""
@@ -193,6 +224,8 @@ class GatewayContext:
         request that changes a partition is refused for want of a route, its answer is decided on
         metadata no older than what the client routed by (another broker may have told it first).
         Concurrent callers share one controller call where it was asked after they called."""
+        if self.fenced():  # the controller is away: refuse on the image we have, at once
+            return
         asked_at = time.monotonic()
         async with self._catching_up:
             if self._caught_up_at >= asked_at:
@@ -210,3 +243,7 @@ class GatewayContext:
         image = await self.controller.wait_for_metadata(-1, 0)
         if self.metadata is None or image.version >= self.metadata.version:
             self.set_metadata(image)
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000

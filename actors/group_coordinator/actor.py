@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 
-from actors import internal_topics, metrics
+from actors import controller_client, internal_topics, metrics
 from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost
 from actors.group_coordinator.classic import Outcome
 from actors.group_coordinator.groups import Groups
@@ -97,7 +97,7 @@ class GroupCoordinatorActor(PartitionActor):
         if not self.replica.is_leader:
             raise CoordinatorLogError(ErrorCode.NOT_COORDINATOR, "this replica does not lead the partition now")
         if self.image is None:
-            self.image = await self.controller.wait_for_metadata.remote(-1, 0)
+            self.image = await controller_client.wait_for_metadata(self.controller, -1, 0)
         shard = await self.host.ready()
         if not self.tasks:
             self.tasks = [asyncio.ensure_future(self._follow_metadata()), asyncio.ensure_future(self._expire_loop()),
@@ -114,7 +114,7 @@ class GroupCoordinatorActor(PartitionActor):
     async def _follow_metadata(self) -> None:
         while True:
             try:
-                image = await self.controller.wait_for_metadata.remote(self.image.version, METADATA_POLL_S)
+                image = await controller_client.wait_for_metadata(self.controller, self.image.version, METADATA_POLL_S)
                 gone = {t.topic_id: name for name, t in self.image.topics.items()
                         if t.topic_id not in {u.topic_id for u in image.topics.values()}}
                 self.image = image
@@ -339,7 +339,7 @@ class GroupCoordinatorActor(PartitionActor):
         share.auto.offset.reset says they start (resolved now, before any member is assigned them),
         then make them assignable."""
         try:  # every partition actor's handle: once per initialization, not on the data path
-            image = await self.controller.wait_for_metadata.remote(-1, 0)
+            image = await controller_client.wait_for_metadata(self.controller, -1, 0)
         except Exception as e:
             log.warning("no metadata to look up share-partition start offsets: %s", e)
             image = None
@@ -365,7 +365,7 @@ class GroupCoordinatorActor(PartitionActor):
         count = int(self.config["share.coordinator.state.topic.num.partitions"])
         key = (internal_topics.SHARE_GROUP_STATE, state_partition_for(group_id, topic_id, index, count))
         if key not in self.image.coordinators:
-            self.image = await self.controller.ensure_internal_topic.remote(internal_topics.SHARE_GROUP_STATE)
+            self.image = await controller_client.ensure_internal_topic(self.controller, internal_topics.SHARE_GROUP_STATE)
         return self.image.coordinators[key]
 
     async def share_group_summary(self, group_id: str) -> tuple[int, int, list]:

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
-from actors import log_to_stderr
+from actors import controller_client, log_to_stderr
 from actors.partition.checkpoints import load_epochs, load_high_watermark, save_epochs, save_high_watermark
 from actors.partition.core import PartitionCore
 from actors.partition.fetcher import ReplicaFetchers
@@ -98,6 +98,7 @@ class PartitionActor:
         self.retention_wanted = False  # retention passes start with the first write as leader
         self.last_checkpoint_ms = 0
         self.hosted_by = host  # the shard: its listener serves this replica, its fetchers fetch for it
+        self.alter_in_flight: AlterPartitionRequest | None = None  # sent, neither answered nor timed out
         self.shares = ShareLeaders(self, broker_config, spec["controller"])
 
     def _replication_config(self, topic_config) -> ReplicationConfig:
@@ -190,17 +191,25 @@ class PartitionActor:
             future = self.waiters.pop(waiter_id, None)
             if future is not None and not future.done():
                 future.set_result(error)
-        if effects.alter_partition is not None:
+        if effects.alter_partition is not None and effects.alter_partition != self.alter_in_flight:
+            self.alter_in_flight = effects.alter_partition  # (a resend waits for the copy in flight)
             asyncio.get_running_loop().create_task(self._alter_partition(effects.alter_partition))
 
     async def _alter_partition(self, request: AlterPartitionRequest) -> None:
+        """Kafka's AlterPartition, bounded by a timeout: cut off from the controller, the proposal
+        stays pending (the ISR can't shrink, so acks=all writes can't be acknowledged by this
+        leader alone) and the tick resends it, with the same proposal id, until one is answered."""
         try:
-            error, state = await self.spec["controller"].alter_partition.remote(
-                self.broker_id, self.broker_epoch, self.topic_id, self.partition, request.leader_epoch,
-                request.partition_epoch, list(request.new_isr), request.proposal_id)
-        except Exception as e:  # the controller restarts: the tick resends the proposal
+            error, state = await controller_client.call(
+                self.spec["controller"], "alter_partition", self.broker_id, self.broker_epoch, self.topic_id,
+                self.partition, request.leader_epoch, request.partition_epoch, list(request.new_isr),
+                request.proposal_id, timeout_s=controller_client.ALTER_PARTITION_TIMEOUT_S)
+        except Exception as e:  # the controller restarts or is cut off: the tick resends the proposal
             log.info("AlterPartition of %s-%d failed: %s", self.topic, self.partition, e)
             return
+        finally:
+            if self.alter_in_flight == request:
+                self.alter_in_flight = None
         state = state or {}
         response = AlterPartitionResponse(error, state.get("leader", -1), state.get("leader_epoch", -1),
                                           state.get("partition_epoch", -1), tuple(state.get("isr", ())))
@@ -377,7 +386,8 @@ class PartitionActor:
     # ---- share groups: the share-partition leaders of this partition live here ----------------
     async def group_configs(self, group_id: str) -> dict:
         """The group's config overrides, asked of the controller (once per share-partition load)."""
-        return await self.spec["controller"].group_configs.remote(group_id)
+        return await controller_client.call(self.spec["controller"], "group_configs", group_id,
+                                            timeout_s=controller_client.socket_timeout_s(self.spec["broker_config"]))
 
     # Only the leader replica holds share-partition leaders: a request that reaches another
     # replica (its gateway's metadata was behind) is told so, and the client asks again.

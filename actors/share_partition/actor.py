@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors import internal_topics, metrics
+from actors import controller_client, internal_topics, metrics
 from actors.share_coordinator.core import state_partition_for
 from actors.share_partition.core import LATEST_TIMESTAMP, SharePartition, start_offset_timestamp
 from actors.share_partition.state_client import StateConnection
@@ -87,7 +87,7 @@ class ShareLeaders:
     async def _coordinator(self, group_id: str):
         index = self._coordinator_index(group_id)
         if index not in self.coordinators:
-            image = await self.controller.ensure_internal_topic.remote(internal_topics.SHARE_GROUP_STATE)
+            image = await controller_client.ensure_internal_topic(self.controller, internal_topics.SHARE_GROUP_STATE)
             for (name, i), handle in image.coordinators.items():
                 if name == internal_topics.SHARE_GROUP_STATE:
                     self.coordinators.setdefault(i, handle)

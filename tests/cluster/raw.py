@@ -4,11 +4,13 @@ import socket
 import uuid
 
 from protocol.headers import RequestHeader, encode_request
-from protocol.messages import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
+from protocol.messages import (FetchRequest, FetchResponse, MetadataRequest, MetadataResponse, ProduceRequest,
+                               ProduceResponse)
 from protocol.record_batch import build_batch
 
 PRODUCE_VERSION = 9
 FETCH_VERSION = 13
+METADATA_VERSION = 12
 
 
 def produce_one(bootstrap: str, topic: str, partition: int, *, acks: int = 1, timeout_s: float = 10,
@@ -41,6 +43,21 @@ def fetch_one(bootstrap: str, topic_id: uuid.UUID, partition: int, *, leader_epo
         body = _read(s, size)
     response = FetchResponse.decode(memoryview(body)[4 + 1:], FETCH_VERSION)
     return response.responses[0].partitions[0].error_code
+
+
+def metadata_one(bootstrap: str, topic: str) -> tuple[list[int], dict[int, int]]:
+    """What this broker itself answers to Metadata for `topic` (a client may ask any broker it
+    knows): (the broker ids it lists, partition index -> leader id)."""
+    host, port = bootstrap.rsplit(":", 1)
+    request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=topic)],
+                              allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(encode_request(RequestHeader(3, METADATA_VERSION, 1, "raw"), request.encode(METADATA_VERSION)))
+        size = int.from_bytes(_read(s, 4), "big")
+        body = _read(s, size)
+    response = MetadataResponse.decode(memoryview(body)[4 + 1:], METADATA_VERSION)
+    [described] = response.topics
+    return sorted(b.node_id for b in response.brokers), {p.partition_index: p.leader_id for p in described.partitions}
 
 
 def _read(s, n: int) -> bytes:

@@ -58,3 +58,9 @@ def test_acks_zero_produce_is_stored_without_responses(kray):
         time.sleep(0.2)
     c.close()
     assert high == 1000
+
+
+def test_topics_tool_uses_the_next_bootstrap_address_when_the_first_has_no_broker(kray):
+    r = kray_topics(f"127.0.0.1:1,{kray}", "--create", "--topic", "cli-second-address", "--if-not-exists")
+    assert r.returncode == 0, r.stderr
+    assert "cli-second-address" in kray_topics(f"127.0.0.1:1,{kray}", "--list").stdout.split()

@@ -193,7 +193,8 @@ async def handle_fetch(ctx, header, request, connection=None) -> FetchResponse:
             if refused:
                 pr.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
-            client, pr.error_code = partition_client(ctx, topic, fp.partition, unknown_error)
+            client, pr.error_code = partition_client(ctx, topic, fp.partition, unknown_error,
+                                                     follower=replica_id != NO_REPLICA)
             if client is not None:
                 last_fetched_epoch = fp.last_fetched_epoch if version >= 12 else -1
                 wanted.append(_Wanted(client, fp.fetch_offset, fp.partition_max_bytes, fp.current_leader_epoch,

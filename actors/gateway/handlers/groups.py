@@ -72,6 +72,9 @@ async def group_coordinator(ctx, group_id: str):
     group's __consumer_offsets partition); else NotCoordinator, as a Kafka broker answers."""
     partition, actor = await _internal_partition(ctx, internal_topics.CONSUMER_OFFSETS,
                                                  lambda n: internal_topics.group_partition(group_id, n))
+    if ctx.fenced():
+        raise NotCoordinator(f"broker {ctx.broker_id} is cut off from the controller, which may have moved group "
+                             f"{group_id!r} to another coordinator: find it with FindCoordinator")
     if partition.leader != ctx.broker_id or actor is None:
         raise NotCoordinator(f"broker {ctx.broker_id} is not the coordinator of group {group_id!r} "
                              f"(broker {partition.leader} is): find it with FindCoordinator")

@@ -11,12 +11,14 @@ def resolve_topic(ctx, name, topic_id, by_id: bool):
     return ctx.metadata.topics.get(name), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def partition_client(ctx, topic, index: int, unknown_error: int = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+def partition_client(ctx, topic, index: int, unknown_error: int = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                     follower: bool = False):
     """(the client for a topic's partition, or None and the error to answer): an unknown topic or
-    partition index, or NOT_LEADER_OR_FOLLOWER where this front end does not serve that partition."""
+    partition index, or NOT_LEADER_OR_FOLLOWER where this front end does not serve that partition.
+    `follower`: for a follower's fetch, which a broker cut off from the controller still serves."""
     if topic is None:
         return None, unknown_error
-    client = ctx.partition(topic.topic_id, index)
+    client = ctx.partition(topic.topic_id, index, follower=follower)
     if client is not None:
         return client, 0
     if not 0 <= index < len(topic.partitions):

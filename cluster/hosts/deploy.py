@@ -1,0 +1,219 @@
+"""Kray deployed on hosts of one machine as a user deploys it on machines of their own:
+
+    h1:      ray start --head --node-ip-address H1 --labels kray-broker-id=1 ...
+    h2..hN:  ray start --address H1:6379 --node-ip-address Hn --labels kray-broker-id=n ...
+    h1:      kray start --address H1:6379 --config configs/multinode.toml
+
+each host with its own address, Ray temp dir and HOME, every broker on port 9092 of its own
+address; clients run here, in the root namespace, and bootstrap from those addresses.
+
+    with KrayHosts(3) as hosts:
+        Producer({"bootstrap.servers": hosts.bootstrap})     # "198.18.0.1:9092,198.18.0.2:9092,..."
+        hosts.isolate(3); time.sleep(10); hosts.heal(3)      # host h3 (broker 3) cut off, then back
+
+Ray's token authentication, as a user sets it up: Ray 2.60's `ray start --head` turns it on by
+itself when the head has a token (~/.ray/auth_token), and every other Ray process of the cluster
+must then have the same token and RAY_AUTH_MODE=token: the joining `ray start --address` and the
+`kray start --address` driver alike, or they can't connect. Here the head's token is made with
+`ray get-auth-token --generate` in h1's HOME and copied into every host's HOME (as a user copies
+it to each machine), and every Ray command runs with RAY_AUTH_MODE=token.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from cluster.hosts.net import CommandFailed, HostNetwork, kill_namespace_processes
+
+log = logging.getLogger("kray.hosts")
+REPO = Path(__file__).resolve().parents[2]
+MULTINODE_CONFIG = REPO / "configs" / "multinode.toml"
+RAY_PORT = 6379
+KAFKA_PORT = 9092
+READY = re.compile(r"Kray is ready: bootstrap=(\S+)")
+STARTUP_TIMEOUT_S = 180
+STOP_TIMEOUT_S = 60
+OBJECT_STORE_BYTES = 100 * 1024 * 1024
+
+
+class KrayHosts:
+    """`hosts` hosts h1..hN (network namespaces with their own addresses), a Ray node on each
+    (the head on h1), Kray deployed onto them with `kray start --address` from h1."""
+
+    def __init__(self, hosts: int = 3, *, config: Path = MULTINODE_CONFIG, overrides: tuple[str, ...] = (),
+                 python: str = sys.executable, num_cpus: int | None = 1,
+                 object_store_bytes: int | None = OBJECT_STORE_BYTES):
+        """`num_cpus`: CPUs each Ray node declares (None: the machine's; it sets a broker's
+        shard count), 1 by default as the hosts share this machine's cores; `object_store_bytes`:
+        each node's Ray object store (Kray moves records over sockets, not Ray objects)."""
+        self.net = HostNetwork(hosts)
+        self.config = Path(config)
+        self.overrides = tuple(overrides)
+        self.python = python
+        self.num_cpus = num_cpus
+        self.object_store_bytes = object_store_bytes
+        self.bin = Path(python).parent
+        self.kray: subprocess.Popen | None = None
+        self.output: list[str] = []          # kray start's console, line by line
+        self.bootstrap: str | None = None
+        self.timings: dict[str, float] = {}  # seconds each phase took (network, ray, kray, stop)
+
+    @property
+    def plan(self):
+        return self.net.plan
+
+    def address(self, host: int | str) -> str:
+        return self.plan.host(host).address
+
+    def broker_address(self, host: int | str) -> str:
+        return f"{self.address(host)}:{KAFKA_PORT}"
+
+    @property
+    def head_address(self) -> str:
+        return f"{self.address(1)}:{RAY_PORT}"
+
+    # ---- environment of a host ---------------------------------------------------------------
+    def home(self, host: int | str) -> Path:
+        return self.net.run_dir / self.plan.host(host).name
+
+    def env(self, host: int | str) -> dict[str, str]:
+        """What a process on `host` runs with: its own HOME (its ~/.ray/auth_token), token auth,
+        Kray importable (the checkout first, as an installed package would be), nothing of this
+        machine's own Ray session (RAY_* variables of the caller are dropped)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != "PYTHONPATH"}
+        pythonpath = [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        return env | {"HOME": str(self.home(host)), "RAY_AUTH_MODE": "token", "PYTHONUNBUFFERED": "1",
+                      "PYTHONPATH": os.pathsep.join(pythonpath), "PATH": f"{self.bin}{os.pathsep}{env.get('PATH', '')}",
+                      "RAY_USAGE_STATS_ENABLED": "0"}
+
+    # ---- start and stop ----------------------------------------------------------------------
+    def start(self) -> str:
+        t0 = time.monotonic()
+        self.net.create()
+        try:
+            self.timings["network_s"] = time.monotonic() - t0
+            t1 = time.monotonic()
+            self._start_ray()
+            self.timings["ray_s"] = time.monotonic() - t1
+            t2 = time.monotonic()
+            self.bootstrap = self._start_kray()
+            self.timings["kray_s"] = time.monotonic() - t2
+        except BaseException:
+            self.stop()
+            raise
+        return self.bootstrap
+
+    def _ray_start_args(self, host) -> list[str]:
+        h = self.plan.host(host)
+        temp_dir = self.home(h.name) / "ray"
+        args = [str(self.bin / "ray"), "start", f"--node-ip-address={h.address}", f"--temp-dir={temp_dir}",
+                f"--labels=kray-broker-id={h.index}", "--disable-usage-stats"]
+        if self.num_cpus is not None:
+            args.append(f"--num-cpus={self.num_cpus}")
+        if self.object_store_bytes is not None:
+            args.append(f"--object-store-memory={self.object_store_bytes}")
+        return args
+
+    def _start_ray(self) -> None:
+        for h in self.plan.hosts:
+            (self.home(h.name) / ".ray").mkdir(parents=True)
+        # the head's token, made on h1 and copied to every host, as a user copies it to each machine
+        token = subprocess.run([str(self.bin / "ray"), "get-auth-token", "--generate"], env=self.env(1),
+                               capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+        for h in self.plan.hosts[1:]:
+            (self.home(h.name) / ".ray" / "auth_token").write_text(token)
+        head = self._ray_start_args(1) + ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"]
+        self._retry_ray_start(self.plan.hosts[0], head, lambda: self.net.run(1, head, timeout_s=STARTUP_TIMEOUT_S,
+                                                                             env=self.env(1)))
+        joins = [(h, self._ray_start_args(h.name) + [f"--address={self.head_address}"]) for h in self.plan.hosts[1:]]
+        started = [(h, argv, self.net.start(h.name, argv, env=self.env(h.name))) for h, argv in joins]
+        for h, argv, proc in started:  # the others join at once
+            self._retry_ray_start(h, argv, lambda: self.net.wait(h.name, argv, proc, STARTUP_TIMEOUT_S),
+                                  lambda: self.net.run(h.name, argv, timeout_s=STARTUP_TIMEOUT_S, env=self.env(h.name)))
+
+    def _retry_ray_start(self, host, argv, first, again=None) -> None:
+        """`ray start` gives up when its node has not registered within 30 s (hard-coded in Ray),
+        which a loaded 2-core machine can exceed: clear the host and try once more."""
+        try:
+            first()
+        except CommandFailed as e:
+            if "timed out during startup" not in str(e):
+                raise
+            log.warning("ray start on %s timed out (a loaded machine?): trying once more", host.name)
+            kill_namespace_processes(host.netns)
+            shutil.rmtree(self.home(host.name) / "ray", ignore_errors=True)
+            (again or first)()
+
+    def kray_command(self, *args: str) -> list[str]:
+        """`kray ARGS` from this checkout (the `kray` console script runs cluster.cli:main)."""
+        return [self.python, "-m", "cluster.cli", *args]
+
+    def _start_kray(self) -> str:
+        cmd = self.kray_command("start", "--address", self.head_address, "--config", str(self.config),
+                                "--data-dir", str(self.net.run_dir / "data"))
+        for o in self.overrides:
+            cmd += ["--override", o]
+        self.kray = self.net.popen(1, cmd, env=self.env(1), cwd=str(REPO), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+        ready = threading.Event()
+        found: list[str] = []
+
+        def pump():
+            for line in self.kray.stdout:
+                self.output.append(line.rstrip())
+                m = READY.search(line)
+                if m and not ready.is_set():
+                    found.append(m.group(1))
+                    ready.set()
+
+        threading.Thread(target=pump, daemon=True, name="kray-start-console").start()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not ready.wait(0.2):
+            if self.kray.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("kray start did not become ready:\n" + "\n".join(self.output[-60:]))
+        return found[0]
+
+    def stop(self) -> None:
+        """Stop `kray start` (SIGTERM, as Ctrl-C), then remove the hosts with every Ray process."""
+        t0 = time.monotonic()
+        if self.kray is not None and self.kray.poll() is None:
+            self.kray.terminate()
+            try:
+                self.kray.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.kray.kill()
+        self.net.destroy()
+        self.timings["stop_s"] = time.monotonic() - t0
+
+    def __enter__(self) -> "KrayHosts":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ---- faults ------------------------------------------------------------------------------
+    def isolate(self, host: int | str) -> None:
+        self.net.isolate(host)
+
+    def heal(self, host: int | str) -> None:
+        self.net.heal(host)
+
+    def cut(self, a: int | str, b: int | str, *, both_ways: bool = True) -> None:
+        self.net.cut(a, b, both_ways=both_ways)
+
+    def uncut(self, a: int | str, b: int | str) -> None:
+        self.net.uncut(a, b)
+
+    def degrade(self, host: int | str, **netem) -> None:
+        self.net.degrade(host, **netem)
+
+    def restore(self, host: int | str) -> None:
+        self.net.restore(host)

@@ -1,0 +1,276 @@
+"""Hosts on one machine, made: network namespaces on a bridge (see cluster/hosts/plan.py), the
+processes run in them, faults on their links, and removal of all of it.
+
+    with HostNetwork(3) as net:                     # needs root and `ip netns`
+        net.popen("h2", ["python", "-m", "http.server", "9092"])
+        net.plan.host("h2").address                 # "198.18.0.2": reach it from here
+        net.isolate("h2"); ...; net.heal("h2")      # h2's cable pulled, and back
+        net.cut("h1", "h2"); ...; net.uncut("h1", "h2")   # h1 and h2 can't reach each other
+
+Leaving the block (an exception included) kills every process in the namespaces, then removes
+the namespaces, the links, the bridge and the run's directory. A run that could not clean up (it
+was SIGKILLed) is cleaned up by the next one: its names start with `krh<run id>-` and its
+directory records its owner's pid, which is then gone (`python -m cluster.hosts clean` does the
+same by hand).
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from cluster.hosts import plan as planner
+from cluster.hosts.plan import NetworkPlan
+
+log = logging.getLogger("kray.hosts")
+RUNS_DIR = Path("/tmp")          # each run's directory: /tmp/krh<run id> (homes, Ray temp dirs, data)
+OWNER_FILE = "owner.pid"
+KILL_GRACE_S = 5.0
+
+
+class HostsUnavailable(RuntimeError):
+    """This machine can't make hosts (not root, no `ip netns`): the message says why."""
+
+
+class CommandFailed(RuntimeError):
+    pass
+
+
+def unavailable_reason() -> str | None:
+    """Why hosts can't be made here, or None when they can."""
+    if os.geteuid() != 0:
+        return "hosts are network namespaces: run as root (CI does)"
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` (iproute2) is not installed: apt-get install iproute2"
+    name = f"{planner.PREFIX}probe{os.getpid() % 10000:04d}"
+    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"`ip netns add` fails here: {made.stderr.strip()}"
+    subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+    return None
+
+
+def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return _run(["ip", *args], check)
+
+
+def tc(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return _run(["tc", *args], check)
+
+
+def _run(argv: list[str], check: bool) -> subprocess.CompletedProcess:
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise CommandFailed(f"`{' '.join(argv)}` failed: {done.stderr.strip() or done.returncode}")
+    return done
+
+
+def netns_pids(netns: str) -> list[int]:
+    out = ip("netns", "pids", netns, check=False).stdout
+    return [int(p) for p in out.split() if p.isdigit()]
+
+
+def kill_namespace_processes(netns: str, grace_s: float = KILL_GRACE_S) -> int:
+    """SIGTERM every process in `netns` (all of them the harness's: nothing else runs there),
+    SIGKILL what is left after `grace_s`; returns how many there were."""
+    pids = netns_pids(netns)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while netns_pids(netns) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not netns_pids(netns):
+            break
+    return len(pids)
+
+
+def _owner_alive(run_id: str) -> bool:
+    try:
+        pid = int((RUNS_DIR / f"{planner.PREFIX}{run_id}" / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            state = next((line.split()[1] for line in f if line.startswith("State:")), "?")
+    except OSError:
+        return False
+    return state not in ("Z", "X")  # a killed owner may linger as a zombie until reaped
+
+
+def clean_leftovers() -> list[str]:
+    """Remove what crashed runs left (namespaces, their processes, links, run directories):
+    every harness-made name whose run's owner process is gone. Returns what was removed."""
+    netns = [line.split()[0] for line in ip("netns", "list", check=False).stdout.splitlines() if line.strip()]
+    links = [line.split(":")[1].strip().split("@")[0] for line in ip("-o", "link", "show", check=False).stdout.splitlines()
+             if line.count(":") >= 2]
+    runs = {r for r in map(planner.run_id_of, netns + links) if r} | \
+           {r for r in (planner.run_id_of(p.name + "-") for p in RUNS_DIR.glob(f"{planner.PREFIX}*")) if r}
+    live = {r for r in runs if _owner_alive(r)}
+    dead_netns, dead_links = planner.leftovers(netns, links, live)
+    removed = []
+    for name in dead_netns:
+        kill_namespace_processes(name)
+        ip("netns", "delete", name, check=False)
+        removed.append(f"netns {name}")
+    for name in dead_links:
+        if ip("link", "delete", name, check=False).returncode == 0:
+            removed.append(f"link {name}")
+    for run in sorted(runs - live):
+        directory = RUNS_DIR / f"{planner.PREFIX}{run}"
+        if directory.is_dir():
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(f"directory {directory}")
+    return removed
+
+
+class HostNetwork:
+    """`hosts` network namespaces h1..hN on a bridge, each with its own address."""
+
+    def __init__(self, hosts: int = 3):
+        self.count = hosts
+        self.plan: NetworkPlan | None = None
+        self.run_dir: Path | None = None
+        self.processes: list[subprocess.Popen] = []
+        self.isolated: set[str] = set()
+        self._outputs = itertools.count(1)
+
+    # ---- make and remove ---------------------------------------------------------------------
+    def create(self) -> NetworkPlan:
+        reason = unavailable_reason()
+        if reason:
+            raise HostsUnavailable(reason)
+        for what in clean_leftovers():
+            log.warning("removed a crashed run's leftover %s", what)
+        run_id = secrets.token_hex(2)
+        used = planner.used_networks(ip("-j", "addr").stdout, ip("-j", "route", "show", "table", "all").stdout)
+        self.plan = planner.plan(self.count, run_id, used)
+        self.run_dir = RUNS_DIR / f"{planner.PREFIX}{run_id}"
+        self.run_dir.mkdir(mode=0o755)
+        (self.run_dir / OWNER_FILE).write_text(str(os.getpid()))
+        try:
+            for args in self.plan.setup_commands():
+                ip(*args)
+        except BaseException:
+            self.destroy()
+            raise
+        return self.plan
+
+    def destroy(self) -> None:
+        """Kill every process of the hosts, remove the namespaces, links, bridge and directory.
+        Safe to call twice, and after a half-made create."""
+        if self.plan is None:
+            return
+        for proc in self.processes:
+            if proc.poll() is None:
+                try:
+                    proc.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for host in self.plan.hosts:
+            kill_namespace_processes(host.netns)
+        for proc in self.processes:
+            try:
+                proc.wait(KILL_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for args in self.plan.teardown_commands():
+            ip(*args, check=False)
+        if self.run_dir is not None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        self.plan = None
+
+    def __enter__(self) -> "HostNetwork":
+        self.create()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.destroy()
+
+    # ---- run things on a host ----------------------------------------------------------------
+    def command(self, host: int | str, argv: list[str]) -> list[str]:
+        """`argv` as run on `host` (inside its namespace)."""
+        return ["ip", "netns", "exec", self.plan.host(host).netns, *argv]
+
+    def popen(self, host: int | str, argv: list[str], **kwargs) -> subprocess.Popen:
+        """Start `argv` on `host`; it is killed at destroy() if still running."""
+        proc = subprocess.Popen(self.command(host, argv), **kwargs)
+        self.processes.append(proc)
+        return proc
+
+    def run(self, host: int | str, argv: list[str], *, timeout_s: float = 120, **kwargs) -> str:
+        """Run `argv` on `host` to its end and return its output; raises CommandFailed with the
+        output when it fails. The output goes through a file, not a pipe: a command that leaves
+        daemons behind (`ray start`) would hold a pipe open after it exits."""
+        return self.wait(host, argv, self.start(host, argv, **kwargs), timeout_s)
+
+    def start(self, host: int | str, argv: list[str], **kwargs) -> tuple[subprocess.Popen, Path]:
+        """Start `argv` on `host` with its output in a file of the run's directory: (process, file)."""
+        out = self.run_dir / f"{self.plan.host(host).name}-{next(self._outputs):03d}.out"
+        with open(out, "wb") as f:
+            proc = self.popen(host, argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **kwargs)
+        return proc, out
+
+    def wait(self, host: int | str, argv: list[str], started: tuple[subprocess.Popen, Path], timeout_s: float = 120) -> str:
+        proc, out = started
+        try:
+            code = proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = f"nothing (killed after {timeout_s:.0f} s)"
+        text = out.read_text(errors="replace")
+        if code != 0:
+            raise CommandFailed(f"on {host}: `{' '.join(argv)}` exited {code}:\n{text[-4000:]}")
+        return text
+
+    # ---- faults ------------------------------------------------------------------------------
+    def isolate(self, host: int | str) -> None:
+        """Cut `host` off from every other host and every client, both ways (its cable pulled)."""
+        h = self.plan.host(host)
+        for args in planner.isolate_commands(h):
+            ip(*args)
+        self.isolated.add(h.name)
+
+    def heal(self, host: int | str) -> None:
+        h = self.plan.host(host)
+        for args in planner.heal_commands(h):
+            ip(*args)
+        self.isolated.discard(h.name)
+
+    def cut(self, a: int | str, b: int | str, *, both_ways: bool = True) -> None:
+        """Hosts `a` and `b` lose each other's packets (both ways, or only a -> b) while both keep
+        reaching every other host and the clients: e.g. a leader cut off from the controller's
+        host and the other replicas, but not from its clients."""
+        for args in planner.cut_commands(self.plan, self.plan.host(a), self.plan.host(b), both_ways=both_ways):
+            ip(*args)
+
+    def uncut(self, a: int | str, b: int | str) -> None:
+        for args in planner.uncut_commands(self.plan.host(a), self.plan.host(b)):
+            ip(*args, check=False)
+
+    def degrade(self, host: int | str, *, delay_ms: float = 0, jitter_ms: float = 0, loss_percent: float = 0) -> None:
+        """Latency and loss on `host`'s link, both ways (tc netem; clear with restore())."""
+        h = self.plan.host(host)
+        for args in planner.netem_commands(h, delay_ms=delay_ms, jitter_ms=jitter_ms, loss_percent=loss_percent):
+            done = tc(*args, check=False)
+            if done.returncode != 0:
+                if any(t in done.stderr.lower() for t in ("netem", "qdisc kind is unknown", "no such file")):
+                    raise HostsUnavailable(f"tc netem is not available here ({done.stderr.strip()}): this kernel "
+                                           f"needs CONFIG_NET_SCH_NETEM (the sch_netem module) for latency and loss; "
+                                           f"isolate() works without it")
+                raise CommandFailed(f"`tc {' '.join(args)}` failed: {done.stderr.strip()}")
+
+    def restore(self, host: int | str) -> None:
+        """Undo degrade() on `host`'s link."""
+        for args in planner.netem_clear_commands(self.plan.host(host)):
+            tc(*args, check=False)

@@ -1,0 +1,199 @@
+"""Hosts on one machine, planned: names, addresses and the `ip` / `tc` commands that make them, as
+pure functions (no process is run here; cluster/hosts/net.py runs them).
+
+Each host is a Linux network namespace with one veth pair: its end inside the namespace is `eth0`
+with the host's address, the other end is a port of a bridge in the root namespace, which holds
+the subnet's last usable address so that clients on this machine reach every host. Hosts reach
+each other through the bridge. Nothing routes the subnet anywhere else and no host has a default
+route, so traffic never leaves the machine.
+
+Addresses come from 198.18.0.0/15, the range set aside for benchmarking network devices
+(RFC 2544), never a real network: the first /24 of it that no address or route of this machine
+overlaps. Every name the harness makes starts with `krh<run id>` (namespaces, links, the run's
+directory under /tmp), so a crashed run's leftovers are found by that prefix and removed.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from dataclasses import dataclass
+
+PREFIX = "krh"                                          # every name the harness makes starts with it
+TEST_RANGE = ipaddress.ip_network("198.18.0.0/15")      # RFC 2544: benchmarking, never routed
+SUBNET_PREFIX_LEN = 24
+HOSTS_MAX = 200  # of a /24's 254 addresses: the last is the bridge's, the one before it `nowhere`
+LINK_NAME_BYTES_MAX = 15                                # Linux IFNAMSIZ - 1
+RUN_ID = re.compile(rf"^{PREFIX}([0-9a-f]{{4}})-")
+
+
+class PlanError(ValueError):
+    """The hosts can't be planned as asked; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    index: int          # 1-based: host h1 is broker 1
+    name: str           # "h1"
+    netns: str          # its network namespace
+    veth: str           # its veth's end in the root namespace (a bridge port): down = host cut off
+    veth_peer: str      # the other end's name until it moves into the namespace and becomes eth0
+    address: str        # its IP address, on eth0
+
+    @property
+    def inner_link(self) -> str:
+        return "eth0"
+
+
+@dataclass(frozen=True)
+class NetworkPlan:
+    run_id: str
+    subnet: ipaddress.IPv4Network
+    bridge: str
+    bridge_address: str  # the root namespace's address on the subnet: clients reach hosts through it
+    hosts: tuple[HostPlan, ...]
+    nowhere: str         # an address of the subnet no one answers for: routes via it lose packets silently
+
+    @property
+    def prefix(self) -> str:
+        """What every name of this run starts with."""
+        return f"{PREFIX}{self.run_id}-"
+
+    def host(self, which: int | str) -> HostPlan:
+        """A host by index (1), name ("h1") or address."""
+        for h in self.hosts:
+            if which in (h.index, h.name, h.address, h.netns):
+                return h
+        raise KeyError(f"no host {which!r}: the hosts are {', '.join(h.name for h in self.hosts)}")
+
+    def setup_commands(self) -> list[list[str]]:
+        """`ip` argument lists, in order, that make the bridge and the hosts."""
+        cmds = [["link", "add", self.bridge, "type", "bridge"],
+                ["addr", "add", f"{self.bridge_address}/{self.subnet.prefixlen}", "dev", self.bridge],
+                ["link", "set", self.bridge, "up"]]
+        for h in self.hosts:
+            cmds += [["netns", "add", h.netns],
+                     ["link", "add", h.veth, "type", "veth", "peer", "name", h.veth_peer],
+                     ["link", "set", h.veth, "master", self.bridge],
+                     ["link", "set", h.veth, "up"],
+                     ["link", "set", h.veth_peer, "netns", h.netns],
+                     ["-n", h.netns, "link", "set", h.veth_peer, "name", h.inner_link],
+                     ["-n", h.netns, "addr", "add", f"{h.address}/{self.subnet.prefixlen}", "dev", h.inner_link],
+                     ["-n", h.netns, "link", "set", h.inner_link, "up"],
+                     ["-n", h.netns, "link", "set", "lo", "up"]]
+        return cmds
+
+    def teardown_commands(self) -> list[list[str]]:
+        """`ip` argument lists that remove what setup made (deleting a namespace deletes its veth
+        end, which deletes the pair); each may fail harmlessly when its object is already gone."""
+        return [["netns", "delete", h.netns] for h in self.hosts] + \
+               [["link", "delete", h.veth] for h in self.hosts] + [["link", "delete", self.bridge]]
+
+
+def plan(hosts: int, run_id: str, used: list[ipaddress.IPv4Network]) -> NetworkPlan:
+    """`hosts` hosts h1..hN with addresses .1...N of the first free /24 of the test range."""
+    if not 1 <= hosts <= HOSTS_MAX:
+        raise PlanError(f"hosts must be between 1 and {HOSTS_MAX} (got {hosts})")
+    if not re.fullmatch(r"[0-9a-f]{4}", run_id):
+        raise PlanError(f"run id {run_id!r} must be 4 lowercase hex digits")
+    subnet = choose_subnet(used)
+    prefix = f"{PREFIX}{run_id}-"
+    addresses = list(subnet.hosts())
+    members = tuple(HostPlan(i, f"h{i}", f"{prefix}h{i}", f"{prefix}h{i}", f"{prefix}h{i}x", str(addresses[i - 1]))
+                    for i in range(1, hosts + 1))
+    for name in [f"{prefix}br"] + [n for h in members for n in (h.veth, h.veth_peer)]:
+        if len(name.encode()) > LINK_NAME_BYTES_MAX:
+            raise PlanError(f"link name {name!r} is longer than Linux allows ({LINK_NAME_BYTES_MAX} bytes)")
+    return NetworkPlan(run_id, subnet, f"{prefix}br", str(addresses[-1]), members, str(addresses[-2]))
+
+
+def choose_subnet(used: list[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
+    """The first /24 of the test range that overlaps none of `used` (this machine's addresses and
+    routes, other runs' bridges included)."""
+    for candidate in TEST_RANGE.subnets(new_prefix=SUBNET_PREFIX_LEN):
+        if not any(candidate.overlaps(net) for net in used):
+            return candidate
+    raise PlanError(f"every /{SUBNET_PREFIX_LEN} of {TEST_RANGE} is in use on this machine: "
+                    f"remove leftovers (python -m cluster.hosts clean)")
+
+
+def used_networks(addr_json: str, route_json: str) -> list[ipaddress.IPv4Network]:
+    """IPv4 networks this machine uses, from `ip -j addr` and `ip -j route` (all tables).
+    A default route covers everything and is left out: it is where traffic *would* go, and the
+    test range is never routed there from a host (hosts have no default route)."""
+    nets = []
+    for link in json.loads(addr_json or "[]"):
+        for a in link.get("addr_info", []):
+            if a.get("family") == "inet":
+                nets.append(ipaddress.ip_network(f"{a['local']}/{a.get('prefixlen', 32)}", strict=False))
+    for route in json.loads(route_json or "[]"):
+        dst = route.get("dst", "")
+        if dst in ("", "default") or ":" in dst:
+            continue
+        try:
+            nets.append(ipaddress.ip_network(dst if "/" in dst else f"{dst}/32", strict=False))
+        except ValueError:
+            continue
+    return nets
+
+
+def run_id_of(name: str) -> str | None:
+    """The run id in a harness-made name ('krh1a2b-h1' -> '1a2b'), else None."""
+    m = RUN_ID.match(name)
+    return m.group(1) if m else None
+
+
+def leftovers(netns_names: list[str], link_names: list[str], live_runs: set[str]) -> tuple[list[str], list[str]]:
+    """Namespaces and links a run made whose owner is gone (not in `live_runs`): (netns, links)."""
+    dead = lambda name: (run := run_id_of(name)) is not None and run not in live_runs  # noqa: E731
+    return sorted(n for n in netns_names if dead(n)), sorted(n for n in link_names if dead(n))
+
+
+# ---- faults: a host's cable pulled, a link between two hosts cut, a bad link (tc netem) --------
+def isolate_commands(host: HostPlan) -> list[list[str]]:
+    """Cut `host` off from every other host and from the clients, both ways: its bridge port goes
+    down (a pulled cable: packets are lost, nothing is refused, connections time out)."""
+    return [["link", "set", host.veth, "down"]]
+
+
+def heal_commands(host: HostPlan) -> list[list[str]]:
+    return [["link", "set", host.veth, "up"]]
+
+
+def cut_commands(network: NetworkPlan, a: HostPlan, b: HostPlan, *, both_ways: bool = True) -> list[list[str]]:
+    """Cut the link between hosts `a` and `b` only (each still reaches the others and the
+    clients): `a` routes packets for `b` to an address no one answers for, so they are lost
+    silently, as in a real partition (nothing is refused; connections time out); with
+    `both_ways`, `b` does the same for `a`, else only a -> b is lost (one-way loss)."""
+    cmds = [["-n", a.netns, "route", "replace", f"{b.address}/32", "via", network.nowhere, "dev", a.inner_link]]
+    if both_ways:
+        cmds.append(["-n", b.netns, "route", "replace", f"{a.address}/32", "via", network.nowhere, "dev", b.inner_link])
+    return cmds
+
+
+def uncut_commands(a: HostPlan, b: HostPlan) -> list[list[str]]:
+    """Undo cut_commands (either direction; each may fail harmlessly where there was no cut)."""
+    return [["-n", a.netns, "route", "del", f"{b.address}/32"], ["-n", b.netns, "route", "del", f"{a.address}/32"]]
+
+
+def netem_commands(host: HostPlan, *, delay_ms: float = 0, jitter_ms: float = 0, loss_percent: float = 0) -> list[list[str]]:
+    """`tc` argument lists giving `host`'s link latency and loss, both ways (each direction gets
+    them once: traffic to the host leaves the bridge port, traffic from it leaves its eth0)."""
+    if delay_ms < 0 or jitter_ms < 0 or not 0 <= loss_percent <= 100:
+        raise PlanError("delay_ms and jitter_ms must be >= 0 and loss_percent within 0..100")
+    if jitter_ms > delay_ms:
+        raise PlanError(f"jitter ({jitter_ms} ms) larger than the delay ({delay_ms} ms) would send packets back in time")
+    spec = ["netem"]
+    if delay_ms or jitter_ms:
+        spec += ["delay", f"{delay_ms:g}ms"] + ([f"{jitter_ms:g}ms"] if jitter_ms else [])
+    if loss_percent:
+        spec += ["loss", f"{loss_percent:g}%"]
+    if spec == ["netem"]:
+        raise PlanError("give a delay, a jitter or a loss (or clear the link with netem_clear_commands)")
+    return [["qdisc", "replace", "dev", host.veth, "root"] + spec,
+            ["-n", host.netns, "qdisc", "replace", "dev", host.inner_link, "root"] + spec]
+
+
+def netem_clear_commands(host: HostPlan) -> list[list[str]]:
+    return [["qdisc", "del", "dev", host.veth, "root"],
+            ["-n", host.netns, "qdisc", "del", "dev", host.inner_link, "root"]]

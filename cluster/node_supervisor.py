@@ -1,0 +1,144 @@
+"""Keep a host's Ray node running: start `ray start --block ...` again whenever it ends or its
+raylet is gone, so that a broker whose node Ray declared dead (a network cut longer than Ray's
+health checks) comes back by itself when the host is reachable again, with its broker id (its
+`kray-broker-id` label, or meta.properties beside its logs) and its data.
+
+    python -m cluster.node_supervisor -- ray start --address=10.0.0.1:6379 --block \\
+        --labels kray-broker-id=2
+
+(or a service manager: systemd's `Restart=always` around the same `ray start --block`.) Why a
+raylet check besides the exit: a raylet that Ray declared dead exits ("mistakenly marked as
+dead"), and `ray start --block` ends only when one of its processes exits with an unexpected
+code. So the supervisor also looks for a process named `raylet` under the command: gone for
+RAYLET_GRACE_S, the node is stopped (its processes killed) and started again. It never runs `ray
+stop` (that stops every Ray node of the machine).
+
+Restarts back off from RESTART_BACKOFF_S to RESTART_BACKOFF_S_MAX, and reset once a node ran
+STABLE_S. Ctrl-C / SIGTERM stop the node and the supervisor.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from typing import Callable
+
+RESTART_BACKOFF_S = 1.0
+RESTART_BACKOFF_S_MAX = 30.0
+STABLE_S = 60.0
+CHECK_S = 1.0
+RAYLET_GRACE_S = 30.0  # a starting node's raylet appears within this long, and a dead one is waited for this long
+STOP_GRACE_S = 10.0
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """pid -> process name of every process below `pid` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        children.setdefault(int(rest[1]), []).append(int(entry))
+        names[int(entry)] = name
+    found, todo = {}, list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        found[p] = names.get(p, "")
+        todo.extend(children.get(p, []))
+    return found
+
+
+class NodeSupervisor:
+    def __init__(self, command: list[str], *, watch: str | None = "raylet", say: Callable[[str], None] = print,
+                 raylet_grace_s: float = RAYLET_GRACE_S, check_s: float = CHECK_S):
+        self.command = command
+        self.watch = watch
+        self.say = say
+        self.raylet_grace_s = raylet_grace_s
+        self.check_s = check_s
+        self.starts = 0
+
+    def _say(self, text: str) -> None:
+        self.say(f"[{datetime.now().strftime('%H:%M:%S')}] {text}")
+
+    def run(self, stop: threading.Event) -> None:
+        backoff_s = RESTART_BACKOFF_S
+        while not stop.is_set():
+            started = time.monotonic()
+            self.starts += 1
+            process = subprocess.Popen(self.command, start_new_session=True)
+            why = self._watch(process, stop)
+            self._stop(process)
+            if stop.is_set():
+                return
+            if time.monotonic() - started >= STABLE_S:
+                backoff_s = RESTART_BACKOFF_S
+            self._say(f"the Ray node stopped ({why}): starting it again in {backoff_s:g} s")
+            if stop.wait(backoff_s):
+                return
+            backoff_s = min(backoff_s * 2, RESTART_BACKOFF_S_MAX)
+
+    def _watch(self, process: subprocess.Popen, stop: threading.Event) -> str:
+        """Wait until the node ends: why, in words."""
+        missing_since = time.monotonic()  # the raylet has this long to appear after a start
+        while not stop.wait(self.check_s):
+            code = process.poll()
+            if code is not None:
+                return f"`{' '.join(self.command[:2])}` exited with code {code}"
+            if self.watch is None:
+                continue
+            if self.watch in descendants(process.pid).values():
+                missing_since = None
+            elif missing_since is None:
+                missing_since = time.monotonic()
+            elif time.monotonic() - missing_since >= self.raylet_grace_s:
+                return f"no {self.watch} process for {self.raylet_grace_s:g} s (Ray may have declared the node dead)"
+        return "stopped"
+
+    @staticmethod
+    def _stop(process: subprocess.Popen) -> None:
+        """End the command and everything it started (its own process group and session)."""
+        below = list(descendants(process.pid))
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(process.pid, sig)  # its process group: also what was orphaned when the raylet died
+            except (ProcessLookupError, PermissionError):
+                pass
+            for pid in below:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            try:
+                process.wait(STOP_GRACE_S)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if not args:
+        print("usage: python -m cluster.node_supervisor -- ray start --address=HOST:PORT --block [...]", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    NodeSupervisor(args, say=lambda line: print(line, flush=True)).run(stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

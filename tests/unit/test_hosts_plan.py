@@ -1,0 +1,97 @@
+"""The hosts harness's plan (cluster/hosts/plan.py): addresses from a range this machine does not
+use, names Linux accepts and a crashed run can be found by, and the commands that make, cut and
+remove hosts."""
+import ipaddress
+import json
+
+import pytest
+
+from cluster.hosts import plan as planner
+
+
+def nets(*texts):
+    return [ipaddress.ip_network(t) for t in texts]
+
+
+def test_hosts_get_addresses_of_the_first_free_slice_of_the_benchmark_range():
+    p = planner.plan(3, "1a2b", nets("192.0.2.0/24", "198.18.0.0/24", "198.18.1.7/32"))
+    assert str(p.subnet) == "198.18.2.0/24"
+    assert [h.address for h in p.hosts] == ["198.18.2.1", "198.18.2.2", "198.18.2.3"]
+    assert p.bridge_address == "198.18.2.254"
+    assert p.host(2) == p.host("h2") == p.host("198.18.2.2")
+    with pytest.raises(KeyError, match="h1, h2, h3"):
+        p.host("h4")
+
+
+def test_a_machine_route_covering_the_range_pushes_the_hosts_out_of_it_or_refuses():
+    with pytest.raises(planner.PlanError, match="clean"):
+        planner.plan(3, "1a2b", nets("198.16.0.0/12"))
+
+
+def test_every_name_starts_with_the_run_prefix_and_fits_linux():
+    p = planner.plan(99, "beef", [])
+    names = [p.bridge] + [n for h in p.hosts for n in (h.netns, h.veth, h.veth_peer)]
+    assert all(n.startswith("krhbeef-") and len(n) <= 15 for n in names)
+    links = [p.bridge] + [n for h in p.hosts for n in (h.veth, h.veth_peer)]
+    assert len(set(links)) == len(links)
+    assert {planner.run_id_of(n) for n in names} == {"beef"}
+    with pytest.raises(planner.PlanError):
+        planner.plan(3, "NOT-HEX", [])
+    with pytest.raises(planner.PlanError):
+        planner.plan(0, "1a2b", [])
+
+
+def test_used_networks_come_from_ip_json_and_skip_the_default_route():
+    addr = json.dumps([{"ifname": "lo", "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8},
+                                                       {"family": "inet6", "local": "::1", "prefixlen": 128}]},
+                       {"ifname": "eth0", "addr_info": [{"family": "inet", "local": "198.18.0.9", "prefixlen": 24}]}])
+    route = json.dumps([{"dst": "default", "gateway": "192.0.2.1"}, {"dst": "198.18.1.0/24"},
+                        {"dst": "10.1.2.3"}, {"dst": "fe80::/64"}])
+    used = planner.used_networks(addr, route)
+    assert set(used) == set(nets("127.0.0.0/8", "198.18.0.0/24", "198.18.1.0/24", "10.1.2.3/32"))
+    assert str(planner.choose_subnet(used)) == "198.18.2.0/24"
+
+
+def test_setup_moves_each_veth_end_into_its_host_and_teardown_removes_everything():
+    p = planner.plan(2, "00aa", [])
+    setup = p.setup_commands()
+    assert setup[0] == ["link", "add", "krh00aa-br", "type", "bridge"]
+    h2 = p.host(2)
+    assert ["link", "set", h2.veth_peer, "netns", h2.netns] in setup
+    assert ["-n", h2.netns, "addr", "add", "198.18.0.2/24", "dev", "eth0"] in setup
+    assert ["-n", h2.netns, "link", "set", "lo", "up"] in setup
+    assert not any("default" in c for c in setup)  # no host has a way off the machine
+    teardown = p.teardown_commands()
+    assert ["netns", "delete", h2.netns] in teardown and teardown[-1] == ["link", "delete", "krh00aa-br"]
+
+
+def test_leftovers_are_the_names_of_runs_whose_owner_is_gone():
+    netns = ["krh1111-h1", "krh2222-h1", "other", "krhprobe0001"]
+    links = ["eth0", "krh1111-br", "krh1111-h1", "krh2222-br", "docker0"]
+    assert planner.leftovers(netns, links, live_runs={"2222"}) == (["krh1111-h1"], ["krh1111-br", "krh1111-h1"])
+
+
+def test_isolating_a_host_downs_its_bridge_port_and_netem_shapes_both_directions():
+    h = planner.plan(3, "1a2b", []).host(3)
+    assert planner.isolate_commands(h) == [["link", "set", "krh1a2b-h3", "down"]]
+    assert planner.heal_commands(h) == [["link", "set", "krh1a2b-h3", "up"]]
+    cmds = planner.netem_commands(h, delay_ms=20, jitter_ms=5, loss_percent=1.5)
+    assert cmds == [["qdisc", "replace", "dev", "krh1a2b-h3", "root", "netem", "delay", "20ms", "5ms", "loss", "1.5%"],
+                    ["-n", "krh1a2b-h3", "qdisc", "replace", "dev", "eth0", "root", "netem", "delay", "20ms", "5ms",
+                     "loss", "1.5%"]]
+    with pytest.raises(planner.PlanError):
+        planner.netem_commands(h, delay_ms=5, jitter_ms=20)
+    with pytest.raises(planner.PlanError):
+        planner.netem_commands(h)
+
+
+def test_cutting_two_hosts_apart_routes_their_packets_to_an_address_no_one_answers():
+    p = planner.plan(3, "1a2b", [])
+    assert p.nowhere == "198.18.0.253" and p.nowhere not in {h.address for h in p.hosts} | {p.bridge_address}
+    h1, h3 = p.host(1), p.host(3)
+    assert planner.cut_commands(p, h1, h3) == [
+        ["-n", h1.netns, "route", "replace", "198.18.0.3/32", "via", "198.18.0.253", "dev", "eth0"],
+        ["-n", h3.netns, "route", "replace", "198.18.0.1/32", "via", "198.18.0.253", "dev", "eth0"]]
+    assert planner.cut_commands(p, h1, h3, both_ways=False) == planner.cut_commands(p, h1, h3)[:1]
+    assert planner.uncut_commands(h1, h3) == [["-n", h1.netns, "route", "del", "198.18.0.3/32"],
+                                              ["-n", h3.netns, "route", "del", "198.18.0.1/32"]]
