@@ -6,7 +6,9 @@ patches offsets into the batch headers. A connection's produce requests are rout
 request order (the connection's turn, see actors/gateway/connection.py), so each partition
 appends them in the order the client sent them; answers are awaited after the turn is passed on,
 so up to max.in.flight requests stay pipelined. A topic the principal may not WRITE answers
-TOPIC_AUTHORIZATION_FAILED for each of its partitions and nothing of it is sent (as Kafka).
+TOPIC_AUTHORIZATION_FAILED for each of its partitions and nothing of it is sent (as Kafka). A
+partition its shard no longer hosts answers NOT_LEADER_OR_FOLLOWER (nothing was appended); only a
+data path that failed with the outcome unknown closes the connection.
 """
 from __future__ import annotations
 
@@ -18,12 +20,15 @@ from protocol.messages import ProduceResponse
 
 from actors.gateway.connection import CloseConnection, in_request_order
 from actors.gateway.handlers.routing import leader_clients
-from actors.gateway.partition_client import by_listener
+from actors.gateway.partition_client import PartitionNotHosted, by_listener
 from actors.gateway.security.authorizer import AclOperation, ResourceType
 
 log = logging.getLogger("kray.gateway")
 VALID_ACKS = (-1, 0, 1)
 NO_EPOCH_GIVEN = -1
+# the shard this broker routed to hosts no replica of the partition now (deleted, or moved while the
+# request travelled): nothing was appended, so the client may retry it once its metadata is fresh
+NOT_HOSTED_MESSAGE = "this broker does not host the partition now; refresh metadata and retry"
 
 
 def acks_zero(request) -> bool:
@@ -79,9 +84,14 @@ async def handle_produce(ctx, header, request, connection=None) -> ProduceRespon
             answer.close()
         _data_path_failed(connection, e)
     for (presps, _), group_results in zip(answers, results):
-        if isinstance(group_results, BaseException):
+        if isinstance(group_results, PartitionNotHosted):  # a single partition's call
+            group_results = [group_results]
+        elif isinstance(group_results, BaseException):
             _data_path_failed(connection, group_results)
         for presp, r in zip(presps, group_results):
+            if isinstance(r, PartitionNotHosted):
+                presp.error_code, presp.error_message = ErrorCode.NOT_LEADER_OR_FOLLOWER, NOT_HOSTED_MESSAGE
+                continue
             if isinstance(r, BaseException):
                 _data_path_failed(connection, r)
             presp.error_code, presp.base_offset = r.error_code, r.base_offset
