@@ -8,6 +8,8 @@ with them. The last test restarts the broker: the credentials come back from the
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
 import ssl
 import struct
 import subprocess
@@ -232,6 +234,36 @@ def test_aiokafka_with_scram_over_sasl_ssl(secured):
 
 
 # ---- refused ------------------------------------------------------------------------------------
+NODE_CLIENTS = Path(__file__).resolve().parent.parent / "clients" / "node"
+needs_kafkajs = pytest.mark.skipif(
+    shutil.which("node") is None or not (NODE_CLIENTS / "node_modules" / "kafkajs").is_dir(),
+    reason="Node.js or kafkajs missing: install Node.js and run ./dev test (it runs npm ci in tests/clients/node)")
+
+
+def kafkajs_roundtrip(secured: Secured, mechanism: str, user: str, password: str, records: int = 30):
+    topic, group = name("js"), name("js-g")
+    return subprocess.run(["node", str(NODE_CLIENTS / "scram_roundtrip.js"), secured.address(),
+                           str(secured.pki.ca_file), mechanism, user, password, topic, group, str(records)],
+                          capture_output=True, text=True, timeout=150)
+
+
+@needs_kafkajs
+@pytest.mark.parametrize("mechanism", ["scram-sha-512", "scram-sha-256"])
+def test_kafkajs_produces_and_consumes_over_sasl_ssl_with_scram(secured, mechanism):
+    """kafkajs has SCRAM and TLS code of its own (not librdkafka's)."""
+    run = kafkajs_roundtrip(secured, mechanism, "alice", PASSWORDS["alice"])
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert sorted(out["consumed"], key=lambda v: int(v[1:])) == [f"v{i}" for i in range(30)]
+
+
+@needs_kafkajs
+def test_kafkajs_with_a_wrong_password_is_refused(secured):
+    run = kafkajs_roundtrip(secured, "scram-sha-512", "alice", "not-alices-password")
+    assert run.returncode == 2, (run.returncode, run.stderr[-2000:])
+    assert "SASL" in run.stderr or "uthenticat" in run.stderr
+
+
 def test_a_wrong_password_is_refused_after_the_delay_and_closed(secured):
     errors = authentication_errors(secured.config("alice", "SCRAM-SHA-512", password="wrong"))
     assert errors and errors[0].code() == KafkaError._AUTHENTICATION, errors
