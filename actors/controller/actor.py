@@ -283,6 +283,9 @@ class ControllerActor:
             key = ("gateway", broker_id)
             self.supervisors[key] = asyncio.ensure_future(self._supervise(key, gateway, "start", "until_stopped"))
             log.info("broker %d starting on Ray node %s", broker_id, node.node_id[:12])
+            if broker_id in self.ever_registered:  # lost with its node before, or restarted
+                self._say(f"broker {broker_id} returns on a new Ray node {node.node_id[:12]} at {node.address} (its "
+                          f"node was started again): its replicas recover from its data directory")
 
     def _node_lost(self, node_id: str) -> None:
         """A broker's Ray node died: its gateway and the replica actors it hosted died with it
