@@ -10,6 +10,10 @@ partition led by each broker); one host is cut off from every other host and eve
 partition:
 
 - resumed_s: from the cut until the first record sent after it was acknowledged (acks=all);
+- moved_s: from the cut until the metadata (asked of the other brokers) names a leader that is
+  not the cut-off broker and an ISR without it: Kray's part of resumed_s (a producer with a
+  request in flight to a cut-off leader waits for its request.timeout.ms, 30 s by default, as
+  with Kafka);
 - gap_after_heal_s: the longest time without an acknowledgement from the heal until the end;
 - isr_whole_s: from the heal until the partition's ISR holds all three brokers again;
 
@@ -36,19 +40,23 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-# Ray's health checks (GCS -> each raylet). Ray's defaults declare a node dead after ~20-25 s
-# without an answer (5 failures, a check every 3 s, each waiting up to 10 s), and a raylet or
-# worker gives up on an unreachable GCS after 60 s (gcs_rpc_server_reconnect_timeout_s): a longer
-# cut then ends the node, and its broker returns only through a new `ray start` (the node
-# supervisor), its processes started and its replicas recovered from disk. For a broker Kray
-# has its own, faster failure detector (broker.session.timeout.ms, 9 s: the controller fences the
-# broker and its partitions get new leaders), so Ray need not be quick to give up on a node: the
-# "broker" settings let a node ride out a cut of ~3 minutes and carry on where it was when the
-# network heals (its gateway's session resumes, its replicas catch up), and the supervisor is
-# for longer cuts, crashed raylets and rebooted machines.
+# Ray's health checks (GCS -> each raylet): a check every 3 s, each waiting up to 10 s, and a node
+# is declared dead after 5 failures in a row. On a cut, where packets are lost and nothing is
+# refused, every check waits out its 10 s: the node is declared dead ~65 s into the cut (measured
+# here: 64 s, 4 s *after* a 60 s cut had healed and its broker was back), or ~15 s after its
+# raylet crashed on a reachable host (refused at once). A raylet (and every worker) also gives up
+# on a GCS it can't reach after gcs_rpc_server_reconnect_timeout_s (60 s). A node declared dead
+# returns only through a new `ray start` (the node supervisor), its processes started and its
+# replicas recovered from disk: a minute or more on a loaded machine, against a few seconds for a
+# broker that was only fenced. Kray has a failure detector of its own for brokers
+# (broker.session.timeout.ms, 9 s: the controller fences the broker and its partitions get new
+# leaders), so Ray need not be quick to give up on a node: the "broker" settings let a node ride
+# out a cut of ~2 minutes (10 failures of ~13 s) and carry on where it was at the heal, while a
+# crashed raylet is still noticed in ~30 s (and sooner: the controller lets a new node on the
+# same host take the broker over at once, actors/controller/nodes.replaces).
 RAY_HEALTH = {
     "default": {},
-    "broker": {"health_check_failure_threshold": 18, "gcs_rpc_server_reconnect_timeout_s": 300},
+    "broker": {"health_check_failure_threshold": 10, "gcs_rpc_server_reconnect_timeout_s": 180},
 }
 PARTITIONS = 3
 READ_TIMEOUT_S = 90
@@ -157,18 +165,29 @@ def run_scenario(hosts, victim: int, cut_s: float, *, say: Callable[[str], None]
         assert time.monotonic() < deadline, f"ISRs of a new topic not whole: {isr(admin, topic)}"
         time.sleep(0.25)
     led = leaders(admin, topic)
-    starts_before = hosts.node_starts(victim) if victim != 1 else None
+    joining = [h.index for h in hosts.plan.hosts[1:]]  # hosts whose Ray node runs under the supervisor
+    starts_before = {h: hosts.node_starts(h) for h in joining}
     console_before = len(hosts.output)
     producing = Producing(hosts.bootstrap, topic, partitions)
     loads = {}
     isr_whole: dict[int, float] = {}
+    moved: dict[int, float] = {}  # partition -> seconds from the cut until a live leader and an ISR without the victim
     try:
         time.sleep(3)
         loads["cut"] = load1()
         cut_at, cut_wall = time.monotonic(), _dt.datetime.now().strftime("%H:%M:%S")
         hosts.isolate(victim)
         say(f"h{victim} cut off (load {loads['cut']})")
-        time.sleep(cut_s)
+        others = AdminClient({"bootstrap.servers": ",".join(hosts.broker_address(b) for b in brokers if b != victim)})
+        while time.monotonic() < cut_at + cut_s:  # when the cluster moved on: Kray's part, not the client's
+            try:
+                meta = others.list_topics(topic, timeout=2).topics[topic].partitions
+                for p, m in meta.items():
+                    if p not in moved and m.leader not in (victim, -1) and victim not in m.isrs:
+                        moved[p] = time.monotonic() - cut_at
+            except Exception:
+                pass
+            time.sleep(max(0.0, min(0.25, cut_at + cut_s - time.monotonic())))
         hosts.heal(victim)
         healed_at, healed_wall = time.monotonic(), _dt.datetime.now().strftime("%H:%M:%S")
         loads["heal"] = load1()
@@ -195,15 +214,18 @@ def run_scenario(hosts, victim: int, cut_s: float, *, say: Callable[[str], None]
     for p, d in per_partition.items():
         d["leader_before"] = led.get(p)
         d["isr_whole_s"] = round(isr_whole[p], 2) if p in isr_whole else None
+        d["moved_s"] = round(moved[p], 2) if p in moved else None
     said = [line for line in hosts.output[console_before:] if "broker " in line]
+    supervised = {f"h{h}": [line for line in hosts.supervisor_output(h).splitlines()
+                            if line.startswith("[") and ("Ray node" in line)] for h in joining}
     result = {
         "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "victim": f"h{victim}", "cut_s": round(healed_at - cut_at, 1), "cut_at": cut_wall, "healed_at": healed_wall,
         "partitions": per_partition,
         "acknowledged": len(want), "lost": len(want - set(got)), "duplicates": len(got) - len(set(got)),
         "failed": len(producing.failed), "failed_examples": producing.failed[:3], "unflushed": producing.unflushed,
-        "ray_node_restarted": None if starts_before is None else hosts.node_starts(victim) > starts_before,
-        "load_1min": loads, "console": said,
+        "ray_nodes_restarted": [f"h{h}" for h in joining if hosts.node_starts(h) > starts_before[h]],
+        "load_1min": loads, "console": said, "supervisors": supervised,
     }
     say(json.dumps({k: v for k, v in result.items() if k != "console"}))
     return result
@@ -216,22 +238,25 @@ def markdown(runs: list[dict]) -> str:
              "(3 partitions, replication factor 3, min.insync.replicas=2; broker.session.timeout.ms "
              "9000). Per partition: *resumed* = seconds from the cut until the first record sent "
              "after it was acknowledged; *ISR whole* = seconds from the heal until the ISR held all "
-             "three brokers again; *gap* = longest time without an acknowledgement after the heal. "
+             "three brokers again; *gap* = longest time without an acknowledgement after the heal; "
+             "*moved* = seconds from the cut until the other brokers' metadata named a live leader and an "
+             "ISR without the cut-off broker (Kray's part: a producer with a request in flight to a "
+             "cut-off leader waits its request.timeout.ms, 30 s by default, as with Kafka). "
              "Goal: resumed <= 12 s (session + 3 s), <= 5 s after the heal. Load = 1-minute load "
              "average at the cut / heal / end (other test runs shared the machine).", "",
              "Commands: `python -m benchmarks.partition_heal --victim V --cut S --ray-health H` (root).", "",
-             "| when (UTC) | cut host | cut s | Ray health | Ray node restarted | partition (leader before) "
-             "| resumed s | ISR whole s | gap after heal s | acked | lost | load cut/heal/end |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| when (UTC) | cut host | cut s | Ray health | Ray nodes restarted | partition (leader before) "
+             "| moved s | resumed s | ISR whole s | gap after heal s | acked | lost | load cut/heal/end |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         first = True
         for p, d in sorted(r["partitions"].items(), key=lambda kv: int(kv[0])):
             head = (f"| {r['when']} | {r['victim']} | {r['cut_s']} | {r.get('ray_health', '?')} | "
-                    f"{r['ray_node_restarted']} |") if first else "| | | | | |"
+                    f"{', '.join(r['ray_nodes_restarted']) or 'none'} |") if first else "| | | | | |"
             tail = (f" {r['acknowledged']} | {r['lost']} | "
                     f"{r['load_1min'].get('cut')}/{r['load_1min'].get('heal')}/{r['load_1min'].get('end')} |") \
                 if first else " | | |"
-            lines.append(f"{head} {p} ({d['leader_before']}) | {d['resumed_s']} | {d['isr_whole_s']} | "
+            lines.append(f"{head} {p} ({d['leader_before']}) | {d.get('moved_s')} | {d['resumed_s']} | {d['isr_whole_s']} | "
                          f"{d['gap_after_heal_s']} |{tail}")
             first = False
     lines.append("")
@@ -239,6 +264,9 @@ def markdown(runs: list[dict]) -> str:
         lines.append(f"`kray start` said, {r['when']} (cut h{r['victim'][1:]} at {r['cut_at']}, healed at "
                      f"{r['healed_at']}):")
         lines += ["", "```"] + [line for line in r["console"]] + ["```", ""]
+        restarts = [f"{h}: {line}" for h, said in r.get("supervisors", {}).items() for line in said]
+        if restarts:
+            lines += ["Node supervisors:", "", "```"] + restarts + ["```", ""]
     return "\n".join(lines)
 
 

@@ -93,6 +93,8 @@ class NodeSupervisor:
         while not stop.is_set():
             started = time.monotonic()
             self.starts += 1
+            if self.starts > 1:
+                self._say(f"starting the Ray node again (start {self.starts}): {' '.join(self.command[:2])} ...")
             process = subprocess.Popen(self.command, start_new_session=True)
             why = self._watch(process, stop)
             self._stop(process)
@@ -118,6 +120,8 @@ class NodeSupervisor:
                 continue
             now = time.monotonic()
             if self.watch in descendants(process.pid).values():
+                if not seen and self.starts > 1:
+                    self._say(f"the Ray node runs again ({self.watch} up {now - started:.1f} s after the start)")
                 seen, missing_since = True, None
                 continue
             missing_since = now if missing_since is None else missing_since

@@ -40,10 +40,11 @@ def hosts():
 def test_a_broker_host_cut_off_for_60_s_heals_by_itself(hosts):
     result = run_scenario(hosts, victim=3, cut_s=CUT_S, say=print)
     rows = result["partitions"]
-    print("\npartition (leader before): resumed after the cut / ISR whole after the heal / longest gap after the heal")
+    print("\npartition (leader before): moved / acks=all resumed after the cut; ISR whole / longest gap after the heal")
     for p, d in sorted(rows.items()):
-        print(f"  {p} ({d['leader_before']}): {d['resumed_s']} s / {d['isr_whole_s']} s / {d['gap_after_heal_s']} s")
-    print(f"load (1 min) {result['load_1min']}; Ray node restarted: {result['ray_node_restarted']}")
+        print(f"  {p} ({d['leader_before']}): {d['moved_s']} s / {d['resumed_s']} s; "
+              f"{d['isr_whole_s']} s / {d['gap_after_heal_s']} s")
+    print(f"load (1 min) {result['load_1min']}; Ray nodes restarted: {result['ray_nodes_restarted'] or 'none'}")
     print("kray start said:\n" + "\n".join(result["console"]))
     assert result["lost"] == 0, f"{result['lost']} acknowledged records lost"
     assert result["duplicates"] == 0, "an idempotent producer's record was written twice"

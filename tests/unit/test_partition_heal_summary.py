@@ -24,11 +24,11 @@ def test_gap_after_heal_counts_from_the_heal_to_the_end():
 
 
 def test_markdown_has_a_row_per_partition():
-    run = {"when": "t", "victim": "h3", "cut_s": 60.0, "ray_health": "broker", "ray_node_restarted": False,
+    run = {"when": "t", "victim": "h3", "cut_s": 60.0, "ray_health": "broker", "ray_nodes_restarted": [],
            "partitions": {"0": {"leader_before": 1, "resumed_s": 9.5, "isr_whole_s": 2.0, "gap_after_heal_s": 0.1},
-                          "1": {"leader_before": 3, "resumed_s": 31.0, "isr_whole_s": 2.5, "gap_after_heal_s": 0.1}},
+                          "1": {"leader_before": 3, "moved_s": 9.6, "resumed_s": 31.0, "isr_whole_s": 2.5, "gap_after_heal_s": 0.1}},
            "acknowledged": 10, "lost": 0, "load_1min": {"cut": 3.0, "heal": 4.0, "end": 4.5},
            "cut_at": "14:00:00", "healed_at": "14:01:00", "console": ["broker 3 fenced"]}
     text = markdown([run])
-    assert "| 0 (1) | 9.5 | 2.0 | 0.1 |" in text and "| 1 (3) | 31.0 | 2.5 | 0.1 |" in text
+    assert "| 0 (1) | None | 9.5 | 2.0 | 0.1 |" in text and "| 1 (3) | 9.6 | 31.0 | 2.5 | 0.1 |" in text
     assert "broker 3 fenced" in text
