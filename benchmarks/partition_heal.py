@@ -86,7 +86,7 @@ class Producing:
     """An idempotent acks=all producer in a thread, records round robin over the partitions:
     when each record was sent and when acknowledged."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int):
+    def __init__(self, bootstrap: str, topic: str, partitions: int, config: dict | None = None):
         from confluent_kafka import Producer
         self.sent: dict[bytes, float] = {}
         self.acked: dict[bytes, tuple[int, float]] = {}
@@ -94,7 +94,7 @@ class Producing:
         self.stop = threading.Event()
         self.unflushed = 0
         self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                                  "linger.ms": 5, "delivery.timeout.ms": 300000})
+                                  "linger.ms": 5, "delivery.timeout.ms": 300000} | dict(config or {}))
         self.thread = threading.Thread(target=self._run, args=(topic, partitions), name="producer", daemon=True)
         self.thread.start()
 
@@ -152,7 +152,7 @@ def summarize(sent: dict[bytes, float], acked: dict[bytes, tuple[int, float]], c
 
 
 def run_scenario(hosts, victim: int, cut_s: float, *, say: Callable[[str], None] = log,
-                 settle_s: float = 20, partitions: int = PARTITIONS) -> dict:
+                 settle_s: float = 20, partitions: int = PARTITIONS, producer_config: dict | None = None) -> dict:
     """Cut host `victim` off for `cut_s` under the producer, heal, wait for every ISR to be whole
     again, read everything back; returns the measurements (see the module's doc)."""
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -168,7 +168,7 @@ def run_scenario(hosts, victim: int, cut_s: float, *, say: Callable[[str], None]
     joining = [h.index for h in hosts.plan.hosts[1:]]  # hosts whose Ray node runs under the supervisor
     starts_before = {h: hosts.node_starts(h) for h in joining}
     console_before = len(hosts.output)
-    producing = Producing(hosts.bootstrap, topic, partitions)
+    producing = Producing(hosts.bootstrap, topic, partitions, producer_config)
     loads = {}
     isr_whole: dict[int, float] = {}
     moved: dict[int, float] = {}  # partition -> seconds from the cut until a live leader and an ISR without the victim
@@ -220,7 +220,7 @@ def run_scenario(hosts, victim: int, cut_s: float, *, say: Callable[[str], None]
                             if line.startswith("[") and ("Ray node" in line)] for h in joining}
     result = {
         "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "victim": f"h{victim}", "cut_s": round(healed_at - cut_at, 1), "cut_at": cut_wall, "healed_at": healed_wall,
+        "producer_config": dict(producer_config or {}), "victim": f"h{victim}", "cut_s": round(healed_at - cut_at, 1), "cut_at": cut_wall, "healed_at": healed_wall,
         "partitions": per_partition,
         "acknowledged": len(want), "lost": len(want - set(got)), "duplicates": len(got) - len(set(got)),
         "failed": len(producing.failed), "failed_examples": producing.failed[:3], "unflushed": producing.unflushed,
@@ -251,7 +251,8 @@ def markdown(runs: list[dict]) -> str:
     for r in runs:
         first = True
         for p, d in sorted(r["partitions"].items(), key=lambda kv: int(kv[0])):
-            head = (f"| {r['when']} | {r['victim']} | {r['cut_s']} | {r.get('ray_health', '?')} | "
+            tuned = "".join(f"; producer {k}={v}" for k, v in r.get("producer_config", {}).items())
+            head = (f"| {r['when']} | {r['victim']} | {r['cut_s']} | {r.get('ray_health', '?')}{tuned} | "
                     f"{', '.join(r['ray_nodes_restarted']) or 'none'} |") if first else "| | | | | |"
             tail = (f" {r['acknowledged']} | {r['lost']} | "
                     f"{r['load_1min'].get('cut')}/{r['load_1min'].get('heal')}/{r['load_1min'].get('end')} |") \
@@ -275,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--victim", type=int, default=3, help="the host cut off (1 runs the Ray head and controller)")
     parser.add_argument("--cut", type=float, default=60.0, help="seconds the host is cut off")
     parser.add_argument("--ray-health", choices=sorted(RAY_HEALTH), default="broker")
+    parser.add_argument("--producer-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a producer setting beside the defaults (repeatable), e.g. socket.timeout.ms=10000")
     parser.add_argument("--out", default="benchmarks/results/partition-heal", help="results path, without .json/.md")
     args = parser.parse_args(argv)
     from cluster.hosts.deploy import KrayHosts
@@ -282,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"starting 3 hosts (Ray health {args.ray_health}: {RAY_HEALTH[args.ray_health]}; load {load1()})")
     with hosts:
         log(f"up: {hosts.bootstrap}; " + ", ".join(f"{k} {v:.1f}" for k, v in hosts.timings.items()))
-        result = run_scenario(hosts, args.victim, args.cut)
+        result = run_scenario(hosts, args.victim, args.cut,
+                              producer_config=dict(kv.split("=", 1) for kv in args.producer_config))
     result |= {"ray_health": args.ray_health, "ray_system_config": RAY_HEALTH[args.ray_health],
                "command": "python -m benchmarks.partition_heal " + " ".join(argv if argv is not None else
                                                                              __import__("sys").argv[1:])}
