@@ -57,6 +57,9 @@ from typing import Callable
 RAY_HEALTH = {
     "default": {},
     "broker": {"health_check_failure_threshold": 10, "gcs_rpc_server_reconnect_timeout_s": 180},
+    # and gRPC keepalive pings between Ray's processes every 10 s (Ray's default: 300 s, 120 s to answer)
+    "broker-keepalive": {"health_check_failure_threshold": 10, "gcs_rpc_server_reconnect_timeout_s": 180,
+                         "grpc_client_keepalive_time_ms": 10000, "grpc_client_keepalive_timeout_ms": 10000},
 }
 PARTITIONS = 3
 READ_TIMEOUT_S = 90

@@ -98,6 +98,15 @@ class MetadataImage:
         return topic.partitions[index].leader
 
 
+def listen_failure(e: BaseException) -> bool:
+    """Whether a gateway's failure is its listener's (the port taken, an address it may not bind:
+    `kray start` says "cannot listen" with the fix), not an unreachable or dead node's, nor a
+    controller that did not answer in time."""
+    cause = getattr(e, "cause", None) or e
+    return isinstance(cause, OSError) and not isinstance(cause, (TimeoutError, ConnectionError,
+                                                                  ray.exceptions.RayError))
+
+
 class ReplicaHostDied(ConnectionError):
     pass
 
@@ -659,7 +668,8 @@ class ControllerActor:
             except Exception as e:
                 if gateway:
                     self.serving.discard(key[1])
-                    self.broker_failures[key[1]] = str(getattr(e, "cause", None) or e).splitlines()[-1]
+                    if listen_failure(e):  # (not a gateway cut off, or on a node Ray declared dead)
+                        self.broker_failures[key[1]] = str(getattr(e, "cause", None) or e).splitlines()[-1]
                     self._bump()
                 elif self.replica_actors.get(key) is actor and self.leading.pop(key, None) is not None:
                     self._bump()  # no route to it until it is back, listening and told it leads
