@@ -276,7 +276,8 @@ class ControllerActor:
         for node_id in [n for n in self.node_brokers if n not in alive]:
             self._node_lost(node_id)
         for node in nodes:
-            if not node.alive or node.node_id in self.node_brokers:
+            # (a node another took over, nodes.replaces, stays retired while Ray still lists it)
+            if not node.alive or node.node_id in self.node_brokers or node.node_id in self.lost_nodes:
                 continue
             if not node.hosts_broker:
                 self.node_brokers[node.node_id] = None
