@@ -10,11 +10,13 @@ health checks) comes back by itself when the host is reachable again, with its b
 raylet check besides the exit: a raylet that Ray declared dead exits ("mistakenly marked as
 dead"), and `ray start --block` ends only when one of its processes exits with an unexpected
 code. So the supervisor also looks for a process named `raylet` under the command: gone for
-RAYLET_GRACE_S, the node is stopped (its processes killed) and started again. It never runs `ray
-stop` (that stops every Ray node of the machine).
+RAYLET_GONE_S once it ran (or not there RAYLET_GRACE_S after a start), the node is stopped (its
+processes killed) and started again. It never runs `ray stop` (that stops every Ray node of the
+machine).
 
-Restarts back off from RESTART_BACKOFF_S to RESTART_BACKOFF_S_MAX, and reset once a node ran
-STABLE_S. Ctrl-C / SIGTERM stop the node and the supervisor.
+Restarts back off from RESTART_BACKOFF_S to RESTART_BACKOFF_S_MAX (a host still cut off from the
+head fails to join; the first try after the heal comes at most that long after it), and reset
+once a node ran STABLE_S. Ctrl-C / SIGTERM stop the node and the supervisor.
 """
 from __future__ import annotations
 
@@ -28,10 +30,13 @@ from datetime import datetime
 from typing import Callable
 
 RESTART_BACKOFF_S = 1.0
-RESTART_BACKOFF_S_MAX = 30.0
+RESTART_BACKOFF_S_MAX = 8.0
 STABLE_S = 60.0
-CHECK_S = 1.0
-RAYLET_GRACE_S = 30.0  # a starting node's raylet appears within this long, and a dead one is waited for this long
+CHECK_S = 0.5
+RAYLET_GRACE_S = 30.0  # a starting node's raylet appears within this long
+# a raylet that ran and is gone: the node is over (Ray declared it dead, or it crashed); `ray start
+# --block` notices only an exit code it does not expect, within a second, so wait a little for it
+RAYLET_GONE_S = 1.0
 STOP_GRACE_S = 10.0
 
 
@@ -58,13 +63,25 @@ def descendants(pid: int) -> dict[int, str]:
     return found
 
 
+def watch_verdict(seen: bool, running_s: float, missing_s: float, grace_s: float, gone_s: float) -> str | None:
+    """Whether a node whose watched process (WATCHED) is not running now is over, and why: one
+    that ran and has been gone `gone_s`, or never appeared within `grace_s` of the start."""
+    if seen and missing_s >= gone_s:
+        return f"its WATCHED exited and has been gone {missing_s:.1f} s (Ray declared the node dead, or it crashed)"
+    if not seen and running_s >= grace_s:
+        return f"no WATCHED process {grace_s:g} s after the start"
+    return None
+
+
 class NodeSupervisor:
     def __init__(self, command: list[str], *, watch: str | None = "raylet", say: Callable[[str], None] = print,
-                 raylet_grace_s: float = RAYLET_GRACE_S, check_s: float = CHECK_S):
+                 raylet_grace_s: float = RAYLET_GRACE_S, raylet_gone_s: float = RAYLET_GONE_S,
+                 check_s: float = CHECK_S):
         self.command = command
         self.watch = watch
         self.say = say
         self.raylet_grace_s = raylet_grace_s
+        self.raylet_gone_s = raylet_gone_s
         self.check_s = check_s
         self.starts = 0
 
@@ -76,6 +93,8 @@ class NodeSupervisor:
         while not stop.is_set():
             started = time.monotonic()
             self.starts += 1
+            if self.starts > 1:
+                self._say(f"starting the Ray node again (start {self.starts}): {' '.join(self.command[:2])} ...")
             process = subprocess.Popen(self.command, start_new_session=True)
             why = self._watch(process, stop)
             self._stop(process)
@@ -90,19 +109,25 @@ class NodeSupervisor:
 
     def _watch(self, process: subprocess.Popen, stop: threading.Event) -> str:
         """Wait until the node ends: why, in words."""
-        missing_since = time.monotonic()  # the raylet has this long to appear after a start
+        started = time.monotonic()
+        seen = False
+        missing_since = None
         while not stop.wait(self.check_s):
             code = process.poll()
             if code is not None:
                 return f"`{' '.join(self.command[:2])}` exited with code {code}"
             if self.watch is None:
                 continue
+            now = time.monotonic()
             if self.watch in descendants(process.pid).values():
-                missing_since = None
-            elif missing_since is None:
-                missing_since = time.monotonic()
-            elif time.monotonic() - missing_since >= self.raylet_grace_s:
-                return f"no {self.watch} process for {self.raylet_grace_s:g} s (Ray may have declared the node dead)"
+                if not seen and self.starts > 1:
+                    self._say(f"the Ray node runs again ({self.watch} up {now - started:.1f} s after the start)")
+                seen, missing_since = True, None
+                continue
+            missing_since = now if missing_since is None else missing_since
+            why = watch_verdict(seen, now - started, now - missing_since, self.raylet_grace_s, self.raylet_gone_s)
+            if why:
+                return why.replace("WATCHED", self.watch)
         return "stopped"
 
     @staticmethod

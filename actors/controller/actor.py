@@ -28,7 +28,7 @@ from actors import internal_topics, log_to_stderr
 from actors.controller.core import BrokerInfo, ControllerCore, Outcome, TopicState
 from actors.controller.events import BrokerEvents
 from actors.controller.metadata_log import MetadataLog
-from actors.controller.nodes import NodeView, proposed_broker_id, recorded_broker_id
+from actors.controller.nodes import NodeView, proposed_broker_id, recorded_broker_id, replaces
 from actors.shard.hosted import HostedReplica, shard_index
 from cluster import composition
 from cluster.config import TopicConfig
@@ -98,6 +98,15 @@ class MetadataImage:
         return topic.partitions[index].leader
 
 
+def listen_failure(e: BaseException) -> bool:
+    """Whether a gateway's failure is its listener's (the port taken, an address it may not bind:
+    `kray start` says "cannot listen" with the fix), not an unreachable or dead node's, nor a
+    controller that did not answer in time."""
+    cause = getattr(e, "cause", None) or e
+    return isinstance(cause, OSError) and not isinstance(cause, (TimeoutError, ConnectionError,
+                                                                  ray.exceptions.RayError))
+
+
 class ReplicaHostDied(ConnectionError):
     pass
 
@@ -155,6 +164,7 @@ class ControllerActor:
         self.retell = asyncio.Event()  # a replica missed its partition state: tell the missing ones again
         self.ever_registered: set[int] = set()  # brokers that registered with this incarnation
         self.lost_nodes: set[str] = set()  # Ray nodes declared dead: a gateway left on one may not register
+        self.id_conflicts: set[tuple[str, str]] = set()  # (node, live node) claiming one broker id: said once
         self.publisher: asyncio.Task | None = None
         self.to_supervise = self._adopt_running_actors()
         # brokers that registered with this incarnation, or whose gateway it adopted: only they
@@ -262,10 +272,12 @@ class ControllerActor:
     async def _deploy_new_nodes(self) -> None:
         nodes = list(map(NodeView.of, ray.nodes()))
         alive = {node.node_id for node in nodes if node.alive}
+        views = {node.node_id: node for node in nodes}
         for node_id in [n for n in self.node_brokers if n not in alive]:
             self._node_lost(node_id)
         for node in nodes:
-            if not node.alive or node.node_id in self.node_brokers:
+            # (a node another took over, nodes.replaces, stays retired while Ray still lists it)
+            if not node.alive or node.node_id in self.node_brokers or node.node_id in self.lost_nodes:
                 continue
             if not node.hosts_broker:
                 self.node_brokers[node.node_id] = None
@@ -276,6 +288,16 @@ class ControllerActor:
                 proposed = proposed_broker_id(int(self.core.broker_config["broker.id"]), taken)
                 broker_id = await composition.run_on_node(node.node_id, recorded_broker_id, str(self.data_dir),
                                                           proposed)
+            holder = next((n for n, b in self.node_brokers.items() if b == broker_id), None)
+            if holder is not None:
+                if not replaces(views.get(holder), node):
+                    if (node.node_id, holder) not in self.id_conflicts:
+                        self.id_conflicts.add((node.node_id, holder))
+                        self._say(f"Ray node {node.node_id[:12]} at {node.address} claims broker id {broker_id}, "
+                                  f"which live node {holder[:12]} at {views[holder].address} has: it runs no broker "
+                                  f"(give each node its own kray-broker-id label)")
+                    continue
+                self._node_lost(holder, replaced_by=node)
             gateway = composition.start_gateway(self.core.broker_config, broker_id, node.node_id,
                                                 ray.get_runtime_context().current_actor, node.port)
             self.node_brokers[node.node_id] = broker_id
@@ -283,24 +305,34 @@ class ControllerActor:
             key = ("gateway", broker_id)
             self.supervisors[key] = asyncio.ensure_future(self._supervise(key, gateway, "start", "until_stopped"))
             log.info("broker %d starting on Ray node %s", broker_id, node.node_id[:12])
+            if broker_id in self.ever_registered:  # lost with its node before, or restarted
+                self._say(f"broker {broker_id} returns on a new Ray node {node.node_id[:12]} at {node.address} (its "
+                          f"node was started again): its replicas recover from its data directory")
 
-    def _node_lost(self, node_id: str) -> None:
+    def _node_lost(self, node_id: str, replaced_by: NodeView | None = None) -> None:
         """A broker's Ray node died: its gateway and the replica actors it hosted died with it
         (Ray can't restart them elsewhere: they are pinned to the node that holds their data).
         The broker is fenced at once: its partitions get new leaders from their ISRs. Its actors
         are forgotten, so that the node that returns with the same broker id (its label, or
         meta.properties beside its logs) gets a gateway and its replicas again, recovered from
-        its data directory, to catch up and rejoin the ISRs."""
+        its data directory, to catch up and rejoin the ISRs. `replaced_by`: a new node on the same
+        host claims the broker before Ray declared this one dead (nodes.replaces)."""
         broker_id = self.node_brokers.pop(node_id)
         self.lost_nodes.add(node_id)
         if broker_id is None:
             return
         log.warning("broker %d is gone with its Ray node %s", broker_id, node_id[:12])
-        self._say(f"broker {broker_id} lost: Ray declared its node {node_id[:12]} dead (the machine stopped, or "
-                  f"was cut off longer than Ray's health checks allow); it returns when its node does")
+        if replaced_by is None:
+            self._say(f"broker {broker_id} lost: Ray declared its node {node_id[:12]} dead (the machine stopped, or "
+                      f"was cut off longer than Ray's health checks allow); it returns when its node does")
+        else:
+            self._say(f"broker {broker_id} lost: a new Ray node {replaced_by.node_id[:12]} on its host "
+                      f"{replaced_by.address} takes its place (the node {node_id[:12]} there was started again "
+                      f"before Ray declared it dead)")
         self._persist(self.core.replication_outcome(self.core.replication.broker_died(broker_id).records))
         self.serving.discard(broker_id)
         self.registered.discard(broker_id)
+        self.broker_failures.pop(broker_id, None)  # its gateway failing to restart on a dead node: not a listener problem
         doomed = [(("gateway", broker_id), self.gateways.pop(broker_id, None))]
         doomed += [(("shard", *k), self.shards.pop(k)) for k in [k for k in self.shards if k[0] == broker_id]]
         for key in [k for k in self.replica_actors if k[2] == broker_id]:
@@ -637,7 +669,8 @@ class ControllerActor:
             except Exception as e:
                 if gateway:
                     self.serving.discard(key[1])
-                    self.broker_failures[key[1]] = str(getattr(e, "cause", None) or e).splitlines()[-1]
+                    if listen_failure(e):  # (not a gateway cut off, or on a node Ray declared dead)
+                        self.broker_failures[key[1]] = str(getattr(e, "cause", None) or e).splitlines()[-1]
                     self._bump()
                 elif self.replica_actors.get(key) is actor and self.leading.pop(key, None) is not None:
                     self._bump()  # no route to it until it is back, listening and told it leads

@@ -56,6 +56,15 @@ class NodeView:
         return int(raw) if raw is not None and raw.isdigit() else None
 
 
+def replaces(old: NodeView | None, new: NodeView) -> bool:
+    """Whether `new`, a node that claims the broker id of live node `old`, takes its place: it is
+    on the same host (its address), so the Ray node there was started again while Ray has not yet
+    declared the old one dead (its raylet crashed, or a node supervisor restarted it after a cut;
+    with health checks that tolerate long cuts that takes minutes). A node elsewhere with the same
+    id is a configuration error: it waits, and the live broker stays."""
+    return old is None or (bool(new.address) and old.address == new.address)
+
+
 def proposed_broker_id(configured: int, taken: set[int]) -> int:
     """A new broker's id: the configured broker.id if no live broker has it, else the lowest free id."""
     if configured >= 0 and configured not in taken:

@@ -1,11 +1,20 @@
 """Kray deployed on hosts of one machine as a user deploys it on machines of their own:
 
     h1:      ray start --head --node-ip-address H1 --labels kray-broker-id=1 ...
-    h2..hN:  ray start --address H1:6379 --node-ip-address Hn --labels kray-broker-id=n ...
+    h2..hN:  python -m cluster.node_supervisor -- \
+                 ray start --address H1:6379 --block --node-ip-address Hn --labels kray-broker-id=n ...
     h1:      kray start --address H1:6379 --config configs/multinode.toml
 
 each host with its own address, Ray temp dir and HOME, every broker on port 9092 of its own
 address; clients run here, in the root namespace, and bootstrap from those addresses.
+
+A host that joins runs its Ray node under the node supervisor (cluster/node_supervisor.py), as a
+service manager would on a machine of one's own: when Ray's GCS declared the node dead (a cut
+longer than its health checks allow) its raylet exits at the heal, and the supervisor starts
+`ray start` again, so the broker returns with its id (its label) and its data by itself. The
+head runs no supervisor: its GCS is the cluster (a new one would be a cluster of its own).
+`ray_system_config` is given to the head's `ray start --system-config` (Ray hands it to every
+node that joins): e.g. Ray's health-check settings (benchmarks/partition_heal.py measures them).
 
     with KrayHosts(3) as hosts:
         Producer({"bootstrap.servers": hosts.bootstrap})     # "198.18.0.1:9092,198.18.0.2:9092,..."
@@ -20,6 +29,7 @@ it to each machine), and every Ray command runs with RAY_AUTH_MODE=token.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -38,6 +48,7 @@ MULTINODE_CONFIG = REPO / "configs" / "multinode.toml"
 RAY_PORT = 6379
 KAFKA_PORT = 9092
 READY = re.compile(r"Kray is ready: bootstrap=(\S+)")
+RAY_STARTED = "Ray runtime started."  # what `ray start` prints once its node joined
 STARTUP_TIMEOUT_S = 180
 STOP_TIMEOUT_S = 60
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
@@ -49,16 +60,19 @@ class KrayHosts:
 
     def __init__(self, hosts: int = 3, *, config: Path = MULTINODE_CONFIG, overrides: tuple[str, ...] = (),
                  python: str = sys.executable, num_cpus: int | None = 1,
-                 object_store_bytes: int | None = OBJECT_STORE_BYTES):
+                 object_store_bytes: int | None = OBJECT_STORE_BYTES, ray_system_config: dict | None = None):
         """`num_cpus`: CPUs each Ray node declares (None: the machine's; it sets a broker's
         shard count), 1 by default as the hosts share this machine's cores; `object_store_bytes`:
-        each node's Ray object store (Kray moves records over sockets, not Ray objects)."""
+        each node's Ray object store (Kray moves records over sockets, not Ray objects);
+        `ray_system_config`: Ray's system config, set on the head for the whole cluster."""
         self.net = HostNetwork(hosts)
         self.config = Path(config)
         self.overrides = tuple(overrides)
         self.python = python
         self.num_cpus = num_cpus
         self.object_store_bytes = object_store_bytes
+        self.ray_system_config = dict(ray_system_config or {})
+        self.supervisors: dict[str, tuple[subprocess.Popen, Path]] = {}  # host name -> its node supervisor
         self.bin = Path(python).parent
         self.kray: subprocess.Popen | None = None
         self.output: list[str] = []          # kray start's console, line by line
@@ -130,13 +144,40 @@ class KrayHosts:
         for h in self.plan.hosts[1:]:
             (self.home(h.name) / ".ray" / "auth_token").write_text(token)
         head = self._ray_start_args(1) + ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"]
+        if self.ray_system_config:
+            head.append(f"--system-config={json.dumps(self.ray_system_config, separators=(',', ':'))}")
         self._retry_ray_start(self.plan.hosts[0], head, lambda: self.net.run(1, head, timeout_s=STARTUP_TIMEOUT_S,
                                                                              env=self.env(1)))
-        joins = [(h, self._ray_start_args(h.name) + [f"--address={self.head_address}"]) for h in self.plan.hosts[1:]]
-        started = [(h, argv, self.net.start(h.name, argv, env=self.env(h.name))) for h, argv in joins]
-        for h, argv, proc in started:  # the others join at once
-            self._retry_ray_start(h, argv, lambda: self.net.wait(h.name, argv, proc, STARTUP_TIMEOUT_S),
-                                  lambda: self.net.run(h.name, argv, timeout_s=STARTUP_TIMEOUT_S, env=self.env(h.name)))
+        for h in self.plan.hosts[1:]:  # the others join at once, each under its node supervisor
+            self.supervisors[h.name] = self.net.start(h.name, self.node_command(h.name), env=self.env(h.name))
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        for h in self.plan.hosts[1:]:
+            # (a `ray start` that gives up, e.g. after Ray's own 30 s registration wait on a loaded
+            # machine, is started again by the supervisor)
+            while self.node_starts(h.name) < 1:
+                proc, _ = self.supervisors[h.name]
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise CommandFailed(f"on {h.name}: the Ray node did not start:\n{self.supervisor_output(h.name)[-4000:]}")
+                time.sleep(0.2)
+
+    def node_command(self, host: int | str) -> list[str]:
+        """What runs on a host that joins, as on a machine of one's own under a service manager:
+        `ray start --address HEAD --block` under the node supervisor, which starts it again when
+        its node ends (Ray declared it dead during a long cut: its raylet exits at the heal)."""
+        return [self.python, "-m", "cluster.node_supervisor", "--", *self._ray_start_args(host),
+                f"--address={self.head_address}", "--block"]
+
+    def supervisor_output(self, host: int | str) -> str:
+        """What a joining host's node supervisor and its `ray start`s printed."""
+        started = self.supervisors.get(self.plan.host(host).name) if self.plan is not None else None
+        try:
+            return "" if started is None else started[1].read_text(errors="replace")
+        except OSError:  # the hosts were removed
+            return ""
+
+    def node_starts(self, host: int | str) -> int:
+        """How many times the host's Ray node started (1 + the supervisor's restarts)."""
+        return self.supervisor_output(host).count(RAY_STARTED)
 
     def _retry_ray_start(self, host, argv, first, again=None) -> None:
         """`ray start` gives up when its node has not registered within 30 s (hard-coded in Ray),

@@ -28,3 +28,12 @@ def test_a_node_finds_its_recorded_id_again(tmp_path):
     assert recorded_broker_id(str(tmp_path), proposed=4) == 4
     assert recorded_broker_id(str(tmp_path), proposed=9) == 4, "meta.properties wins over a new proposal"
     assert "broker.id=4" in (tmp_path / "meta.properties").read_text()
+
+
+def test_a_new_node_on_the_same_host_replaces_the_live_node_of_its_broker_id():
+    from actors.controller.nodes import replaces
+    old = NodeView("old", True, "198.18.0.3", {"kray-broker-id": "3"})
+    assert replaces(old, NodeView("new", True, "198.18.0.3", {"kray-broker-id": "3"}))
+    assert not replaces(old, NodeView("elsewhere", True, "198.18.0.9", {"kray-broker-id": "3"}))
+    assert not replaces(old, NodeView("no-address", True, "", {"kray-broker-id": "3"}))
+    assert replaces(None, NodeView("new", True, "198.18.0.3", {}))

@@ -37,4 +37,27 @@ def test_starts_it_again_when_the_watched_process_is_gone(monkeypatch):
     supervisor = NodeSupervisor(command, watch="sleep-not-there", say=lines.append, raylet_grace_s=0.3,
                                 check_s=0.05)
     _run_until(supervisor, starts=2)
-    assert "no sleep-not-there process for 0.3 s" in lines[0]
+    assert "no sleep-not-there process 0.3 s after the start" in lines[0]
+
+
+def test_a_watched_process_that_ran_and_exited_ends_the_node_at_once(monkeypatch):
+    """A raylet that Ray declared dead exits while `ray start --block` may go on: the node is
+    started again RAYLET_GONE_S later, not after the start-up grace."""
+    monkeypatch.setattr(node_supervisor, "RESTART_BACKOFF_S", 0.05)
+    with open("/proc/self/comm") as f:
+        comm = f.read().strip()  # this interpreter's process name: the stand-in raylet's
+    command = ["sh", "-c", f"{sys.executable} -c 'import time; time.sleep(0.5)'; sleep 30"]
+    lines = []
+    supervisor = NodeSupervisor(command, watch=comm, say=lines.append, raylet_grace_s=60, raylet_gone_s=0.2,
+                                check_s=0.05)
+    _run_until(supervisor, starts=2, timeout_s=10)
+    assert supervisor.starts >= 2, lines
+    assert f"its {comm} exited and has been gone" in lines[0]
+
+
+def test_watch_verdict():
+    verdict = node_supervisor.watch_verdict
+    assert verdict(seen=False, running_s=5, missing_s=5, grace_s=30, gone_s=1) is None  # still starting
+    assert "30 s after the start" in verdict(seen=False, running_s=30, missing_s=30, grace_s=30, gone_s=1)
+    assert verdict(seen=True, running_s=100, missing_s=0.5, grace_s=30, gone_s=1) is None  # a blink
+    assert "gone 1.0 s" in verdict(seen=True, running_s=100, missing_s=1.0, grace_s=30, gone_s=1)

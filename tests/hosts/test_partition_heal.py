@@ -1,0 +1,70 @@
+"""Partitions heal by themselves (issue 17, item 5) on three hosts of their own: a broker-only
+host (h3) cut off from every other host and every client for 60 s under an idempotent acks=all
+producer (3 partitions, replication factor 3, min.insync.replicas=2), then healed. Nothing
+acknowledged is lost; every partition gets a live leader and takes acks=all writes again during
+the cut; the cut-off broker comes back by itself (no call from the test) and every ISR is whole
+again after the heal. The measurements (benchmarks/partition_heal.py) are printed beside the
+goal (writes again within broker.session.timeout.ms + 3 s of the cut, ISRs whole within 5 s of
+the heal); the assertions leave room for a loaded machine.
+
+Ray's health checks are the ones Kray advises for brokers (benchmarks.partition_heal.RAY_HEALTH
+"broker"), and every joining host runs its Ray node under the node supervisor, as the README's
+multi-node steps say. KRAY_HEAL_CUT_S changes the cut's length (e.g. 150 to try a cut that Ray's
+health checks end, ~130 s with these settings: the supervisor path). Needs root and `ip netns`; skipped otherwise."""
+import os
+
+import pytest
+
+from benchmarks.partition_heal import OVERRIDES, RAY_HEALTH, run_scenario
+from cluster.hosts.net import unavailable_reason
+
+pytestmark = pytest.mark.hosts
+CUT_S = float(os.environ.get("KRAY_HEAL_CUT_S", 60))
+SESSION_S = 9.0         # broker.session.timeout.ms of configs/multinode.toml (the default)
+RESUME_GOAL_S = SESSION_S + 3   # the goals (and 5 s after the heal) are printed; asserted with room for load:
+RESUME_MAX_S = 25
+ISR_AFTER_HEAL_MAX_S = 60
+# librdkafka waits socket.timeout.ms (60 s) for an answer to a request in flight to a leader that
+# was cut off, before it asks the new leader: here a user's 10 s, so the partition that h3 led
+# resumes within the test's bounds (with the default it resumes at the heal; Kafka's Java client
+# waits its request.timeout.ms, 30 s)
+PRODUCER = {"socket.timeout.ms": 10000}
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"hosts harness unavailable: {reason}")
+    from cluster.hosts.deploy import KrayHosts
+    h = KrayHosts(3, overrides=OVERRIDES, ray_system_config=RAY_HEALTH["broker"])
+    h.start()
+    print(f"\n3 hosts up: {h.bootstrap}; " + ", ".join(f"{k} {v:.1f}" for k, v in h.timings.items()))
+    yield h
+    h.stop()
+
+
+def test_a_broker_host_cut_off_for_60_s_heals_by_itself(hosts):
+    result = run_scenario(hosts, victim=3, cut_s=CUT_S, say=print, producer_config=PRODUCER)
+    rows = result["partitions"]
+    print("\npartition (leader before): moved / acks=all resumed after the cut; ISR whole / longest gap after the heal")
+    for p, d in sorted(rows.items()):
+        print(f"  {p} ({d['leader_before']}): {d['moved_s']} s / {d['resumed_s']} s; "
+              f"{d['isr_whole_s']} s / {d['gap_after_heal_s']} s")
+    print(f"load (1 min) {result['load_1min']}; Ray nodes restarted: {result['ray_nodes_restarted'] or 'none'}")
+    print("kray start said:\n" + "\n".join(result["console"]))
+    assert result["lost"] == 0, f"{result['lost']} acknowledged records lost"
+    assert result["duplicates"] == 0, "an idempotent producer's record was written twice"
+    assert result["failed"] == 0 and result["unflushed"] == 0, result["failed_examples"]
+    for p, d in rows.items():
+        assert d["isr_whole_s"] is not None and d["isr_whole_s"] <= ISR_AFTER_HEAL_MAX_S, \
+            f"partition {p}: broker 3 not back in its ISR {ISR_AFTER_HEAL_MAX_S} s after the heal"
+        assert d["moved_s"] is not None and d["moved_s"] <= RESUME_MAX_S, \
+            f"partition {p}: no live leader and ISR without broker 3 {RESUME_MAX_S} s after the cut"
+        assert d["resumed_s"] is not None and d["resumed_s"] <= RESUME_MAX_S, \
+            f"partition {p}: acks=all writes resumed {d['resumed_s']} s after the cut (goal {RESUME_GOAL_S} s)"
+    met = all(d["resumed_s"] <= RESUME_GOAL_S and d["isr_whole_s"] <= 5 for d in rows.values())
+    print(f"goal (resumed <= {RESUME_GOAL_S:g} s after the cut, ISR whole <= 5 s after the heal): "
+          f"{'met' if met else 'missed'}")
+    assert any("broker 3 fenced" in line for line in result["console"]), result["console"]
+    assert any("broker 3 back" in line for line in result["console"]), result["console"]
