@@ -54,7 +54,7 @@ class ClientConnection:
                  principal: KafkaPrincipal = ANONYMOUS):
         self.connection_id = next(self._ids)
         self.peer = peer
-        self.listener_name = listener_name  # None: a front end without listeners (the share-state one)
+        self.listener_name = listener_name  # None: a front end started without listener settings (tests)
         self.principal = principal
         self.on_close: list[Callable[[], Awaitable[None]]] = []
         self.turn = asyncio.Lock()  # FIFO: waiters get it in the order they asked
@@ -200,7 +200,7 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
                            *, frame_bytes_max: int, idle_timeout_s: float, security=None,
                            credentials: Callable[[Any], Mapping] | None = None) -> None:
     """Serve one client connection; `security` is its listener's ListenerSecurity (None: PLAINTEXT
-    without listeners, as the share-state front end); `credentials` gives SCRAM logins their
+    without listener settings, as in tests); `credentials` gives SCRAM logins their
     users (see new_session)."""
     peer = writer.get_extra_info("peername")
     try:

@@ -198,8 +198,8 @@ class GatewayContext:
 
     def access(self, connection) -> Access:
         """What a request on `connection` may do: checked against the current ACLs, so an ACL change
-        applies to the next request of every live connection. Connections of no listener (the
-        share-state front end: brokers only, no authentication yet) and handlers called without a
+        applies to the next request of every live connection. Connections of no listener (a front
+        end started without listener settings, as tests do) and handlers called without a
         connection are not checked."""
         if self.authorizer is None or connection is None or getattr(connection, "listener_name", None) is None:
             return ALLOW_ALL

@@ -1,6 +1,6 @@
-"""A Kafka front end: a TCP listener whose connections run one dispatcher and its handlers. The
-node's gateway serves clients with it; the share coordinator serves the share-state APIs to the
-share-partition leaders with it (an inter-broker listener of its own).
+"""A Kafka front end: a TCP listener whose connections run one dispatcher and its handlers: one per
+listener of the node's gateway, which serves clients and the other brokers (followers' fetches,
+share-state requests) on them. Nothing else in Kray listens on TCP.
 """
 from __future__ import annotations
 

@@ -218,6 +218,18 @@ class SocketPartition:
     async def share_release(self, group_id, member_id):
         await self._call(wire.SHARE_RELEASE, [group_id, member_id])
 
+    async def send_share_state(self, api_key: int, group_id: str, items: list):
+        """Kafka's share-state operation `api_key` (83-87) for the partitions in `items` (see
+        actors/share_coordinator/wire.py), to the share coordinator this client's partition (of
+        `__share_group_state`) hosts; written when this returns, as `send_produce`'s: an awaitable of
+        one result per item, or PartitionNotHosted where no coordinator of it is hosted there."""
+        answer = await self._send(wire.SHARE_STATE, [api_key, group_id, items])
+
+        async def results():
+            (out,), _ = await answer
+            return out
+        return results()
+
 
 def fetch_args(offset, max_bytes, leader_epoch, isolation_level) -> list:
     return [offset, max_bytes, leader_epoch, isolation_level]

@@ -18,11 +18,11 @@ as Kafka does.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import uuid
 from typing import Any, Protocol
 
+from actors.gateway.security.inter_broker import broker_transport
 from actors.partition.epoch_cache import EpochEndOffset
 from actors.partition.replication import FetchAnswer, FetchRequest
 from actors.pipelined import PipelinedConnection
@@ -261,22 +261,6 @@ class ReplicaFetcher:
         return error, answers
 
 
-def _broker_transport(broker_config: dict[str, Any]):
-    """How a fetcher's connections reach the leaders' inter-broker listeners: (a TLS client context,
-    for SSL and SASL_SSL; a login as the broker, User:kray-broker with SCRAM-SHA-512, for SASL_...);
-    (None, None) over PLAINTEXT."""
-    from cluster.config import inter_broker_listener
-    listener = inter_broker_listener(broker_config)
-    context = login = None
-    if listener.security_protocol.uses_tls:
-        from actors.gateway.security.settings import broker_client_ssl_context
-        context = broker_client_ssl_context(broker_config, listener.name)
-    if listener.security_protocol.uses_sasl:
-        from actors.gateway.security.inter_broker import login as broker_login
-        login = functools.partial(broker_login, config=broker_config)
-    return context, login
-
-
 class ReplicaFetchers:
     """A host's fetchers, one per source broker (its listener's endpoint). A follower replica is in
     at most one: `follow` moves it when its leader moves."""
@@ -284,7 +268,7 @@ class ReplicaFetchers:
     def __init__(self, replica_id: int, broker_config: dict[str, Any]):
         self.replica_id = replica_id
         self.config = {k: int(broker_config.get(k, v)) for k, v in FETCHER_DEFAULTS.items()}
-        self.ssl_context, self.login = _broker_transport(broker_config)
+        self.ssl_context, self.login = broker_transport(broker_config)
         self.fetchers: dict[tuple[str, int], ReplicaFetcher] = {}
         self.source: dict[Key, tuple[str, int]] = {}
 

@@ -2,6 +2,9 @@
 gateway of its node, by calling the methods of the partition replica each frame names (one
 listener serves every replica its process hosts).
 
+SHARE_STATE frames go to the share coordinator a `__share_group_state` replica hosts (its
+`share_state`); a replica without one answers NOT_HOSTED, as for a partition not hosted here.
+
 Long polls (WAIT_FOR_DATA, SHARE_WAIT) wait here, in the partition actor, and answer with a
 flag only: whatever is read or acquired afterwards is asked for by a call whose answer is used,
 so a wait the gateway gave up on costs nothing and acquires nothing.
@@ -119,6 +122,11 @@ async def _share_release(actor, args, blobs):
     return [], ()
 
 
+async def _share_state(actor, args, blobs):
+    api_key, group_id, items = _expect(args, 3, "share_state")
+    return [await actor.share_state(api_key, group_id, items)], ()
+
+
 async def _many(replica_for, args):
     """MANY: each call to its own replica, in order; one answer per call."""
     calls = _expect(args, 1, "many")[0]
@@ -164,7 +172,7 @@ async def _wait_for_any(replica_for, wake, args):
 HANDLERS = {wire.PRODUCE: _produce, wire.FETCH: _fetch, wire.WAIT_FOR_DATA: _wait_for_data,
             wire.LIST_OFFSETS: _list_offsets, wire.SHARE_FETCH: _share_fetch, wire.SHARE_WAIT: _share_wait,
             wire.SHARE_ACKNOWLEDGE: _share_acknowledge, wire.SHARE_RELEASE: _share_release,
-            wire.REPLICA_FETCH: _replica_fetch}
+            wire.REPLICA_FETCH: _replica_fetch, wire.SHARE_STATE: _share_state}
 
 
 async def start_listener(replica_for: Callable[[tuple[uuid.UUID, int]], Any], address: str,
@@ -183,7 +191,7 @@ async def start_listener(replica_for: Callable[[tuple[uuid.UUID, int]], Any], ad
                 raise MalformedMessage(f"{wire.API_NAMES[api_key]}: {e}") from None
             return wire.encode_response(correlation_id, out_args)
         actor = replica_for(key)
-        if actor is None:
+        if actor is None or (api_key == wire.SHARE_STATE and not hasattr(actor, "share_state")):
             return wire.encode_response(correlation_id, [], (), status=wire.NOT_HOSTED)
         try:
             out_args, out_blobs = await HANDLERS[api_key](actor, args, blobs)

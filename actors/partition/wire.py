@@ -55,12 +55,16 @@ WAIT_FOR_ANY = 32010     # [timeout_ms, [[topic id, partition, offset, replica].
 PRODUCE_MANY = 32011     # [leader_epoch, acks, timeout_ms, [[topic id, partition]...]] + one record blob per
                          # partition -> [[status, PRODUCE's answer]...]: a produce request's partitions
                          # of one shard in one frame, appended in order before any of them waits
+SHARE_STATE = 32012      # [api key 83-87, group id, [[topic id, partition, fields...]...]] -> [[error, message,
+                         # fields...]...]: Kafka's share-state APIs for the share coordinator leading the
+                         # frame's partition (a __share_group_state one), in order (see
+                         # actors/share_coordinator/wire.py); NOT_HOSTED where no coordinator of it is hosted
 BATCHED = (FETCH, REPLICA_FETCH)  # what MANY may carry: calls without blobs that never wait
 NO_PARTITION = (uuid.UUID(int=0), 0)
 API_NAMES = {PRODUCE: "produce", FETCH: "fetch", WAIT_FOR_DATA: "wait_for_data", LIST_OFFSETS: "list_offsets",
              SHARE_FETCH: "share_fetch", SHARE_WAIT: "share_wait", SHARE_ACKNOWLEDGE: "share_acknowledge",
              SHARE_RELEASE: "share_release", REPLICA_FETCH: "replica_fetch", MANY: "many",
-             WAIT_FOR_ANY: "wait_for_any", PRODUCE_MANY: "produce_many"}
+             WAIT_FOR_ANY: "wait_for_any", PRODUCE_MANY: "produce_many", SHARE_STATE: "share_state"}
 
 ANSWERED, NOT_HOSTED = 0, 1  # response statuses
 

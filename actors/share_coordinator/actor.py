@@ -4,8 +4,11 @@ It is that partition's PartitionActor (the log, fetchable like any other) plus t
 coordinator that writes it, so its shard moves with the partition's leadership and appends stay
 in process. It replays the partition into its shard on first use, then serves the share-group
 state operations (Initialize, Read, Write, Delete, ReadSummary): as actor methods for the group
-coordinator and the admin APIs, and on its state listener (wire.py) for share-partition leaders,
-whose writes come with every acknowledgement. Each operation's records are appended before it
+coordinator and the admin APIs (Ray calls: rare), and as SHARE_STATE frames on its shard's
+data-path listener (`share_state`, wire.py) for share-partition leaders, whose writes come with
+every acknowledging ShareFetch: from its own broker's gateway (Kafka's share-state APIs from
+other brokers, on the broker's inter-broker listener) and from share-partition leaders on its own
+broker. It listens on no port of its own. Each operation's records are appended before it
 answers. Records before the oldest live snapshot are pruned.
 """
 from __future__ import annotations
@@ -16,12 +19,9 @@ import time
 import uuid
 
 from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost
-from actors.gateway.frontend import start_frontend
 from actors.partition.actor import PartitionActor
-from actors.share_coordinator.wire import STATE_ROUTES, StateListenerContext
-from actors.gateway.security.inter_broker import state_listener_security
+from actors.share_coordinator import wire
 from actors.share_coordinator.core import OpResult, ReadResult, ShareCoordinatorShard, SummaryResult
-from actors.startup import start_unless_started, succeeded
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("kray.share_coordinator")
@@ -40,7 +40,6 @@ class ShareCoordinatorActor(PartitionActor):
             spec["broker_config"]["share.coordinator.snapshot.update.records.per.snapshot"])
         self.host = ShardHost(self.state_log, self._build)
         self.pruner: asyncio.Task | None = None
-        self.state_server: asyncio.Future | None = None
 
     @property
     def shard(self) -> ShareCoordinatorShard | None:
@@ -109,13 +108,9 @@ class ShareCoordinatorActor(PartitionActor):
         shard = await self._ready()
         return shard.read_summary(group_id, topic_id, partition)
 
-    async def state_listener(self) -> tuple[str, int]:
-        """The address of this coordinator's share-state listener (see wire.py), started on first ask."""
-        self.state_server = start_unless_started(self.state_server, lambda: start_frontend(
-            StateListenerContext(self, self.spec["broker_config"]), self.spec["listen_host"], 0, STATE_ROUTES,
-            security=state_listener_security(self.spec["broker_config"])))
-        server = await asyncio.shield(self.state_server)
-        return self.spec["listen_host"], server.sockets[0].getsockname()[1]
+    async def share_state(self, api_key: int, group_id: str, items: list) -> list[list]:
+        """A SHARE_STATE frame's operations (Kafka's keys 83-87, see wire.py), run in order."""
+        return await wire.apply(self, api_key, group_id, items)
 
     async def _prune_loop(self) -> None:
         while True:
@@ -132,6 +127,4 @@ class ShareCoordinatorActor(PartitionActor):
     async def close(self) -> None:
         if self.pruner:
             self.pruner.cancel()
-        if succeeded(self.state_server):
-            self.state_server.result().close()
         await super().close()

@@ -22,10 +22,10 @@ from typing import Any
 from actors import controller_client, internal_topics, metrics
 from actors.share_coordinator.core import state_partition_for
 from actors.share_partition.core import LATEST_TIMESTAMP, SharePartition, start_offset_timestamp
-from actors.share_partition.state_client import StateConnection
+from actors.gateway.security.inter_broker import broker_transport
+from actors.share_partition.state_client import BrokerStateConnection, LocalStateConnection
 from actors.startup import start_unless_started, succeeded
 from protocol.errors import ErrorCode
-from protocol.messages import WriteShareGroupStateRequest
 from actors.partition.log import FileSlice, OffsetOutOfRange
 
 # answers that mean the share coordinator is elsewhere now, or not there yet
@@ -40,7 +40,6 @@ READ_HEADROOM = 1.25
 DEADLINE_POLL_S_MAX = 1.0
 NO_STATE_EPOCH = 0
 STATE_WRITE_TIMEOUT_S = 30.0
-WRITE_VERSION = 1
 
 
 def now_ms() -> int:
@@ -69,7 +68,13 @@ class ShareLeaders:
         self.loading: dict[str, asyncio.Future] = {}
         self.coordinators: dict[int, Any] = {}
         self.coordinator_indexes: dict[str, int] = {}  # group id -> its __share_group_state partition
-        self.state_connections: dict[int, asyncio.Future] = {}  # coordinator index -> StateConnection
+        # coordinator index -> (its partition's key, where its state writes go: a Unix socket
+        # address on this broker, or another broker's (host, port)); address -> its connection
+        self.state_routes: dict[int, tuple] = {}
+        self.state_connections: dict[Any, asyncio.Future] = {}
+        self.transport = None  # (TLS context, broker login) for other brokers' listeners, made on first use
+        # group id -> a FIFO lock, held while one of its writes finds its route and is written
+        self.sending: dict[str, asyncio.Lock] = {}
         self.acquirable = asyncio.Event()  # set when records may have become acquirable
         self.bytes_per_record = 1024.0  # running estimate from what the log returned
         self.timer: asyncio.Task | None = None
@@ -87,40 +92,67 @@ class ShareLeaders:
     async def _coordinator(self, group_id: str):
         index = self._coordinator_index(group_id)
         if index not in self.coordinators:
-            image = await controller_client.ensure_internal_topic(self.controller, internal_topics.SHARE_GROUP_STATE)
-            for (name, i), handle in image.coordinators.items():
-                if name == internal_topics.SHARE_GROUP_STATE:
-                    self.coordinators.setdefault(i, handle)
+            self._learn(await controller_client.ensure_internal_topic(self.controller, internal_topics.SHARE_GROUP_STATE))
         return self.coordinators[index]
 
-    async def _state_connection(self, group_id: str) -> StateConnection:
-        """A kept-open connection to the coordinator's state listener; a new one after a failure
-        (the coordinator restarted, perhaps elsewhere: its handle tells the new address)."""
+    def _learn(self, image) -> None:
+        """The share coordinators' handles (Ray calls: loading state) and where each one's state
+        writes go: (its partition's key, this broker's listener of its shard) where it leads on
+        this broker, else (its partition's key, its broker's inter-broker listener address)."""
+        topic = image.topics.get(internal_topics.SHARE_GROUP_STATE)
+        for (name, i), handle in image.coordinators.items():
+            if name != internal_topics.SHARE_GROUP_STATE:
+                continue
+            self.coordinators.setdefault(i, handle)
+            if topic is None or i >= len(topic.partitions) or i in self.state_routes:
+                continue
+            key, leader = (topic.topic_id, i), topic.partitions[i].leader
+            if leader == self.partition.broker_id and key in image.partition_listeners:
+                self.state_routes[i] = (key, image.partition_listeners[key])
+            elif leader in image.brokers and leader != self.partition.broker_id:
+                info = image.brokers[leader]
+                self.state_routes[i] = (key, (info.host, info.port))
+
+    async def _state_route(self, group_id: str):
+        """(the coordinator's partition key, a connection to it): a kept-open connection per
+        address, shared by every group whose coordinator is there; a new one after a failure."""
         index = self._coordinator_index(group_id)
-        opening = self.state_connections.get(index)
+        if index not in self.state_routes:
+            self._learn(await controller_client.ensure_internal_topic(self.controller, internal_topics.SHARE_GROUP_STATE))
+            if index not in self.state_routes:
+                raise ConnectionError(f"{internal_topics.SHARE_GROUP_STATE}-{index} has no leader now")
+        key, address = self.state_routes[index]
+        opening = self.state_connections.get(address)
         if opening is not None and succeeded(opening) and not opening.result().usable:
             opening = None  # it worked, then failed: connect again
-        opening = self.state_connections[index] = start_unless_started(opening, lambda: self._connect(group_id))
-        return await asyncio.shield(opening)
+        opening = self.state_connections[address] = start_unless_started(opening, lambda: self._connect(address))
+        return key, await asyncio.shield(opening)
 
-    async def _connect(self, group_id: str) -> StateConnection:
-        host, port = await (await self._coordinator(group_id)).state_listener.remote()
-        return await StateConnection.open(host, port, STATE_WRITE_TIMEOUT_S, self.config)
+    async def _connect(self, address):
+        if isinstance(address, str):  # this broker's shard: its Unix socket
+            return await LocalStateConnection.open(address, STATE_WRITE_TIMEOUT_S)
+        if self.transport is None:
+            self.transport = broker_transport(self.config)
+        ssl_context, login = self.transport
+        return await BrokerStateConnection.open(*address, STATE_WRITE_TIMEOUT_S, ssl_context, login)
 
     async def _write_state(self, group_id: str, start_offset: int, batches: list) -> tuple[int, str | None]:
-        """WriteShareGroupState, over the coordinator's state listener (not a Ray call: see
-        actors/share_coordinator/wire.py)."""
-        W = WriteShareGroupStateRequest
+        """WriteShareGroupState over the brokers' own listeners, not a Ray call (see
+        actors/share_coordinator/wire.py): to this broker's coordinator shard, or to another
+        broker's inter-broker listener. A group's writes leave in the order they are made (finding the
+        route and connecting may wait: its `sending` lock keeps the order meanwhile, without holding
+        up other groups), and each waits only for its own answer."""
         p = self.partition
-        request = W(group_id=group_id, topics=[W.WriteStateData(topic_id=p.topic_id, partitions=[W.PartitionData(
-            partition=p.partition, state_epoch=self.state_epochs[group_id], leader_epoch=p.leader_epoch,
-            start_offset=start_offset, delivery_complete_count=-1, state_batches=[
-                W.StateBatch(first_offset=b[0], last_offset=b[1], delivery_state=b[2], delivery_count=b[3])
-                for b in batches])])])
-        connection = await self._state_connection(group_id)
-        response = await connection.call(request, WRITE_VERSION, STATE_WRITE_TIMEOUT_S)
-        result = response.results[0].partitions[0]
-        return result.error_code, result.error_message
+        async with self.sending.setdefault(group_id, asyncio.Lock()):
+            key, connection = await self._state_route(group_id)
+            state_epoch = self.state_epochs[group_id]
+            if isinstance(connection, LocalStateConnection):
+                answer = connection.send_write(key, group_id, p.topic_id, p.partition, state_epoch, p.leader_epoch,
+                                               start_offset, batches, STATE_WRITE_TIMEOUT_S)
+            else:
+                answer = connection.send_write(group_id, p.topic_id, p.partition, state_epoch, p.leader_epoch,
+                                               start_offset, batches, STATE_WRITE_TIMEOUT_S)
+        return await answer
 
     async def _persist(self, group_id: str, sp: SharePartition) -> tuple[int, str | None]:
         dirty = sp.take_dirty()
@@ -145,12 +177,15 @@ class ShareLeaders:
 
     def _forget_coordinator(self, group_id: str) -> None:
         """The share coordinator moved (its partition's leadership did) or is unreachable: look it
-        up again, and connect again, on the next write."""
+        up again on the next write (a failed connection is replaced when next used; one that no
+        coordinator is behind any more is closed once idle)."""
         index = self._coordinator_index(group_id)
         self.coordinators.pop(index, None)
-        opening = self.state_connections.pop(index, None)
-        if succeeded(opening):
-            opening.result().close()
+        route = self.state_routes.pop(index, None)
+        if route is not None and route[1] not in {address for _, address in self.state_routes.values()}:
+            opening = self.state_connections.get(route[1])
+            if succeeded(opening) and not opening.result().connection.waiting:
+                self.state_connections.pop(route[1]).result().close()
 
     async def _load(self, group_id: str) -> SharePartition:
         started = time.monotonic()
@@ -344,6 +379,9 @@ class ShareLeaders:
         self.groups.pop(group_id, None)
         self.loading.pop(group_id, None)
         self.state_epochs.pop(group_id, None)
+        lock = self.sending.get(group_id)
+        if lock is not None and not lock.locked():
+            del self.sending[group_id]
 
     # ---- lock deadlines ------------------------------------------------------------------------
     def _wake(self) -> None:

@@ -1,40 +1,60 @@
-"""A share-partition leader's connection to a share coordinator's state listener: Kafka's
-share-state requests over one kept-open, pipelined connection (actors/pipelined.py), each
-waiting only for its own answer. Any failure closes the connection and fails every request
-waiting on it; the caller decides what to do (the leaders answer with a retriable error and
-resend whole state). A connection logs in as the broker before its first request (the state
-listener serves brokers only: actors/gateway/security/inter_broker.py).
+"""A share-partition leader's connections to share coordinators, over the brokers' own listeners
+(the coordinator has no port of its own: actors/share_coordinator/wire.py):
+
+- `BrokerStateConnection`: to a coordinator on another broker, Kafka's share-state requests over
+  TCP to that broker's inter-broker listener (its address in the metadata, 9092 on real hosts),
+  with that listener's TLS and a login as the broker (`User:kray-broker`) where it uses SASL, as
+  the replica fetchers connect (actors/gateway/security/inter_broker.py: `broker_transport`); its
+  gateway checks CLUSTER_ACTION and forwards to the coordinator's shard.
+- `LocalStateConnection`: to a coordinator on this broker, SHARE_STATE frames straight to the
+  coordinator's shard over its Unix socket, as that gateway would forward them (one hop, no
+  authorization: the socket is this node's own data path).
+
+Both keep one pipelined connection (actors/pipelined.py) whose requests each wait only for their
+own answer, and are written in the order their callers send. Any failure closes the connection
+and fails every request waiting on it; the caller decides what to do (the leaders answer with a
+retriable error and resend whole state over a new connection).
 """
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from typing import Any, Awaitable, Callable
 
-from actors.gateway.security.inter_broker import login
+from actors.partition import wire as data_wire
 from actors.pipelined import ConnectionClosed, PipelinedConnection
+from actors.share_coordinator import wire
 from protocol.apis import API_BY_KEY
+from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader, encode_request, response_header_version
 from protocol.primitives import read_tagged_fields
 
 RESPONSE_BYTES_MAX = 64 * 1024 * 1024
 CLIENT_ID = "kray-share-partition-leader"
+WRITE_VERSION = 1
 
 StateConnectionError = ConnectionClosed
 
 
-class StateConnection:
+class BrokerStateConnection:
+    """Kafka's share-state APIs to another broker's inter-broker listener."""
+
     def __init__(self, connection: PipelinedConnection):
         self.connection = connection
 
     @classmethod
-    async def open(cls, host: str, port: int, timeout_s: float, config: dict) -> "StateConnection":
-        """Connect and log in as the broker with the secret in `config` (the broker config)."""
+    async def open(cls, host: str, port: int, timeout_s: float, ssl_context=None,
+                   login: Callable[[PipelinedConnection], Awaitable[None]] | None = None) -> "BrokerStateConnection":
+        """Connect (TLS with `ssl_context`, where the listener uses it) and log in with `login` (where
+        it uses SASL): see inter_broker.broker_transport."""
         connection = await PipelinedConnection.open_tcp(host, port, timeout_s=timeout_s,
-                                                        response_bytes_max=RESPONSE_BYTES_MAX)
-        try:
-            await login(connection, config, timeout_s)
-        except BaseException:
-            connection.close()
-            raise
+                                                        response_bytes_max=RESPONSE_BYTES_MAX,
+                                                        ssl_context=ssl_context)
+        if login is not None:
+            try:
+                await login(connection)
+            except BaseException:
+                connection.close()
+                raise
         return cls(connection)
 
     @property
@@ -49,6 +69,77 @@ class StateConnection:
         if response_header_version(api_key, version) == 1:
             offset = read_tagged_fields(body, 0)[1]
         return API_BY_KEY[api_key].response.decode(body[offset:], version)
+
+    def send_write(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int, leader_epoch: int,
+                   start_offset: int, batches: list, timeout_s: float) -> Awaitable[tuple[int, str | None]]:
+        """WriteShareGroupState of one share-partition, written now (in the order callers send);
+        an awaitable of (error code, message)."""
+        W = wire.REQUESTS[wire.WRITE]
+        request = W(group_id=group_id, topics=[W.WriteStateData(topic_id=topic_id, partitions=[W.PartitionData(
+            partition=partition, state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=start_offset,
+            delivery_complete_count=-1, state_batches=[
+                W.StateBatch(first_offset=b[0], last_offset=b[1], delivery_state=b[2], delivery_count=b[3])
+                for b in batches])])])
+        answer = self.connection.send(lambda correlation_id: [encode_request(
+            RequestHeader(wire.WRITE, WRITE_VERSION, correlation_id, CLIENT_ID), request.encode(WRITE_VERSION))],
+            timeout_s)
+
+        async def result():
+            body = await answer
+            offset = read_tagged_fields(body, 0)[1] if response_header_version(wire.WRITE, WRITE_VERSION) == 1 else 0
+            p = API_BY_KEY[wire.WRITE].response.decode(body[offset:], WRITE_VERSION).results[0].partitions[0]
+            return p.error_code, p.error_message
+        return result()
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+class LocalStateConnection:
+    """SHARE_STATE frames to the shard of this broker that hosts the coordinator."""
+
+    def __init__(self, connection: PipelinedConnection):
+        self.connection = connection
+
+    @classmethod
+    async def open(cls, address: str, timeout_s: float) -> "LocalStateConnection":
+        return cls(await PipelinedConnection.open_unix(address, timeout_s=timeout_s,
+                                                       response_bytes_max=RESPONSE_BYTES_MAX))
+
+    @property
+    def usable(self) -> bool:
+        return self.connection.usable
+
+    def send(self, coordinator_key: tuple[uuid.UUID, int], api_key: int, group_id: str, items: list,
+             timeout_s: float) -> Awaitable[list | None]:
+        """Written now (in the order callers send); an awaitable of the coordinator's results, one
+        per item, or None where the shard hosts no coordinator of `coordinator_key` (nothing done)."""
+        answer = self.connection.send(lambda correlation_id: data_wire.encode_request(
+            data_wire.SHARE_STATE, correlation_id, coordinator_key, [api_key, group_id, items]), timeout_s)
+
+        async def results():
+            status, args, _ = data_wire.decode_response(await answer)
+            return None if status == data_wire.NOT_HOSTED else args[0]
+        return results()
+
+    async def call(self, coordinator_key: tuple[uuid.UUID, int], api_key: int, group_id: str, items: list,
+                   timeout_s: float) -> list | None:
+        return await self.send(coordinator_key, api_key, group_id, items, timeout_s)
+
+    def send_write(self, coordinator_key: tuple[uuid.UUID, int], group_id: str, topic_id: uuid.UUID, partition: int,
+                   state_epoch: int, leader_epoch: int, start_offset: int, batches: list,
+                   timeout_s: float) -> Awaitable[tuple[int, str | None]]:
+        """A share-partition's write, as BrokerStateConnection.send_write (NOT_COORDINATOR where
+        the shard hosts no coordinator of `coordinator_key`)."""
+        answer = self.send(coordinator_key, wire.WRITE, group_id, [wire.write_item(
+            topic_id, partition, state_epoch, leader_epoch, start_offset, batches)], timeout_s)
+
+        async def result():
+            results = await answer
+            if results is None:
+                return ErrorCode.NOT_COORDINATOR, "the coordinator's shard does not host it now"
+            return results[0][0], results[0][1]
+        return result()
 
     def close(self) -> None:
         self.connection.close()

@@ -25,6 +25,7 @@ from actors.gateway.handlers.scram_credentials import (handle_alter_user_scram_c
 from actors.gateway.handlers.share_admin import (handle_alter_share_group_offsets, handle_delete_share_group_offsets,
                                                  handle_describe_share_group_offsets)
 from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle_share_fetch
+from actors.gateway.handlers.share_state import handle_share_state
 from actors.gateway.handlers.topics import handle_create_partitions, handle_create_topics, handle_delete_topics
 
 ROUTES: dict[int, Route] = {
@@ -64,6 +65,12 @@ ROUTES: dict[int, Route] = {
     77: Route(handle_share_group_describe, 1, 1),
     78: Route(handle_share_fetch, 1, 2),
     79: Route(handle_share_acknowledge, 1, 2),
+    # share-state APIs, for other brokers' share-partition leaders (CLUSTER_ACTION on the cluster)
+    83: Route(handle_share_state, 0, 0),  # InitializeShareGroupState
+    84: Route(handle_share_state, 0, 0),  # ReadShareGroupState
+    85: Route(handle_share_state, 0, 1),  # WriteShareGroupState
+    86: Route(handle_share_state, 0, 0),  # DeleteShareGroupState
+    87: Route(handle_share_state, 0, 1),  # ReadShareGroupStateSummary
     90: Route(handle_describe_share_group_offsets, 0, 1),
     91: Route(handle_alter_share_group_offsets, 0, 0),
     92: Route(handle_delete_share_group_offsets, 0, 0),

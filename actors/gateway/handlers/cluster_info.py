@@ -20,7 +20,7 @@ ZERO_UUID = uuid.UUID(int=0)
 def broker_address(broker, connection) -> tuple[str, int] | None:
     """Where a client that came in on `connection`'s listener reaches `broker`: that listener's
     advertised address, None when the broker has no such listener (Kafka then leaves it out).
-    Without a listener (handlers called directly, the share-state front end): the primary address."""
+    Without a listener (handlers called directly): the primary address."""
     listener = getattr(connection, "listener_name", None)
     if listener is None or not broker.endpoints:
         return broker.host, broker.port

@@ -8,13 +8,16 @@ channel only, never over a Kafka connection (SCRAM proves knowledge of it withou
 and DescribeConfigs answers it as sensitive. It is the password of one SCRAM credential that is
 made from it in each process and never stored in the metadata.
 
-Where it is checked today: the share coordinator's state listener (actors/share_coordinator/
-wire.py) is a SASL listener whose only user is the broker, so a share-partition leader logs in
-(`login`) before writing share state, and anyone else is refused (SASL_AUTHENTICATION_FAILED, then
-closed), as Kafka's brokers refuse the share-state APIs without CLUSTER_ACTION.
+Where it is used: Kray's inter-broker traffic rides on the brokers' own listeners, as Kafka's
+does. A replica fetcher (actors/partition/fetcher.py) and a share-partition leader writing share
+state to another broker's coordinator (actors/share_partition/state_client.py) connect to that
+broker's inter-broker listener with its transport (`broker_transport`): TLS where it uses TLS, and
+a login as the broker (`login`) where it uses SASL. The broker is a super user of every broker's
+authorizer, so it has CLUSTER_ACTION on the cluster, which those requests need (as in Kafka).
 """
 from __future__ import annotations
 
+import functools
 import secrets
 from typing import Any, Mapping
 
@@ -23,15 +26,12 @@ from protocol.headers import RequestHeader, encode_request, response_header_vers
 from protocol.messages import SaslAuthenticateRequest, SaslHandshakeRequest
 from protocol.primitives import read_tagged_fields
 
-from actors.gateway.security.listeners import Listener, SecurityProtocol
 from actors.gateway.security.principal import BROKER_USER
 from actors.gateway.security.scram import ScramClient, ScramClientError, ScramCredential, ScramMechanism, \
     make_credential
-from actors.gateway.security.settings import ListenerSecurity
 
 SECRET_KEY = "kray.inter.broker.secret"
 MECHANISM = ScramMechanism.SCRAM_SHA_512
-STATE_LISTENER_NAME = "SHARE_STATE"
 SECRET_BYTES = 32
 CLIENT_ID = "kray-broker"
 LOGIN_TIMEOUT_S = 10.0
@@ -59,11 +59,19 @@ def broker_credentials(config: Mapping[str, Any]) -> dict[ScramMechanism, dict[s
     return {MECHANISM: {BROKER_USER: make_credential(MECHANISM, secret)} if secret else {}}
 
 
-def state_listener_security(config: Mapping[str, Any]) -> ListenerSecurity:
-    """The share-state listener: SASL (SCRAM-SHA-512) without TLS, the broker its only user."""
-    return ListenerSecurity(Listener(STATE_LISTENER_NAME, "", 0, SecurityProtocol.SASL_PLAINTEXT),
-                            mechanisms=(MECHANISM.mechanism_name,),
-                            failed_auth_delay_ms=int(config.get("connection.failed.authentication.delay.ms", 100)))
+def broker_transport(config: Mapping[str, Any]):
+    """How Kray's own connections reach another broker's inter-broker listener: (a TLS client
+    context, for SSL and SASL_SSL; a login as the broker, `async (PipelinedConnection) -> None`, for
+    SASL_...); (None, None) over PLAINTEXT."""
+    from cluster.config import inter_broker_listener
+    listener = inter_broker_listener(dict(config))
+    context = broker_login = None
+    if listener.security_protocol.uses_tls:
+        from actors.gateway.security.settings import broker_client_ssl_context
+        context = broker_client_ssl_context(dict(config), listener.name)
+    if listener.security_protocol.uses_sasl:
+        broker_login = functools.partial(login, config=config)
+    return context, broker_login
 
 
 async def login(connection, config: Mapping[str, Any], timeout_s: float = LOGIN_TIMEOUT_S) -> None:
