@@ -876,12 +876,11 @@ class ControllerActor:
 
     def _replica_spec(self, topic: TopicState, index: int, broker_id: int, config: TopicConfig | None = None) -> dict:
         """What a replica is started (or hosted) with."""
-        broker = self.core.brokers[broker_id]
         return {"topic": topic.name, "topic_id": topic.topic_id, "partition": index, "broker_id": broker_id,
                 "config": config or TopicConfig.from_kafka(self.core.effective_configs(topic)),
                 "broker_config": self.core.broker_config,
                 "log_dir": str(self.data_dir / f"broker-{broker_id}"), "internal": topic.internal,
-                "controller": self._own_handle(), "listen_host": broker.host}
+                "controller": self._own_handle()}
 
     def _own_handle(self):
         """This actor's handle, one object for every spec (pickled once per message, not per spec)."""
