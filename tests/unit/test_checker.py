@@ -78,3 +78,17 @@ def test_check_builds_a_report_whose_safety_counts_are_zero_on_a_clean_history_a
     bad = check(acks=acks + [Ack(0, 3, b"d", 13.0, 13.1)], final=final, replicas={}, high_watermarks={}, reads=[],
                 commits=[], observed=[], share=[], faults=[], partitions=[0])
     assert not bad.safe and bad.safety_counts()["acknowledged records lost"] == 1
+
+
+def test_replica_logs_are_read_from_each_brokers_segment_files_up_to_a_torn_tail(tmp_path):
+    from cluster.jepsen import replica_logs
+    from protocol.record_batch import build_batch
+    for broker, values in ((1, [b"a", b"b", b"c"]), (2, [b"a", b"b"])):
+        d = tmp_path / f"broker-{broker}" / "t-0"
+        d.mkdir(parents=True)
+        first = build_batch([(None, v, [], 0) for v in values[:2]], base_offset=0)
+        rest = build_batch([(None, v, [], 0) for v in values[2:]], base_offset=2) if values[2:] else b""
+        (d / "00000000000000000000.log").write_bytes(first + rest[: len(rest) // 2] if broker == 2 else first + rest)
+    (tmp_path / "broker-3").mkdir()  # a broker that hosts no replica of the topic
+    logs = replica_logs(tmp_path, "t", 2)
+    assert logs == {0: {1: {0: b"a", 1: b"b", 2: b"c"}, 2: {0: b"a", 1: b"b"}}, 1: {}}
