@@ -135,16 +135,21 @@ def share_redelivered(events: list[ShareEvent]) -> list[ShareEvent]:
             and e.at_s > accepted[(e.partition, e.offset)]]
 
 
+def resumed_per_partition(acks: list[Ack], at_s: float, partitions: list[int]) -> dict[int, float | None]:
+    """Per partition: seconds from `at_s` until it acknowledged a record sent at or after `at_s`
+    (None: it never did)."""
+    first: dict[int, float] = {}
+    for a in acks:
+        if a.sent_s >= at_s and a.partition in partitions:
+            first[a.partition] = min(first.get(a.partition, a.acked_s), a.acked_s)
+    return {p: (first[p] - at_s if p in first else None) for p in partitions}
+
+
 def resumed_after(acks: list[Ack], at_s: float, partitions: list[int]) -> float | None:
     """Seconds from `at_s` until every partition has acknowledged a record sent at or after
     `at_s` (the slowest partition's first such ack); None when one never did."""
-    worst = 0.0
-    for p in partitions:
-        first = min((a.acked_s for a in acks if a.partition == p and a.sent_s >= at_s), default=None)
-        if first is None:
-            return None
-        worst = max(worst, first - at_s)
-    return worst
+    waits = resumed_per_partition(acks, at_s, partitions).values()
+    return None if None in waits else max(waits, default=0.0)
 
 
 # ---- the report ----------------------------------------------------------------------------------
@@ -188,10 +193,12 @@ def check(*, acks: list[Ack], final: dict[int, dict[int, bytes]], replicas: dict
           partitions: list[int], info: dict | None = None) -> Report:
     windows = []
     for f in faults:
+        per_partition = resumed_per_partition(acks, f.start_s, partitions)
         windows.append({"fault": f.name, "start_s": round(f.start_s, 2),
                         "healed_s": None if f.end_s is None else round(f.end_s, 2),
                         "unavailable_s": _round(resumed_after(acks, f.start_s, partitions)),
-                        "after_heal_s": None if f.end_s is None else _round(resumed_after(acks, f.end_s, partitions))})
+                        "after_heal_s": None if f.end_s is None else _round(resumed_after(acks, f.end_s, partitions)),
+                        "per_partition_s": {p: _round(w) for p, w in per_partition.items()}})
     return Report(len(acks), lost_acknowledged(acks, final), divergent_offsets(replicas, high_watermarks),
                   reads_then_lost(reads, final), committed_backwards(commits, observed), share_redelivered(share),
                   windows, dict(info or {}))
@@ -206,12 +213,13 @@ def markdown(report: Report, title: str = "") -> str:
     lines = [f"### {title}", ""] if title else []
     lines += ["| check | count |", "| --- | ---: |", f"| acknowledged records (acks=all) | {report.acknowledged} |"]
     lines += [f"| {name} (must be 0) | {n} |" for name, n in report.safety_counts().items()]
-    lines += ["", "| fault | at (s) | healed (s) | acks=all resumed after the fault (s) | after the heal (s) |",
-              "| --- | ---: | ---: | ---: | ---: |"]
+    lines += ["", "| fault | at (s) | healed (s) | acks=all resumed after the fault (s) | after the heal (s) "
+                  "| per partition after the fault (s) |", "| --- | ---: | ---: | ---: | ---: | --- |"]
     show = lambda x: "never" if x is None else f"{x:.1f}"  # noqa: E731
     for w in report.faults:
+        parts = " ".join(f"{p}:{show(x)}" for p, x in sorted(w.get("per_partition_s", {}).items()))
         lines.append(f"| {w['fault']} | {w['start_s']:.1f} | {show(w['healed_s'])} | {show(w['unavailable_s'])} | "
-                     f"{show(w['after_heal_s'])} |")
+                     f"{show(w['after_heal_s'])} | {parts} |")
     if report.info:
         lines += ["", "| also seen | |", "| --- | ---: |"] + [f"| {k} | {v} |" for k, v in report.info.items()]
     return "\n".join(lines) + "\n"

@@ -12,13 +12,15 @@ Clients, each in a thread of its own:
   robin over the partitions (every value unique: "p<n>-<count>")
 - a plain consumer reading every partition from the start (assign, no group)
 - a consumer group member committing its position about every second (commit_sync), closed
-  and started again every ~10 s, reading the group's committed offsets after each commit
+  and started again after 15 s and 5 commits, reading the group's committed offsets after each
+  commit
 - a share consumer (ShareConsumer, explicit acknowledgement) accepting every record and
   committing the acceptances (commit_sync) after each poll
 """
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 import uuid
@@ -30,7 +32,7 @@ from cluster.checker import Ack, Commit, CommittedRead, Fault, Read, ShareEvent
 from protocol.record_batch import CorruptRecord, decode_records, iter_batches
 
 CLIENT_TIMEOUT_S = 30
-GROUP_MEMBER_LIFE_S = 10.0
+GROUP_MEMBER_LIFE_S = 15.0
 
 
 class History:
@@ -110,10 +112,10 @@ def consume_group(bootstrap: str, topic: str, partitions: int, group: str, stop:
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                       "auto.offset.reset": "earliest", "session.timeout.ms": 10000})
         c.subscribe([topic])
-        born = time.monotonic()
+        born, commits = time.monotonic(), 0
         last_commit = time.monotonic()
-        try:
-            while not stop.is_set() and time.monotonic() - born < GROUP_MEMBER_LIFE_S:
+        try:  # a member lives a while and commits a few times, then leaves and a new one starts
+            while not stop.is_set() and (time.monotonic() - born < GROUP_MEMBER_LIFE_S or commits < 5):
                 got = c.consume(500, timeout=0.5)
                 if not got or time.monotonic() - last_commit < 1.0:
                     continue
@@ -123,6 +125,7 @@ def consume_group(bootstrap: str, topic: str, partitions: int, group: str, stop:
                 except KafkaException:
                     h.error("group commit failed")
                     continue
+                commits += 1
                 done_s = h.now()
                 for tp in committed or []:
                     if tp.error is None and tp.offset >= 0:
@@ -143,8 +146,22 @@ def consume_group(bootstrap: str, topic: str, partitions: int, group: str, stop:
 
 
 def consume_share(bootstrap: str, topic: str, group: str, stop: threading.Event, h: History) -> None:
+    """Accepts every record; an acceptance counts as acknowledged when the broker answered it
+    without error, told by commit_sync's answer or by the acknowledgement commit callback (which
+    also hears acknowledgements the client sent with a ShareFetch)."""
     from confluent_kafka import AcknowledgeType, KafkaException, ShareConsumer
     c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit"})
+
+    def answered(offsets, err):
+        if err is not None:
+            h.error("share acknowledgement refused (callback)")
+            return
+        done_s = h.now()
+        for tp, done in offsets.items():
+            for offset in done:
+                h.add(h.share, ShareEvent("accepted", tp.partition, offset, done_s))
+
+    c.set_acknowledgement_commit_callback(answered)
     c.subscribe([topic])
     try:
         while not stop.is_set():
@@ -272,6 +289,7 @@ def run_checked(hosts, *, seed: int, duration_s: float, faults: tuple[str, ...] 
                 h.commits and any(e.kind == "accepted" for e in h.share) and h.reads and h.acks):
             time.sleep(0.5)
         info["warm-up (s): first commit, share accept, read and ack"] = round(h.now(), 1)
+        info["load average (1, 5, 15 min) when the schedule started"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
         say(f"+{h.now():6.1f}s clients warm ({len(h.acks)} acks, {len(h.reads)} reads, {len(h.commits)} commits, "
             f"{sum(e.kind == 'accepted' for e in h.share)} share accepts): the schedule starts")
         opened: dict[tuple, int] = {}
@@ -315,6 +333,7 @@ def run_checked(hosts, *, seed: int, duration_s: float, faults: tuple[str, ...] 
             break
         time.sleep(2.0)
     info.update({
+        "load average (1, 5, 15 min) at the end": " ".join(f"{x:.1f}" for x in os.getloadavg()),
         "records produced and failed": len(h.produce_failures),
         "records read by the plain consumer (distinct offsets)": len({(r.partition, r.offset) for r in h.reads}),
         "group commits acknowledged": len(h.commits),
