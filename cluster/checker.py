@@ -220,6 +220,9 @@ def markdown(report: Report, title: str = "") -> str:
         parts = " ".join(f"{p}:{show(x)}" for p, x in sorted(w.get("per_partition_s", {}).items()))
         lines.append(f"| {w['fault']} | {w['start_s']:.1f} | {show(w['healed_s'])} | {show(w['unavailable_s'])} | "
                      f"{show(w['after_heal_s'])} | {parts} |")
+    if any("leader_isr_before" in w for w in report.faults):
+        lines += ["", "| fault | each partition's leader [ISR] just before it (Metadata) |", "| --- | --- |"]
+        lines += [f"| {w['fault']} at {w['start_s']:.1f} | {w.get('leader_isr_before', '?')} |" for w in report.faults]
     if report.info:
         lines += ["", "| also seen | |", "| --- | ---: |"] + [f"| {k} | {v} |" for k, v in report.info.items()]
     return "\n".join(lines) + "\n"

@@ -9,7 +9,9 @@ cluster/checker.py's rules checked.
 
 Clients, each in a thread of its own:
 - `producers` idempotent acks=all producers, each sending `rate_per_s` records a second, round
-  robin over the partitions (every value unique: "p<n>-<count>")
+  robin over the partitions (every value unique: "p<n>-<count>"), and one acks=1 producer
+  ("one-<count>") whose losses are counted, not ruled out: Kafka loses those too when a leader
+  cut off from the others acknowledges alone
 - a plain consumer reading every partition from the start (assign, no group)
 - a consumer group member committing its position about every second (commit_sync), closed
   and started again after 15 s and 5 commits, reading the group's committed offsets after each
@@ -42,12 +44,14 @@ class History:
         self.t0 = time.monotonic()
         self.lock = threading.Lock()
         self.acks: list[Ack] = []
+        self.acks_1: list[Ack] = []           # of the acks=1 producer: Kafka may lose these
         self.produce_failures: list[str] = []
         self.reads: list[Read] = []
         self.commits: list[Commit] = []
         self.observed: list[CommittedRead] = []
         self.share: list[ShareEvent] = []
         self.faults: list[Fault] = []
+        self.isr: list[tuple[float, dict[int, tuple[int, tuple[int, ...]]]]] = []  # (t, partition -> (leader, ISR))
         self.errors: dict[str, int] = {}      # client errors by kind: counted, not rules
 
     def now(self) -> float:
@@ -64,14 +68,17 @@ class History:
 
 # ---- clients ---------------------------------------------------------------------------------------
 def produce(bootstrap: str, topic: str, partitions: int, name: str, rate_per_s: float, stop: threading.Event,
-            h: History, *, flush_s: float = 120) -> None:
+            h: History, *, flush_s: float = 120, acks_all: bool = True) -> None:
+    """acks_all: an idempotent acks=all producer (what the rules are about), else acks=1 without
+    idempotence (what Kafka itself may lose when a leader is cut off: counted, not a rule)."""
     from confluent_kafka import Producer
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5,
-                  "delivery.timeout.ms": 300000})
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": acks_all, "acks": "all" if acks_all else "1",
+                  "linger.ms": 5, "delivery.timeout.ms": 300000})
+    into = h.acks if acks_all else h.acks_1
 
     def done(sent_s, err, msg):
         if err is None:
-            h.add(h.acks, Ack(msg.partition(), msg.offset(), msg.value(), sent_s, h.now()))
+            h.add(into, Ack(msg.partition(), msg.offset(), msg.value(), sent_s, h.now()))
         else:
             h.add(h.produce_failures, f"{msg.value()!r}: {err}")
 
@@ -192,6 +199,28 @@ def consume_share(bootstrap: str, topic: str, group: str, stop: threading.Event,
         c.close()
 
 
+def sample_isr(bootstrap: str, topic: str, stop: threading.Event, h: History, every_s: float = 1.0) -> None:
+    """Leaders and ISRs as Metadata tells them, about every second (what a fault found)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    while not stop.wait(every_s):
+        try:
+            md = admin.list_topics(topic, timeout=5).topics.get(topic)
+        except KafkaException:
+            continue
+        if md is not None and md.error is None:
+            h.add(h.isr, (h.now(), {p: (m.leader, tuple(sorted(m.isrs))) for p, m in md.partitions.items()}))
+
+
+def isr_at(samples: list, at_s: float) -> str:
+    """'partition:leader[ISR]' of the last sample before `at_s`."""
+    before = [s for t, s in samples if t <= at_s]
+    if not before:
+        return "?"
+    return " ".join(f"{p}:{leader}{list(isr)}".replace(" ", "") for p, (leader, isr) in sorted(before[-1].items()))
+
+
 # ---- read back -------------------------------------------------------------------------------------
 def replica_log(directory: Path) -> dict[int, bytes]:
     """offset -> value of every record in a replica's segment files (read as they are on disk,
@@ -274,12 +303,18 @@ def run_checked(hosts, *, seed: int, duration_s: float, faults: tuple[str, ...] 
     threads = [threading.Thread(target=produce, name=f"producer-{i}", daemon=True,
                                 args=(bootstrap, topic, partitions, f"p{i}", rate_per_s, stop_producers, h))
                for i in range(producers)]
+    threads.append(threading.Thread(target=produce, name="producer-acks-1", daemon=True,
+                                    args=(bootstrap, topic, partitions, "one", rate_per_s / 2, stop_producers, h),
+                                    kwargs={"acks_all": False}))
+    producers += 1
     threads += [threading.Thread(target=consume_plain, name="plain", daemon=True,
                                  args=(bootstrap, topic, partitions, stop_consumers, h)),
                 threading.Thread(target=consume_group, name="group", daemon=True,
                                  args=(bootstrap, topic, partitions, group, stop_consumers, h)),
                 threading.Thread(target=consume_share, name="share", daemon=True,
-                                 args=(bootstrap, topic, share_group, stop_consumers, h))]
+                                 args=(bootstrap, topic, share_group, stop_consumers, h)),
+                threading.Thread(target=sample_isr, name="isr", daemon=True,
+                                 args=(bootstrap, topic, stop_consumers, h))]
     for t in threads:
         t.start()
     info: dict = {}
@@ -335,6 +370,8 @@ def run_checked(hosts, *, seed: int, duration_s: float, faults: tuple[str, ...] 
     info.update({
         "load average (1, 5, 15 min) at the end": " ".join(f"{x:.1f}" for x in os.getloadavg()),
         "records produced and failed": len(h.produce_failures),
+        "acks=1 records acknowledged": len(h.acks_1),
+        "acks=1 acknowledged records lost (Kafka allows it)": len(checker.lost_acknowledged(h.acks_1, final)),
         "records read by the plain consumer (distinct offsets)": len({(r.partition, r.offset) for r in h.reads}),
         "group commits acknowledged": len(h.commits),
         "committed offsets read": len(h.observed),
@@ -345,6 +382,9 @@ def run_checked(hosts, *, seed: int, duration_s: float, faults: tuple[str, ...] 
         "replicas behind the HW at the end (partition, broker)": ", ".join(f"{p}/{b}" for p, b in behind) or "none",
         "high watermarks": ", ".join(f"{p}: {hw}" for p, hw in sorted(hws.items())),
     } | {f"client errors: {k}": v for k, v in sorted(h.errors.items())})
-    return checker.check(acks=h.acks, final=final, replicas=replicas, high_watermarks=hws, reads=h.reads,
-                         commits=h.commits, observed=h.observed, share=h.share, faults=h.faults,
-                         partitions=list(range(partitions)), info=info)
+    report = checker.check(acks=h.acks, final=final, replicas=replicas, high_watermarks=hws, reads=h.reads,
+                           commits=h.commits, observed=h.observed, share=h.share, faults=h.faults,
+                           partitions=list(range(partitions)), info=info)
+    for window in report.faults:  # what the fault found: each partition's leader and ISR just before it
+        window["leader_isr_before"] = isr_at(h.isr, window["start_s"])
+    return report
