@@ -120,8 +120,20 @@ def cmd_chaos_hosts(args) -> int:
             signal.signal(sig, lambda *_: stop.set())
         print(f"Kray is ready: bootstrap={hosts.bootstrap} (" + ", ".join(f"{k} {v:.1f}" for k, v in hosts.timings.items())
               + ")", flush=True)
-        report = jepsen.run_checked(hosts, seed=args.seed, duration_s=args.duration, faults=faults,
-                                    mean_gap_s=args.mean_gap, say=lambda line: print(line, flush=True), stop=stop)
+        done = threading.Event()
+
+        def console():  # kray start's console (broker N lost / fenced / back) beside the schedule
+            shown = len(hosts.output)
+            while not done.wait(0.5):
+                for line in hosts.output[shown:]:
+                    print(f"  | {line}", flush=True)
+                shown = len(hosts.output)
+        threading.Thread(target=console, name="kray-start-console", daemon=True).start()
+        try:
+            report = jepsen.run_checked(hosts, seed=args.seed, duration_s=args.duration, faults=faults,
+                                        mean_gap_s=args.mean_gap, say=lambda line: print(line, flush=True), stop=stop)
+        finally:
+            done.set()
     except HostsUnavailable as e:
         print(f"kray chaos --hosts: {e}", file=sys.stderr)
         return 2
