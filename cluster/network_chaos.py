@@ -95,8 +95,10 @@ def apply(hosts, step: NetStep) -> None:
 def run(hosts, steps: list[NetStep], *, say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic,
         stop=None, on_step: Callable[[float, NetStep], None] | None = None) -> None:
     """Carry out `steps` on `hosts`, saying each with the time since the start; `on_step(t, step)`
-    hears each as it is done (`t` from `clock`). Every fault is healed when this returns, also
-    when `stop` (a threading.Event) cuts the schedule short (then Stopped is raised) or a step fails."""
+    hears each once it is done (`t` from `clock`, read after its last command: records sent
+    while a split's routes were still going in are not the fault's). Every fault is healed when
+    this returns, also when `stop` (a threading.Event) cuts the schedule short (then Stopped is
+    raised) or a step fails."""
     start = clock()
     try:
         for step in steps:
@@ -107,8 +109,8 @@ def run(hosts, steps: list[NetStep], *, say: Callable[[str], None] = print, cloc
                         raise Stopped()
                 else:
                     time.sleep(remaining)
-            now = clock()
             apply(hosts, step)
+            now = clock()  # once the fault is whole: a split is several commands
             say(f"+{now - start:7.2f}s {step.describe()}")
             if on_step is not None:
                 on_step(now, step)
