@@ -41,29 +41,41 @@ def plan(seed: int, brokers: list[int], duration_s: float, *, faults: tuple[str,
     unknown = set(faults) - set(FAULTS)
     if unknown or not faults:
         raise ValueError(f"faults must be among {', '.join(FAULTS)} (got {', '.join(sorted(unknown)) or 'none'})")
-    if not brokers or max_down < 1:
-        raise ValueError("a schedule needs brokers and max_down >= 1")
-    rng = random.Random(seed)
     steps: list[Step] = []
-    down: dict[int, float] = {}  # broker -> when its fault is undone
+    for start_s, end_s, broker, fault in timeline(random.Random(seed), brokers, duration_s, faults,
+                                                  mean_gap_s=mean_gap_s, down_s=down_s, max_down=max_down):
+        steps.append(Step(start_s, fault, broker))
+        steps.append(Step(end_s, UNDO[fault], broker))
+    return sorted(steps, key=lambda s: (s.at_s, s.action not in UNDO.values()))
+
+
+def timeline(rng: random.Random, targets: list[int], duration_s: float, faults: tuple[str, ...], *,
+             mean_gap_s: float, down_s: tuple[float, float], max_down: int) -> list[tuple[float, float, int, str]]:
+    """(start_s, end_s, target, fault) of each fault, drawn from `rng`: a fault every ~mean_gap_s
+    (exponentially distributed gaps) on a target that has none, lasting a time drawn from
+    `down_s`, never more than `max_down` at once, all over by `duration_s`. Shared by the
+    process schedule here and the network schedule (cluster/network_chaos.py)."""
+    if not targets or max_down < 1:
+        raise ValueError("a schedule needs brokers and max_down >= 1")
+    out = []
+    down: dict[int, float] = {}  # target -> when its fault is undone
     t = 0.0
     while True:
         t += rng.expovariate(1.0 / mean_gap_s)
-        for broker, until in sorted(down.items(), key=lambda kv: kv[1]):
+        for target, until in sorted(down.items(), key=lambda kv: kv[1]):
             if until <= t:
-                del down[broker]
-        up = [b for b in sorted(brokers) if b not in down]
+                del down[target]
+        up = [b for b in sorted(targets) if b not in down]
         if len(down) >= max_down or not up:
             t = min(down.values())  # wait for a recovery, then draw the next gap from there
             continue
         recovery = t + rng.uniform(*down_s)
         if recovery >= duration_s:
             break
-        broker, fault = rng.choice(up), rng.choice(faults)
-        steps.append(Step(round(t, 3), fault, broker))
-        steps.append(Step(round(recovery, 3), UNDO[fault], broker))
-        down[broker] = recovery
-    return sorted(steps, key=lambda s: (s.at_s, s.action not in UNDO.values()))
+        target, fault = rng.choice(up), rng.choice(faults)
+        out.append((round(t, 3), round(recovery, 3), target, fault))
+        down[target] = recovery
+    return out
 
 
 def leaders(image) -> dict[str, str]:

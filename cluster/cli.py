@@ -3,6 +3,7 @@
   kray start [--port 9092] [--data-dir DIR] [--config FILE] [--override key=value ...]
              [--nodes N | --address auto|HOST:PORT]
   kray chaos --seed S [--nodes 3] [--duration 300] [--faults kill,kill-graceful,pause] [start's options]
+  kray chaos --hosts 3 --seed S [--duration 120] [--faults isolate,split,one-way,loss] [--json F] [--markdown F]
   kray topics (--create|--list|--describe|--delete) --bootstrap-server HOST:PORT [--topic T] ...
   kray acls (--add|--remove|--list) --bootstrap-server HOST:PORT [--allow-principal User:alice] ...
   (every tool: --command-config client.properties for a secured listener)
@@ -83,6 +84,82 @@ def cmd_start(args) -> int:
     return 0
 
 
+def cmd_chaos_hosts(args) -> int:
+    """`kray chaos --hosts N`: N hosts of their own (network namespaces; root), Kray deployed on
+    them with ray start / kray start --address, real clients under a seeded network fault
+    schedule, and the Jepsen-style checker's table at the end; everything removed afterwards.
+    Exit status 0 when every safety count is 0, 1 when one is not, 2 when it can't run."""
+    import json
+
+    from cluster import checker, jepsen, network_chaos
+    from cluster.hosts.net import HostsUnavailable, filter_unavailable_reason, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        print(f"kray chaos --hosts: {reason}", file=sys.stderr)
+        return 2
+    faults = tuple(f for f in (args.faults or ",".join(network_chaos.FAULTS)).split(",") if f)
+    if set(faults) & set(network_chaos.NEEDS_IPTABLES) and filter_unavailable_reason():
+        print(f"kray chaos --hosts: {filter_unavailable_reason()}: leaving out "
+              f"{', '.join(sorted(set(faults) & set(network_chaos.NEEDS_IPTABLES)))}", file=sys.stderr)
+        faults = tuple(f for f in faults if f not in network_chaos.NEEDS_IPTABLES)
+    try:
+        network_chaos.plan(args.seed, list(range(1, args.hosts + 1)), args.duration, faults=faults)
+    except ValueError as e:
+        print(f"kray chaos: {e}", file=sys.stderr)
+        return 2
+    from cluster.hosts.deploy import KrayHosts
+    stop = threading.Event()
+    overrides = tuple(args.override or ()) or ("offsets.topic.num.partitions=6",
+                                               "share.coordinator.state.topic.num.partitions=6")
+    hosts = KrayHosts(args.hosts, overrides=overrides)
+    try:
+        print(f"Making {args.hosts} hosts and deploying Kray on them ...", flush=True)
+        hosts.start()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        print(f"Kray is ready: bootstrap={hosts.bootstrap} (" + ", ".join(f"{k} {v:.1f}" for k, v in hosts.timings.items())
+              + ")", flush=True)
+        done = threading.Event()
+
+        def console():  # kray start's console (broker N lost / fenced / back) beside the schedule
+            shown = len(hosts.output)
+            while not done.wait(0.5):
+                for line in hosts.output[shown:]:
+                    print(f"  | {line}", flush=True)
+                shown = len(hosts.output)
+        threading.Thread(target=console, name="kray-start-console", daemon=True).start()
+        try:
+            report = jepsen.run_checked(hosts, seed=args.seed, duration_s=args.duration, faults=faults,
+                                        mean_gap_s=args.mean_gap, say=lambda line: print(line, flush=True), stop=stop)
+        finally:
+            done.set()
+    except HostsUnavailable as e:
+        print(f"kray chaos --hosts: {e}", file=sys.stderr)
+        return 2
+    except network_chaos.Stopped:
+        print("kray chaos: stopped", file=sys.stderr)
+        return 2
+    finally:
+        print("Stopping Kray and removing the hosts ...", flush=True)
+        hosts.stop()
+    title = f"kray chaos --hosts {args.hosts} --seed {args.seed} --duration {args.duration:g}"
+    text = checker.markdown(report, title)
+    print(text, flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"command": title, "faults": list(faults)} | report.to_json(), indent=2) + "\n")
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    return 0 if report.safe else 1
+
+
+def cmd_chaos(args) -> int:
+    if args.hosts:
+        return cmd_chaos_hosts(args)
+    args.faults = args.faults or "kill,kill-graceful,pause"
+    return cmd_start(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kray", description="Kray: a Kafka-compatible broker on Ray actors")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -112,11 +189,16 @@ def main(argv: list[str] | None = None) -> int:
     chaos.add_argument("--seed", type=int, required=True, help="the schedule's seed: the same seed replays it")
     chaos.add_argument("--duration", type=float, default=300, help="seconds of faults (default 300); every fault "
                                                                    "is undone by then, and Kray keeps serving")
-    chaos.add_argument("--faults", default="kill,kill-graceful,pause",
-                       help="which faults, comma-separated (default kill,kill-graceful,pause)")
+    chaos.add_argument("--hosts", type=int, help="instead of --nodes: N hosts of their own (network namespaces, "
+                                                 "needs root), Kray deployed with ray start and kray start --address, "
+                                                 "network faults, clients checked by a Jepsen-style checker")
+    chaos.add_argument("--faults", help="which faults, comma-separated (default kill,kill-graceful,pause; with "
+                                        "--hosts: isolate,split,one-way,loss)")
+    chaos.add_argument("--json", help="with --hosts: write the checker's report here as JSON")
+    chaos.add_argument("--markdown", help="with --hosts: write the checker's tables here as Markdown")
     chaos.add_argument("--mean-gap", type=float, default=8.0, help="mean seconds between faults (default 8)")
     chaos.add_argument("--max-down", type=int, default=1, help="brokers down at once at most (default 1)")
-    chaos.set_defaults(func=cmd_start, address=None)
+    chaos.set_defaults(func=cmd_chaos, address=None)
 
     from cluster.tools import acls, configs, console_share_consumer, consumer_groups, perf, share_groups, topics
     topics.add_parser(sub)

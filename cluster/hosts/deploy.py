@@ -258,3 +258,25 @@ class KrayHosts:
 
     def restore(self, host: int | str) -> None:
         self.net.restore(host)
+
+    def split(self, host: int | str) -> None:
+        """`host` cut off from the other hosts (the controller's on h1, the other replicas) but
+        not from the clients here."""
+        self.net.split(host)
+
+    def unsplit(self, host: int | str) -> None:
+        self.net.unsplit(host)
+
+    def lose(self, host: int | str, probability: float) -> None:
+        """Random loss of `probability` on `host`'s link, both ways (iptables)."""
+        self.net.lose(host, probability)
+
+    def lose_from(self, receiver: int | str, sender: int | str, probability: float = 1.0) -> None:
+        """One-way loss: packets from `sender` to `receiver` (iptables)."""
+        self.net.lose_from(receiver, sender, probability)
+
+    def unlose(self, host: int | str) -> None:
+        self.net.unlose(host)
+
+    def heal_all(self) -> None:
+        self.net.heal_all()

@@ -65,6 +65,13 @@ def tc(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return _run(["tc", *args], check)
 
 
+def filter_unavailable_reason() -> str | None:
+    """Why packet-filter faults (loss, one-way loss) can't be made here, or None when they can."""
+    if shutil.which("iptables") is None:
+        return "`iptables` is not installed (apt-get install iptables): loss faults need it; isolate, split and cut don't"
+    return None
+
+
 def _run(argv: list[str], check: bool) -> subprocess.CompletedProcess:
     done = subprocess.run(argv, capture_output=True, text=True)
     if check and done.returncode != 0:
@@ -143,6 +150,8 @@ class HostNetwork:
         self.run_dir: Path | None = None
         self.processes: list[subprocess.Popen] = []
         self.isolated: set[str] = set()
+        self.split_hosts: set[str] = set()
+        self.filtered: set[str] = set()   # hosts whose fault chains exist (cluster/hosts/plan.py FAULTS_IN/OUT)
         self._outputs = itertools.count(1)
 
     # ---- make and remove ---------------------------------------------------------------------
@@ -274,3 +283,71 @@ class HostNetwork:
         """Undo degrade() on `host`'s link."""
         for args in planner.netem_clear_commands(self.plan.host(host)):
             tc(*args, check=False)
+
+    # ---- faults by packet filter, and a host split from the others -----------------------------
+    def iptables(self, host: int | str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return _run(self.command(host, ["iptables", *args]), check)
+
+    def _filter_ready(self, host: int | str):
+        reason = filter_unavailable_reason()
+        if reason:
+            raise HostsUnavailable(reason)
+        h = self.plan.host(host)
+        if h.name not in self.filtered:
+            for args in planner.filter_setup_commands(h):
+                self.iptables(h.name, *args)
+            self.filtered.add(h.name)
+        return h
+
+    def lose(self, host: int | str, probability: float) -> None:
+        """`host` loses each packet on its link with `probability`, both ways (iptables'
+        statistic match; clear with unlose() or heal_all())."""
+        h = self._filter_ready(host)
+        for args in planner.link_loss_commands(h, probability):
+            self.iptables(h.name, *args)
+
+    def lose_from(self, receiver: int | str, sender: int | str, probability: float = 1.0) -> None:
+        """Packets from `sender` to `receiver` are lost with `probability`; the other way is not."""
+        h = self._filter_ready(receiver)
+        for args in planner.one_way_loss_commands(h, self.plan.host(sender), probability):
+            self.iptables(h.name, *args)
+
+    def unlose(self, host: int | str) -> None:
+        """Undo lose() and lose_from() on `host` (the receiver's side)."""
+        h = self.plan.host(host)
+        if h.name in self.filtered:
+            for args in planner.filter_clear_commands():
+                self.iptables(h.name, *args)
+
+    def split(self, host: int | str) -> None:
+        """Cut `host` off from every other host, both ways, but not from the clients (they run
+        here, in the root namespace): a leader cut off from the controller and the other replicas
+        while its clients still reach it."""
+        h = self.plan.host(host)
+        for args in planner.split_commands(self.plan, h):
+            ip(*args)
+        self.split_hosts.add(h.name)
+
+    def unsplit(self, host: int | str) -> None:
+        h = self.plan.host(host)
+        for args in planner.unsplit_commands(self.plan, h):
+            ip(*args, check=False)
+        self.split_hosts.discard(h.name)
+
+    def heal_all(self) -> None:
+        """Undo every fault of every host: links up, cuts and splits gone, filters empty."""
+        if self.plan is None:
+            return
+        hosts = self.plan.hosts
+        for h in hosts:
+            for args in planner.heal_commands(h):
+                ip(*args, check=False)
+        for i, a in enumerate(hosts):
+            for b in hosts[i + 1:]:
+                for args in planner.uncut_commands(a, b):
+                    ip(*args, check=False)
+        for name in list(self.filtered):
+            for args in planner.filter_clear_commands():
+                self.iptables(name, *args, check=False)
+        self.isolated.clear()
+        self.split_hosts.clear()

@@ -197,3 +197,57 @@ def netem_commands(host: HostPlan, *, delay_ms: float = 0, jitter_ms: float = 0,
 def netem_clear_commands(host: HostPlan) -> list[list[str]]:
     return [["qdisc", "del", "dev", host.veth, "root"],
             ["-n", host.netns, "qdisc", "del", "dev", host.inner_link, "root"]]
+
+
+# ---- faults by packet filter (iptables in a host's namespace): loss, one way or both -----------
+# Each host's own rules live in two chains of ours: FAULTS_IN sees what arrives on its eth0,
+# FAULTS_OUT what leaves by it; healing flushes them. Loopback traffic (a host's processes talking
+# to each other) never passes them. The lists below are `iptables` argument lists, run inside the
+# host's namespace (cluster/hosts/net.py does that).
+FAULTS_IN = "KRAY-FAULTS-IN"
+FAULTS_OUT = "KRAY-FAULTS-OUT"
+
+
+def filter_setup_commands(host: HostPlan) -> list[list[str]]:
+    """Make the two chains and send eth0's traffic through them (once per host)."""
+    return [["-w", "-N", FAULTS_IN], ["-w", "-N", FAULTS_OUT],
+            ["-w", "-A", "INPUT", "-i", host.inner_link, "-j", FAULTS_IN],
+            ["-w", "-A", "OUTPUT", "-o", host.inner_link, "-j", FAULTS_OUT]]
+
+
+def _drop(probability: float) -> list[str]:
+    if not 0 < probability <= 1:
+        raise PlanError(f"a loss probability is within (0, 1] (got {probability})")
+    if probability >= 1:
+        return ["-j", "DROP"]
+    return ["-m", "statistic", "--mode", "random", "--probability", f"{probability:.4f}", "-j", "DROP"]
+
+
+def link_loss_commands(host: HostPlan, probability: float) -> list[list[str]]:
+    """`host` loses each packet on its link with `probability`, both ways (a bad cable or NIC):
+    iptables' statistic match, what netem's loss would do without its latency."""
+    return [["-w", "-A", FAULTS_IN] + _drop(probability), ["-w", "-A", FAULTS_OUT] + _drop(probability)]
+
+
+def one_way_loss_commands(receiver: HostPlan, sender: HostPlan, probability: float = 1.0) -> list[list[str]]:
+    """Packets from `sender` to `receiver` are lost with `probability` (all of them by default),
+    the other direction is untouched: run on the receiver, which drops them as they arrive. TCP
+    then stalls both ways (its acknowledgements are lost), as over a real one-way fault; UDP and
+    Ray's health checks see the asymmetry."""
+    return [["-w", "-A", FAULTS_IN, "-s", sender.address] + _drop(probability)]
+
+
+def filter_clear_commands() -> list[list[str]]:
+    """Heal every filter fault of a host (its chains stay, empty)."""
+    return [["-w", "-F", FAULTS_IN], ["-w", "-F", FAULTS_OUT]]
+
+
+def split_commands(network: NetworkPlan, host: HostPlan) -> list[list[str]]:
+    """`host` cut off from every other host (the controller's, the other replicas') but not from
+    the clients, both ways: a leader on the wrong side of a partition, its clients still with it.
+    `ip` argument lists (routes to nowhere, as cut_commands)."""
+    return [cmd for other in network.hosts if other != host for cmd in cut_commands(network, host, other)]
+
+
+def unsplit_commands(network: NetworkPlan, host: HostPlan) -> list[list[str]]:
+    return [cmd for other in network.hosts if other != host for cmd in uncut_commands(host, other)]

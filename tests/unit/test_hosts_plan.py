@@ -95,3 +95,32 @@ def test_cutting_two_hosts_apart_routes_their_packets_to_an_address_no_one_answe
     assert planner.cut_commands(p, h1, h3, both_ways=False) == planner.cut_commands(p, h1, h3)[:1]
     assert planner.uncut_commands(h1, h3) == [["-n", h1.netns, "route", "del", "198.18.0.3/32"],
                                               ["-n", h3.netns, "route", "del", "198.18.0.1/32"]]
+
+
+def test_loss_rules_live_in_chains_of_their_own_on_the_hosts_link_and_heal_by_a_flush():
+    p = planner.plan(3, "1a2b", [])
+    h2, h3 = p.host(2), p.host(3)
+    assert planner.filter_setup_commands(h2) == [
+        ["-w", "-N", "KRAY-FAULTS-IN"], ["-w", "-N", "KRAY-FAULTS-OUT"],
+        ["-w", "-A", "INPUT", "-i", "eth0", "-j", "KRAY-FAULTS-IN"],
+        ["-w", "-A", "OUTPUT", "-o", "eth0", "-j", "KRAY-FAULTS-OUT"]]
+    stat = ["-m", "statistic", "--mode", "random", "--probability", "0.2000", "-j", "DROP"]
+    assert planner.link_loss_commands(h2, 0.2) == [["-w", "-A", "KRAY-FAULTS-IN"] + stat,
+                                                   ["-w", "-A", "KRAY-FAULTS-OUT"] + stat]
+    # one way: h3 -> h2 lost at h2's door, h2 -> h3 untouched
+    assert planner.one_way_loss_commands(h2, h3) == [["-w", "-A", "KRAY-FAULTS-IN", "-s", "198.18.0.3", "-j", "DROP"]]
+    assert planner.one_way_loss_commands(h2, h3, 0.5)[0][-7:] == ["-m", "statistic", "--mode", "random",
+                                                                  "--probability", "0.5000", "-j", "DROP"][-7:]
+    assert planner.filter_clear_commands() == [["-w", "-F", "KRAY-FAULTS-IN"], ["-w", "-F", "KRAY-FAULTS-OUT"]]
+    for bad in (0, -0.1, 1.5):
+        with pytest.raises(planner.PlanError):
+            planner.link_loss_commands(h2, bad)
+
+
+def test_a_split_host_loses_every_other_host_both_ways_but_keeps_the_clients():
+    p = planner.plan(3, "1a2b", [])
+    h1, h2, h3 = p.hosts
+    cmds = planner.split_commands(p, h2)
+    assert cmds == planner.cut_commands(p, h2, h1) + planner.cut_commands(p, h2, h3)
+    assert not any(p.bridge_address in c for c in cmds)  # the clients' address is never cut
+    assert planner.unsplit_commands(p, h2) == planner.uncut_commands(h2, h1) + planner.uncut_commands(h2, h3)
