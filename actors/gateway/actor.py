@@ -50,6 +50,7 @@ class GatewayActor:
         self.ctx = GatewayContext(broker_id, broker_config, RayController(controller, broker_config))
         self.servers: dict[str, asyncio.AbstractServer] = {}  # listener name -> its front end
         self.watcher: asyncio.Task | None = None
+        self.releasing: asyncio.Task | None = None  # answering acks=all waits after the session lapsed
         self.starting: asyncio.Future | None = None
         self.info: BrokerInfo | None = None
         self.broker_epoch = -1
@@ -187,9 +188,24 @@ class GatewayActor:
                             "no group until the controller answers again", self.ctx.broker_id,
                             now - session.renewed_from_ms)
                 self.ctx.set_metadata(self.ctx.published)  # advertised without this broker
+                self.releasing = asyncio.create_task(self._release_acks_waits())  # kept: not collected mid-way
             expires = session.expires_at_ms()
             wait_s = (expires - now) / 1000 if expires is not None and not session.lost else self.heartbeat_interval_s
             await asyncio.sleep(max(wait_s, SESSION_RECHECK_S))
+
+    async def _release_acks_waits(self) -> None:
+        """The session lapsed: the acks=all produces waiting on the replicas this broker leads
+        are answered NOT_LEADER_OR_FOLLOWER now. Their producers then ask for metadata and go to
+        the leader the controller named meanwhile, instead of keeping those batches in flight here
+        until their request timeout (an idempotent producer sends nothing else to that partition
+        meanwhile). Nothing is lost: what they wrote is not committed, and a retry that finds it
+        committed after all is recognised as a duplicate."""
+        clients = self.ctx.led_partitions()
+        counts = await asyncio.gather(*(c.release_acks_waits() for c in clients), return_exceptions=True)
+        released = sum(n for n in counts if isinstance(n, int))
+        if released:
+            log.warning("broker %d: answered %d waiting acks=all produce(s) NOT_LEADER_OR_FOLLOWER on %d "
+                        "partition(s) it led", self.ctx.broker_id, released, len(clients))
 
     async def _take_up_session(self) -> None:
         """After the session was lost: once the controller answered again, serve again, with

@@ -214,6 +214,11 @@ class GatewayContext:
         client = self._clients.get((topic_id, index))
         return None if client is None or (not follower and self.fenced()) else client
 
+    def led_partitions(self) -> list:
+        """The data-path clients of every partition this broker leads by its last metadata (kept
+        while fenced)."""
+        return list(self._clients.values())
+
     def any_partition(self, topic_id: uuid.UUID, index: int) -> RayPartition | None:
         """A partition on any broker, for admin steps (Ray calls)."""
         handle = self.metadata.partition_actors.get((topic_id, index)) if self.metadata else None

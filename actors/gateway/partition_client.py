@@ -157,6 +157,12 @@ class SocketPartition:
                                          key=wire.NO_PARTITION)
         return answers
 
+    async def release_acks_waits(self) -> int:
+        """Answer the partition's waiting acks=all produces NOT_LEADER_OR_FOLLOWER now (this broker's
+        session lapsed); how many were waiting."""
+        (count,), _ = await self._call(wire.RELEASE_WAITERS, [])
+        return count
+
     async def wait_for_data(self, offset, timeout_ms, replica=False):
         (ready,), _ = await self._call(wire.WAIT_FOR_DATA, [offset, timeout_ms, replica],
                                        timeout_s=timeout_ms / 1000 + CALL_TIMEOUT_S)

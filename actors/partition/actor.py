@@ -343,6 +343,15 @@ class PartitionActor:
                 return ErrorCode.REQUEST_TIMED_OUT
             return future.result() if future.done() else ErrorCode.REQUEST_TIMED_OUT
 
+    def release_acks_waits(self) -> int:
+        """Its broker's session lapsed (actors/gateway/broker_session.py): answer the acks=all
+        produces waiting here NOT_LEADER_OR_FOLLOWER at once, so their producers go to the leader
+        the controller may have named meanwhile instead of waiting out their request timeout.
+        Returns how many were waiting."""
+        effects = self.replica.release_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self._apply(effects)
+        return len(effects.released)
+
     async def fetch(self, offset: int, max_bytes: int, leader_epoch: int, isolation_level: int):
         error = self.replica.validate_leader_epoch(leader_epoch)
         if error:

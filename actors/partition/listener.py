@@ -169,10 +169,16 @@ async def _wait_for_any(replica_for, wake, args):
             return [False], ()
 
 
+async def _release_waiters(actor, args, blobs):
+    _expect(args, 0, "release_waiters")
+    return [actor.release_acks_waits()], ()
+
+
 HANDLERS = {wire.PRODUCE: _produce, wire.FETCH: _fetch, wire.WAIT_FOR_DATA: _wait_for_data,
             wire.LIST_OFFSETS: _list_offsets, wire.SHARE_FETCH: _share_fetch, wire.SHARE_WAIT: _share_wait,
             wire.SHARE_ACKNOWLEDGE: _share_acknowledge, wire.SHARE_RELEASE: _share_release,
-            wire.REPLICA_FETCH: _replica_fetch, wire.SHARE_STATE: _share_state}
+            wire.REPLICA_FETCH: _replica_fetch, wire.SHARE_STATE: _share_state,
+            wire.RELEASE_WAITERS: _release_waiters}
 
 
 async def start_listener(replica_for: Callable[[tuple[uuid.UUID, int]], Any], address: str,

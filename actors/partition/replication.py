@@ -277,10 +277,19 @@ class ReplicaCore:
             for r in reg.replicas if r != self.broker_id}
         return self._after_change(now_ms)
 
-    def _become_follower(self, reg: PartitionRegistration) -> Effects:
-        released = [(w, ErrorCode.NOT_LEADER_OR_FOLLOWER) for w in self._waiters]
+    def release_waiters(self, error: int) -> Effects:
+        """Answer every acks=all produce waiting here with `error` now: this replica stops
+        leading, or its broker's session with the controller ran out (another replica may lead
+        already, so waiting could only end at the produce's timeout). Nothing of theirs is
+        committed by this; the producer retries at the current leader (the idempotent one
+        without duplicates)."""
+        released = [(w, error) for w in self._waiters]
         self._waiters.clear()
         self._waiters_in_order = True
+        return Effects(released=released)
+
+    def _become_follower(self, reg: PartitionRegistration) -> Effects:
+        released = self.release_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER).released
         self._set_registration(reg)
         self.role = Role.FOLLOWER
         self.leader_id = reg.leader

@@ -59,12 +59,15 @@ SHARE_STATE = 32012      # [api key 83-87, group id, [[topic id, partition, fiel
                          # fields...]...]: Kafka's share-state APIs for the share coordinator leading the
                          # frame's partition (a __share_group_state one), in order (see
                          # actors/share_coordinator/wire.py); NOT_HOSTED where no coordinator of it is hosted
+RELEASE_WAITERS = 32013  # [] -> [count]: the partition's acks=all produces still waiting are answered
+                         # NOT_LEADER_OR_FOLLOWER now (its broker's session with the controller lapsed)
 BATCHED = (FETCH, REPLICA_FETCH)  # what MANY may carry: calls without blobs that never wait
 NO_PARTITION = (uuid.UUID(int=0), 0)
 API_NAMES = {PRODUCE: "produce", FETCH: "fetch", WAIT_FOR_DATA: "wait_for_data", LIST_OFFSETS: "list_offsets",
              SHARE_FETCH: "share_fetch", SHARE_WAIT: "share_wait", SHARE_ACKNOWLEDGE: "share_acknowledge",
              SHARE_RELEASE: "share_release", REPLICA_FETCH: "replica_fetch", MANY: "many",
-             WAIT_FOR_ANY: "wait_for_any", PRODUCE_MANY: "produce_many", SHARE_STATE: "share_state"}
+             WAIT_FOR_ANY: "wait_for_any", PRODUCE_MANY: "produce_many", SHARE_STATE: "share_state",
+             RELEASE_WAITERS: "release_waiters"}
 
 ANSWERED, NOT_HOSTED = 0, 1  # response statuses
 

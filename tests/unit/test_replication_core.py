@@ -207,6 +207,23 @@ def test_acks_all_waits_for_the_high_watermark():
     assert effects.released == [(w9, 0)]
 
 
+def test_a_lapsed_broker_session_answers_every_waiting_acks_all_produce_at_once():
+    """The gateway's session with the controller ran out: its leaders answer their waiting
+    acks=all produces NOT_LEADER_OR_FOLLOWER now rather than at the request timeout; nothing is
+    committed by that, and the high watermark moving later releases nothing twice."""
+    core = leader()
+    core.on_leader_append(9, now_ms=0)
+    w3, _ = core.register_waiter(3)
+    w9, _ = core.register_waiter(9)
+    effects = core.release_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    assert effects.released == [(w3, ErrorCode.NOT_LEADER_OR_FOLLOWER), (w9, ErrorCode.NOT_LEADER_OR_FOLLOWER)]
+    assert effects.high_watermark is None and core.high_watermark == 0 and core.waiter_count == 0
+    fetch(core, 1, 9, 1)
+    _, effects = fetch(core, 2, 9, 2)
+    assert effects.released == [] and core.high_watermark == 9
+    assert not core.cancel_waiter(w3)
+
+
 def test_min_insync_replicas_before_and_after_the_append():
     core = leader()
     core.on_leader_append(3, now_ms=0)

@@ -116,3 +116,32 @@ def test_a_malformed_batch_closes_only_its_connection(calls):
             good.close()
             server.close()
     asyncio.run(main())
+
+
+def test_release_waiters_reaches_the_partitions_replica_and_answers_how_many_waited():
+    """A gateway whose session lapsed asks each partition it led to answer its waiting acks=all
+    produces at once (RELEASE_WAITERS); an unhosted partition is answered NOT_HOSTED."""
+    from actors.gateway.partition_client import DataPaths, PartitionNotHosted, SocketPartition
+
+    class Leading(Replica):
+        released = 0
+
+        def release_acks_waits(self):
+            self.released += 1
+            return 2
+
+    async def main():
+        leading = Leading(5)
+        host = Host({(TOPIC, 0): leading})
+        server, connection = await _serve(host)
+        address = server.sockets[0].getsockname()
+        paths = DataPaths()
+        try:
+            assert await SocketPartition(address, (TOPIC, 0), paths).release_acks_waits() == 2
+            assert leading.released == 1
+            with pytest.raises(PartitionNotHosted):
+                await SocketPartition(address, (TOPIC, 1), paths).release_acks_waits()
+        finally:
+            connection.close()
+            server.close()
+    asyncio.run(main())
