@@ -13,9 +13,10 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from benchmarks.partition_heal import read_back
 from cluster.hosts.deploy import REPO
 from cluster.hosts.net import unavailable_reason
 
@@ -44,16 +45,6 @@ def _create(bootstrap: str, topic: str, partitions: int = 3) -> None:
     admin.create_topics([NewTopic(topic, partitions, 3)])[topic].result(60)
 
 
-def _read(bootstrap: str, topic: str, partitions: int, want: set[bytes], timeout_s: float = 60) -> list[bytes]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, i, 0) for i in range(partitions)])
-    got, deadline = [], time.monotonic() + timeout_s
-    while not want <= set(got) and time.monotonic() < deadline:
-        got += [m.value() for m in c.consume(1000, timeout=1.0) if m.error() is None]
-    c.close()
-    return got
-
-
 def test_each_broker_is_at_its_own_host_address_on_port_9092(hosts):
     expected = {i: (hosts.address(i), 9092) for i in (1, 2, 3)}
     assert hosts.bootstrap == ",".join(f"{a}:9092" for a, _ in expected.values())
@@ -75,7 +66,7 @@ def test_any_one_broker_address_is_enough_to_produce_and_consume(hosts):
         for n, v in enumerate(sorted(values)):
             p.produce(topic, value=v, partition=n % 3)
         assert p.flush(60) == 0
-        assert values <= set(_read(bootstrap, topic, 3, values))
+        assert values <= set(read_back(bootstrap, topic, 3, values, timeout_s=60))
 
 
 def test_a_broker_host_cut_off_for_10_s_and_back_loses_no_acknowledged_record(hosts):
@@ -148,7 +139,7 @@ def test_a_broker_host_cut_off_for_10_s_and_back_loses_no_acknowledged_record(ho
     print("kray start said:\n" + "\n".join(line for line in hosts.output if f"broker {victim} " in line))
     assert not failed
     want = set(acked)
-    got = _read(hosts.bootstrap, topic, 3, want)
+    got = read_back(hosts.bootstrap, topic, 3, want, timeout_s=60)
     missing = want - set(got)
     assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"
     assert len(got) == len(set(got)), "an idempotent producer's record was written twice"
