@@ -67,8 +67,12 @@ def _as_nobody(path: str) -> str:
                 try:
                     s.sendall(_produce_frame())
                     outcome = "answered" if s.recv(65536) else "closed"
-                except ConnectionResetError:
+                except (BrokenPipeError, ConnectionResetError):  # closed before or while it sent
                     outcome = "closed"
+                except socket.timeout:
+                    outcome = "no answer"
+        except BaseException as e:
+            outcome = f"error: {type(e).__name__}: {e}"
         finally:
             os.write(write_end, outcome.encode())
             os._exit(0)
