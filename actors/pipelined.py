@@ -17,9 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
 import socket
-import sys
 from typing import Awaitable, Callable
 
 from protocol.framing import FrameDecoder, FrameTooLarge, MalformedFrame
@@ -35,15 +33,6 @@ COALESCE_BYTES_MAX = 256 * 1024  # small frames waiting to be sent together are 
 
 class ConnectionClosed(ConnectionError):
     pass
-
-
-def unix_address(name: str) -> str:
-    """Where a process-local listener binds: Linux's abstract namespace (no file to clean up,
-    gone with the process), else a file in the temp dir. `name` must be unique per process."""
-    if sys.platform.startswith("linux"):
-        return "\0kray-" + name
-    import tempfile
-    return os.path.join(tempfile.gettempdir(), f"kray-{name}.sock")
 
 
 def widen_socket_buffers(writer: asyncio.StreamWriter) -> None:

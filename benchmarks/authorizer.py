@@ -12,7 +12,10 @@ access.py), the same objects a gateway uses:
   says no);
 - prefixed: WRITE allowed by a PREFIXED ACL (the index looks up every prefix length in use);
 - super user: `super.users` short-circuits;
-- metadata 1,000 topics: a Metadata request for every topic checks DESCRIBE on each one.
+- metadata 1,000 topics: a Metadata request for every topic checks DESCRIBE on each one;
+- by resource type, allowed / refused: `Access.allows_any` (Kafka's authorizeByResourceType), what
+  InitProducerId asks of an idempotent producer without IDEMPOTENT_WRITE on the cluster (WRITE on
+  any topic). Refused is its costliest answer: every binding of the principal is looked at.
 
 ACL sets: "10" (a small cluster's: a few topics, groups and prefixes), "10,000 spread" (1,000
 principals, each with READ/WRITE on its own 4 topics, READ on 2 groups, a prefix; the resources
@@ -20,7 +23,9 @@ share nothing) and "10,000 on one topic" (10,000 principals allowed to READ one 
 on that topic walks all of them). Also the time to build the authorizer from the metadata image's
 ACLs, which every gateway does whole when the ACLs change.
 
-Results: benchmarks/results/authorizer.{json,md}. Figures are medians of --rounds rounds.
+Results: benchmarks/results/authorizer.{json,md}. Figures are medians of --rounds rounds. With
+--label, the run is also kept under that label in authorizer.json's "runs" (the figures of
+earlier code, e.g. "before"), and the markdown shows every kept run's by-resource-type figures.
 """
 from __future__ import annotations
 
@@ -88,7 +93,17 @@ def per_call_ns(fn, repeat: int, rounds: int) -> float:
     return statistics.median(samples)
 
 
-def measure(name: str, bindings: list[AclBinding], cases: dict, repeat: int, rounds: int) -> dict:
+def per_call_ns_timed(fn, rounds: int, min_s: float = 0.2) -> float:
+    """per_call_ns for calls whose cost is unknown (microseconds to milliseconds): each round makes
+    as many calls as fill `min_s`."""
+    calls, started = 0, time.perf_counter()
+    while time.perf_counter() - started < min_s / 4:
+        fn()
+        calls += 1
+    return per_call_ns(fn, max(10, calls * 4), rounds)
+
+
+def measure(name: str, bindings: list[AclBinding], cases: dict, by_type: dict, repeat: int, rounds: int) -> dict:
     config = AuthorizerConfig(super_users=frozenset({"User:admin"}))
     build_s = []
     for _ in range(rounds):
@@ -101,6 +116,11 @@ def measure(name: str, bindings: list[AclBinding], cases: dict, repeat: int, rou
         assert access.allows(operation, resource_type, resource) is expected, (name, case)
         row["checks_ns"][case] = per_call_ns(lambda: access.allows(operation, resource_type, resource),
                                              repeat, rounds)
+    row["by_type_ns"] = {}
+    for case, (principal, operation, resource_type, expected) in by_type.items():
+        access = Access(authorizer, KafkaPrincipal.parse(principal), HOST)
+        assert access.allows_any(operation, resource_type) is expected, (name, case)
+        row["by_type_ns"][case] = per_call_ns_timed(lambda: access.allows_any(operation, resource_type), rounds)
     topics = [f"topic-{i // 4}-{i % 4}" for i in range(1000)]
     reader = Access(authorizer, KafkaPrincipal.parse(cases["produce"][0]), HOST)
     row["metadata_1000_topics_us"] = per_call_ns(lambda: reader.allowed(Op.DESCRIBE, Res.TOPIC, topics),
@@ -112,29 +132,44 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20000, help="checks per round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--label", help="keep this run's figures in authorizer.json under this label")
     args = parser.parse_args(argv)
     sets = {
         "10": (small_set(), {
             "produce": ("User:user-1", Op.WRITE, Res.TOPIC, "orders", True),
             "refused": ("User:user-5", Op.WRITE, Res.TOPIC, "orders", False),
             "prefixed": ("User:user-1", Op.WRITE, Res.TOPIC, "app-clicks", True),
-            "super user": ("User:admin", Op.WRITE, Res.TOPIC, "orders", True)}),
+            "super user": ("User:admin", Op.WRITE, Res.TOPIC, "orders", True)}, {
+            "allowed": ("User:user-1", Op.WRITE, Res.TOPIC, True),
+            "refused": ("User:user-5", Op.WRITE, Res.TOPIC, False)}),
         "10,000 spread": (spread_set(), {
             "produce": ("User:user-500", Op.WRITE, Res.TOPIC, "topic-500-1", True),
             "refused": ("User:user-5", Op.WRITE, Res.TOPIC, "topic-500-1", False),
             "prefixed": ("User:user-500", Op.WRITE, Res.TOPIC, "team-500-clicks", True),
-            "super user": ("User:admin", Op.WRITE, Res.TOPIC, "topic-500-1", True)}),
+            "super user": ("User:admin", Op.WRITE, Res.TOPIC, "topic-500-1", True)}, {
+            "allowed": ("User:user-500", Op.WRITE, Res.TOPIC, True),
+            "refused": ("User:other-500", Op.WRITE, Res.TOPIC, False)}),  # a DENY of its own, nothing allowed
         "10,000 on one topic": (hot_topic_set(), {
             "produce": ("User:user-9999", Op.READ, Res.TOPIC, "orders", True),
             "refused": ("User:nobody", Op.READ, Res.TOPIC, "orders", False),
             "prefixed": ("User:user-1", Op.WRITE, Res.TOPIC, "orders-eu", False),
-            "super user": ("User:admin", Op.READ, Res.TOPIC, "orders", True)}),
+            "super user": ("User:admin", Op.READ, Res.TOPIC, "orders", True)}, {
+            "allowed": ("User:user-9999", Op.READ, Res.TOPIC, True),
+            "refused": ("User:nobody", Op.READ, Res.TOPIC, False)}),
     }
-    rows = [measure(name, bindings, cases, args.repeat, args.rounds) for name, (bindings, cases) in sets.items()]
+    rows = [measure(name, bindings, cases, by_type, args.repeat, args.rounds)
+            for name, (bindings, cases, by_type) in sets.items()]
     result = {"benchmark": "authorizer", "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
               "python": platform.python_version(), "machine": platform.machine(), "repeat": args.repeat,
               "rounds": args.rounds, "rows": rows}
     RESULTS.mkdir(exist_ok=True)
+    try:
+        runs = json.loads((RESULTS / "authorizer.json").read_text()).get("runs", {})
+    except (OSError, ValueError):
+        runs = {}
+    if args.label:
+        runs[args.label] = {"date": result["date"], "rows": rows}
+    result["runs"] = runs
     (RESULTS / "authorizer.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = ["# Authorizer cost per check", "",
              f"`python -m benchmarks.authorizer --repeat {args.repeat} --rounds {args.rounds}`, "
@@ -150,6 +185,16 @@ def main(argv=None) -> int:
         lines.append(f"| {r['set']} | {r['acls']:,} | {r['build_ms']:.1f} | {c['produce'] / 1000:.2f} | "
                      f"{c['refused'] / 1000:.2f} | {c['prefixed'] / 1000:.2f} | {c['super user'] / 1000:.2f} | "
                      f"{r['metadata_1000_topics_us'] / 1000:.2f} |")
+    if runs:
+        lines += ["", "## By resource type (`Access.allows_any`, Kafka's authorizeByResourceType)", "",
+                  "What InitProducerId asks of an idempotent producer without IDEMPOTENT_WRITE on the cluster: "
+                  "WRITE (READ on the one-topic set) on any topic. Each run kept with `--label`, µs per check:", "",
+                  "| run | date | ACL set | allowed µs | refused µs |", "|---|---|---|---:|---:|"]
+        for label, run in runs.items():
+            for r in run["rows"]:
+                c = r["by_type_ns"]
+                lines.append(f"| {label} | {run['date'][:10]} | {r['set']} | {c['allowed'] / 1000:,.2f} | "
+                             f"{c['refused'] / 1000:,.2f} |")
     (RESULTS / "authorizer.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

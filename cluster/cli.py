@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 from cluster.config import DEFAULT_LOCAL_CONFIG, load_broker_config, with_listener
-from cluster.start_errors import CannotListen, RayUnreachable
+from cluster.start_errors import CannotListen, InterBrokerLoginFailed, RayUnreachable
 
 
 def cmd_start(args) -> int:
@@ -52,6 +52,8 @@ def cmd_start(args) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):  # after ray.init, which installs its own handlers
             signal.signal(sig, lambda *_: stop.set())
         print(f"Kray is ready: bootstrap={bootstrap}", flush=True)
+        for line in getattr(broker, "notes", ()):
+            print(f"kray start: {line}", file=sys.stderr if line.startswith("warning") else sys.stdout, flush=True)
         broker.report_broker_events(lambda line: print(line, flush=True))  # broker N lost / fenced / back
         if args.command == "chaos":
             from cluster.chaos import Stopped
@@ -72,7 +74,7 @@ def cmd_start(args) -> int:
                 for line in broker.listen_problems():  # a node that joined later and can't listen
                     print(f"kray start: {line}", file=sys.stderr, flush=True)
         print("Stopping Kray ...", flush=True)
-    except (RayUnreachable, CannotListen) as e:
+    except (RayUnreachable, CannotListen, InterBrokerLoginFailed) as e:
         print(f"kray start: {e}", file=sys.stderr)
         return 1
     except OSError as e:

@@ -107,6 +107,10 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "ssl.principal.mapping.rules": "DEFAULT",
     "sasl.enabled.mechanisms": "GSSAPI",
     "sasl.jaas.config": None,
+    # how brokers log in to each other (actors/gateway/security/inter_broker.py): PLAIN, SCRAM-SHA-256
+    # or SCRAM-SHA-512 with listener.name.<inter-broker listener>.<mechanism>.sasl.jaas.config's
+    # username/password; unset (Kafka's default is GSSAPI): Kray's own User:kray-broker
+    "sasl.mechanism.inter.broker.protocol": None,
     "connections.max.reauth.ms": 0,
     "connection.failed.authentication.delay.ms": 100,
     # ACLs: empty = no authorizer (everything allowed); Kafka's

@@ -32,7 +32,7 @@ from typing import Any
 import ray
 
 from actors.controller.nodes import BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABEL, ROLE_LABEL, NodeView
-from cluster import composition
+from cluster import composition, inter_broker_login
 from cluster.start_errors import CannotListen, ProblemLog, RayUnreachable, ray_port_closed, ray_unreachable
 
 log = logging.getLogger("kray")
@@ -185,6 +185,7 @@ class LocalBroker:
         self._owns_ray = False
         self._problems = ProblemLog(own_ray=address is None)
         self._stopping = threading.Event()
+        self.notes: list[str] = []  # what start() has to say (the inter-broker login's credential, a missing grant)
 
     def report_broker_events(self, say=print) -> None:
         """Say what happens to brokers (lost, fenced, back) as it happens, e.g. on the console."""
@@ -192,7 +193,8 @@ class LocalBroker:
 
     def start(self) -> str:
         """Raises RayUnreachable when Ray can't be reached at `address`, CannotListen when a
-        broker's listener can't open, each saying what to do."""
+        broker's listener can't open, InterBrokerLoginFailed when brokers cannot log in to each
+        other (cluster/inter_broker_login.py), each saying what to do."""
         if not ray.is_initialized():
             if self.address is None:
                 _init_ray("local")
@@ -211,6 +213,7 @@ class LocalBroker:
             lines = self.listen_problems(retrying=False)
             raise CannotListen("\n".join(lines) if lines else str(getattr(e, "cause", None) or e)) from None
         self.bootstrap = ",".join(f"{b.host}:{b.port}" for b in self.brokers)
+        self.notes = inter_broker_login.prepare(self.controller, self.config, self.brokers)
         return self.bootstrap
 
     @staticmethod
@@ -327,6 +330,7 @@ class LocalCluster:
         self._stopping = threading.Event()
         self._say = log.info                         # report_broker_events sets where lines go
         self.restarts: list[tuple[int, float]] = []  # (broker id, monotonic time) of supervised restarts
+        self.notes: list[str] = []  # what start() has to say (the inter-broker login's credential, a missing grant)
 
     def start(self) -> str:
         from ray.cluster_utils import Cluster
@@ -342,6 +346,7 @@ class LocalCluster:
             _init_ray(self.ray_cluster.address)
             self.controller = composition.start_controller(self.config, _head_node_id())
             self._brokers = ray.get(self.controller.deploy_brokers.remote(self.nodes, RAY_STARTUP_TIMEOUT_S))
+            self.notes = inter_broker_login.prepare(self.controller, self.config, self._brokers)
         except BaseException:
             self.stop()
             raise

@@ -17,6 +17,10 @@ class CannotListen(RuntimeError):
     """A broker's gateway could not open its listener."""
 
 
+class InterBrokerLoginFailed(RuntimeError):
+    """Brokers cannot log in to each other (cluster/inter_broker_login.py); the message says what to fix."""
+
+
 def _chain(error: BaseException) -> list[str]:
     texts, seen = [], set()
     while error is not None and id(error) not in seen:

@@ -22,7 +22,7 @@ import logging
 import uuid
 from typing import Any, Protocol
 
-from actors.gateway.security.inter_broker import broker_transport
+from actors.gateway.security.inter_broker import BrokerLoginFailed, broker_transport
 from actors.partition.epoch_cache import EpochEndOffset
 from actors.partition.replication import FetchAnswer, FetchRequest
 from actors.pipelined import PipelinedConnection
@@ -40,6 +40,7 @@ CONNECT_TIMEOUT_S = 5.0
 CLIENT_ID = "kray-replica-fetcher"
 BACKOFF_S = 0.05                # after a failed or refused fetch, doubling
 BACKOFF_S_MAX = 1.0             # replica.fetch.backoff.ms is 1 s in Kafka
+LOGIN_FAILURE_LOG_S = 60.0      # a refused login of the broker is logged at most this often per fetcher
 RESPONSE_OVERHEAD_BYTES = 65536
 RESPONSE_OVERHEAD_BYTES_PER_PARTITION = 128
 FETCHER_DEFAULTS = {"replica.fetch.wait.max.ms": 500, "replica.fetch.max.bytes": 1048576,
@@ -114,6 +115,7 @@ class ReplicaFetcher:
         self.endpoint, self.replica_id = endpoint, replica_id
         self.ssl_context = ssl_context  # TLS to the leader's listener (SSL, SASL_SSL), or None
         self.login = login  # async (connection) -> None: logs a new connection in as the broker (SASL)
+        self.login_failure_logged_at = float("-inf")  # the loop's time of the last warning about it
         self.max_wait_ms = config["replica.fetch.wait.max.ms"]
         self.max_bytes = config["replica.fetch.response.max.bytes"]
         self.partition_max_bytes = config["replica.fetch.max.bytes"]
@@ -186,6 +188,10 @@ class ReplicaFetcher:
                 except (OSError, ConnectionError, asyncio.TimeoutError, MalformedMessage) as e:
                     self._close_connection()
                     self.session_epoch = 0  # start over with a full fetch (closing the old session)
+                    if isinstance(e, BrokerLoginFailed) and now - self.login_failure_logged_at >= LOGIN_FAILURE_LOG_S:
+                        self.login_failure_logged_at = now  # repeats every backoff: say it once a minute
+                        log.warning("followers of broker %s cannot log in to its inter-broker listener %s: %s",
+                                    self.replica_id, self.endpoint, e)
                     log.debug("fetch of %d partitions from %s failed: %s", len(due), self.endpoint, e)
                     await asyncio.sleep(backoff_s)
                     backoff_s = min(backoff_s * 2, BACKOFF_S_MAX)

@@ -8,6 +8,10 @@ SHARE_STATE frames go to the share coordinator a `__share_group_state` replica h
 Long polls (WAIT_FOR_DATA, SHARE_WAIT) wait here, in the partition actor, and answer with a
 flag only: whatever is read or acquired afterwards is asked for by a call whose answer is used,
 so a wait the gateway gave up on costs nothing and acquires nothing.
+
+The frames carry no login (the gateway checked the client's ACLs before sending one), so the
+socket is reachable by the broker's own user only: a file in a 0700 directory, mode 0600, and a
+connection from any other uid is closed before its first frame (actors/local_socket.py).
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import asyncio
 import uuid
 from typing import Any, Callable
 
+from actors.local_socket import start_private_server
 from actors.partition.log import FileSlice
 from actors.partition import wire
 from actors.pipelined import serve_multiplexed
@@ -183,7 +188,8 @@ HANDLERS = {wire.PRODUCE: _produce, wire.FETCH: _fetch, wire.WAIT_FOR_DATA: _wai
 
 async def start_listener(replica_for: Callable[[tuple[uuid.UUID, int]], Any], address: str,
                          frame_bytes_max: int, wake: Callable[[], asyncio.Event]) -> asyncio.AbstractServer:
-    """Listen on `address`; `replica_for(key)` is the replica a frame for partition `key` goes to,
+    """Listen on `address` (a path in a private directory: actors/local_socket.py's
+    private_address); `replica_for(key)` is the replica a frame for partition `key` goes to,
     or None (answered NOT_HOSTED: nothing done); `wake()` is an event set the next time any replica
     takes records (WAIT_FOR_ANY waits on it)."""
     async def handle(body: memoryview) -> list:
@@ -209,4 +215,4 @@ async def start_listener(replica_for: Callable[[tuple[uuid.UUID, int]], Any], ad
         await serve_multiplexed(reader, writer, handle, frame_bytes_max=frame_bytes_max,
                                 inflight_requests_max=INFLIGHT_REQUESTS_PER_CONNECTION_MAX)
 
-    return await asyncio.start_unix_server(serve, address)
+    return await start_private_server(serve, address, "a shard's data-path listener")

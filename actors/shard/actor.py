@@ -27,13 +27,22 @@ from actors import log_to_stderr
 from actors.partition.actor import remove_deleted_dirs
 from actors.partition.fetcher import ReplicaFetchers
 from actors.partition.listener import start_listener
-from actors.pipelined import unix_address
+from actors.local_socket import private_address, remove_stale_sockets, socket_dir
 from actors.startup import start_unless_started
 
 log = logging.getLogger("kray.shard")
 REPLICATION_TICK_S = 0.25                  # ISR checks, AlterPartition resends, high watermark checkpoints
 RETENTION_CHECK_INTERVAL_MS_DEFAULT = 300000  # log.retention.check.interval.ms
 TIMER_YIELD_EVERY = 64                     # replicas per timer step before the loop lets others run
+
+
+LISTENER_NAME_SEPARATOR = "-"  # a listener's file is <pid>-shard-<broker>-<index>.sock
+
+
+def _listener_pid(file_name: str) -> int | None:
+    """The pid a shard listener's file name carries (what socket_dir() holds of others: None)."""
+    pid, separator, rest = file_name.partition(LISTENER_NAME_SEPARATOR)
+    return int(pid) if separator and pid.isdigit() and rest.startswith("shard-") else None
 
 
 class ReplicaNotHosted(LookupError):
@@ -69,7 +78,8 @@ class ShardActor:
         return await asyncio.shield(self.listening)
 
     async def _listen(self) -> str:
-        address = unix_address(f"{os.getpid()}-shard-{self.broker_id}-{self.index}")
+        remove_stale_sockets(socket_dir(), _listener_pid)
+        address = private_address(f"{os.getpid()}{LISTENER_NAME_SEPARATOR}shard-{self.broker_id}-{self.index}")
         if self.listener is None:
             self.listener = await start_listener(self.replicas.get, address, self.frame_bytes_max,
                                                  lambda: self.records_taken)
@@ -161,3 +171,8 @@ class ShardActor:
             timer.cancel()
         if self.listener is not None:
             self.listener.close()
+            for sock in self.listener.sockets:
+                try:
+                    os.unlink(sock.getsockname())
+                except OSError:
+                    pass

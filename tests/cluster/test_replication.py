@@ -35,8 +35,8 @@ def cluster(tmp_path_factory):
     c.stop()
 
 
-def _create(cluster, topic: str, partitions: int) -> AdminClient:
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+def _create(cluster, topic: str, partitions: int, security: dict | None = None) -> AdminClient:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **(security or {})})
     admin.create_topics([NewTopic(topic, partitions, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
     return admin
 
@@ -55,14 +55,14 @@ def _wait_for_isr(admin, topic: str, partition: int, expected: list[int], timeou
 
 class AckedProducer:
     """An idempotent acks=all producer in a thread: keys 0, 1, 2... round robin over partitions;
-    remembers which keys were acknowledged, and when."""
+    remembers which keys were acknowledged, and when. `security`: the client's security settings."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int):
+    def __init__(self, bootstrap: str, topic: str, partitions: int, security: dict | None = None):
         self.acked: dict[int, float] = {}
         self.errors: list[str] = []
         self.stop = threading.Event()
         self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                                  "linger.ms": 5})
+                                  "linger.ms": 5, **(security or {})})
         self.thread = threading.Thread(target=self._run, args=(topic, partitions), daemon=True)
         self.thread.start()
 
@@ -87,8 +87,8 @@ class AckedProducer:
         self.thread.join(180)
 
 
-def _read_keys(bootstrap: str, topic: str, partitions: int, expected: int) -> set[int]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}"})
+def _read_keys(bootstrap: str, topic: str, partitions: int, expected: int, security: dict | None = None) -> set[int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}", **(security or {})})
     c.assign([TopicPartition(topic, i, 0) for i in range(partitions)])
     keys, deadline = set(), time.monotonic() + 60
     while len(keys) < expected and time.monotonic() < deadline:
@@ -110,9 +110,19 @@ def test_leader_killed_under_acks_all_producer_and_share_consumers(cluster):
     replicated partition), every acknowledged record is consumed, and no acknowledgement the
     consumers saw committed is lost (its record never comes back). The broker returns, catches
     up and rejoins the ISR."""
-    topic, group = f"busy-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
-    admin = _create(cluster, topic, 3)
-    for f in admin.incremental_alter_configs([ConfigResource("group", group, incremental_configs=[
+    kill_leader_under_producer_and_share_consumers(cluster)
+
+
+def kill_leader_under_producer_and_share_consumers(cluster, client: dict | None = None, admin: dict | None = None,
+                                                   *, topic: str | None = None, group: str | None = None,
+                                                   consumers: int = 3) -> None:
+    """The test above, whose clients use `client`'s security settings (the producer and the share
+    consumers) and `admin`'s (creating the topic, the group's config, reading back); tests/cluster/
+    test_secured_failover.py runs it on a secured cluster."""
+    topic, group = topic or f"busy-{uuid.uuid4().hex[:6]}", group or f"g-{uuid.uuid4().hex[:6]}"
+    admin_client = _create(cluster, topic, 3, admin)
+    admin = admin or {}
+    for f in admin_client.incremental_alter_configs([ConfigResource("group", group, incremental_configs=[
             ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])]).values():
         f.result(30)
     consumed: set[int] = set()
@@ -122,7 +132,7 @@ def test_leader_killed_under_acks_all_producer_and_share_consumers(cluster):
 
     def consume():
         c = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
-                           "share.acknowledgement.mode": "explicit"})
+                           "share.acknowledgement.mode": "explicit", **(client or {})})
         c.subscribe([topic])
         while not stop_consumers.is_set():
             try:
@@ -142,10 +152,10 @@ def test_leader_killed_under_acks_all_producer_and_share_consumers(cluster):
                 time.sleep(0.1)
         c.close()
 
-    consumers = [threading.Thread(target=consume, daemon=True) for _ in range(3)]
-    for t in consumers:
+    threads = [threading.Thread(target=consume, daemon=True) for _ in range(consumers)]
+    for t in threads:
         t.start()
-    producer = AckedProducer(cluster.bootstrap, topic, 3)
+    producer = AckedProducer(cluster.bootstrap, topic, 3, client)
     try:
         deadline = time.monotonic() + 30
         while len(consumed) < 500:
@@ -170,7 +180,7 @@ def test_leader_killed_under_acks_all_producer_and_share_consumers(cluster):
             assert time.monotonic() < deadline + 30, "the share consumers stalled after the kill"
             time.sleep(0.2)
         cluster.restart_node(victim)
-        _wait_for_isr(admin, topic, victim_partition, [1, 2, 3])
+        _wait_for_isr(admin_client, topic, victim_partition, [1, 2, 3])
         time.sleep(2)
     finally:
         producer.finish()
@@ -180,11 +190,11 @@ def test_leader_killed_under_acks_all_producer_and_share_consumers(cluster):
     while acked - consumed and time.monotonic() < deadline:
         time.sleep(0.5)
     stop_consumers.set()
-    for t in consumers:
+    for t in threads:
         t.join(30)
     assert not acked - consumed, f"{len(acked - consumed)} acknowledged records never consumed"
     assert not redelivered, f"{len(redelivered)} records came back after their acceptance was committed"
-    assert _read_keys(cluster.bootstrap, topic, 3, len(acked)) >= acked, "acknowledged records lost from the log"
+    assert _read_keys(cluster.bootstrap, topic, 3, len(acked), admin) >= acked, "acknowledged records lost from the log"
 
 
 def test_a_follower_killed_rejoins_the_isr(cluster):

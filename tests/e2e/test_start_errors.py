@@ -40,3 +40,23 @@ def test_a_ray_cluster_it_cannot_reach_is_reported_as_that(tmp_path):
     assert "ray start --head" in r.stderr
     assert "cannot listen" not in r.stderr and "pick another port" not in r.stderr
     assert time.monotonic() - started < 30, "a wrong address must not take Ray's minutes of retries"
+
+
+def test_a_wrong_plain_inter_broker_password_stops_kray_start_before_it_starts(tmp_path):
+    """PLAIN's users are in the config: a broker login that the inter-broker listener's own users
+    would refuse is found before Ray starts, and the message names what to make equal."""
+    plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
+    started = time.monotonic()
+    r = kray_start("--data-dir", str(tmp_path), "--port", "0",
+                   "--override", "listeners=SASL_PLAINTEXT://127.0.0.1:0",
+                   "--override", "security.inter.broker.protocol=SASL_PLAINTEXT",
+                   "--override", "sasl.enabled.mechanisms=PLAIN",
+                   "--override", "sasl.mechanism.inter.broker.protocol=PLAIN",
+                   "--override", f'listener.name.sasl_plaintext.plain.sasl.jaas.config={plain} required '
+                                 f'username="broker" password="typo" user_broker="broker-secret";', timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "kray start: listener.name.sasl_plaintext.plain.sasl.jaas.config: the inter-broker password is wrong" \
+        in r.stderr, r.stderr
+    assert 'user_broker="..." to the same value' in r.stderr
+    assert "typo" not in r.stderr and "broker-secret" not in r.stderr and "Traceback" not in r.stderr
+    assert time.monotonic() - started < 30, "refused before starting anything"

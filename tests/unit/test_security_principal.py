@@ -146,3 +146,13 @@ def test_principal_of_a_connection():
         principal_for("SASL_PLAINTEXT")
     with pytest.raises(NoMatchingRule):
         principal_for("SSL", peer_subject=subject, mapper=SslPrincipalMapper("RULE:^CN=x$/x/"))
+
+
+def test_no_certificate_becomes_krays_own_broker():
+    """User:kray-broker is a super user reserved to Kray's SCRAM login with its secret: a client
+    certificate whose subject the rules map to that name fails its SSL authentication."""
+    subject = ((("organizationName", "Acme"),), (("commonName", "kray-broker"),))
+    mapper = SslPrincipalMapper("RULE:^CN=(.*?),O=Acme$/$1/,DEFAULT")
+    with pytest.raises(NoMatchingRule, match="Kray's own broker login"):
+        principal_for("SSL", peer_subject=subject, mapper=mapper)
+    assert principal_for("SSL", peer_subject=subject) == KafkaPrincipal.user("CN=kray-broker,O=Acme")

@@ -4,8 +4,9 @@ leaders: the only way share state reaches a coordinator from another broker (the
 port of its own; see actors/share_coordinator/wire.py).
 
 Authorization is Kafka's: CLUSTER_ACTION on the Cluster, else every partition of the request answers
-CLUSTER_AUTHORIZATION_FAILED. Kray's share-partition leaders log in as the broker
-(`User:kray-broker`, a super user) on a SASL inter-broker listener; over a PLAINTEXT or SSL one
+CLUSTER_AUTHORIZATION_FAILED. Kray's share-partition leaders log in as the brokers do on a SASL
+inter-broker listener (Kray's own `User:kray-broker`, a super user, or the operator's login:
+actors/gateway/security/inter_broker.py); over a PLAINTEXT or SSL one
 their principal is ANONYMOUS or their certificate's, which needs CLUSTER_ACTION where an
 authorizer is on, exactly as for followers' fetches. Without an authorizer everything is allowed,
 as in Kafka.
@@ -52,8 +53,8 @@ async def _serve(ctx, header, request, connection):
     api_key = header.api_key
     items = wire.items(api_key, request)
     if not ctx.access(connection).allows_cluster(AclOperation.CLUSTER_ACTION):
-        log.warning("a %s request from %s as %s refused: it needs CLUSTER_ACTION on the cluster (brokers log in "
-                    "as User:kray-broker on a SASL inter-broker listener; otherwise an ACL or super.users)",
+        log.warning("a %s request from %s as %s refused: it needs CLUSTER_ACTION on the cluster (the brokers' "
+                    "principal: in super.users, or granted with an ACL)",
                     type(request).__name__.removesuffix("Request"), getattr(connection, "peer", None),
                     getattr(connection, "principal", None))
         return wire.response(api_key, request, [wire.error_result(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,

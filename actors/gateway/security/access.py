@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar
 from actors.gateway.security.authorizer import (AUTHORIZER_CLASS_NAME, CLUSTER_NAME, KAFKA_STANDARD_AUTHORIZER,
                                                 SUPPORTED_OPERATIONS, AclOperation, AuthorizerConfig, ResourceType,
                                                 StandardAuthorizer)
+from actors.gateway.security.inter_broker import uses_generated_identity
 from actors.gateway.security.principal import ANONYMOUS, BROKER_PRINCIPAL, KafkaPrincipal
 
 AUTHORIZER_NAMES = (KAFKA_STANDARD_AUTHORIZER,)
@@ -38,6 +39,8 @@ def authorizer_config(config: Mapping[str, Any]) -> AuthorizerConfig | None:
                          f"semantics; set {AUTHORIZER_CLASS_NAME}={KAFKA_STANDARD_AUTHORIZER} (or leave it empty "
                          f"for no authorizer)")
     settings = AuthorizerConfig.from_configs(config)
+    if not uses_generated_identity(config):
+        return settings  # the operator's inter-broker principal: in super.users or granted, as in Kafka
     # Kray's own brokers (followers fetching, with CLUSTER_ACTION) pass every check, as Kafka's
     # docs have the brokers' principal in super.users
     return dataclasses.replace(settings, super_users=settings.super_users | {str(BROKER_PRINCIPAL)})

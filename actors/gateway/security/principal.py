@@ -217,5 +217,10 @@ def principal_for(security_protocol: str, *, sasl_name: str | None = None, peer_
             raise ValueError("a SASL connection has a principal only once SASL authentication completed")
         return KafkaPrincipal.user(sasl_name)
     if security_protocol == "SSL" and peer_subject:
-        return KafkaPrincipal.user((mapper or SslPrincipalMapper()).name(subject_dn(peer_subject)))
+        dn = subject_dn(peer_subject)
+        name = (mapper or SslPrincipalMapper()).name(dn)
+        if name == BROKER_USER:  # a super user: only Kray's own SCRAM login with its secret may be it
+            raise NoMatchingRule(f"{dn} maps to User:{BROKER_USER}, the name of Kray's own broker login, which "
+                                 f"no certificate may take: change ssl.principal.mapping.rules or the certificate")
+        return KafkaPrincipal.user(name)
     return ANONYMOUS

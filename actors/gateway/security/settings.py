@@ -34,13 +34,14 @@ from typing import Any, Mapping
 
 from actors.gateway.security.access import authorizer_config
 from actors.gateway.security.authorizer import AuthorizerConfig
+from actors.gateway.security.inter_broker import (SASL_MECHANISM_INTER_BROKER_PROTOCOL, BrokerIdentity,
+                                                  InterBrokerConfigError, broker_identity)
 from actors.gateway.security.listeners import Listener, ListenerConfig, ListenerConfigError, SecurityProtocol, \
     listener_config
-from actors.gateway.security.plain import PLAIN_MECHANISM, plain_users_from_jaas
+from actors.gateway.security.plain import PLAIN_MECHANISM, password_matches, plain_users_from_jaas
 from actors.gateway.security.principal import BROKER_USER, SslPrincipalMapper
 
 LISTENER_PREFIX = "listener.name."
-BROKER_MECHANISM = "SCRAM-SHA-512"  # how Kray's brokers log in (actors/gateway/security/inter_broker.py)
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 SUPPORTED_MECHANISMS = (PLAIN_MECHANISM, *SCRAM_MECHANISMS)
 CLIENT_AUTH_MODES = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
@@ -112,11 +113,12 @@ def security_settings(config: Mapping[str, Any]) -> SecuritySettings:
         raise SecurityConfigError(str(e)) from None
     securities = {listener.name: _listener_security(config, listener) for listener in listeners.listeners}
     primary = listeners.inter_broker_listener
-    if primary.security_protocol.uses_sasl and BROKER_MECHANISM not in securities[primary.name].mechanisms:
-        raise SecurityConfigError(
-            f"the inter-broker listener {primary.name} is {primary.security_protocol.value}: Kray's brokers log in "
-            f"there as User:{BROKER_USER} with {BROKER_MECHANISM}; add it to "
-            f"listener.name.{primary.name.lower()}.sasl.enabled.mechanisms (or sasl.enabled.mechanisms)")
+    try:
+        identity = broker_identity(config)
+    except InterBrokerConfigError as e:
+        raise SecurityConfigError(str(e)) from None
+    if identity is not None:
+        _check_broker_login(identity, securities[primary.name])
     if primary.security_protocol.uses_tls:
         try:  # followers connect to it as TLS clients: the same files, read the client's way
             broker_client_ssl_context(config, primary.name)
@@ -124,6 +126,35 @@ def security_settings(config: Mapping[str, Any]) -> SecuritySettings:
             raise SecurityConfigError(f"the inter-broker listener {primary.name}: followers cannot make their TLS "
                                       f"client from its ssl.truststore / ssl.keystore settings: {e}") from None
     return SecuritySettings(listeners, securities, authorizer)
+
+
+def _check_broker_login(identity: BrokerIdentity, security: ListenerSecurity) -> None:
+    """The brokers' login on the inter-broker listener can work: its mechanism is enabled there,
+    and a PLAIN login is one of the listener's JAAS users with the same password (a wrong
+    inter-broker password stops `kray start` here, before anything runs; SCRAM's is checked
+    against the metadata once the controller runs: cluster/inter_broker_login.py)."""
+    name = security.listener.name
+    if identity.mechanism not in security.mechanisms:
+        how = (f"User:{identity.username} with {identity.mechanism}" if identity.generated else
+               f"{identity.mechanism} ({SASL_MECHANISM_INTER_BROKER_PROTOCOL})")
+        raise SecurityConfigError(
+            f"the inter-broker listener {name} is {security.protocol.value}: Kray's brokers log in there as {how}; "
+            f"add {identity.mechanism} to listener.name.{name.lower()}.sasl.enabled.mechanisms (or "
+            f"sasl.enabled.mechanisms)")
+    if identity.mechanism != PLAIN_MECHANISM:
+        return
+    expected = security.plain_users.get(identity.username)
+    if expected is None:
+        raise SecurityConfigError(
+            f"{identity.source}: brokers log in to the inter-broker listener {name} as username="
+            f"\"{identity.username}\" with PLAIN, which checks its users: add user_{identity.username}=\"<the same "
+            f"password>\" to the listener's PLAIN JAAS config (listener.name.{name.lower()}.plain.sasl.jaas.config)")
+    if not password_matches(identity.password or "", expected):
+        raise SecurityConfigError(
+            f"{identity.source}: the inter-broker password is wrong: brokers would log in to listener {name} as "
+            f"\"{identity.username}\" with a password that is not its user_{identity.username} entry, and every "
+            f"follower's login would be refused. Set password=\"...\" and user_{identity.username}=\"...\" to the "
+            f"same value")
 
 
 def _int(config, name, key, default) -> int:
