@@ -115,7 +115,7 @@ def field_line(field: dict) -> str:
     if field.get("nullableVersions", "none") != "none":
         args.append(f"nullable={field['nullableVersions']!r}")
     if "tag" in field:
-        args.append(f"tag={field['tag']!r}, tagged={field['taggedVersions']!r}")
+        args.append(f"tag={int(field['tag'])!r}, tagged={field['taggedVersions']!r}")  # (a few schemas write it as a string)
     if "default" in field:
         args.append(f"default={parse_default(field)!r}")
     return f"F({', '.join(args)}),"

@@ -2977,7 +2977,7 @@ class BrokerHeartbeatRequest(Message):
         F('current_metadata_offset', 'int64', '0+'),
         F('want_fence', 'bool', '0+'),
         F('want_shut_down', 'bool', '0+'),
-        F('offline_log_dirs', '[]uuid', '1+', tag='0', tagged='1+'),
+        F('offline_log_dirs', '[]uuid', '1+', tag=0, tagged='1+'),
     )
 
 
