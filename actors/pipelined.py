@@ -20,6 +20,7 @@ import logging
 import socket
 from typing import Awaitable, Callable
 
+from actors import tcp_backoff
 from protocol.framing import FrameDecoder, FrameTooLarge, MalformedFrame
 from protocol.primitives import INT32
 
@@ -70,6 +71,7 @@ class PipelinedConnection:
                        ssl_context=None) -> "PipelinedConnection":
         reader, writer = await asyncio.wait_for(asyncio.open_connection(
             host, port, ssl=ssl_context, server_hostname=host if ssl_context is not None else None), timeout_s)
+        tcp_backoff.cap(writer.get_extra_info("socket"))  # resumes within ~1 s of a network cut's heal
         return cls(reader, writer, response_bytes_max)
 
     @property

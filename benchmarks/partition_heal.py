@@ -17,6 +17,8 @@ partition:
 - gap_after_heal_s: the longest time without an acknowledgement from the heal until the end;
 - isr_whole_s: from the heal until the partition's ISR holds all three brokers again;
 
+and, for readers beside the producer with their clients' default settings (a consumer group
+member and a share consumer), the same resumed and gap figures for receiving records;
 and checked: every acknowledged record is read back (none lost, none twice). Also said: whether
 Ray declared the cut-off node dead (the supervisor started it again) and what `kray start`
 printed about brokers. The machine's load average (1 min) is taken at the cut, the heal and the
@@ -39,6 +41,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Callable
+
+from actors.tcp_backoff import RTO_MAX_MS, host_rto_max_ms
 
 # Ray's health checks (GCS -> each raylet): a check every 3 s, each waiting up to 10 s, and a node
 # is declared dead after 5 failures in a row. On a cut, where packets are lost and nothing is
@@ -122,6 +126,71 @@ class Producing:
         self.thread.join(timeout_s)
 
 
+class Reading:
+    """Readers beside the producer, each in a thread with the client's default settings: a
+    consumer group member (subscribed, committing automatically) and a share consumer (implicit
+    acknowledgement). When each first received each record."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.consumed: dict[bytes, tuple[int, float]] = {}
+        self.shared: dict[bytes, tuple[int, float]] = {}
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        tag = uuid.uuid4().hex[:6]
+        self.threads = [threading.Thread(target=self._consume, args=(bootstrap, topic, f"heal-group-{tag}"),
+                                         name="consumer", daemon=True),
+                        threading.Thread(target=self._share, args=(bootstrap, topic, f"heal-share-{tag}"),
+                                         name="share-consumer", daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def _consume(self, bootstrap: str, topic: str, group: str) -> None:
+        from confluent_kafka import Consumer
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
+        c.subscribe([topic])
+        try:
+            while not self.stop.is_set():
+                for m in c.consume(1000, timeout=0.2):
+                    if m.error() is None:
+                        self.consumed.setdefault(m.value(), (m.partition(), time.monotonic()))
+                    elif len(self.errors) < 20:
+                        self.errors.append(f"consumer: {m.error()}")
+        finally:
+            c.close()
+
+    def _share(self, bootstrap: str, topic: str, group: str) -> None:
+        from confluent_kafka import KafkaException, ShareConsumer
+        from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+        # from the start of the topic, as the group consumer (share.auto.offset.reset, KIP-932)
+        resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+        admin = AdminClient({"bootstrap.servers": bootstrap})  # (kept until the answer: a dropped client aborts it)
+        try:
+            admin.incremental_alter_configs([resource])[resource].result(30)
+        except KafkaException as e:
+            self.errors.append(f"share consumer: share.auto.offset.reset not set ({e}); reading from the latest")
+        c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+        c.subscribe([topic])
+        try:
+            while not self.stop.is_set():
+                try:
+                    got = c.poll(0.2)
+                except KafkaException as e:
+                    if len(self.errors) < 20:
+                        self.errors.append(f"share consumer: {e}")
+                    continue
+                for m in got:
+                    if m.error() is None:
+                        self.shared.setdefault(m.value(), (m.partition(), time.monotonic()))
+        finally:
+            c.close()
+
+    def finish(self, timeout_s: float = 30) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout_s)
+
+
 def read_back(bootstrap: str, topic: str, partitions: int, want: set[bytes], timeout_s: float = READ_TIMEOUT_S) -> list[bytes]:
     from confluent_kafka import Consumer, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False})
@@ -171,6 +240,7 @@ def run_scenario(hosts, victim: int, cut_s: float, *, say: Callable[[str], None]
     joining = [h.index for h in hosts.plan.hosts[1:]]  # hosts whose Ray node runs under the supervisor
     starts_before = {h: hosts.node_starts(h) for h in joining}
     console_before = len(hosts.output)
+    reading = Reading(hosts.bootstrap, topic)
     producing = Producing(hosts.bootstrap, topic, partitions, producer_config)
     loads = {}
     isr_whole: dict[int, float] = {}
@@ -178,8 +248,8 @@ def run_scenario(hosts, victim: int, cut_s: float, *, say: Callable[[str], None]
     try:
         time.sleep(3)
         loads["cut"] = load1()
+        hosts.isolate(victim)  # (its `ip` commands take a while: the cut counts from when they are all done)
         cut_at, cut_wall = time.monotonic(), _dt.datetime.now().strftime("%H:%M:%S")
-        hosts.isolate(victim)
         say(f"h{victim} cut off (load {loads['cut']})")
         others = AdminClient({"bootstrap.servers": ",".join(hosts.broker_address(b) for b in brokers if b != victim)})
         while time.monotonic() < cut_at + cut_s:  # when the cluster moved on: Kray's part, not the client's
@@ -210,10 +280,15 @@ def run_scenario(hosts, victim: int, cut_s: float, *, say: Callable[[str], None]
             hosts.heal(victim)
         end_at = time.monotonic()
         producing.finish()
+        time.sleep(2)  # the readers take in the last records
+        reading.finish()
     loads["end"] = load1()
     want = set(producing.acked)
     got = read_back(hosts.bootstrap, topic, partitions, want)
     per_partition = summarize(producing.sent, producing.acked, cut_at, healed_at, end_at, partitions)
+    for name, got_at in (("consume", reading.consumed), ("share", reading.shared)):
+        for p, d in summarize(producing.sent, got_at, cut_at, healed_at, end_at, partitions).items():
+            per_partition[p] |= {f"{name}_resumed_s": d["resumed_s"], f"{name}_gap_after_heal_s": d["gap_after_heal_s"]}
     for p, d in per_partition.items():
         d["leader_before"] = led.get(p)
         d["isr_whole_s"] = round(isr_whole[p], 2) if p in isr_whole else None
@@ -227,6 +302,8 @@ def run_scenario(hosts, victim: int, cut_s: float, *, say: Callable[[str], None]
         "partitions": per_partition,
         "acknowledged": len(want), "lost": len(want - set(got)), "duplicates": len(got) - len(set(got)),
         "failed": len(producing.failed), "failed_examples": producing.failed[:3], "unflushed": producing.unflushed,
+        "consumed": len(set(reading.consumed) & want), "share_consumed": len(set(reading.shared) & want),
+        "reader_errors": reading.errors[:5],
         "ray_nodes_restarted": [f"h{h}" for h in joining if hosts.node_starts(h) > starts_before[h]],
         "load_1min": loads, "console": said, "supervisors": supervised,
     }
@@ -247,7 +324,9 @@ def markdown(runs: list[dict]) -> str:
              "cut-off leader waits its request.timeout.ms, 30 s by default, as with Kafka). "
              "Goal: resumed <= 12 s (session + 3 s), <= 5 s after the heal. Load = 1-minute load "
              "average at the cut / heal / end (other test runs shared the machine).", "",
-             "Commands: `python -m benchmarks.partition_heal --victim V --cut S --ray-health H` (root).", "",
+             "Commands: `python -m benchmarks.partition_heal --victim V --cut S --ray-health H "
+             "[--tcp-rto-max-ms MS]` (root). *hosts tcp_rto_max_ms*: each host's net.ipv4.tcp_rto_max_ms "
+             "(actors/tcp_backoff.py); runs without it had the kernel's default, 120000.", "",
              "| when (UTC) | cut host | cut s | Ray health | Ray nodes restarted | partition (leader before) "
              "| moved s | resumed s | ISR whole s | gap after heal s | acked | lost | load cut/heal/end |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -255,6 +334,8 @@ def markdown(runs: list[dict]) -> str:
         first = True
         for p, d in sorted(r["partitions"].items(), key=lambda kv: int(kv[0])):
             tuned = "".join(f"; producer {k}={v}" for k, v in r.get("producer_config", {}).items())
+            if r.get("tcp_rto_max_ms"):  # runs before it was set had the kernel's default (120000)
+                tuned += f"; hosts tcp_rto_max_ms={r['tcp_rto_max_ms']}"
             head = (f"| {r['when']} | {r['victim']} | {r['cut_s']} | {r.get('ray_health', '?')}{tuned} | "
                     f"{', '.join(r['ray_nodes_restarted']) or 'none'} |") if first else "| | | | | |"
             tail = (f" {r['acknowledged']} | {r['lost']} | "
@@ -264,6 +345,25 @@ def markdown(runs: list[dict]) -> str:
                          f"{d['gap_after_heal_s']} |{tail}")
             first = False
     lines.append("")
+    readers = [r for r in runs if "consumed" in r]
+    if readers:
+        lines += ["Readers beside the producer, with their clients' default settings: a consumer group member "
+                  "and a share consumer (implicit acknowledgement). *resumed* = seconds from the cut until a "
+                  "record sent after it was received; *gap* = longest time without receiving one after the heal; "
+                  "*read* = acknowledged records received by the end.", "",
+                  "| when (UTC) | cut host | partition (leader before) | consume resumed s | consume gap after heal s "
+                  "| share resumed s | share gap after heal s | read (group / share) of acked |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in readers:
+            first = True
+            for p, d in sorted(r["partitions"].items(), key=lambda kv: int(kv[0])):
+                head = f"| {r['when']} | {r['victim']} |" if first else "| | |"
+                tail = f" {r['consumed']} / {r['share_consumed']} of {r['acknowledged']} |" if first else " |"
+                lines.append(f"{head} {p} ({d['leader_before']}) | {d.get('consume_resumed_s')} | "
+                             f"{d.get('consume_gap_after_heal_s')} | {d.get('share_resumed_s')} | "
+                             f"{d.get('share_gap_after_heal_s')} |{tail}")
+                first = False
+        lines.append("")
     for r in runs:
         lines.append(f"`kray start` said, {r['when']} (cut h{r['victim'][1:]} at {r['cut_at']}, healed at "
                      f"{r['healed_at']}):")
@@ -281,16 +381,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray-health", choices=sorted(RAY_HEALTH), default="broker")
     parser.add_argument("--producer-config", action="append", default=[], metavar="KEY=VALUE",
                         help="a producer setting beside the defaults (repeatable), e.g. socket.timeout.ms=10000")
+    parser.add_argument("--tcp-rto-max-ms", default=str(RTO_MAX_MS),
+                        help=f"each host's net.ipv4.tcp_rto_max_ms ({RTO_MAX_MS}, as the README asks of broker "
+                             f"hosts; 'kernel': the kernel's default)")
     parser.add_argument("--out", default="benchmarks/results/partition-heal", help="results path, without .json/.md")
     args = parser.parse_args(argv)
     from cluster.hosts.deploy import KrayHosts
-    hosts = KrayHosts(3, overrides=OVERRIDES, ray_system_config=RAY_HEALTH[args.ray_health])
+    rto_max_ms = None if args.tcp_rto_max_ms == "kernel" else int(args.tcp_rto_max_ms)
+    hosts = KrayHosts(3, overrides=OVERRIDES, ray_system_config=RAY_HEALTH[args.ray_health], tcp_rto_max_ms=rto_max_ms)
     log(f"starting 3 hosts (Ray health {args.ray_health}: {RAY_HEALTH[args.ray_health]}; load {load1()})")
     with hosts:
         log(f"up: {hosts.bootstrap}; " + ", ".join(f"{k} {v:.1f}" for k, v in hosts.timings.items()))
         result = run_scenario(hosts, args.victim, args.cut,
                               producer_config=dict(kv.split("=", 1) for kv in args.producer_config))
     result |= {"ray_health": args.ray_health, "ray_system_config": RAY_HEALTH[args.ray_health],
+               "tcp_rto_max_ms": rto_max_ms if host_rto_max_ms() is not None else None,
                "command": "python -m benchmarks.partition_heal " + " ".join(argv if argv is not None else
                                                                              __import__("sys").argv[1:])}
     out = Path(args.out)

@@ -54,6 +54,10 @@ def cmd_start(args) -> int:
         print(f"Kray is ready: bootstrap={bootstrap}", flush=True)
         for line in getattr(broker, "notes", ()):
             print(f"kray start: {line}", file=sys.stderr if line.startswith("warning") else sys.stdout, flush=True)
+        if args.address:  # brokers on hosts of their own: network cuts are theirs to heal from
+            from actors.tcp_backoff import host_advice
+            if advice := host_advice():
+                print(f"kray start: {advice}", file=sys.stderr, flush=True)
         broker.report_broker_events(lambda line: print(line, flush=True))  # broker N lost / fenced / back
         if args.command == "chaos":
             from cluster.chaos import Stopped

@@ -29,6 +29,8 @@ import time
 from datetime import datetime
 from typing import Callable
 
+from actors.tcp_backoff import host_advice
+
 RESTART_BACKOFF_S = 1.0
 RESTART_BACKOFF_S_MAX = 8.0
 STABLE_S = 60.0
@@ -161,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    if advice := host_advice():
+        print(f"kray node supervisor: {advice}", file=sys.stderr, flush=True)
     NodeSupervisor(args, say=lambda line: print(line, flush=True)).run(stop)
     return 0
 

@@ -10,8 +10,10 @@ the ACL APIs (CreateAcls, DescribeAcls, DeleteAcls) and the SCRAM credential API
 (DescribeUserScramCredentials, AlterUserScramCredentials) are not in the shared folder. Take their
 ``*Acls{Request,Response}.json`` files (trunk ``d79bd502ec7f``, the commit of the shared folder) and
 ``*UserScramCredentials{Request,Response}.json`` (``1eb7644349cb``; last changed in 2023) from Apache Kafka's
-``clients/src/main/resources/common/message/`` into a folder outside the repo (never commit them) and
-regenerate with
+``clients/src/main/resources/common/message/`` into a folder outside the repo (never commit them), with
+the controller's and the metadata quorum's APIs of the same commit (``BrokerRegistration``,
+``BrokerHeartbeat``, ``AlterPartition``, ``Vote``, ``BeginQuorumEpoch``, ``EndQuorumEpoch``,
+``DescribeQuorum``: KIP-631, KIP-595), and regenerate with
 
     python -m protocol.generate --extra-schemas /tmp/kray-extra-schemas
 
@@ -113,7 +115,7 @@ def field_line(field: dict) -> str:
     if field.get("nullableVersions", "none") != "none":
         args.append(f"nullable={field['nullableVersions']!r}")
     if "tag" in field:
-        args.append(f"tag={field['tag']!r}, tagged={field['taggedVersions']!r}")
+        args.append(f"tag={int(field['tag'])!r}, tagged={field['taggedVersions']!r}")  # (a few schemas write it as a string)
     if "default" in field:
         args.append(f"default={parse_default(field)!r}")
     return f"F({', '.join(args)}),"

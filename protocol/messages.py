@@ -2532,3 +2532,465 @@ class AlterUserScramCredentialsResponse(Message):
             F('error_code', 'int16', '0+'),
             F('error_message', 'string', '0+', nullable='0+'),
         )
+
+
+class VoteRequest(Message):
+    API_KEY = 52
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 0
+    __slots__ = ('cluster_id', 'voter_id', 'topics')
+    FIELDS = (
+        F('cluster_id', 'string', '0+', nullable='0+', default=None),
+        F('voter_id', 'int32', '1+', default=-1),
+        F('topics', '[]TopicData', '0+'),
+    )
+
+    class TopicData(Message):
+        __slots__ = ('topic_name', 'partitions')
+        FIELDS = (
+            F('topic_name', 'string', '0+'),
+            F('partitions', '[]PartitionData', '0+'),
+        )
+
+    class PartitionData(Message):
+        __slots__ = ('partition_index', 'candidate_epoch', 'candidate_id', 'candidate_directory_id', 'voter_directory_id', 'last_offset_epoch', 'last_offset')
+        FIELDS = (
+            F('partition_index', 'int32', '0+'),
+            F('candidate_epoch', 'int32', '0+'),
+            F('candidate_id', 'int32', '0+'),
+            F('candidate_directory_id', 'uuid', '1+'),
+            F('voter_directory_id', 'uuid', '1+'),
+            F('last_offset_epoch', 'int32', '0+'),
+            F('last_offset', 'int64', '0+'),
+        )
+
+
+class VoteResponse(Message):
+    API_KEY = 52
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 0
+    __slots__ = ('error_code', 'topics', 'node_endpoints')
+    FIELDS = (
+        F('error_code', 'int16', '0+'),
+        F('topics', '[]TopicData', '0+'),
+        F('node_endpoints', '[]NodeEndpoint', '1+', tag=0, tagged='1+'),
+    )
+
+    class TopicData(Message):
+        __slots__ = ('topic_name', 'partitions')
+        FIELDS = (
+            F('topic_name', 'string', '0+'),
+            F('partitions', '[]PartitionData', '0+'),
+        )
+
+    class PartitionData(Message):
+        __slots__ = ('partition_index', 'error_code', 'leader_id', 'leader_epoch', 'vote_granted')
+        FIELDS = (
+            F('partition_index', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('leader_id', 'int32', '0+'),
+            F('leader_epoch', 'int32', '0+'),
+            F('vote_granted', 'bool', '0+'),
+        )
+
+    class NodeEndpoint(Message):
+        __slots__ = ('node_id', 'host', 'port')
+        FIELDS = (
+            F('node_id', 'int32', '1+'),
+            F('host', 'string', '1+'),
+            F('port', 'uint16', '1+'),
+        )
+
+
+class BeginQuorumEpochRequest(Message):
+    API_KEY = 53
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 1
+    __slots__ = ('cluster_id', 'voter_id', 'topics', 'leader_endpoints')
+    FIELDS = (
+        F('cluster_id', 'string', '0+', nullable='0+', default=None),
+        F('voter_id', 'int32', '1+', default=-1),
+        F('topics', '[]TopicData', '0+'),
+        F('leader_endpoints', '[]LeaderEndpoint', '1+'),
+    )
+
+    class TopicData(Message):
+        __slots__ = ('topic_name', 'partitions')
+        FIELDS = (
+            F('topic_name', 'string', '0+'),
+            F('partitions', '[]PartitionData', '0+'),
+        )
+
+    class PartitionData(Message):
+        __slots__ = ('partition_index', 'voter_directory_id', 'leader_id', 'leader_epoch')
+        FIELDS = (
+            F('partition_index', 'int32', '0+'),
+            F('voter_directory_id', 'uuid', '1+'),
+            F('leader_id', 'int32', '0+'),
+            F('leader_epoch', 'int32', '0+'),
+        )
+
+    class LeaderEndpoint(Message):
+        __slots__ = ('name', 'host', 'port')
+        FIELDS = (
+            F('name', 'string', '1+'),
+            F('host', 'string', '1+'),
+            F('port', 'uint16', '1+'),
+        )
+
+
+class BeginQuorumEpochResponse(Message):
+    API_KEY = 53
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 1
+    __slots__ = ('error_code', 'topics', 'node_endpoints')
+    FIELDS = (
+        F('error_code', 'int16', '0+'),
+        F('topics', '[]TopicData', '0+'),
+        F('node_endpoints', '[]NodeEndpoint', '1+', tag=0, tagged='1+'),
+    )
+
+    class TopicData(Message):
+        __slots__ = ('topic_name', 'partitions')
+        FIELDS = (
+            F('topic_name', 'string', '0+'),
+            F('partitions', '[]PartitionData', '0+'),
+        )
+
+    class PartitionData(Message):
+        __slots__ = ('partition_index', 'error_code', 'leader_id', 'leader_epoch')
+        FIELDS = (
+            F('partition_index', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('leader_id', 'int32', '0+'),
+            F('leader_epoch', 'int32', '0+'),
+        )
+
+    class NodeEndpoint(Message):
+        __slots__ = ('node_id', 'host', 'port')
+        FIELDS = (
+            F('node_id', 'int32', '1+'),
+            F('host', 'string', '1+'),
+            F('port', 'uint16', '1+'),
+        )
+
+
+class EndQuorumEpochRequest(Message):
+    API_KEY = 54
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 1
+    __slots__ = ('cluster_id', 'topics', 'leader_endpoints')
+    FIELDS = (
+        F('cluster_id', 'string', '0+', nullable='0+', default=None),
+        F('topics', '[]TopicData', '0+'),
+        F('leader_endpoints', '[]LeaderEndpoint', '1+'),
+    )
+
+    class TopicData(Message):
+        __slots__ = ('topic_name', 'partitions')
+        FIELDS = (
+            F('topic_name', 'string', '0+'),
+            F('partitions', '[]PartitionData', '0+'),
+        )
+
+    class PartitionData(Message):
+        __slots__ = ('partition_index', 'leader_id', 'leader_epoch', 'preferred_successors', 'preferred_candidates')
+        FIELDS = (
+            F('partition_index', 'int32', '0+'),
+            F('leader_id', 'int32', '0+'),
+            F('leader_epoch', 'int32', '0+'),
+            F('preferred_successors', '[]int32', '0'),
+            F('preferred_candidates', '[]ReplicaInfo', '1+'),
+        )
+
+    class ReplicaInfo(Message):
+        __slots__ = ('candidate_id', 'candidate_directory_id')
+        FIELDS = (
+            F('candidate_id', 'int32', '1+'),
+            F('candidate_directory_id', 'uuid', '1+'),
+        )
+
+    class LeaderEndpoint(Message):
+        __slots__ = ('name', 'host', 'port')
+        FIELDS = (
+            F('name', 'string', '1+'),
+            F('host', 'string', '1+'),
+            F('port', 'uint16', '1+'),
+        )
+
+
+class EndQuorumEpochResponse(Message):
+    API_KEY = 54
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 1
+    __slots__ = ('error_code', 'topics', 'node_endpoints')
+    FIELDS = (
+        F('error_code', 'int16', '0+'),
+        F('topics', '[]TopicData', '0+'),
+        F('node_endpoints', '[]NodeEndpoint', '1+', tag=0, tagged='1+'),
+    )
+
+    class TopicData(Message):
+        __slots__ = ('topic_name', 'partitions')
+        FIELDS = (
+            F('topic_name', 'string', '0+'),
+            F('partitions', '[]PartitionData', '0+'),
+        )
+
+    class PartitionData(Message):
+        __slots__ = ('partition_index', 'error_code', 'leader_id', 'leader_epoch')
+        FIELDS = (
+            F('partition_index', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('leader_id', 'int32', '0+'),
+            F('leader_epoch', 'int32', '0+'),
+        )
+
+    class NodeEndpoint(Message):
+        __slots__ = ('node_id', 'host', 'port')
+        FIELDS = (
+            F('node_id', 'int32', '1+'),
+            F('host', 'string', '1+'),
+            F('port', 'uint16', '1+'),
+        )
+
+
+class DescribeQuorumRequest(Message):
+    API_KEY = 55
+    MIN_VERSION = 0
+    MAX_VERSION = 2
+    FLEXIBLE_MIN = 0
+    __slots__ = ('topics',)
+    FIELDS = (
+        F('topics', '[]TopicData', '0+'),
+    )
+
+    class TopicData(Message):
+        __slots__ = ('topic_name', 'partitions')
+        FIELDS = (
+            F('topic_name', 'string', '0+'),
+            F('partitions', '[]PartitionData', '0+'),
+        )
+
+    class PartitionData(Message):
+        __slots__ = ('partition_index',)
+        FIELDS = (
+            F('partition_index', 'int32', '0+'),
+        )
+
+
+class DescribeQuorumResponse(Message):
+    API_KEY = 55
+    MIN_VERSION = 0
+    MAX_VERSION = 2
+    FLEXIBLE_MIN = 0
+    __slots__ = ('error_code', 'error_message', 'topics', 'nodes')
+    FIELDS = (
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '2+', nullable='2+'),
+        F('topics', '[]TopicData', '0+'),
+        F('nodes', '[]Node', '2+'),
+    )
+
+    class ReplicaState(Message):
+        __slots__ = ('replica_id', 'replica_directory_id', 'log_end_offset', 'last_fetch_timestamp', 'last_caught_up_timestamp')
+        FIELDS = (
+            F('replica_id', 'int32', '0+'),
+            F('replica_directory_id', 'uuid', '2+'),
+            F('log_end_offset', 'int64', '0+'),
+            F('last_fetch_timestamp', 'int64', '1+', default=-1),
+            F('last_caught_up_timestamp', 'int64', '1+', default=-1),
+        )
+
+    class TopicData(Message):
+        __slots__ = ('topic_name', 'partitions')
+        FIELDS = (
+            F('topic_name', 'string', '0+'),
+            F('partitions', '[]PartitionData', '0+'),
+        )
+
+    class PartitionData(Message):
+        __slots__ = ('partition_index', 'error_code', 'error_message', 'leader_id', 'leader_epoch', 'high_watermark', 'current_voters', 'observers')
+        FIELDS = (
+            F('partition_index', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '2+', nullable='2+'),
+            F('leader_id', 'int32', '0+'),
+            F('leader_epoch', 'int32', '0+'),
+            F('high_watermark', 'int64', '0+'),
+            F('current_voters', '[]ReplicaState', '0+'),
+            F('observers', '[]ReplicaState', '0+'),
+        )
+
+    class Node(Message):
+        __slots__ = ('node_id', 'listeners')
+        FIELDS = (
+            F('node_id', 'int32', '2+'),
+            F('listeners', '[]Listener', '2+'),
+        )
+
+    class Listener(Message):
+        __slots__ = ('name', 'host', 'port')
+        FIELDS = (
+            F('name', 'string', '2+'),
+            F('host', 'string', '2+'),
+            F('port', 'uint16', '2+'),
+        )
+
+
+class AlterPartitionRequest(Message):
+    API_KEY = 56
+    MIN_VERSION = 0
+    MAX_VERSION = 3
+    FLEXIBLE_MIN = 0
+    __slots__ = ('broker_id', 'broker_epoch', 'topics')
+    FIELDS = (
+        F('broker_id', 'int32', '0+'),
+        F('broker_epoch', 'int64', '0+', default=-1),
+        F('topics', '[]TopicData', '0+'),
+    )
+
+    class TopicData(Message):
+        __slots__ = ('topic_name', 'topic_id', 'partitions')
+        FIELDS = (
+            F('topic_name', 'string', '0-1'),
+            F('topic_id', 'uuid', '2+'),
+            F('partitions', '[]PartitionData', '0+'),
+        )
+
+    class PartitionData(Message):
+        __slots__ = ('partition_index', 'leader_epoch', 'new_isr', 'new_isr_with_epochs', 'leader_recovery_state', 'partition_epoch')
+        FIELDS = (
+            F('partition_index', 'int32', '0+'),
+            F('leader_epoch', 'int32', '0+'),
+            F('new_isr', '[]int32', '0-2'),
+            F('new_isr_with_epochs', '[]BrokerState', '3+'),
+            F('leader_recovery_state', 'int8', '1+', default=0),
+            F('partition_epoch', 'int32', '0+'),
+        )
+
+    class BrokerState(Message):
+        __slots__ = ('broker_id', 'broker_epoch')
+        FIELDS = (
+            F('broker_id', 'int32', '3+'),
+            F('broker_epoch', 'int64', '3+', default=-1),
+        )
+
+
+class AlterPartitionResponse(Message):
+    API_KEY = 56
+    MIN_VERSION = 0
+    MAX_VERSION = 3
+    FLEXIBLE_MIN = 0
+    __slots__ = ('throttle_time_ms', 'error_code', 'topics')
+    FIELDS = (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('topics', '[]TopicData', '0+'),
+    )
+
+    class TopicData(Message):
+        __slots__ = ('topic_name', 'topic_id', 'partitions')
+        FIELDS = (
+            F('topic_name', 'string', '0-1'),
+            F('topic_id', 'uuid', '2+'),
+            F('partitions', '[]PartitionData', '0+'),
+        )
+
+    class PartitionData(Message):
+        __slots__ = ('partition_index', 'error_code', 'leader_id', 'leader_epoch', 'isr', 'leader_recovery_state', 'partition_epoch')
+        FIELDS = (
+            F('partition_index', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('leader_id', 'int32', '0+'),
+            F('leader_epoch', 'int32', '0+'),
+            F('isr', '[]int32', '0+'),
+            F('leader_recovery_state', 'int8', '1+', default=0),
+            F('partition_epoch', 'int32', '0+'),
+        )
+
+
+class BrokerRegistrationRequest(Message):
+    API_KEY = 62
+    MIN_VERSION = 0
+    MAX_VERSION = 4
+    FLEXIBLE_MIN = 0
+    __slots__ = ('broker_id', 'cluster_id', 'incarnation_id', 'listeners', 'features', 'rack', 'is_migrating_zk_broker', 'log_dirs', 'previous_broker_epoch')
+    FIELDS = (
+        F('broker_id', 'int32', '0+'),
+        F('cluster_id', 'string', '0+'),
+        F('incarnation_id', 'uuid', '0+'),
+        F('listeners', '[]Listener', '0+'),
+        F('features', '[]Feature', '0+'),
+        F('rack', 'string', '0+', nullable='0+'),
+        F('is_migrating_zk_broker', 'bool', '1+', default=False),
+        F('log_dirs', '[]uuid', '2+'),
+        F('previous_broker_epoch', 'int64', '3+', default=-1),
+    )
+
+    class Listener(Message):
+        __slots__ = ('name', 'host', 'port', 'security_protocol')
+        FIELDS = (
+            F('name', 'string', '0+'),
+            F('host', 'string', '0+'),
+            F('port', 'uint16', '0+'),
+            F('security_protocol', 'int16', '0+'),
+        )
+
+    class Feature(Message):
+        __slots__ = ('name', 'min_supported_version', 'max_supported_version')
+        FIELDS = (
+            F('name', 'string', '0+'),
+            F('min_supported_version', 'int16', '0+'),
+            F('max_supported_version', 'int16', '0+'),
+        )
+
+
+class BrokerRegistrationResponse(Message):
+    API_KEY = 62
+    MIN_VERSION = 0
+    MAX_VERSION = 4
+    FLEXIBLE_MIN = 0
+    __slots__ = ('throttle_time_ms', 'error_code', 'broker_epoch')
+    FIELDS = (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('broker_epoch', 'int64', '0+', default=-1),
+    )
+
+
+class BrokerHeartbeatRequest(Message):
+    API_KEY = 63
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 0
+    __slots__ = ('broker_id', 'broker_epoch', 'current_metadata_offset', 'want_fence', 'want_shut_down', 'offline_log_dirs')
+    FIELDS = (
+        F('broker_id', 'int32', '0+'),
+        F('broker_epoch', 'int64', '0+', default=-1),
+        F('current_metadata_offset', 'int64', '0+'),
+        F('want_fence', 'bool', '0+'),
+        F('want_shut_down', 'bool', '0+'),
+        F('offline_log_dirs', '[]uuid', '1+', tag=0, tagged='1+'),
+    )
+
+
+class BrokerHeartbeatResponse(Message):
+    API_KEY = 63
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 0
+    __slots__ = ('throttle_time_ms', 'error_code', 'is_caught_up', 'is_fenced', 'should_shut_down')
+    FIELDS = (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('is_caught_up', 'bool', '0+', default=False),
+        F('is_fenced', 'bool', '0+', default=True),
+        F('should_shut_down', 'bool', '0+'),
+    )

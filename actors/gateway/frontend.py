@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from actors import tcp_backoff
 from actors.gateway.connection import serve_connection
 from actors.gateway.dispatch import Dispatcher
 from actors.gateway.handlers import ROUTES
@@ -26,6 +27,7 @@ async def start_frontend(ctx, host: str | None, port: int, routes=ROUTES, securi
     idle_timeout_s = int(ctx.config["connections.max.idle.ms"]) / 1000
 
     async def serve(reader, writer):
+        tcp_backoff.cap(writer.get_extra_info("socket"))  # resumes within ~1 s of a network cut's heal
         await serve_connection(reader, writer, dispatch, frame_bytes_max=frame_bytes_max, idle_timeout_s=idle_timeout_s,
                                security=security, credentials=getattr(ctx, "scram_credentials", None))
 

@@ -32,6 +32,7 @@ CONSUMER_LAG_REPORT_INTERVAL_S = 10.0  # how often committed offsets are compare
 COMPACTION_CHECK_INTERVAL_S = 30.0
 COMPACTION_MIN_RECORDS = 1000  # a log shorter than this is left as it is
 DEADLINE_POLL_S_MAX = 1.0
+TIMERS_RETRY_S = 1.0  # timers whose records could not be written fire again after this long
 UNINITIALIZED_START_OFFSET = -1  # the share-partition leader picks it by share.auto.offset.reset
 NO_LEADER_EPOCH = -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -69,6 +70,12 @@ class GroupCoordinatorActor(PartitionActor):
         self.controller = spec["controller"]
         self.group_log = CoordinatorLog(self)
         self.host = ShardHost(self.group_log, self._build)
+        # members' session deadlines, carried from a shard dropped after a failed append into its
+        # rebuilt successor (Groups.session_deadlines); None after a change of leadership
+        self.carried_sessions: dict | None = None
+        # when this replica last became its partition's leader: the groups it loads (on first use)
+        # are loaded as of then, as Kafka's coordinator loads them at its election
+        self.elected_ms: int | None = None
         self.image = None
         self.tasks: list[asyncio.Task] = []
         self.rebalances_reported: dict[str, int] = {}
@@ -86,6 +93,8 @@ class GroupCoordinatorActor(PartitionActor):
     def _leadership_changed(self, leading: bool) -> None:
         super()._leadership_changed(leading)
         self.host.invalidate()  # the next leader term replays the partition afresh
+        self.carried_sessions = None  # and gives its members fresh sessions, as a new coordinator does
+        self.elected_ms = now_ms() if leading else None
         waiting, self.waiting = self.waiting, {}
         for future in waiting.values():  # the group lives elsewhere now: its members find the new coordinator
             if not future.done():
@@ -105,9 +114,17 @@ class GroupCoordinatorActor(PartitionActor):
         return shard
 
     async def _build(self, records) -> Groups:
-        shard, loaded_ms = Groups(self.config), now_ms()
+        """The groups of the partition's records, as of this replica's election: members' sessions
+        run from then, not from the first request after it. A coordinator that moved here during a
+        network cut, which no client could reach until the heal, would otherwise give the members
+        lost in the cut a whole new session at the heal, and a consumer returning with a new
+        member id would wait that long in JoinGroup for its old self."""
+        shard, loaded_ms = Groups(self.config), self.elected_ms or now_ms()
         for _offset, key, value in records:
             shard.replay(key, value, loaded_ms)
+        carried, self.carried_sessions = self.carried_sessions, None
+        if carried:
+            shard.carry_sessions(carried)
         shard.finish_replay(loaded_ms)
         return shard
 
@@ -214,7 +231,11 @@ class GroupCoordinatorActor(PartitionActor):
             if shard is not self.shard:
                 continue  # leadership moved (and perhaps came back with a newly replayed shard) meanwhile
             try:
-                await self._settle(shard.tick(now_ms()))
+                if await self._settle(shard.tick(now_ms())):
+                    # (the partition can't take the timers' records now: too few in-sync replicas, say;
+                    # the rebuilt shard fires them again, with the sessions carried, a little later)
+                    await asyncio.sleep(TIMERS_RETRY_S)
+                    continue
                 self._report_metrics(shard)
             except Exception:
                 log.exception("firing the group timers failed")
@@ -229,17 +250,28 @@ class GroupCoordinatorActor(PartitionActor):
             await self.group_log.append(records)
         except CoordinatorLogError as e:
             log.warning("group record append failed (%s); reloading the shard from the log", e)
+            if self.host.shard is not None:
+                self.carried_sessions = self.host.shard.session_deadlines()
             self.host.invalidate()
+            # the calls a rebalance holds (JoinGroup, SyncGroup) belong to the dropped shard: answered now
+            # (the client joins again) instead of never, which left them to the client's request timeout
+            waiting, self.waiting = self.waiting, {}
+            for future in waiting.values():
+                if not future.done():
+                    future.set_exception(CoordinatorLogError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                                             f"the group's record could not be written ({e}); retry"))
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return 0
 
-    async def _settle(self, outcome: Outcome) -> None:
-        """Append the outcome's records, then answer the calls it resolves (with the append's error if it failed)."""
+    async def _settle(self, outcome: Outcome) -> int:
+        """Append the outcome's records, then answer the calls it resolves (with the append's error if it failed).
+        Returns the append's error (0: none)."""
         error = await self._commit(outcome.records)
         for call, reply in outcome.replies.items():
             future = self.waiting.pop(call, None)
             if future is not None and not future.done():
                 future.set_result(dataclasses.replace(reply, error_code=error) if error else reply)
+        return error
 
     async def _call(self, command, *args, **kwargs):
         """Run a command that may answer later (JoinGroup, SyncGroup) and wait for its answer."""

@@ -652,6 +652,16 @@ class ClassicGroups:
                 deadlines += [m.deadline_ms for m in g.members.values() if m.join_call is None and m.sync_call is None]
         return min(deadlines, default=None)
 
+    def session_deadlines(self) -> dict[tuple[str, str], int]:
+        """Every member's session deadline, keyed (group id, member id) (see Groups.session_deadlines)."""
+        return {(g.group_id, m.member_id): m.deadline_ms for g in self._groups.values() for m in g.members.values()}
+
+    def carry_sessions(self, deadlines: Mapping[tuple[str, str], int]) -> None:
+        """Members replayed just now keep the session deadlines they had before (see Groups.carry_sessions)."""
+        for g in self._groups.values():
+            for m in g.members.values():
+                m.deadline_ms = deadlines.get((g.group_id, m.member_id), m.deadline_ms)
+
     # ---- admin and loading -----------------------------------------------------------------------------------------
 
     def describe(self, group_id: str) -> DescribedClassicGroup:

@@ -641,6 +641,17 @@ class ConsumerGroups:
                      for d in (m.session_deadline_ms, m.rebalance_deadline_ms) if d is not None]
         return min(deadlines, default=None)
 
+    def session_deadlines(self) -> dict[tuple[str, str], int]:
+        """Every member's session deadline, keyed (group id, member id) (see Groups.session_deadlines)."""
+        return {(g.group_id, m.member_id): m.session_deadline_ms for g in self._groups.values()
+                for m in g.members.values()}
+
+    def carry_sessions(self, deadlines: Mapping[tuple[str, str], int]) -> None:
+        """Members replayed just now keep the session deadlines they had before (see Groups.carry_sessions)."""
+        for g in self._groups.values():
+            for m in g.members.values():
+                m.session_deadline_ms = deadlines.get((g.group_id, m.member_id), m.session_deadline_ms)
+
     def on_topics_changed(self, topics: TopicsView, now_ms: int) -> list[Record]:
         """The cluster metadata changed: bump the epoch of every group whose subscribed topics' metadata changed (a
         new topic matching a regex, partitions added, a topic deleted). Members get the new target on their next

@@ -463,6 +463,17 @@ class GroupCoordinatorShard:
     def next_deadline_ms(self) -> int | None:
         return min((m.session_deadline_ms for g in self._groups.values() for m in g.members.values()), default=None)
 
+    def session_deadlines(self) -> dict[tuple[str, str], int]:
+        """Every member's session deadline, keyed (group id, member id) (see Groups.session_deadlines)."""
+        return {(g.group_id, m.member_id): m.session_deadline_ms for g in self._groups.values()
+                for m in g.members.values()}
+
+    def carry_sessions(self, deadlines: Mapping[tuple[str, str], int]) -> None:
+        """Members replayed just now keep the session deadlines they had before (see Groups.carry_sessions)."""
+        for g in self._groups.values():
+            for m in g.members.values():
+                m.session_deadline_ms = deadlines.get((g.group_id, m.member_id), m.session_deadline_ms)
+
     # ---- share-partition initialization -----------------------------------------------------------------------------
 
     def partitions_to_initialize(self, group_id: str) -> list[TopicPartition]:

@@ -326,6 +326,23 @@ class Groups:
                                  self.consumer.next_deadline_ms(), self.next_retention_check_ms) if d is not None]
         return min(deadlines, default=None)
 
+    def session_deadlines(self) -> dict[tuple[str, str, str], int]:
+        """Every member's session deadline (last heartbeat + session timeout), keyed (kind, group id, member id).
+
+        A shard rebuilt from its partition after a failed append (its memory was ahead of the log) gives the
+        members it replays fresh sessions, as a new coordinator does. The same coordinator must not: a member
+        whose session ran out during a network cut, whose removal could not be written (too few in-sync
+        replicas), would otherwise get a new session at every retry, and a consumer that returns with a new
+        member id would wait for it in JoinGroup long after the cut healed. The actor carries these
+        deadlines into the rebuilt shard (`carry_sessions`)."""
+        return {(kind, *key): deadline for kind, groups in (("classic", self.classic), ("consumer", self.consumer),
+                                                             ("share", self.share))
+                for key, deadline in groups.session_deadlines().items()}
+
+    def carry_sessions(self, deadlines: Mapping[tuple[str, str, str], int]) -> None:
+        for kind, groups in (("classic", self.classic), ("consumer", self.consumer), ("share", self.share)):
+            groups.carry_sessions({(g, m): d for (k, g, m), d in deadlines.items() if k == kind})
+
     # ---- metrics ---------------------------------------------------------------------------------------------------
 
     def metrics(self) -> GroupMetrics:

@@ -40,6 +40,7 @@ import threading
 import time
 from pathlib import Path
 
+from actors import tcp_backoff
 from cluster.hosts.net import CommandFailed, HostNetwork, kill_namespace_processes
 
 log = logging.getLogger("kray.hosts")
@@ -60,12 +61,14 @@ class KrayHosts:
 
     def __init__(self, hosts: int = 3, *, config: Path = MULTINODE_CONFIG, overrides: tuple[str, ...] = (),
                  python: str = sys.executable, num_cpus: int | None = 1,
-                 object_store_bytes: int | None = OBJECT_STORE_BYTES, ray_system_config: dict | None = None):
+                 object_store_bytes: int | None = OBJECT_STORE_BYTES, ray_system_config: dict | None = None,
+                 tcp_rto_max_ms: int | None = tcp_backoff.RTO_MAX_MS):
         """`num_cpus`: CPUs each Ray node declares (None: the machine's; it sets a broker's
         shard count), 1 by default as the hosts share this machine's cores; `object_store_bytes`:
         each node's Ray object store (Kray moves records over sockets, not Ray objects);
-        `ray_system_config`: Ray's system config, set on the head for the whole cluster."""
-        self.net = HostNetwork(hosts)
+        `ray_system_config`: Ray's system config, set on the head for the whole cluster;
+        `tcp_rto_max_ms`: each host's net.ipv4.tcp_rto_max_ms (None: the kernel's default)."""
+        self.net = HostNetwork(hosts, tcp_rto_max_ms=tcp_rto_max_ms)
         self.config = Path(config)
         self.overrides = tuple(overrides)
         self.python = python

@@ -25,6 +25,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from actors import tcp_backoff
 from cluster.hosts import plan as planner
 from cluster.hosts.plan import NetworkPlan
 
@@ -144,8 +145,11 @@ def clean_leftovers() -> list[str]:
 class HostNetwork:
     """`hosts` network namespaces h1..hN on a bridge, each with its own address."""
 
-    def __init__(self, hosts: int = 3):
+    def __init__(self, hosts: int = 3, *, tcp_rto_max_ms: int | None = tcp_backoff.RTO_MAX_MS):
+        """`tcp_rto_max_ms`: each host's net.ipv4.tcp_rto_max_ms, as the README asks of broker hosts
+        (None: the kernel's default, 120 s; ignored where the kernel has no such setting)."""
         self.count = hosts
+        self.tcp_rto_max_ms = tcp_rto_max_ms
         self.plan: NetworkPlan | None = None
         self.run_dir: Path | None = None
         self.processes: list[subprocess.Popen] = []
@@ -170,6 +174,9 @@ class HostNetwork:
         try:
             for args in self.plan.setup_commands():
                 ip(*args)
+            if self.tcp_rto_max_ms is not None and tcp_backoff.host_rto_max_ms() is not None:
+                for h in self.plan.hosts:
+                    ip("netns", "exec", h.netns, "sysctl", "-q", "-w", f"net.ipv4.tcp_rto_max_ms={self.tcp_rto_max_ms}")
         except BaseException:
             self.destroy()
             raise

@@ -468,3 +468,36 @@ def test_live_records_rebuild_every_group_type_and_offset():
         assert g.consumer.persisted_state() == h.groups.consumer.persisted_state()
         assert g.share.persisted_state() == h.groups.share.persisted_state()
     assert [v.offset for _, _, v in live.fetch_offsets("cl", None)[1]] == [9, 6]
+
+
+# ---- sessions carried into a shard rebuilt after a failed append -----------------------------------------------------
+
+def test_a_rebuilt_shard_keeps_the_members_sessions_it_is_given():
+    """The coordinator drops its shard when an append fails (memory ahead of the log) and replays the
+    partition. Replaying alone gives every member a fresh session; the actor carries the old deadlines
+    over, so a member that went silent during a network cut expires when its session ends, not a
+    session after every failed write of its removal."""
+    h = Harness()
+    member, _gen = h.classic_member(group="c")      # heartbeats stop at 0: deadline SESSION_MS
+    h.cgh("k", "m1", 0)
+    h.share_member("s")
+    before = h.groups.session_deadlines()
+    assert before[("classic", "c", member)] == SESSION_MS
+    assert {k for k, _, _ in before} == {"classic", "consumer", "share"}
+
+    later = SESSION_MS - 1000                       # the rebuild: a second before those sessions end
+    fresh = h.replayed(later)
+    assert fresh.session_deadlines()[("classic", "c", member)] == later + SESSION_MS  # replay alone: fresh
+    fresh.carry_sessions(before)
+    # (KIP-848 and share group members come back by joining again: the replay does not keep them)
+    assert fresh.session_deadlines() == {k: d for k, d in before.items() if k[0] == "classic"}
+    out = fresh.tick(SESSION_MS)
+    assert fresh.describe_classic("c").members == [] and out.records  # expired on time, its removal written
+
+
+def test_carried_sessions_of_members_the_log_no_longer_has_are_ignored():
+    h = Harness()
+    member, _ = h.classic_member(group="c")
+    fresh = h.replayed(0)
+    fresh.carry_sessions({("classic", "c", "gone"): 1, ("classic", "other", member): 1})
+    assert fresh.session_deadlines() == {("classic", "c", member): SESSION_MS}

@@ -63,7 +63,8 @@ def test_round_trip(cls, version):
 
 
 def test_every_api_has_both_classes():
-    assert len(API_BY_KEY) == 41 + 3 + 2  # the shared folder's APIs, the ACL APIs and the SCRAM credential APIs
+    # the shared folder's APIs, the ACL APIs, the SCRAM credential APIs, the controller's and the quorum's APIs
+    assert len(API_BY_KEY) == 41 + 3 + 2 + 3 + 4
     for spec in API_BY_KEY.values():
         assert (spec.request.API_KEY, spec.response.API_KEY) == (spec.key, spec.key)
         assert spec.request.__name__ == f"{spec.name}Request"
