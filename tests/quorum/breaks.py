@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from actors.controller.quorum import QuorumConfig, RaftCore, Role
+from actors.controller.quorum import Accepted, Batch, QuorumConfig, RaftCore, Role
 from actors.controller.quorum.log import QuorumLog
 from actors.controller.quorum.raft import _Replica
 
@@ -94,6 +94,29 @@ def _no_check_quorum(original):
     return property(lambda self: 10 ** 12)
 
 
+def _next_tick_forgets_check_quorum(original):
+    def next_tick_ms(self):
+        # the bug: the leader's check-quorum deadline is left out of the shell's wake-up time
+        if self._leadership is not None:
+            return self._now + self.config.request_timeout_ms
+        return original(self)
+    return next_tick_ms
+
+
+def _write_before_timers(original):
+    def propose(self, records, now_ms):
+        # the bug: a proposal is taken before due timers fire, so a leader past its check-quorum
+        # deadline (paused, or not ticked yet) still accepts it
+        if self.role is Role.LEADER and records:
+            self._now = max(self._now, now_ms)
+            base = self.log.end_offset
+            self._append(Batch(base, self.epoch, tuple(records)))
+            self._leader_log_grew()
+            return Accepted(self.epoch, base, self.log.end_offset - 1), self._end()
+        return original(self, records, now_ms)
+    return propose
+
+
 @dataclass(frozen=True)
 class Break:
     what: str
@@ -121,6 +144,10 @@ BREAKS = {
                                  options={"simulation": {"send_before_persist": True}}),
     "no_check_quorum": Break("a leader never resigns for want of fetches",
                              (QuorumConfig, "check_quorum_timeout_ms", _no_check_quorum)),
+    "next_tick_forgets_check_quorum": Break("next_tick_ms leaves out the check-quorum deadline",
+                                            (RaftCore, "next_tick_ms", _next_tick_forgets_check_quorum)),
+    "write_before_timers": Break("a proposal is taken before due timers fire",
+                                 (RaftCore, "propose", _write_before_timers)),
     "no_pre_vote": Break("an election timeout bumps the epoch without a pre-vote",
                          (RaftCore, "_to_prospective", _no_pre_vote), caught_by="returning_voter"),
 }

@@ -258,6 +258,12 @@ def test_check_quorum_a_leader_without_fetches_from_a_majority_resigns_within_on
     assert core.propose(["late"], 1000 + deadline)[0] == NotLeader(None, 4)
 
 
+def test_a_leader_past_its_check_quorum_deadline_refuses_a_write_even_before_a_tick():
+    core = leader_of(epoch=4)
+    result, out = core.propose(["late"], int(1.5 * FETCH_MS))
+    assert result == NotLeader(None, 4) and out.append == [] and core.role is Role.RESIGNED
+
+
 def test_check_quorum_is_a_sliding_window_a_leader_cut_off_with_a_minority_resigns_on_time():
     core = leader_of(epoch=4, voters=(1, 2, 3, 4, 5))
     core.handle(FetchRequest(2, 4, 1, 4, 0), 100)
@@ -408,3 +414,6 @@ def test_the_output_reports_leader_changes_and_status_describes_the_quorum():
     assert [(v.replica_id, v.log_end_offset, v.last_fetch_ms) for v in status.voters] == \
         [(1, 1, 7), (2, 1, 7), (3, -1, None)]
     assert leader.next_tick_ms() <= 7 + int(1.5 * FETCH_MS)
+    follower = follower_of(leader=1, epoch=4, node_id=2)
+    follower.tick(10)                 # its fetch is out: nothing to do before the fetch timeout (from 0)
+    assert follower.next_tick_ms() == FETCH_MS

@@ -157,7 +157,7 @@ class RaftCore:
         if self.epoch < self.log.last_epoch:
             self._to_unattached(self.log.last_epoch)
         elif self.leader_id == node_id:
-            self._to_resigned(())   # never lead an epoch twice: unflushed writes may be gone
+            self._to_resigned(())   # never lead an epoch twice: its first leader's log of it is the only one
         elif self.voted_id == node_id and self.leader_id is None:
             self._to_candidate(bump=False)
         elif self.leader_id is not None:
@@ -220,9 +220,13 @@ class RaftCore:
             times.append(self._election_deadline_ms)
         if self._nominee is not None and self._nominee.backoff_until_ms is not None:
             times.append(self._nominee.backoff_until_ms)
-        if self._fetching is not None:
-            times.append(self._fetching.fetch_deadline_ms)
-            times.append(max(self._fetching.backoff_until_ms, self._now))
+        fetching = self._fetching
+        if fetching is not None:
+            times.append(fetching.fetch_deadline_ms)
+            if fetching.backoff_until_ms > self._now:
+                times.append(fetching.backoff_until_ms)
+            if fetching.in_flight is not None:
+                times.append(fetching.in_flight[2] + self.config.request_timeout_ms)
         if self._leadership is not None:
             lead = self._leadership
             times += [self._check_quorum_deadline_ms(), lead.begin_quorum_due_ms]
@@ -243,14 +247,20 @@ class RaftCore:
 
     # ---- one step: collect what the shell must do --------------------------------------------------
     def _begin(self, now_ms: int) -> None:
+        """Time passes first: a leader past its check-quorum deadline refuses the write or fetch
+        that finds it so, even if the shell has not ticked it yet."""
         if now_ms < self._now:
             raise ValueError(f"time went back from {self._now} to {now_ms}")
         self._now = now_ms
+        self._poll_all()
 
-    def _end(self) -> Output:
+    def _poll_all(self) -> None:
         for _ in range(16):   # a timer may fire a transition whose state has a due timer of its own
             if not self._poll():
                 break
+
+    def _end(self) -> Output:
+        self._poll_all()
         while self._orphaned:  # fetches held by a leader that lost its epoch: answered as new ones would be
             orphans, self._orphaned = self._orphaned, []
             for request in orphans:
