@@ -342,6 +342,13 @@ def test_a_truncation_below_the_high_watermark_is_refused():
         follower.handle(FetchResponse(1, NONE, 4, 1, 3, (), EpochEndOffset(1, 2), 3, 3), 0)
 
 
+def test_batches_from_the_leader_that_do_not_fit_the_log_stop_the_node():
+    follower = follower_of(leader=1, epoch=4, node_id=2, log=batches(1, 3))
+    follower.tick(0)
+    with pytest.raises(QuorumStateError):   # an epoch going back after the fetch position
+        follower.handle(FetchResponse(1, NONE, 4, 1, -1, (Batch(2, 2, ("x",)),), None, 2, 3), 0)
+
+
 def test_late_or_duplicated_fetch_answers_are_ignored_and_the_high_watermark_never_goes_back():
     leader = leader_of(epoch=4)
     leader.propose(["a"], 0)

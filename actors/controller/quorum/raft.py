@@ -36,6 +36,23 @@ max_wait_ms when there is nothing new. The high watermark is the largest offset 
 voters (the leader counts itself) has, once that covers the leader's own control batch (an entry
 of its epoch); followers take min(leader's, their log end). It never goes back on a node within one
 life, and a truncation below it is refused (QuorumStateError).
+
+Where this differs from Kafka's raft module, on purpose:
+* check quorum is a sliding window (fewer than a majority fetched within the last 1.5 x
+  fetch.timeout.ms): Kafka's timer counts fetches since its last reset, so a leader cut off with a
+  minority could take writes for up to twice that (the simulator's isolated_leader scenario saw
+  315 ms against a 300 ms bound);
+* responses repeat what they answer (VoteResponse.pre_vote, FetchResponse's fetch position)
+  where Kafka relies on correlation ids, so a late, duplicated or pre-restart answer is ignored;
+* a held fetch is also answered when the high watermark moves (and a fetch that moves it is not
+  held), so followers apply commits without waiting out fetch_max_wait_ms;
+* the leader counts its own log end at once: the shell persists `append` before anything leaves
+  (output.py); Kafka counts the leader's flushed offset and flushes asynchronously;
+* a Candidate refused by a majority backs off, then pre-votes again; a Prospective that led its
+  epoch (Resigned, then timed out) goes back to Resigned, never to Unattached, so that no restart
+  can make it lead that epoch again;
+* a fixed voter set (controller.quorum.voters): no KIP-853 reconfiguration, no snapshots
+  (FetchSnapshot), no directory ids, no cluster id checks: the transport's job or a later step.
 """
 from __future__ import annotations
 
@@ -47,7 +64,7 @@ from typing import Any, Sequence
 from protocol.errors import ErrorCode
 
 from .config import QuorumConfig
-from .log import Batch, LeaderChange, QuorumLog
+from .log import Batch, LeaderChange, LogError, QuorumLog
 from .messages import (
     NO_LEADER, BeginQuorumEpochRequest, BeginQuorumEpochResponse, EndQuorumEpochRequest, EndQuorumEpochResponse,
     EpochEndOffset, FetchRequest, FetchResponse, Message, VoteRequest, VoteResponse,
@@ -745,7 +762,10 @@ class RaftCore:
                 if batch.epoch > response.epoch:
                     raise QuorumStateError(f"leader {response.src} of epoch {response.epoch} sent a batch of "
                                            f"epoch {batch.epoch}")
-                self._append(batch)
+                try:
+                    self._append(batch)
+                except LogError as misfit:
+                    raise QuorumStateError(f"leader {response.src} sent a batch that does not fit: {misfit}") from misfit
             if response.high_watermark >= 0:
                 offset = min(self.log.end_offset, response.high_watermark)
                 if offset > self.high_watermark:
