@@ -9,8 +9,8 @@ only, a minority/majority split) and healed; nodes crash (their core and everyth
 gone) and restart from what their shell persisted: the last election state and the durable log;
 they also pause (a stalled process: nothing reaches it, its timers do not run) and resume.
 A shell may also crash in the middle of carrying out an Output (before anything, after the
-election state, after the truncation, after the append, after sending), so a write it had not
-made yet is lost. There is no clock skew, but every core draws its own election timeouts from its
+election state, after the truncation, in the middle of the append or after it, after sending), so
+a write it had not made yet is lost. There is no clock skew, but every core draws its own election timeouts from its
 own seeded Random. Each seed first draws its own mix of actions (swarm testing), as tests/sim does,
 and whether its shells tick every core whenever time moves or only once the core's next_tick_ms()
 has come (as a real shell would: a timer it reports late shows up as a check-quorum or liveness
@@ -221,6 +221,12 @@ class Simulation:
         for i, stage in enumerate(self.stages):
             if i == crash_at:
                 self.stats["crashes_mid_write"] += 1
+                if stage == "append" and len(out.append) > 1 and self.rng.random() < 0.5:
+                    # torn: the first batches made it to disk (a torn frame is dropped on replay)
+                    kept = self.rng.randrange(1, len(out.append))
+                    self._append(node, Output(append=out.append[:kept]))
+                    self.stats["torn_appends"] += 1
+                    stage = f"append (wrote {kept} of {len(out.append)} batches)"
                 self.crash(node, f" mid-write, before {stage}")
                 return
             getattr(self, "_" + stage)(node, out)
@@ -631,7 +637,8 @@ class Simulation:
         leader resigns within 1.5x (300); an election round (pre-vote, vote) takes an election
         timeout (100..200) plus message delays, and split votes back off up to 100 ms: a handful of
         rounds fits well inside 5,000 ms (25 fetch timeouts). 5,000 seeds x 2,000 steps took at
-        most 1,015 ms, median 190 ms (`python -m tests.quorum --seeds 0:5000` prints the figures)."""
+        most 1,015 ms (median 190 ms); 500 seeds x 10,000 steps, with longer logs to catch up, at
+        most 1,590 ms (`python -m tests.quorum --seeds A:B --steps N` prints the figures)."""
         self.heal_all()
         start = self.now_ms
         pending: tuple[int, int, int] | None = None   # (node, epoch, next offset) of our proposal
