@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         start, stop = (int(x) for x in args.seeds.split(":"))
         seeds = list(range(start, stop))
+    if args.break_rule and BREAKS[args.break_rule].caught_by != "simulation" and not args.scenarios:
+        print(f"note: {args.break_rule} breaks liveness only; the scenario {BREAKS[args.break_rule].caught_by} "
+              f"catches it (add --scenarios)")
     totals: collections.Counter = collections.Counter()
     settle_ms: list[int] = []
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -45,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if args.scenarios:
                     for scenario in SCENARIOS.values():
-                        for key, value in scenario(seed).items():
+                        for key, value in scenario(seed, verbose=args.verbose).items():
                             if key.endswith("_ms"):
                                 totals[key + "_max"] = max(totals[key + "_max"], value)
                             else:

@@ -19,6 +19,14 @@ PROPOSE_EVERY_MS = 20
 NEW_LEADER_BOUND_MS = 3000   # 15 fetch timeouts: see isolated_leader
 
 
+def _scenario(seed: int, verbose: bool) -> Simulation:
+    """A calm world (3 voters on even seeds, 5 on odd ones) with a settled leader."""
+    sim = Simulation(seed, weights=CALM, voters=(3, 5)[seed % 2], verbose=verbose)
+    sim.replay = f"python -m tests.quorum --scenarios --seed {seed} -v"
+    sim.settle()
+    return sim
+
+
 def _run(sim: Simulation, ms: int, propose: bool = True) -> None:
     """Calm steps for `ms`, proposing to the live leader every PROPOSE_EVERY_MS (if `propose`)."""
     end, next_proposal = sim.now_ms + ms, sim.now_ms
@@ -31,9 +39,8 @@ def _run(sim: Simulation, ms: int, propose: bool = True) -> None:
                 sim.propose(leader)
 
 
-def returning_voter(seed: int) -> dict[str, int]:
-    sim = Simulation(seed, weights=CALM, voters=(3, 5)[seed % 2])
-    sim.settle()
+def returning_voter(seed: int, verbose: bool = False) -> dict[str, int]:
+    sim = _scenario(seed, verbose)
     leader = sim.leader()
     epoch = leader.core.epoch
     follower = sim.nodes[sim.rng.choice([v for v in sim.voter_ids if v != leader.node_id])]
@@ -56,13 +63,12 @@ def returning_voter(seed: int) -> dict[str, int]:
     return {"returning_voter_runs": 1, "returning_voter_caught_up_hw": c.high_watermark}
 
 
-def isolated_leader(seed: int) -> dict[str, int]:
+def isolated_leader(seed: int, verbose: bool = False) -> dict[str, int]:
     """Bounds: the cut-off leader's last write is within 1.5 x fetch.timeout.ms of the cut (its
     check-quorum timer was reset at most at the cut). The majority notices within
     fetch.timeout.ms, then needs a pre-vote and a vote round (an election timeout, 100..200 ms,
     plus backoffs on split votes): NEW_LEADER_BOUND_MS is far above the runs' maximum."""
-    sim = Simulation(seed, weights=CALM, voters=(3, 5)[seed % 2])
-    sim.settle()
+    sim = _scenario(seed, verbose)
     leader = sim.leader()
     epoch = leader.core.epoch
     minority = {leader.node_id}

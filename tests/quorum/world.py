@@ -159,6 +159,7 @@ class Simulation:
         self.proposed: dict[tuple[int, int], tuple] = {}      # (epoch, base offset) -> records of an Accepted
         self._durability_due = False
         self.settle_ms: int | None = None
+        self.replay: str | None = None     # how to replay a failure, if not as a random run (scenarios)
         self.log(f"{n} voters {self.voter_ids} + observer {OBSERVER}; max delay {self.max_delay_ms} ms, long "
                  f"{self.long_delay_share}, crash mid-write {self.crash_mid_write}, lazy ticks {self.lazy_ticks}; mix: "
                  + ", ".join(f"{a} {w}" for a, w in self.weights.items()))
@@ -173,9 +174,10 @@ class Simulation:
             print(line)
 
     def fail(self, what: str, kind: type[InvariantViolation] = InvariantViolation) -> None:
+        replay = self.replay or f"python -m tests.quorum --seed {self.seed} --steps {self.step_no} -v"
         raise kind(
             f"seed {self.seed}, step {self.step_no}: {what}\n"
-            f"replay: python -m tests.quorum --seed {self.seed} --steps {self.step_no} -v\n"
+            f"replay: {replay}\n"
             + "nodes: " + "; ".join(self.describe(n) for n in self.node_list) + "\n"
             "last steps:\n" + "\n".join(self.timeline))
 
