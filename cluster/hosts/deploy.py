@@ -296,11 +296,11 @@ class KrayHosts:
 
     def wait_healthy(self, timeout_s: float) -> list[str]:
         """Wait up to `timeout_s` until health_problems() finds none; returns what it found last
-        ([]: whole)."""
+        ([]: whole), at once when `kray start` is gone (nothing brings it back)."""
         deadline = time.monotonic() + timeout_s
         while True:
             problems = self.health_problems(timeout_s=max(1.0, min(10.0, deadline - time.monotonic())))
-            if not problems or time.monotonic() >= deadline:
+            if not problems or time.monotonic() >= deadline or self.kray is None or self.kray.poll() is not None:
                 return problems
             time.sleep(HEALTH_POLL_S)
 

@@ -107,5 +107,6 @@ def hosts(shared_deployment):
     problems = h.wait_healthy(HEALTHY_AFTER_TEST_S)
     if problems:
         shared_deployment.discard()
-        pytest.fail(f"the cluster was not whole {HEALTHY_AFTER_TEST_S} s after the test healed every fault "
-                    f"(the next test deploys afresh): " + "; ".join(problems[:10]), pytrace=False)
+        pytest.fail(f"the cluster was not whole again after the test (every fault healed, waited up to "
+                    f"{HEALTHY_AFTER_TEST_S} s; the next test deploys afresh): " + "; ".join(problems[:10]),
+                    pytrace=False)
