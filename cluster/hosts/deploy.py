@@ -53,6 +53,8 @@ RAY_STARTED = "Ray runtime started."  # what `ray start` prints once its node jo
 STARTUP_TIMEOUT_S = 180
 STOP_TIMEOUT_S = 60
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
+INTERNAL_TOPICS = ("__consumer_offsets", "__share_group_state")  # made at start; all-topic Metadata leaves them out
+HEALTH_POLL_S = 0.5
 
 
 class KrayHosts:
@@ -242,6 +244,68 @@ class KrayHosts:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    # ---- health: is the deployment whole (e.g. again, after a fault healed)? --------------------
+    def health_problems(self, timeout_s: float = 10) -> list[str]:
+        """What keeps the deployment from being whole, [] when it is: `kray start` running, no
+        host isolated or split, each broker answering at its own address and naming every broker
+        at its address, and every partition of every topic (the internal ones too) with a leader
+        and every replica in its ISR. Asks with Metadata only: nothing is created."""
+        from confluent_kafka import KafkaException, TopicCollection
+        from confluent_kafka.admin import AdminClient
+        if self.kray is None or self.bootstrap is None:
+            return ["Kray was not started"]
+        if self.kray.poll() is not None:
+            return [f"kray start exited with {self.kray.returncode}: " + " / ".join(self.output[-5:])]
+        problems = [f"{h} still isolated" for h in sorted(self.net.isolated)] + \
+                   [f"{h} still split from the other hosts" for h in sorted(self.net.split_hosts)]
+        expected = {h.index: (h.address, KAFKA_PORT) for h in self.plan.hosts}
+        quiet = {"log_level": 0}  # a broker that does not answer is a finding here, not console noise
+        for i in expected:
+            try:
+                brokers = AdminClient({"bootstrap.servers": self.broker_address(i)} | quiet) \
+                    .list_topics(timeout=timeout_s).brokers
+            except KafkaException as e:
+                problems.append(f"broker {i} does not answer at {self.broker_address(i)}: {e}")
+                continue
+            named = {b.id: (b.host, b.port) for b in brokers.values()}
+            if named != expected:
+                problems.append(f"broker {i} names the brokers {named}, not {expected}")
+        admin = AdminClient({"bootstrap.servers": self.bootstrap} | quiet)
+        partitions: dict[str, list] = {}  # topic -> [(partition, error, leader, replicas, ISR)]
+        try:
+            for name, t in admin.list_topics(timeout=timeout_s).topics.items():
+                partitions[name] = [(p, m.error, m.leader, m.replicas, m.isrs) for p, m in t.partitions.items()]
+                if t.error is not None:
+                    problems.append(f"topic {name}: {t.error}")
+        except KafkaException as e:
+            return problems + [f"no metadata from {self.bootstrap}: {e}"]
+        for name, future in admin.describe_topics(TopicCollection(list(INTERNAL_TOPICS)),
+                                                  request_timeout=timeout_s).items():
+            try:
+                d = future.result()
+            except KafkaException as e:
+                problems.append(f"topic {name}: {e}")
+                continue
+            partitions[name] = [(p.id, None, p.leader.id if p.leader is not None else -1,
+                                 [r.id for r in p.replicas], [r.id for r in p.isr]) for p in d.partitions]
+        for name, rows in sorted(partitions.items()):
+            for p, error, leader, replicas, isr in sorted(rows, key=lambda r: r[0]):
+                if error is not None or leader < 0:
+                    problems.append(f"{name}-{p}: no leader ({error})")
+                elif sorted(isr) != sorted(replicas):
+                    problems.append(f"{name}-{p}: ISR {sorted(isr)} of replicas {sorted(replicas)}")
+        return problems
+
+    def wait_healthy(self, timeout_s: float) -> list[str]:
+        """Wait up to `timeout_s` until health_problems() finds none; returns what it found last
+        ([]: whole), at once when `kray start` is gone (nothing brings it back)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            problems = self.health_problems(timeout_s=max(1.0, min(10.0, deadline - time.monotonic())))
+            if not problems or time.monotonic() >= deadline or self.kray is None or self.kray.poll() is not None:
+                return problems
+            time.sleep(HEALTH_POLL_S)
 
     # ---- faults ------------------------------------------------------------------------------
     def isolate(self, host: int | str) -> None:

@@ -85,10 +85,15 @@ def netns_pids(netns: str) -> list[int]:
     return [int(p) for p in out.split() if p.isdigit()]
 
 
-def kill_namespace_processes(netns: str, grace_s: float = KILL_GRACE_S) -> int:
-    """SIGTERM every process in `netns` (all of them the harness's: nothing else runs there),
-    SIGKILL what is left after `grace_s`; returns how many there were."""
-    pids = netns_pids(netns)
+def kill_namespace_processes(*netns: str, grace_s: float = KILL_GRACE_S) -> int:
+    """SIGTERM every process in the namespaces `netns` (all of them the harness's: nothing else
+    runs there), all namespaces at once, then SIGKILL what is left after `grace_s` (what started
+    meanwhile too); returns how many there were at first. At once, not host by host: some of
+    Ray's processes outlive a SIGTERM by the whole grace, which host by host cost 3 x 5 s."""
+    def alive() -> list[int]:
+        return [pid for name in netns for pid in netns_pids(name)]
+    pids = alive()
+    first = len(pids)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             try:
@@ -96,11 +101,11 @@ def kill_namespace_processes(netns: str, grace_s: float = KILL_GRACE_S) -> int:
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + grace_s
-        while netns_pids(netns) and time.monotonic() < deadline:
+        while (pids := alive()) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if not netns_pids(netns):
+        if not pids:
             break
-    return len(pids)
+    return first
 
 
 def _owner_alive(run_id: str) -> bool:
@@ -193,8 +198,7 @@ class HostNetwork:
                     proc.send_signal(signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-        for host in self.plan.hosts:
-            kill_namespace_processes(host.netns)
+        kill_namespace_processes(*(host.netns for host in self.plan.hosts))
         for proc in self.processes:
             try:
                 proc.wait(KILL_GRACE_S)

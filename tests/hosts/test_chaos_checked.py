@@ -4,31 +4,17 @@ link), real clients beside it (idempotent acks=all producers, a plain consumer, 
 committing, a share consumer accepting), and the Jepsen-style checker afterwards
 (cluster/jepsen.py, cluster/checker.py): every safety count must be 0.
 
-The same run by hand, longer: kray chaos --hosts 3 --seed 21 --duration 300. Needs root and
-`ip netns`; the loss fault needs iptables (left out, with the reason, where it is missing)."""
+The same run by hand, longer: kray chaos --hosts 3 --seed 21 --duration 300. On the deployment
+shared by tests/hosts (conftest.py: whole before the test, healed and whole again after it). Needs
+root and `ip netns`; the loss fault needs iptables (left out, with the reason, where it is missing)."""
 import pytest
 
 from cluster import network_chaos
-from cluster.hosts.net import filter_unavailable_reason, unavailable_reason
+from cluster.hosts.net import filter_unavailable_reason
 
 pytestmark = pytest.mark.hosts
 SEED = 21            # 60 s: one-way h3->h2 11 s, split h3 12 s, 20% loss on h2 4 s, isolate h1 (the head) 6 s
 DURATION_S = 60
-
-
-@pytest.fixture(scope="module")
-def hosts():
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"hosts harness unavailable: {reason}")
-    from cluster.hosts.deploy import KrayHosts
-    h = KrayHosts(3, overrides=("offsets.topic.num.partitions=6", "share.coordinator.state.topic.num.partitions=6"))
-    try:
-        h.start()
-        print(f"\n3 hosts up: {h.bootstrap}; " + ", ".join(f"{k} {v:.1f}" for k, v in h.timings.items()))
-        yield h
-    finally:
-        h.stop()
 
 
 def test_a_seeded_network_fault_schedule_loses_nothing_and_forks_nothing(hosts):

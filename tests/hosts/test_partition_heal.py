@@ -1,4 +1,5 @@
-"""Partitions heal by themselves (issue 17, item 5) on three hosts of their own: a broker-only
+"""Partitions heal by themselves (issue 17, item 5) on three hosts of their own (the deployment
+shared by tests/hosts: conftest.py): a broker-only
 host (h3) cut off from every other host and every client for 60 s under an idempotent acks=all
 producer (3 partitions, replication factor 3, min.insync.replicas=2), then healed. Nothing
 acknowledged is lost; every partition gets a live leader and takes acks=all writes again during
@@ -8,15 +9,14 @@ goal (writes again within broker.session.timeout.ms + 3 s of the cut, ISRs whole
 the heal); the assertions leave room for a loaded machine.
 
 Ray's health checks are the ones Kray advises for brokers (benchmarks.partition_heal.RAY_HEALTH
-"broker"), and every joining host runs its Ray node under the node supervisor, as the README's
+"broker", set by conftest.py for every test here: this one needs them), and every joining host runs its Ray node under the node supervisor, as the README's
 multi-node steps say. KRAY_HEAL_CUT_S changes the cut's length (e.g. 150 to try a cut that Ray's
 health checks end, ~130 s with these settings: the supervisor path). Needs root and `ip netns`; skipped otherwise."""
 import os
 
 import pytest
 
-from benchmarks.partition_heal import OVERRIDES, RAY_HEALTH, run_scenario
-from cluster.hosts.net import unavailable_reason
+from benchmarks.partition_heal import run_scenario
 
 pytestmark = pytest.mark.hosts
 CUT_S = float(os.environ.get("KRAY_HEAL_CUT_S", 60))
@@ -29,19 +29,6 @@ ISR_AFTER_HEAL_MAX_S = 60
 # resumes within the test's bounds (with the default it resumes at the heal; Kafka's Java client
 # waits its request.timeout.ms, 30 s)
 PRODUCER = {"socket.timeout.ms": 10000}
-
-
-@pytest.fixture(scope="module")
-def hosts():
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"hosts harness unavailable: {reason}")
-    from cluster.hosts.deploy import KrayHosts
-    h = KrayHosts(3, overrides=OVERRIDES, ray_system_config=RAY_HEALTH["broker"])
-    h.start()
-    print(f"\n3 hosts up: {h.bootstrap}; " + ", ".join(f"{k} {v:.1f}" for k, v in h.timings.items()))
-    yield h
-    h.stop()
 
 
 def test_a_broker_host_cut_off_for_60_s_heals_by_itself(hosts):

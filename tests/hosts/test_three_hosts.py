@@ -1,7 +1,8 @@
 """Kray on three hosts of its own (network namespaces with their own addresses), deployed as a user
 deploys it on three machines: `ray start --head` on h1, `ray start --address` on h2 and h3,
-`kray start --address … --config configs/multinode.toml` on h1 (cluster/hosts/deploy.py).
-Clients run here, outside the hosts, with real Kafka clients over TCP.
+`kray start --address … --config configs/multinode.toml` on h1 (cluster/hosts/deploy.py; one
+deployment shared by tests/hosts: conftest.py). Clients run here, outside the hosts, with real
+Kafka clients over TCP.
 
 What a user relies on: each broker is at its own host's address on port 9092; any one broker's
 address is enough to bootstrap, produce and consume; a host cut off from the network and back
@@ -18,26 +19,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from benchmarks.partition_heal import read_back
 from cluster.hosts.deploy import REPO
-from cluster.hosts.net import unavailable_reason
 
 pytestmark = pytest.mark.hosts
 CUT_S = 10
-
-
-@pytest.fixture(scope="module")
-def hosts():
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"hosts harness unavailable: {reason}")
-    from cluster.hosts.deploy import KrayHosts
-    # fewer internal partitions than Kafka's 50 (as Kafka's own tests do): 300 replicas on 2 cores
-    # take most of a minute to create, and this test is about hosts, not scale
-    h = KrayHosts(3, overrides=("offsets.topic.num.partitions=6", "share.coordinator.state.topic.num.partitions=6"))
-    h.start()
-    print(f"\n3 hosts up: {h.bootstrap}; " + ", ".join(f"{k} {v:.1f}" for k, v in h.timings.items()))
-    yield h
-    h.stop()
-    print(f"\n3 hosts removed in {h.timings['stop_s']:.1f} s")
 
 
 def _create(bootstrap: str, topic: str, partitions: int = 3) -> None:
@@ -73,6 +57,7 @@ def test_a_broker_host_cut_off_for_10_s_and_back_loses_no_acknowledged_record(ho
     topic = f"cut-{uuid.uuid4().hex[:6]}"
     _create(hosts.bootstrap, topic)
     victim = 3  # a broker-only host: h1 also runs the Ray head and the controller
+    console_before = len(hosts.output)  # the deployment is shared: what kray start said during this test
     acked: dict[bytes, tuple[int, float]] = {}  # value -> (partition, when acknowledged)
     sent: dict[bytes, float] = {}                # value -> when produced
     failed: list[str] = []
@@ -136,7 +121,7 @@ def test_a_broker_host_cut_off_for_10_s_and_back_loses_no_acknowledged_record(ho
           + f"; healed at +{healed_at - cut_at:.1f} s")
     assert listed.returncode == 0 and topic in listed.stdout.split(), listed.stderr
     print(f"kray topics --bootstrap-server {cut_first} --list answered in {listed_s:.1f} s after the cut")
-    print("kray start said:\n" + "\n".join(line for line in hosts.output if f"broker {victim} " in line))
+    print("kray start said:\n" + "\n".join(line for line in hosts.output[console_before:] if f"broker {victim} " in line))
     assert not failed
     want = set(acked)
     got = read_back(hosts.bootstrap, topic, 3, want, timeout_s=60)
