@@ -354,7 +354,7 @@ def markdown(runs: list[dict]) -> str:
     lines.append("")
     readers = [r for r in runs if "consumed" in r]
     if readers:
-        lines += ["Readers beside the producer, with their clients' default settings: a consumer group member "
+        lines += ["Readers beside the producer, with their clients' default settings (but for a run's `readers` settings in the table above): a consumer group member "
                   "and a share consumer (implicit acknowledgement). *resumed* = seconds from the cut until a "
                   "record sent after it was received; *gap* = longest time without receiving one after the heal; "
                   "*read* = acknowledged records received by the end.", "",
