@@ -129,9 +129,13 @@ class Producing:
 class Reading:
     """Readers beside the producer, each in a thread with the client's default settings: a
     consumer group member (subscribed, committing automatically) and a share consumer (implicit
-    acknowledgement). When each first received each record."""
+    acknowledgement). When each first received each record. `config`: settings beside the
+    client's defaults, for both (librdkafka's share consumer has one ShareFetch in flight across
+    all brokers, and one sent to a broker cut off holds every partition up for socket.timeout.ms,
+    60 s by default: see the README)."""
 
-    def __init__(self, bootstrap: str, topic: str):
+    def __init__(self, bootstrap: str, topic: str, config: dict | None = None):
+        self.config = dict(config or {})
         self.consumed: dict[bytes, tuple[int, float]] = {}
         self.shared: dict[bytes, tuple[int, float]] = {}
         self.errors: list[str] = []
@@ -146,7 +150,7 @@ class Reading:
 
     def _consume(self, bootstrap: str, topic: str, group: str) -> None:
         from confluent_kafka import Consumer
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"} | self.config)
         c.subscribe([topic])
         try:
             while not self.stop.is_set():
@@ -169,7 +173,7 @@ class Reading:
             admin.incremental_alter_configs([resource])[resource].result(30)
         except KafkaException as e:
             self.errors.append(f"share consumer: share.auto.offset.reset not set ({e}); reading from the latest")
-        c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+        c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group} | self.config)
         c.subscribe([topic])
         try:
             while not self.stop.is_set():
@@ -224,7 +228,8 @@ def summarize(sent: dict[bytes, float], acked: dict[bytes, tuple[int, float]], c
 
 
 def run_scenario(hosts, victim: int, cut_s: float, *, say: Callable[[str], None] = log,
-                 settle_s: float = 20, partitions: int = PARTITIONS, producer_config: dict | None = None) -> dict:
+                 settle_s: float = 20, partitions: int = PARTITIONS, producer_config: dict | None = None,
+                 reader_config: dict | None = None) -> dict:
     """Cut host `victim` off for `cut_s` under the producer, heal, wait for every ISR to be whole
     again, read everything back; returns the measurements (see the module's doc)."""
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -240,7 +245,7 @@ def run_scenario(hosts, victim: int, cut_s: float, *, say: Callable[[str], None]
     joining = [h.index for h in hosts.plan.hosts[1:]]  # hosts whose Ray node runs under the supervisor
     starts_before = {h: hosts.node_starts(h) for h in joining}
     console_before = len(hosts.output)
-    reading = Reading(hosts.bootstrap, topic)
+    reading = Reading(hosts.bootstrap, topic, reader_config)
     producing = Producing(hosts.bootstrap, topic, partitions, producer_config)
     loads = {}
     isr_whole: dict[int, float] = {}
@@ -298,7 +303,8 @@ def run_scenario(hosts, victim: int, cut_s: float, *, say: Callable[[str], None]
                             if line.startswith("[") and ("Ray node" in line)] for h in joining}
     result = {
         "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "producer_config": dict(producer_config or {}), "victim": f"h{victim}", "cut_s": round(healed_at - cut_at, 1), "cut_at": cut_wall, "healed_at": healed_wall,
+        "producer_config": dict(producer_config or {}),
+        "reader_config": dict(reader_config or {}), "victim": f"h{victim}", "cut_s": round(healed_at - cut_at, 1), "cut_at": cut_wall, "healed_at": healed_wall,
         "partitions": per_partition,
         "acknowledged": len(want), "lost": len(want - set(got)), "duplicates": len(got) - len(set(got)),
         "failed": len(producing.failed), "failed_examples": producing.failed[:3], "unflushed": producing.unflushed,
@@ -334,6 +340,7 @@ def markdown(runs: list[dict]) -> str:
         first = True
         for p, d in sorted(r["partitions"].items(), key=lambda kv: int(kv[0])):
             tuned = "".join(f"; producer {k}={v}" for k, v in r.get("producer_config", {}).items())
+            tuned += "".join(f"; readers {k}={v}" for k, v in r.get("reader_config", {}).items())
             if r.get("tcp_rto_max_ms"):  # runs before it was set had the kernel's default (120000)
                 tuned += f"; hosts tcp_rto_max_ms={r['tcp_rto_max_ms']}"
             head = (f"| {r['when']} | {r['victim']} | {r['cut_s']} | {r.get('ray_health', '?')}{tuned} | "
@@ -347,7 +354,7 @@ def markdown(runs: list[dict]) -> str:
     lines.append("")
     readers = [r for r in runs if "consumed" in r]
     if readers:
-        lines += ["Readers beside the producer, with their clients' default settings: a consumer group member "
+        lines += ["Readers beside the producer, with their clients' default settings (but for a run's `readers` settings in the table above): a consumer group member "
                   "and a share consumer (implicit acknowledgement). *resumed* = seconds from the cut until a "
                   "record sent after it was received; *gap* = longest time without receiving one after the heal; "
                   "*read* = acknowledged records received by the end.", "",
@@ -381,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray-health", choices=sorted(RAY_HEALTH), default="broker")
     parser.add_argument("--producer-config", action="append", default=[], metavar="KEY=VALUE",
                         help="a producer setting beside the defaults (repeatable), e.g. socket.timeout.ms=10000")
+    parser.add_argument("--reader-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting of both readers (group and share consumer) beside the defaults "
+                             "(repeatable), e.g. socket.timeout.ms=10000")
     parser.add_argument("--tcp-rto-max-ms", default=str(RTO_MAX_MS),
                         help=f"each host's net.ipv4.tcp_rto_max_ms ({RTO_MAX_MS}, as the README asks of broker "
                              f"hosts; 'kernel': the kernel's default)")
@@ -393,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     with hosts:
         log(f"up: {hosts.bootstrap}; " + ", ".join(f"{k} {v:.1f}" for k, v in hosts.timings.items()))
         result = run_scenario(hosts, args.victim, args.cut,
-                              producer_config=dict(kv.split("=", 1) for kv in args.producer_config))
+                              producer_config=dict(kv.split("=", 1) for kv in args.producer_config),
+                              reader_config=dict(kv.split("=", 1) for kv in args.reader_config))
     result |= {"ray_health": args.ray_health, "ray_system_config": RAY_HEALTH[args.ray_health],
                "tcp_rto_max_ms": rto_max_ms if host_rto_max_ms() is not None else None,
                "command": "python -m benchmarks.partition_heal " + " ".join(argv if argv is not None else

@@ -40,6 +40,11 @@ READ_HEADROOM = 1.25
 DEADLINE_POLL_S_MAX = 1.0
 NO_STATE_EPOCH = 0
 STATE_WRITE_TIMEOUT_S = 30.0
+# While a state write waits for its answer, how often the leaders look (in the controller's
+# metadata) whether the coordinator's partition still has the leader the write went to: a broker
+# cut off answers nothing, and its partitions have new leaders after broker.session.timeout.ms,
+# long before STATE_WRITE_TIMEOUT_S.
+STATE_MOVE_CHECK_S = 2.0
 
 
 def now_ms() -> int:
@@ -79,6 +84,7 @@ class ShareLeaders:
         self.bytes_per_record = 1024.0  # running estimate from what the log returned
         self.timer: asyncio.Task | None = None
         self.background: set[asyncio.Task] = set()
+        self.image_check: tuple[float, asyncio.Future] | None = None  # (when asked, the controller's answer)
 
     # ---- share coordinator -------------------------------------------------------------------
     def _coordinator_index(self, group_id: str) -> int:
@@ -104,14 +110,25 @@ class ShareLeaders:
             if name != internal_topics.SHARE_GROUP_STATE:
                 continue
             self.coordinators.setdefault(i, handle)
-            if topic is None or i >= len(topic.partitions) or i in self.state_routes:
+            if i in self.state_routes:
                 continue
-            key, leader = (topic.topic_id, i), topic.partitions[i].leader
-            if leader == self.partition.broker_id and key in image.partition_listeners:
-                self.state_routes[i] = (key, image.partition_listeners[key])
-            elif leader in image.brokers and leader != self.partition.broker_id:
-                info = image.brokers[leader]
-                self.state_routes[i] = (key, (info.host, info.port))
+            route = self._route_in(image, i)
+            if route is not None:
+                self.state_routes[i] = route
+
+    def _route_in(self, image, i: int):
+        """(the partition key of coordinator `i`, where its state writes go) by `image`, or None
+        where it has no leader (or one this broker cannot reach yet)."""
+        topic = image.topics.get(internal_topics.SHARE_GROUP_STATE)
+        if topic is None or i >= len(topic.partitions):
+            return None
+        key, leader = (topic.topic_id, i), topic.partitions[i].leader
+        if leader == self.partition.broker_id and key in image.partition_listeners:
+            return key, image.partition_listeners[key]
+        if leader in image.brokers and leader != self.partition.broker_id:
+            info = image.brokers[leader]
+            return key, (info.host, info.port)
+        return None
 
     async def _state_route(self, group_id: str):
         """(the coordinator's partition key, a connection to it): a kept-open connection per
@@ -143,31 +160,79 @@ class ShareLeaders:
         route and connecting may wait: its `sending` lock keeps the order meanwhile, without holding
         up other groups), and each waits only for its own answer."""
         p = self.partition
-        async with self.sending.setdefault(group_id, asyncio.Lock()):
-            key, connection = await self._state_route(group_id)
-            state_epoch = self.state_epochs[group_id]
-            if isinstance(connection, LocalStateConnection):
-                answer = connection.send_write(key, group_id, p.topic_id, p.partition, state_epoch, p.leader_epoch,
-                                               start_offset, batches, STATE_WRITE_TIMEOUT_S)
-            else:
-                answer = connection.send_write(group_id, p.topic_id, p.partition, state_epoch, p.leader_epoch,
-                                               start_offset, batches, STATE_WRITE_TIMEOUT_S)
-        return await answer
+        index = self._coordinator_index(group_id)
+        sent = {}  # "route": where the write went, once it has
+
+        async def write():
+            async with self.sending.setdefault(group_id, asyncio.Lock()):
+                key, connection = await self._state_route(group_id)
+                sent["route"] = self.state_routes.get(index)
+                state_epoch = self.state_epochs[group_id]
+                if isinstance(connection, LocalStateConnection):
+                    answer = connection.send_write(key, group_id, p.topic_id, p.partition, state_epoch,
+                                                   p.leader_epoch, start_offset, batches, STATE_WRITE_TIMEOUT_S)
+                else:
+                    answer = connection.send_write(group_id, p.topic_id, p.partition, state_epoch, p.leader_epoch,
+                                                   start_offset, batches, STATE_WRITE_TIMEOUT_S)
+            return await answer
+        return await self._answer_unless_moved(index, sent, write())
+
+    async def _answer_unless_moved(self, index: int, sent: dict, answer) -> tuple[int, str | None]:
+        """A write's answer; or NOT_COORDINATOR as soon as the metadata shows that coordinator
+        `index` no longer leads where the write went (`sent["route"]`, or while it is still
+        connecting, where it connects), without waiting for STATE_WRITE_TIMEOUT_S: a broker cut off
+        from the others answers nothing (and takes connections nowhere), while its partitions get
+        new leaders once its session times out. An answer that comes after all is dropped; the
+        caller writes the whole state to the new leader."""
+        answer = asyncio.ensure_future(answer)
+        try:
+            while True:
+                done, _ = await asyncio.wait([answer], timeout=STATE_MOVE_CHECK_S)
+                if done:
+                    return answer.result()
+                try:
+                    image = await asyncio.wait_for(asyncio.shield(self._recent_image()), STATE_MOVE_CHECK_S)
+                except Exception:  # the controller is slow or away: keep waiting for the answer
+                    continue
+                if answer.done():
+                    return answer.result()
+                route = sent.get("route") or self.state_routes.get(index)
+                now = self._route_in(image, index)
+                if route is not None and now != route:
+                    log.warning("share coordinator %d moved (%s -> %s) while a state write waited for its answer",
+                                index, route and route[1], now and now[1])
+                    return ErrorCode.NOT_COORDINATOR, "the share coordinator moved while the write waited"
+        finally:
+            answer.cancel()
+
+    def _recent_image(self) -> asyncio.Future:
+        """The controller's metadata, asked at most once per STATE_MOVE_CHECK_S however many writes wait."""
+        if self.image_check is None or time.monotonic() - self.image_check[0] >= STATE_MOVE_CHECK_S:
+            self.image_check = (time.monotonic(), asyncio.ensure_future(
+                controller_client.ensure_internal_topic(self.controller, internal_topics.SHARE_GROUP_STATE)))
+        return self.image_check[1]
 
     async def _persist(self, group_id: str, sp: SharePartition) -> tuple[int, str | None]:
         dirty = sp.take_dirty()
         if dirty is None:
             return 0, None
-        start_offset, batches = dirty
-        try:
-            error, message = await self._write_state(group_id, start_offset, batches)
-        except Exception as e:
-            error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, f"share coordinator unreachable: {e}"
-        if error:
+        for attempt in range(2):
+            start_offset, batches = dirty
+            try:
+                error, message = await self._write_state(group_id, start_offset, batches)
+            except Exception as e:
+                error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, f"share coordinator unreachable: {e}"
+            if not error:
+                break
             if error in COORDINATOR_MOVED:
                 self._forget_coordinator(group_id)
             sp.invalidate_persisted()  # the next write carries the whole state
             log.warning("writing share state of %s failed: %s", group_id, message)
+            if error != ErrorCode.NOT_COORDINATOR or attempt:
+                break
+            dirty = sp.take_dirty()  # the coordinator moved: once more, the whole state to where it is now
+            if dirty is None:
+                break
         return error, message
 
     def _persist_soon(self, group_id: str, sp: SharePartition) -> None:

@@ -5,6 +5,7 @@ of their own broker, and Kafka's requests to another broker's listener). The coo
 recording stand-in (its shard is tested on its own)."""
 import asyncio
 import os
+import time
 import tempfile
 import uuid
 
@@ -374,3 +375,85 @@ def test_share_partition_leaders_write_to_a_local_shard_or_another_brokers_liste
     assert moved[0] == ErrorCode.NOT_COORDINATOR
     assert 1 not in after_move and 0 in after_move
     assert asked <= 2, "the route was looked up once for the writes that waited for it"
+
+
+@pytest.mark.parametrize("stuck", ["answer", "connect"])
+def test_a_write_to_a_coordinator_cut_off_goes_to_its_new_leader_without_waiting_for_the_write_timeout(
+        monkeypatch, stuck):
+    """A broker cut off from the others answers nothing (no reset: the packets are lost). Its
+    share coordinators get new leaders once its session times out; a share-partition leader whose
+    state write waits on it must see that in the metadata and write the whole state to the new
+    leader, not wait STATE_WRITE_TIMEOUT_S (30 s) to answer the acknowledgement with an error:
+    the member's ShareAcknowledge (and, on the same connection, its ShareFetches) waited that long.
+    Either the request is sent and never answered, or (a new connection) the connect never completes."""
+    from types import SimpleNamespace
+
+    from actors import internal_topics
+    from actors.controller.core import BrokerInfo, PartitionState, TopicState
+    from actors.share_partition import actor as share_actor
+    from actors.share_partition.actor import ShareLeaders
+
+    monkeypatch.setattr(share_actor, "STATE_MOVE_CHECK_S", 0.1, raising=False)
+
+    class Dirty:  # a share-partition's state as _persist sees it: a delta, or everything once invalidated
+        def __init__(self):
+            self.whole = False
+
+        def take_dirty(self):
+            return (50, [(50, 59, 2, 1)]) if self.whole else (55, [(55, 59, 2, 1)])
+
+        def invalidate_persisted(self):
+            self.whole = True
+
+    async def run():
+        received = asyncio.Event()
+
+        async def black_hole(reader, writer):  # broker 3, cut off: reads the request, never answers
+            await reader.read(1)
+            received.set()
+            await asyncio.sleep(60)
+
+        cut_off = await asyncio.start_server(black_hole, "127.0.0.1", 0)
+        local = RecordingCoordinator()
+        local_server, local_address = await shard({(STATE_TOPIC, 0): local})
+
+        def image(leader):
+            return SimpleNamespace(
+                topics={internal_topics.SHARE_GROUP_STATE: TopicState(
+                    internal_topics.SHARE_GROUP_STATE, STATE_TOPIC, [PartitionState(0, [1, 3], leader=leader)], {},
+                    internal=True)},
+                brokers={1: BrokerInfo(1, "127.0.0.1", 1), 3: BrokerInfo(3, "127.0.0.1", cut_off.sockets[0].getsockname()[1])},
+                partition_listeners={(STATE_TOPIC, 0): local_address},
+                coordinators={(internal_topics.SHARE_GROUP_STATE, 0): "handle-0"})
+        controller = FakeController(image(3))
+        partition = SimpleNamespace(broker_id=1, topic_id=TOPIC, partition=0, leader_epoch=3)
+        leaders = ShareLeaders(partition, CONFIG | {"share.coordinator.state.topic.num.partitions": 1,
+                                                    "listeners": "PLAINTEXT://127.0.0.1:0"}, controller)
+        leaders.state_epochs["g"] = 1
+        if stuck == "connect":
+            connect = leaders._connect
+
+            async def connect_nowhere(address):
+                if isinstance(address, tuple):
+                    received.set()
+                    await asyncio.sleep(60)
+                return await connect(address)
+            leaders._connect = connect_nowhere
+        sp = Dirty()
+        persisting = asyncio.ensure_future(leaders._persist("g", sp))
+        await asyncio.wait_for(received.wait(), 5)
+        await asyncio.sleep(0.3)
+        assert not persisting.done()
+        controller.image = image(1)  # broker 3 fenced: broker 1 leads the coordinator's partition now
+        started = time.monotonic()
+        outcome = await asyncio.wait_for(persisting, 10)
+        took = time.monotonic() - started
+        leaders.close()
+        cut_off.close()
+        local_server.close()
+        return outcome, took, local.writes
+
+    outcome, took, writes = asyncio.run(run())
+    assert outcome == (0, None)
+    assert took < 2, f"{took:.1f} s"
+    assert [(w[0], w[5], w[6]) for w in writes] == [("g", 50, [(50, 59, 2, 1)])], "the whole state, to the new leader"
