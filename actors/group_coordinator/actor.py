@@ -123,7 +123,7 @@ class GroupCoordinatorActor(PartitionActor):
         for _offset, key, value in records:
             shard.replay(key, value, loaded_ms)
         carried, self.carried_sessions = self.carried_sessions, None
-        if carried:
+        if carried is not None:  # ({}: the dropped shard had no members left; those the log has are gone)
             shard.carry_sessions(carried)
         shard.finish_replay(loaded_ms)
         return shard

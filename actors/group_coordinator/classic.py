@@ -35,6 +35,7 @@ EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD = (
     "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
 CONSUMER_PROTOCOL_TYPE = "consumer"
 GROUP_ID_LENGTH_MAX = 255
+SESSION_OVER_MS = 0  # the session deadline of a member known to be gone (see carry_sessions)
 
 CLASSIC_CONFIG_DEFAULTS: dict[str, int] = {key: BROKER_DEFAULTS[key] for key in (
     "group.min.session.timeout.ms", "group.max.session.timeout.ms", "group.initial.rebalance.delay.ms",
@@ -311,7 +312,7 @@ class ClassicGroups:
             del group.pending[member_id]
             self._add_member(out, call, group, member_id, args, protocol_type, now_ms)
             return
-        member = self._member(group, member_id, instance_id)
+        member = self._member(group, member_id, instance_id, now_ms)
         protocols = args[5]
         if group.state == PREPARING_REBALANCE:
             self._update_member(out, member, args, call, now_ms)
@@ -483,8 +484,9 @@ class ClassicGroups:
             else:
                 self._maybe_complete_join(out, group, now_ms)
 
-    def _member(self, group: _Group, member_id: str, instance_id: str | None) -> _Member:
-        """Kafka's validateMember: a static member's instance must map to this member id."""
+    def _member(self, group: _Group, member_id: str, instance_id: str | None, now_ms: int | None = None) -> _Member:
+        """Kafka's validateMember: a static member's instance must map to this member id. Given `now_ms`, a member
+        whose session has run out is unknown, though the timer has yet to remove it (see `_expired`)."""
         if instance_id is not None:
             mapped = group.static.get(instance_id)
             if mapped is None:
@@ -492,19 +494,29 @@ class ClassicGroups:
             if mapped != member_id:
                 raise _Fail(ErrorCode.FENCED_INSTANCE_ID)
         member = group.members.get(member_id)
-        if member is None:
+        if member is None or (now_ms is not None and self._expired(group, member, now_ms)):
             raise _Fail(ErrorCode.UNKNOWN_MEMBER_ID)
         return member
+
+    @staticmethod
+    def _expired(group: _Group, member: _Member, now_ms: int) -> bool:
+        """The member's session ran out (no JoinGroup or SyncGroup of its waiting): `tick` removes it. Until then
+        (the timer's turn has not come, or its removal could not be written and the shard was rebuilt with the
+        deadline carried) no request revives it: in Kafka the expired member is gone, so a late request of its
+        own (an OffsetCommit queued through a network cut, say) is answered UNKNOWN_MEMBER_ID, not taken as a
+        heartbeat that gives it a new session."""
+        return member.deadline_ms <= now_ms and member.join_call is None and member.sync_call is None \
+            and group.state != EMPTY
 
     # ---- SyncGroup, Heartbeat, LeaveGroup ------------------------------------------------------------------------
 
     def _generation_member(self, group_id: str, generation_id: int, member_id: str,
-                           instance_id: str | None) -> tuple[_Group, _Member]:
+                           instance_id: str | None, now_ms: int) -> tuple[_Group, _Member]:
         """The group and member a SyncGroup or Heartbeat names, in the generation it names."""
         group = self._groups.get(group_id)
         if group is None or group.state in (EMPTY, DEAD):
             raise _Fail(ErrorCode.UNKNOWN_MEMBER_ID)
-        member = self._member(group, member_id, instance_id)
+        member = self._member(group, member_id, instance_id, now_ms)
         if generation_id != group.generation:
             raise _Fail(ErrorCode.ILLEGAL_GENERATION)
         return group, member
@@ -514,7 +526,7 @@ class ClassicGroups:
              now_ms: int) -> Outcome:
         out = Outcome()
         try:
-            group, member = self._generation_member(group_id, generation_id, member_id, instance_id)
+            group, member = self._generation_member(group_id, generation_id, member_id, instance_id, now_ms)
             if (protocol_type is not None and protocol_type != group.protocol_type) or \
                     (protocol_name is not None and protocol_name != group.protocol):
                 raise _Fail(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
@@ -553,7 +565,7 @@ class ClassicGroups:
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None, *,
                   now_ms: int) -> int:
         try:
-            group, member = self._generation_member(group_id, generation_id, member_id, instance_id)
+            group, member = self._generation_member(group_id, generation_id, member_id, instance_id, now_ms)
             member.deadline_ms = now_ms + member.session_timeout_ms
             return ErrorCode.REBALANCE_IN_PROGRESS if group.state == PREPARING_REBALANCE else ErrorCode.NONE
         except _Fail as e:
@@ -602,7 +614,7 @@ class ClassicGroups:
         if generation_id < 0 and group.state == EMPTY:
             return ErrorCode.NONE  # the admin client, or a consumer that assigns partitions itself
         try:
-            member = self._member(group, member_id, instance_id)
+            member = self._member(group, member_id, instance_id, now_ms)
         except _Fail as e:
             return e.error_code
         if generation_id != group.generation:
@@ -657,10 +669,12 @@ class ClassicGroups:
         return {(g.group_id, m.member_id): m.deadline_ms for g in self._groups.values() for m in g.members.values()}
 
     def carry_sessions(self, deadlines: Mapping[tuple[str, str], int]) -> None:
-        """Members replayed just now keep the session deadlines they had before (see Groups.carry_sessions)."""
+        """Members replayed just now keep the session deadlines they had before (see Groups.carry_sessions). A
+        member the log has and the dropped shard had not was removed there (its session ran out, it left) by the
+        change whose write failed: its session is over, and the timers remove it again."""
         for g in self._groups.values():
             for m in g.members.values():
-                m.deadline_ms = deadlines.get((g.group_id, m.member_id), m.deadline_ms)
+                m.deadline_ms = deadlines.get((g.group_id, m.member_id), SESSION_OVER_MS)
 
     # ---- admin and loading -----------------------------------------------------------------------------------------
 

@@ -495,6 +495,8 @@ def test_sync_deadline_removes_members_that_never_synced():
     for t in (8000, 16000):              # the leader heartbeats but never sends its assignment
         h.now_ms = t
         assert h.heartbeat(a, gen + 1) == 0
+        if t == 8000:                    # (the follower too, so that its session lasts until its sync)
+            assert h.heartbeat(b, gen + 1) == 0
     fb = h.sync_call(b, gen + 1)         # at 16000
     h.tick(REBALANCE_MS - 1)
     assert h.groups.state("g") == COMPLETING_REBALANCE and h.reply(fb) is None

@@ -499,5 +499,51 @@ def test_carried_sessions_of_members_the_log_no_longer_has_are_ignored():
     h = Harness()
     member, _ = h.classic_member(group="c")
     fresh = h.replayed(0)
-    fresh.carry_sessions({("classic", "c", "gone"): 1, ("classic", "other", member): 1})
-    assert fresh.session_deadlines() == {("classic", "c", member): SESSION_MS}
+    fresh.carry_sessions({("classic", "c", "gone"): 1, ("classic", "other", member): 1, ("classic", "c", member): 7})
+    assert fresh.session_deadlines() == {("classic", "c", member): 7}
+
+
+def test_a_member_the_dropped_shard_had_removed_stays_removed_in_the_rebuilt_shard():
+    """The timer removed a member whose session ran out, and the write of that removal failed (too few in-sync
+    replicas during a network cut): the shard is dropped and rebuilt from the log, which still has the member. The
+    deadlines carried over come from the dropped shard, where it was gone already: it must not come back with a
+    session counted from the rebuild (or from the coordinator's election, if that was recent)."""
+    h = Harness()
+    member, _ = h.classic_member(group="c")
+    log = list(h.log)
+    h.tick(SESSION_MS)                              # expired and removed in memory; its record is never written
+    assert h.groups.describe_classic("c").members == []
+    carried = h.groups.session_deadlines()
+    assert carried == {}
+    h.log = log
+    rebuilt = h.replayed(SESSION_MS)                # a coordinator elected just now would load it fresh
+    rebuilt.carry_sessions(carried)
+    out = rebuilt.tick(SESSION_MS + 1)
+    assert rebuilt.describe_classic("c").members == [] and out.records
+
+
+def test_a_late_request_of_an_expired_member_does_not_revive_it():
+    """The probe's failure (h1, the coordinator, cut for 60 s, then healed): the old member's session ran out in the
+    cut, its removal could not be written, so the rebuilt shard still had it, expired. After the heal the client's
+    OffsetCommits queued in the cut arrived with the old member id: each counted as a heartbeat and gave the old
+    member a new session (carried into the next rebuild when the commit's own write failed), and the client's JoinGroup
+    with a new member id waited in PreparingRebalance for it. As in Kafka, where the expired member is gone, such a
+    request is UNKNOWN_MEMBER_ID, and the join completes once the timer removes the old member."""
+    h = Harness()
+    old, generation = h.classic_member(group="c")
+    carried = h.groups.session_deadlines()          # no heartbeat since: the session ends at SESSION_MS
+    rebuilt = h.replayed(0)
+    rebuilt.carry_sessions(carried)
+    h.groups = rebuilt
+    h.now_ms = SESSION_MS + 5000                    # after the heal, before the timers' turn
+    assert h.commit("c", old, generation) == [ErrorCode.UNKNOWN_MEMBER_ID]
+    assert rebuilt.heartbeat("c", generation, old, None, now_ms=h.now_ms) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert rebuilt.session_deadlines()[("classic", "c", old)] == SESSION_MS
+    r = h.join(group="c")                           # the consumer, back with a new member id
+    assert r.error_code == ErrorCode.MEMBER_ID_REQUIRED
+    calls = h._calls + 1
+    assert h.join(r.member_id, group="c") is None   # waits for the group's members
+    h.tick(h.now_ms + 1000)                         # the old member goes: the join completes
+    joined = h.replies[calls]
+    assert joined.error_code == 0 and joined.leader == r.member_id
+    assert [m for m, _, _ in joined.members] == [r.member_id]
