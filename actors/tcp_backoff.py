@@ -16,6 +16,14 @@ connections follow the host's sysctl, which the README asks broker hosts to set 
 value. The cap changes nothing while packets flow (the timer follows the measured round trip);
 after an outage a connection retries about once a second, a few packets per connection.
 Where the kernel is older the option is refused and connections back off as before.
+
+Capped retransmissions also run out sooner: Linux gives up on a connection after
+`net.ipv4.tcp_retries2` (15) of them, ~13 s at 1 s apart instead of ~15 minutes. A broker's
+connection to a client that waits for a long answer (a JoinGroup held by a rebalance) then died
+13 s into a 60 s cut, and the client, with nothing to send, never learned it (seen on the hosts
+harness). So a capped socket also gets TCP_USER_TIMEOUT = USER_TIMEOUT_MS: it gives up only
+after data went unacknowledged that long, as long as Ray's health settings for brokers let a node
+ride out a cut (README: about 2 minutes), and its answer goes out at the heal.
 """
 from __future__ import annotations
 
@@ -24,18 +32,21 @@ from pathlib import Path
 
 TCP_RTO_MAX_MS_OPTION = getattr(socket, "TCP_RTO_MAX_MS", 44)  # linux/tcp.h (6.15)
 RTO_MAX_MS = 1000
+USER_TIMEOUT_MS = 120_000
 HOST_SETTING = Path("/proc/sys/net/ipv4/tcp_rto_max_ms")
 
 
 def cap(sock: socket.socket | None) -> bool:
-    """Cap `sock`'s retransmission backoff at RTO_MAX_MS; False where the kernel (or the socket:
-    a Unix socket) has no such option."""
+    """Cap `sock`'s retransmission backoff at RTO_MAX_MS, and let it give up only after
+    USER_TIMEOUT_MS unacknowledged; False (nothing set) where the kernel (or the socket: a Unix
+    socket) has no such cap."""
     if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
         return False
     try:
         sock.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS_OPTION, RTO_MAX_MS)
     except OSError:
         return False
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_MS)
     return True
 
 

@@ -15,6 +15,8 @@ def test_a_tcp_socket_is_capped_at_one_second():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         assert tcp_backoff.cap(sock)
         assert sock.getsockopt(socket.IPPROTO_TCP, tcp_backoff.TCP_RTO_MAX_MS_OPTION) == tcp_backoff.RTO_MAX_MS
+        # capped retransmissions would give up ~13 s into a cut (tcp_retries2): the socket waits longer
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == tcp_backoff.USER_TIMEOUT_MS
 
 
 def test_a_unix_socket_or_none_is_left_alone():
