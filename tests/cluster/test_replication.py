@@ -113,6 +113,16 @@ def test_leader_killed_under_acks_all_producer_and_share_consumers(cluster):
     kill_leader_under_producer_and_share_consumers(cluster)
 
 
+def _snapshot(acked: dict) -> list:
+    """The items of a dict the producer's delivery thread keeps adding to (a plain list() of it
+    can fail with "dictionary changed size during iteration": seen in a clean-clone CI run)."""
+    while True:
+        try:
+            return list(acked.items())
+        except RuntimeError:
+            continue
+
+
 def kill_leader_under_producer_and_share_consumers(cluster, client: dict | None = None, admin: dict | None = None,
                                                    *, topic: str | None = None, group: str | None = None,
                                                    consumers: int = 3) -> None:
@@ -172,7 +182,7 @@ def kill_leader_under_producer_and_share_consumers(cluster, client: dict | None 
         while cluster.leader(topic, victim_partition) in (victim, -1):
             assert time.monotonic() < deadline, "no new leader 30 s after the leader's node died"
             time.sleep(0.1)
-        while not any(t > killed_at and k % 3 == victim_partition for k, t in list(producer.acked.items())):
+        while not any(t > killed_at and k % 3 == victim_partition for k, t in _snapshot(producer.acked)):
             assert time.monotonic() < deadline, "no write to the partition acknowledged 30 s after its leader died"
             time.sleep(0.1)
         consumed_at_kill = len(consumed)
