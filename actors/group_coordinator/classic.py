@@ -642,8 +642,7 @@ class ClassicGroups:
                 group.pending_sync.clear()
                 group.sync_deadline_ms = None
                 self._members_left(out, group, now_ms)
-            expired = [m for m in group.members.values() if m.deadline_ms <= now_ms and m.join_call is None
-                       and m.sync_call is None and group.state != EMPTY]
+            expired = [m for m in group.members.values() if self._expired(group, m, now_ms)]
             for m in expired:
                 self._drop_member(out, group, m)
             if expired:

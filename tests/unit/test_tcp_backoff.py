@@ -26,7 +26,7 @@ def test_a_unix_socket_or_none_is_left_alone():
 
 
 @pytest.mark.skipif(not KERNEL_HAS_CAP, reason="this kernel has no TCP_RTO_MAX_MS (Linux 6.15+)")
-def test_connections_kray_opens_and_accepts_are_capped():
+def test_connections_kray_opens_and_accepts_are_capped(monkeypatch):
     """A PipelinedConnection (replica fetchers, share-state clients) and a gateway front end's
     accepted connection both carry the cap."""
     from actors.gateway.frontend import start_frontend
@@ -45,28 +45,17 @@ def test_connections_kray_opens_and_accepts_are_capped():
             assert mine.getsockopt(socket.IPPROTO_TCP, tcp_backoff.TCP_RTO_MAX_MS_OPTION) == tcp_backoff.RTO_MAX_MS
             await asyncio.sleep(0.1)  # the server side accepted it
             local = mine.getsockname()
-            theirs = [c for c in _accepted_sockets() if c.getpeername() == local]
+            theirs = [c for c in capped if c.getpeername() == local]
             assert theirs and theirs[0].getsockopt(socket.IPPROTO_TCP, tcp_backoff.TCP_RTO_MAX_MS_OPTION) \
                 == tcp_backoff.RTO_MAX_MS
         finally:
             connection.close()
             server.close()
 
-    capped = []
+    capped = []  # every socket Kray capped: the front end's accepted one among them
     original = tcp_backoff.cap
-
-    def recording(sock):
-        capped.append(sock)
-        return original(sock)
-
-    def _accepted_sockets():
-        return capped
-
-    tcp_backoff.cap = recording
-    try:
-        asyncio.run(run())
-    finally:
-        tcp_backoff.cap = original
+    monkeypatch.setattr(tcp_backoff, "cap", lambda sock: capped.append(sock) or original(sock))
+    asyncio.run(run())
 
 
 def test_host_advice_names_the_setting_and_the_fix(tmp_path):
