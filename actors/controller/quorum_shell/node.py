@@ -1,0 +1,167 @@
+"""QuorumNode: one voter's shell around RaftCore — the clock, the disk, and the peers.
+
+Every step is synchronous from the core's call to the end of persisting its Output (no `await` in
+between: asyncio interleaves at every await, and a vote must be on disk before anything else can
+read the core's state). Then, in the Output contract's order (output.py): the step's messages go
+out, committed batches are applied (handed to `on_commit`), proposals' futures are settled.
+
+Messages: a request the core sends (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch) becomes a task
+awaiting `transport.request(dst, msg)` — the transport (transport.py: a pipelined connection per
+peer voter over its inter-broker listener, every request with a timeout) returns the core's
+response message, or None when the request failed or timed out; the core retries on its own
+timers. A response the core sends answers a request that came in through `handle_request` (the
+gateway's route): it settles that request's future, which the handler awaits and writes back.
+
+The timer: `run()` sleeps until the core's `next_tick_ms` (or until a message arrives), then ticks.
+
+Behind `kray.metadata.quorum.enable` (false by default): the controller does not use this yet.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Any, Awaitable, Callable, Protocol
+
+from actors.controller.quorum import (
+    Accepted, BeginQuorumEpochRequest, Batch, EndQuorumEpochRequest, FetchRequest, Message, NotLeader, Output,
+    QuorumConfig, QuorumStatus, RaftCore, VoteRequest,
+)
+
+from .store import QuorumStore
+
+REQUESTS = (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest)
+INBOUND_PENDING_MAX = 64     # requests from one peer waiting for the core's answer at once
+
+
+class Transport(Protocol):
+    async def request(self, dst: int, message: Message) -> Message | None: ...
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class QuorumNode:
+    def __init__(self, node_id: int, config: QuorumConfig, log_dir: str, transport: Transport, *,
+                 on_commit: Callable[[Batch], Any] | None = None, clock_ms: Callable[[], int] = monotonic_ms,
+                 rng: random.Random | None = None):
+        self.node_id = node_id
+        self.transport = transport
+        self.on_commit = on_commit
+        self.clock_ms = clock_ms
+        self.store = QuorumStore(log_dir, config.voters)
+        self.core = RaftCore(node_id, config, now_ms=clock_ms(), rng=rng or random.Random(),
+                             election=self.store.election, log=list(self.store.batches))
+        self.committed_offset = 0                      # next offset to apply
+        self._inbound: dict[tuple[int, type], list[asyncio.Future]] = {}
+        self._proposals: dict[int, tuple[Accepted, asyncio.Future]] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._wake = asyncio.Event()
+        self._stopped = False
+
+    # ---- the loop ------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        while not self._stopped:
+            self._carry(self.core.tick(self.clock_ms()))
+            delay_ms = max(0, self.core.next_tick_ms() - self.clock_ms())
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=delay_ms / 1000)
+            except asyncio.TimeoutError:
+                pass
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+        for task in list(self._tasks):
+            task.cancel()
+        for futures in self._inbound.values():
+            for future in futures:
+                if not future.done():
+                    future.cancel()
+        self.store.close()
+
+    # ---- inputs --------------------------------------------------------------------------------------
+    async def handle_request(self, message: Message) -> Message | None:
+        """A request from a peer (the gateway's route): step the core, await its answer."""
+        if self._stopped:
+            return None
+        key = (message.src, type(message))
+        waiting = self._inbound.setdefault(key, [])
+        if len(waiting) >= INBOUND_PENDING_MAX:
+            return None
+        future = asyncio.get_running_loop().create_future()
+        waiting.append(future)
+        self._step(lambda now: self.core.handle(message, now))
+        try:
+            return await future
+        finally:
+            if future in waiting:
+                waiting.remove(future)
+
+    def deliver(self, message: Message) -> None:
+        """A response to a request this node sent."""
+        if not self._stopped:
+            self._step(lambda now: self.core.handle(message, now))
+
+    async def propose(self, records: list) -> Accepted | NotLeader:
+        """Append records as one batch if this node leads; returns once they commit (Accepted) or
+        raises LookupError if the leader was deposed before they did (another batch took the offset)."""
+        result, out = self.core.propose(records, self.clock_ms())
+        if isinstance(result, NotLeader):
+            return result
+        future = asyncio.get_running_loop().create_future()
+        self._proposals[result.base_offset] = (result, future)
+        self._carry(out)
+        return await future
+
+    def status(self) -> QuorumStatus:
+        return self.core.status()
+
+    # ---- carrying out an Output ----------------------------------------------------------------------
+    def _step(self, step: Callable[[int], Output]) -> None:
+        self._carry(step(self.clock_ms()))
+        self._wake.set()
+
+    def _carry(self, out: Output) -> None:
+        self.store.persist(out)                         # 1-3: state, truncation, append, durable
+        for dst, message in out.messages:               # 4: only then anything leaves
+            if isinstance(message, REQUESTS):
+                self._spawn(self._send(dst, message))
+            else:
+                self._answer(dst, message)
+        for batch in out.committed:                     # 5: apply
+            self.committed_offset = batch.next_offset
+            self._settle(batch)
+            if self.on_commit is not None and not batch.control:
+                self.on_commit(batch)
+
+    def _answer(self, dst: int, message: Message) -> None:
+        request_type = {"VoteResponse": VoteRequest, "BeginQuorumEpochResponse": BeginQuorumEpochRequest,
+                        "EndQuorumEpochResponse": EndQuorumEpochRequest,
+                        "FetchResponse": FetchRequest}[type(message).__name__]
+        for future in self._inbound.get((dst, request_type), ()):
+            if not future.done():
+                future.set_result(message)
+                return
+
+    def _settle(self, batch: Batch) -> None:
+        for base in [b for b in self._proposals if b < batch.next_offset]:
+            accepted, future = self._proposals.pop(base)
+            if future.done():
+                continue
+            if base == batch.base_offset and batch.epoch == accepted.epoch:
+                future.set_result(accepted)
+            else:       # another leader's batch took the offset: the proposal never committed
+                future.set_exception(LookupError(f"proposal at {base} (epoch {accepted.epoch}) lost"))
+
+    async def _send(self, dst: int, message: Message) -> None:
+        response = await self.transport.request(dst, message)
+        if response is not None:
+            self.deliver(response)
+
+    def _spawn(self, coro: Awaitable) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

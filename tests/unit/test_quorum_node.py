@@ -1,0 +1,139 @@
+"""Three QuorumNodes in one event loop, every message through Kafka's wire bytes and back: a leader
+is elected, proposals commit on all three, the leader is stopped and another takes over with the
+earlier commits, and a restart rebuilds a node from its files. Real clock, short timeouts."""
+import asyncio
+
+import pytest
+
+from actors.controller.quorum import (
+    BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest, NotLeader, QuorumConfig, VoteRequest,
+)
+from actors.controller.quorum_shell import wire
+from actors.controller.quorum_shell.node import QuorumNode
+
+CONFIG = QuorumConfig(voters=(1, 2, 3), election_timeout_ms=150, fetch_timeout_ms=400, request_timeout_ms=300,
+                      election_backoff_max_ms=100, fetch_max_wait_ms=100)
+VOTE_V, BEGIN_V, END_V, FETCH_V = 2, 1, 1, 16
+
+
+def _bytes(msg, version):
+    return type(msg).decode(msg.encode(version), version)
+
+
+class WireLoopback:
+    """A transport that carries each request and answer as Kafka wire bytes between nodes here."""
+
+    def __init__(self, src):
+        self.src = src
+        self.nodes = {}
+        self.down = set()
+
+    async def request(self, dst, msg):
+        if self.src in self.down or dst in self.down or dst not in self.nodes:
+            await asyncio.sleep(0.05)
+            return None
+        try:
+            return await asyncio.wait_for(self._exchange(self.nodes[dst], dst, msg), CONFIG.request_timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            return None
+
+    async def _exchange(self, node, dst, msg):
+        if isinstance(msg, VoteRequest):
+            inbound = wire.vote_request_from_wire(_bytes(wire.vote_request_to_wire(msg, dst=dst, cluster_id="c",
+                                                                                  version=VOTE_V), VOTE_V))
+            answer = await node.handle_request(inbound)
+            return answer and wire.vote_response_from_wire(_bytes(wire.vote_response_to_wire(answer), VOTE_V),
+                                                          src=dst, request=msg)
+        if isinstance(msg, BeginQuorumEpochRequest):
+            inbound = wire.begin_request_from_wire(_bytes(wire.begin_request_to_wire(msg, dst=dst, cluster_id="c",
+                                                                                    version=BEGIN_V), BEGIN_V))
+            answer = await node.handle_request(inbound)
+            return answer and wire.begin_response_from_wire(_bytes(wire.begin_response_to_wire(answer), BEGIN_V),
+                                                            src=dst, request=msg)
+        if isinstance(msg, EndQuorumEpochRequest):
+            inbound = wire.end_request_from_wire(_bytes(wire.end_request_to_wire(msg, cluster_id="c",
+                                                                                version=END_V), END_V), END_V)
+            answer = await node.handle_request(inbound)
+            return answer and wire.end_response_from_wire(_bytes(wire.end_response_to_wire(answer), END_V),
+                                                          src=dst, request=msg)
+        assert isinstance(msg, FetchRequest)
+        inbound = wire.fetch_request_from_wire(_bytes(wire.fetch_request_to_wire(msg, cluster_id="c",
+                                                                                version=FETCH_V), FETCH_V), FETCH_V)
+        answer = await node.handle_request(inbound)
+        return answer and wire.fetch_response_from_wire(_bytes(wire.fetch_response_to_wire(answer), FETCH_V),
+                                                        src=dst, request=msg)
+
+
+async def _until(predicate, timeout_s):
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.02)
+
+
+def _role(node):
+    role = node.status().role
+    return getattr(role, "value", role)
+
+
+async def _scenario(tmp_path):
+    down = set()
+    transports, nodes, applied, runs = {}, {}, {i: [] for i in (1, 2, 3)}, {}
+
+    def start(i):
+        transports[i] = WireLoopback(i)
+        transports[i].down = down
+        nodes[i] = QuorumNode(i, CONFIG, str(tmp_path / f"n{i}"), transports[i],
+                              on_commit=lambda b, i=i: applied[i].extend(b.records))
+        for t in transports.values():
+            t.nodes = nodes
+        runs[i] = asyncio.ensure_future(nodes[i].run())
+
+    for i in (1, 2, 3):
+        start(i)
+    live = lambda: {i: n for i, n in nodes.items() if i not in down}
+
+    def leader_id():
+        ids = {n.status().leader_id for n in live().values() if _role(n) == "leader"}
+        return ids.pop() if len(ids) == 1 else None
+
+    await _until(lambda: leader_id() is not None, 5)
+    first = leader_id()
+    for k in range(3):
+        result = await asyncio.wait_for(nodes[first].propose([b"rec-%d" % k]), 5)
+        assert not isinstance(result, NotLeader)
+    await _until(lambda: all(len(applied[i]) == 3 for i in (1, 2, 3)), 5)
+    assert all(applied[i] == [b"rec-0", b"rec-1", b"rec-2"] for i in (1, 2, 3))
+    follower = next(i for i in (1, 2, 3) if i != first)
+    assert isinstance(await nodes[follower].propose([b"x"]), NotLeader)
+
+    # stop the leader: the others elect one of themselves, within a few seconds, keeping the commits
+    down.add(first)
+    nodes[first].stop()
+    runs[first].cancel()
+    t0 = asyncio.get_running_loop().time()
+    await _until(lambda: leader_id() not in (None, first), 5)
+    took_s = asyncio.get_running_loop().time() - t0
+    second = leader_id()
+    await asyncio.wait_for(nodes[second].propose([b"after"]), 5)
+    others = [i for i in (1, 2, 3) if i != first]
+    await _until(lambda: all(applied[i][-1:] == [b"after"] for i in others), 5)
+    for i in others:
+        assert applied[i][:3] == [b"rec-0", b"rec-1", b"rec-2"]
+
+    # the old leader comes back from its files and catches up
+    down.discard(first)
+    applied[first].clear()
+    start(first)
+    await _until(lambda: applied[first] == [b"rec-0", b"rec-1", b"rec-2", b"after"], 5)
+    for i in (1, 2, 3):
+        nodes[i].stop()
+        runs[i].cancel()
+    await asyncio.sleep(0)
+    return took_s
+
+
+def test_three_voters_elect_commit_and_fail_over(tmp_path):
+    took_s = asyncio.run(_scenario(tmp_path))
+    assert took_s < 3, f"a new leader took {took_s:.2f} s"
