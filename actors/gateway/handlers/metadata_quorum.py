@@ -1,0 +1,84 @@
+"""KRaft's quorum APIs on the broker's listeners (KRaft's combined mode: the voter runs in the
+broker's process): Vote (52), BeginQuorumEpoch (53), EndQuorumEpoch (54) from the other voters, and
+DescribeQuorum (55) from operators (`kray metadata-quorum describe --status`).
+
+Authorization is Kafka's: the voters' RPCs need CLUSTER_ACTION on the cluster (the brokers'
+principal), DescribeQuorum needs DESCRIBE on it; refused, they answer CLUSTER_AUTHORIZATION_FAILED.
+
+The voter is `ctx.quorum` (an actors/controller/quorum_shell/node.py QuorumNode), None unless
+`kray.metadata.quorum.enable` is true and this broker is in controller.quorum.voters; without one
+these APIs answer INVALID_REQUEST (with a message, for DescribeQuorum). Any voter answers
+DescribeQuorum (its epoch, leader and high watermark); only the leader knows the replicas' states.
+"""
+from __future__ import annotations
+
+import logging
+
+from protocol import messages as m
+from protocol.errors import ErrorCode
+
+from actors.controller.quorum_shell import wire
+from actors.gateway.security.authorizer import AclOperation
+
+log = logging.getLogger("kray.gateway")
+NO_QUORUM_MESSAGE = "the metadata quorum is not enabled on this broker (kray.metadata.quorum.enable)"
+
+
+def _refusal(request, error: ErrorCode):
+    """The response of `request`'s API with `error` at the top."""
+    response_class = {52: m.VoteResponse, 53: m.BeginQuorumEpochResponse,
+                      54: m.EndQuorumEpochResponse}[request.API_KEY]
+    return response_class(error_code=int(error), topics=[])
+
+
+async def handle_quorum_rpc(ctx, header, request, connection):
+    if not ctx.access(connection).allows_cluster(AclOperation.CLUSTER_ACTION):
+        log.warning("a %s from %s as %s refused: it needs CLUSTER_ACTION on the cluster",
+                    type(request).__name__, getattr(connection, "peer", None), getattr(connection, "principal", None))
+        return _refusal(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    node = getattr(ctx, "quorum", None)
+    if node is None:
+        return _refusal(request, ErrorCode.INVALID_REQUEST)
+    try:
+        if request.API_KEY == 52:
+            answer = await node.handle_request(wire.vote_request_from_wire(request))
+            to_wire = wire.vote_response_to_wire
+        elif request.API_KEY == 53:
+            answer = await node.handle_request(wire.begin_request_from_wire(request))
+            to_wire = wire.begin_response_to_wire
+        else:
+            answer = await node.handle_request(wire.end_request_from_wire(request, header.api_version))
+            to_wire = wire.end_response_to_wire
+    except wire.BadQuorumMessage:
+        return _refusal(request, ErrorCode.INVALID_REQUEST)
+    if answer is None:                  # the node stopped, or too many requests from that peer wait
+        return _refusal(request, ErrorCode.REQUEST_TIMED_OUT)
+    return to_wire(answer)
+
+
+def describe_quorum_response(status, version: int) -> m.DescribeQuorumResponse:
+    """DescribeQuorum from RaftCore.status(): replicas' states are the leader's (empty elsewhere)."""
+    cls = m.DescribeQuorumResponse
+
+    def replicas(states):
+        return [cls.ReplicaState(replica_id=r.replica_id, log_end_offset=r.log_end_offset,
+                                 last_fetch_timestamp=-1 if r.last_fetch_ms is None else r.last_fetch_ms,
+                                 last_caught_up_timestamp=-1 if r.last_caught_up_ms is None else r.last_caught_up_ms)
+                for r in states]
+
+    part = cls.PartitionData(partition_index=wire.METADATA_PARTITION, error_code=0,
+                             leader_id=-1 if status.leader_id is None else status.leader_id,
+                             leader_epoch=status.epoch, high_watermark=status.high_watermark,
+                             current_voters=replicas(status.voters), observers=replicas(status.observers))
+    return cls(error_code=0, topics=[cls.TopicData(topic_name=wire.METADATA_TOPIC, partitions=[part])])
+
+
+async def handle_describe_quorum(ctx, header, request, connection):
+    cls = m.DescribeQuorumResponse
+    if not ctx.access(connection).allows_cluster(AclOperation.DESCRIBE):
+        return cls(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+                   error_message="Cluster authorization failed.", topics=[])
+    node = getattr(ctx, "quorum", None)
+    if node is None:
+        return cls(error_code=int(ErrorCode.INVALID_REQUEST), error_message=NO_QUORUM_MESSAGE, topics=[])
+    return describe_quorum_response(node.status(), header.api_version)
