@@ -76,3 +76,23 @@ def test_describe_quorum():
     assert (part.leader_id, part.leader_epoch, part.high_watermark) == (1, 4, 17)
     assert [(r.replica_id, r.log_end_offset, r.last_caught_up_timestamp) for r in part.current_voters] == \
         [(1, 17, 1000), (2, 12, -1)]
+
+
+def test_a_metadata_fetch_goes_to_the_voter():
+    from actors.controller.quorum import FetchRequest, FetchResponse
+    from actors.gateway.handlers.fetch import handle_fetch
+
+    class Leader(Voter):
+        async def handle_request(self, message):
+            self.seen.append(message)
+            return FetchResponse(1, ErrorCode.NONE, 4, 1, 0, (), None, message.fetch_offset,
+                                 message.last_fetched_epoch)
+
+    voter = Leader()
+    request = wire.fetch_request_to_wire(FetchRequest(2, 4, 0, 0, 100), cluster_id="c", version=16)
+    header = SimpleNamespace(api_version=16, api_key=1)
+    response = asyncio.run(handle_fetch(_ctx({AclOperation.CLUSTER_ACTION}, voter), header, request, None))
+    assert voter.seen == [FetchRequest(2, 4, 0, 0, 100)]
+    assert response.responses[0].partitions[0].current_leader.leader_id == 1
+    refused = asyncio.run(handle_fetch(_ctx(set(), voter), header, request, None))
+    assert refused.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED

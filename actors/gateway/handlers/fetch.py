@@ -25,6 +25,7 @@ import time
 from protocol.errors import ErrorCode
 from protocol.messages import FetchRequest, FetchResponse
 
+from actors.controller.quorum_shell import wire as quorum_wire
 from actors.gateway.fetch_sessions import FINAL_EPOCH, NO_SESSION, FetchSessions, SessionStep
 from actors.gateway.file_region import FileRegion
 from actors.gateway.handlers.routing import partition_client, resolve_topic
@@ -160,6 +161,9 @@ async def _wait_for_any(wanted: list[_Wanted], timeout_ms: int) -> bool:
 
 async def handle_fetch(ctx, header, request, connection=None) -> FetchResponse:
     version = header.api_version
+    if getattr(ctx, "quorum", None) is not None and quorum_wire.is_metadata_fetch(request, version):
+        from actors.gateway.handlers.metadata_quorum import handle_quorum_fetch
+        return await handle_quorum_fetch(ctx, header, request, connection)
     by_id = version >= 13
     step = SessionStep()  # a full fetch without a session
     if version >= 7 and (request.session_id, request.session_epoch) != (NO_SESSION, FINAL_EPOCH):

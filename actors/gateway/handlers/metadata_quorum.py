@@ -56,6 +56,22 @@ async def handle_quorum_rpc(ctx, header, request, connection):
     return to_wire(answer)
 
 
+async def handle_quorum_fetch(ctx, header, request, connection):
+    """A voter's Fetch of __cluster_metadata-0 (replica id = its node id), KRaft's replication:
+    handle_fetch sends it here when this broker runs a voter. CLUSTER_ACTION, as a follower's fetch."""
+    version = header.api_version
+    if not ctx.access(connection).allows_cluster(AclOperation.CLUSTER_ACTION):
+        return m.FetchResponse(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), responses=[])
+    try:
+        fetch = wire.fetch_request_from_wire(request, version)
+    except wire.BadQuorumMessage:
+        return m.FetchResponse(error_code=int(ErrorCode.INVALID_REQUEST), responses=[])
+    answer = await ctx.quorum.handle_request(fetch)
+    if answer is None:
+        return m.FetchResponse(error_code=int(ErrorCode.REQUEST_TIMED_OUT), responses=[])
+    return wire.fetch_response_to_wire(answer)
+
+
 def describe_quorum_response(status, version: int) -> m.DescribeQuorumResponse:
     """DescribeQuorum from RaftCore.status(): replicas' states are the leader's (empty elsewhere)."""
     cls = m.DescribeQuorumResponse
