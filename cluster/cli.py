@@ -206,12 +206,14 @@ def main(argv: list[str] | None = None) -> int:
     chaos.add_argument("--max-down", type=int, default=1, help="brokers down at once at most (default 1)")
     chaos.set_defaults(func=cmd_chaos, address=None)
 
-    from cluster.tools import acls, configs, console_share_consumer, consumer_groups, perf, share_groups, topics
+    from cluster.tools import (acls, configs, console_share_consumer, consumer_groups, metadata_quorum, perf,
+                               share_groups, topics)
     topics.add_parser(sub)
     acls.add_parser(sub)
     configs.add_parser(sub)
     share_groups.add_parser(sub)
     consumer_groups.add_parser(sub)
+    metadata_quorum.add_parser(sub)
     console_share_consumer.add_parser(sub)
     perf.add_parsers(sub)
 
