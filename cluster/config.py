@@ -118,6 +118,16 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "authorizer.class.name": "",
     "super.users": "",  # principals separated by ';', e.g. User:admin;User:ANONYMOUS
     "allow.everyone.if.no.acl.found": False,
+    # the metadata quorum (issue 17; actors/controller/quorum_shell): Kray's switch, off while the
+    # controller does not use it yet; voters as Kafka's id@host:port list or plain ids, unset: the
+    # three lowest broker ids; timings are Kafka's names and defaults
+    "kray.metadata.quorum.enable": False,
+    "controller.quorum.voters": "",
+    "controller.quorum.election.timeout.ms": 1000,
+    "controller.quorum.fetch.timeout.ms": 2000,
+    "controller.quorum.election.backoff.max.ms": 1000,
+    "controller.quorum.request.timeout.ms": 2000,
+    "controller.quorum.retry.backoff.ms": 20,
 }
 
 # keys that may also be set for one listener as `listener.name.<listener>.<key>` (as Kafka's

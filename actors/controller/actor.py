@@ -85,6 +85,8 @@ class MetadataImage:
     # passwords); a gateway re-indexes them only when scram_version moves
     scram_credentials: dict = field(default_factory=dict)
     scram_version: int = 0
+    # the metadata quorum's voters, once chosen (ControllerCore.choose_quorum_voters); () otherwise
+    quorum_voters: tuple = ()
 
     def __post_init__(self):
         self.topics_by_id = {t.topic_id: t for t in self.topics.values()}
@@ -378,7 +380,7 @@ class ControllerActor:
         return MetadataImage(c.metadata_version, c.cluster_id, c.controller_id(), live, dict(c.topics),
                              leaders, listeners, coordinators,
                              {g: dict(cfg) for g, cfg in c.group_configs.items()}, tuple(c.acls), c.acl_version,
-                             dict(c.scram_credentials), c.scram_version)
+                             dict(c.scram_credentials), c.scram_version, c.quorum_voters)
 
     async def wait_for_metadata(self, known_version: int, timeout_s: float) -> MetadataImage:
         """Answer as soon as the metadata is newer than `known_version`, or at the timeout."""
@@ -437,6 +439,7 @@ class ControllerActor:
                              f"broker starts again on the node that replaces it")
         outcome = self.core.register_broker(info, now_ms())
         self._persist(outcome)
+        self._persist(self.core.choose_quorum_voters())
         log.info("broker %d registered (broker epoch %d) at %s:%d", info.broker_id, outcome.broker_epoch,
                  info.host, info.port)
         if info.broker_id in self.ever_registered:

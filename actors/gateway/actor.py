@@ -28,6 +28,8 @@ import ray
 from actors import log_to_stderr
 from actors.controller.core import BrokerInfo
 from actors.controller.elections import DEFAULT_BROKER_SESSION_TIMEOUT_MS
+from actors.controller.quorum_shell.settings import quorum_enabled
+from actors.controller.quorum_shell.voter import build_voter
 from actors.gateway.broker_session import BrokerSession
 from actors.gateway.context import GatewayContext, RayController, monotonic_ms
 from actors.gateway.frontend import follow_metadata, start_frontend
@@ -39,6 +41,7 @@ log = logging.getLogger("kray.gateway")
 ANY_ADDRESS = ("0.0.0.0", "::", "")
 BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT = 2000  # broker.heartbeat.interval.ms
 SESSION_RECHECK_S = 0.05  # a session deadline is checked at most this late
+VOTERS_POLL_S = 0.5  # how often a broker looks for the quorum's voters in its metadata until they are chosen
 
 
 class GatewayActor:
@@ -64,6 +67,8 @@ class GatewayActor:
         self.unanswered_since_ms: int | None = None  # for the log: when heartbeats stopped being answered
         self.background: asyncio.Task | None = None  # a re-registration or session resumption under way
         self.stopped = asyncio.Event()
+        self.voter: asyncio.Task | None = None  # runs this broker's voter of the metadata quorum
+        self.voter_addresses: dict[int, tuple[str, int]] = {}  # peer voters' listeners, as last seen
 
     async def start(self) -> tuple[str, int]:
         self.starting = start_unless_started(self.starting, self._start)
@@ -112,6 +117,8 @@ class GatewayActor:
         if self.heartbeats is None:
             self.heartbeats = asyncio.create_task(self._heartbeat())
             self.session_watch = asyncio.create_task(self._watch_session())
+        if self.voter is None and quorum_enabled(self.config):
+            self.voter = asyncio.create_task(self._run_voter())
         image = await self.ctx.controller.broker_ready(self.ctx.broker_id)  # its replicas listen
         if image.version > self.ctx.metadata.version:
             self.ctx.set_metadata(image)
@@ -230,6 +237,30 @@ class GatewayActor:
                 self.watcher.cancel()
                 self.watcher = asyncio.create_task(follow_metadata(self.ctx))
 
+    async def _run_voter(self) -> None:
+        """Once the controller has recorded the quorum's voters (ControllerCore.choose_quorum_voters):
+        run this broker's voter if it is one, until the gateway stops."""
+        while not self.ctx.metadata.quorum_voters:
+            await asyncio.sleep(VOTERS_POLL_S)
+        voters = tuple(self.ctx.metadata.quorum_voters)
+        if self.ctx.broker_id not in voters:
+            return
+        node = build_voter(self.config, self.ctx.broker_id, voters, self.ctx.metadata.cluster_id, self._voter_address)
+        self.ctx.quorum = node
+        try:
+            await node.run()
+        finally:
+            self.ctx.quorum = None
+            node.stop()
+
+    def _voter_address(self, broker_id: int) -> tuple[str, int] | None:
+        """A peer voter's inter-broker listener, as the metadata has it now, else as it had it last
+        (a fenced broker leaves the image, but its voter still votes)."""
+        broker = self.ctx.metadata.brokers.get(broker_id) if self.ctx.metadata else None
+        if broker is not None:
+            self.voter_addresses[broker_id] = (broker.host, broker.port)
+        return self.voter_addresses.get(broker_id)
+
     async def until_stopped(self) -> None:
         """Returns when the gateway stops; raises in the caller if it dies (the controller's cue to
         have the restarted gateway serve again)."""
@@ -237,7 +268,8 @@ class GatewayActor:
 
     async def stop(self) -> None:
         self.stopped.set()
-        for task in (self.watcher, self.heartbeats, self.session_watch, self.background, *self.in_flight):
+        for task in (self.watcher, self.heartbeats, self.session_watch, self.background, self.voter,
+                     *self.in_flight):
             if task:
                 task.cancel()
         for server in self.servers.values():

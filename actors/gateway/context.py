@@ -130,6 +130,8 @@ class GatewayContext:
     # the broker's session with the controller (set once registered; monotonic milliseconds)
     session: BrokerSession | None = None
     published: Any = None  # the controller's image as received (`metadata` is what this broker serves)
+    # this broker's voter of the metadata quorum (quorum_shell/node.py QuorumNode), when it runs one
+    quorum: Any = None
 
     def __post_init__(self):
         # with authorizer.class.name set: ACLs from the metadata image, nothing allowed before the

@@ -80,6 +80,9 @@ class QuorumNode:
             for future in futures:
                 if not future.done():
                     future.cancel()
+        close = getattr(self.transport, "close", None)
+        if close is not None:
+            close()
         self.store.close()
 
     # ---- inputs --------------------------------------------------------------------------------------

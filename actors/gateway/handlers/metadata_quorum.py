@@ -26,7 +26,7 @@ NO_QUORUM_MESSAGE = "the metadata quorum is not enabled on this broker (kray.met
 
 def _refusal(request, error: ErrorCode):
     """The response of `request`'s API with `error` at the top."""
-    response_class = {52: m.VoteResponse, 53: m.BeginQuorumEpochResponse,
+    response_class = {52: wire.VoteResponseV2, 53: m.BeginQuorumEpochResponse,
                       54: m.EndQuorumEpochResponse}[request.API_KEY]
     return response_class(error_code=int(error), topics=[])
 

@@ -1,0 +1,103 @@
+"""The metadata quorum for real (issue 17; actors/controller/quorum_shell): on a 3-broker LocalCluster
+with `kray.metadata.quorum.enable`, each broker runs a voter in its gateway; the voters elect a leader
+over the brokers' own listeners (Vote v2 pre-votes, BeginQuorumEpoch, Fetch of __cluster_metadata-0),
+and DescribeQuorum, asked of each broker over TCP, shows one leader, one epoch and a committed log.
+A leader's node killed (SIGKILL of every process) leaves two voters that elect another leader with a
+higher epoch and commit its LeaderChange; the killed broker, started again from its files, follows the
+new leader and catches up.
+
+The controller does not use the quorum yet: these tests check the quorum alone."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import ray
+
+from cluster.admin import KafkaConnection
+from cluster.local import LocalCluster
+from cluster.tools.metadata_quorum import describe_request, partition_of
+
+REPO = Path(__file__).resolve().parents[2]
+QUORUM = {"kray.metadata.quorum.enable": "true"}
+ELECTED_WITHIN_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if ray.is_initialized():
+        ray.shutdown()
+    c = LocalCluster(nodes=3, data_dir=tmp_path_factory.mktemp("kray-quorum"), overrides=QUORUM)
+    c.start()
+    c.addresses = {b: f"{info.host}:{info.port}" for b, info in c.metadata().brokers.items()}
+    yield c
+    c.stop()
+
+
+def describe(address: str):
+    with KafkaConnection(address, client_id="test-quorum", timeout_s=5) as conn:
+        return partition_of(conn.send(describe_request()))
+
+
+def agreed(cluster, brokers, *, above_epoch: int = 0, timeout_s: float = ELECTED_WITHIN_S):
+    """Until every broker in `brokers` names the same leader in the same epoch (> above_epoch) and
+    that leader reports every voter's log end offset at its high watermark: the leader's view."""
+    deadline = time.monotonic() + timeout_s
+    seen = {}
+    while time.monotonic() < deadline:
+        try:
+            seen = {b: describe(cluster.addresses[b]) for b in brokers}
+        except Exception as e:  # a broker still starting its voter, or restarting
+            seen = {"error": repr(e)}
+            time.sleep(0.5)
+            continue
+        views = {(p.leader_id, p.leader_epoch) for p in seen.values()}
+        if len(views) == 1:
+            leader, epoch = views.pop()
+            if leader in brokers and epoch > above_epoch:
+                view = seen[leader]
+                ends = {r.replica_id: r.log_end_offset for r in view.current_voters}
+                if view.high_watermark > 0 and all(ends.get(b) == view.high_watermark for b in brokers):
+                    return view
+        time.sleep(0.5)
+    raise AssertionError(f"no agreed quorum leader among {sorted(brokers)} within {timeout_s:.0f} s: "
+                         f"{ {b: (getattr(p, 'leader_id', p), getattr(p, 'leader_epoch', None)) for b, p in seen.items()} }")
+
+
+def test_voters_elect_one_leader_and_commit_over_the_listeners(cluster):
+    view = agreed(cluster, {1, 2, 3})
+    assert sorted(r.replica_id for r in view.current_voters) == [1, 2, 3]
+    assert list(view.observers) == []
+    # the voter's state is on the broker's disk, beside its partitions, as Kafka lays it out
+    state = Path(cluster.data_dir) / f"broker-{view.leader_id}" / "__cluster_metadata-0" / "quorum-state"
+    recorded = json.loads(state.read_text())
+    assert (recorded["leaderId"], recorded["leaderEpoch"]) == (view.leader_id, view.leader_epoch)
+    assert sorted(v["voterId"] for v in recorded["currentVoters"]) == [1, 2, 3]
+    # the operator's view: kray metadata-quorum, as kafka-metadata-quorum.sh prints it
+    out = subprocess.run([sys.executable, "-m", "cluster.cli", "metadata-quorum", "--bootstrap-server",
+                          cluster.addresses[view.leader_id], "describe", "--status"],
+                         capture_output=True, text=True, timeout=60, cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    assert f"LeaderId:               {view.leader_id}" in out.stdout
+    assert "CurrentVoters:          [1,2,3]" in out.stdout
+
+
+def test_a_killed_leader_is_replaced_and_rejoins_as_a_follower(cluster):
+    before = agreed(cluster, {1, 2, 3})
+    old = before.leader_id
+    cluster.kill_node(old)
+    killed_at = time.monotonic()
+    survivors = {1, 2, 3} - {old}
+    after = agreed(cluster, survivors, above_epoch=before.leader_epoch)
+    elected_s = time.monotonic() - killed_at
+    assert after.leader_id != old
+    assert after.high_watermark > before.high_watermark     # the new epoch's LeaderChange is committed
+    print(f"new quorum leader {after.leader_id} (epoch {after.leader_epoch}) {elected_s:.1f} s after the kill")
+    cluster.restart_node(old)
+    back = agreed(cluster, {1, 2, 3}, above_epoch=before.leader_epoch)
+    assert back.leader_epoch >= after.leader_epoch
+    assert back.high_watermark >= after.high_watermark
