@@ -297,6 +297,7 @@ class LocalCluster:
 
     def __init__(self, nodes: int = 3, data_dir: str | Path | None = None, overrides: dict[str, Any] | None = None,
                  *, config_path: Path | None = None, port: int = 0, host: str = "127.0.0.1", supervise: bool = True):
+        from actors.controller.quorum_shell.settings import VOTERS_KEY, default_voters, quorum_enabled
         from cluster.config import DEFAULT_LOCAL_CONFIG, ConfigError, load_broker_config, with_listener
         if nodes < 1:
             raise ValueError("a cluster needs at least one broker node")
@@ -313,6 +314,9 @@ class LocalCluster:
             # base port, broker i's listeners take their configured ports + i - 1)
             self.config = with_listener(self.config, None, None, all_ports=0)
         self.config["log.dirs"] = str(self.data_dir)
+        if quorum_enabled(self.config) and not self.config.get(VOTERS_KEY):
+            # the metadata quorum's voters: the lowest broker ids (its nodes are labelled 1..nodes)
+            self.config[VOTERS_KEY] = ",".join(map(str, default_voters(range(1, nodes + 1))))
         if Path(config_path or DEFAULT_LOCAL_CONFIG).resolve() == DEFAULT_LOCAL_CONFIG.resolve() \
                 and "default.replication.factor" not in (overrides or {}):
             # several brokers on one machine are there for failover: a topic created without a

@@ -15,7 +15,10 @@ about RETELL_S of the heal, not when TCP gives up on a broken connection.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -27,8 +30,10 @@ import ray
 from actors import internal_topics, log_to_stderr
 from actors.controller.core import BrokerInfo, ControllerCore, Outcome, TopicState
 from actors.controller.events import BrokerEvents
+from actors.controller.quorum_metadata import QuorumMetadataLog
+from actors.controller.quorum_shell.settings import configured_voters, quorum_enabled
 from actors.controller.metadata_log import MetadataLog
-from actors.controller.nodes import NodeView, proposed_broker_id, recorded_broker_id, replaces
+from actors.controller.nodes import BROKER_ID_LABEL, NodeView, proposed_broker_id, recorded_broker_id, replaces
 from actors.shard.hosted import HostedReplica, shard_index
 from cluster import composition
 from cluster.config import TopicConfig
@@ -85,11 +90,14 @@ class MetadataImage:
     # passwords); a gateway re-indexes them only when scram_version moves
     scram_credentials: dict = field(default_factory=dict)
     scram_version: int = 0
-    # the metadata quorum's voters, once chosen (ControllerCore.choose_quorum_voters); () otherwise
-    quorum_voters: tuple = ()
 
     def __post_init__(self):
         self.topics_by_id = {t.topic_id: t for t in self.topics.values()}
+
+    @classmethod
+    def starting(cls) -> "MetadataImage":
+        """What a broker serves before it has read the metadata: no brokers, no topics (clients retry)."""
+        return cls(version=-1, cluster_id="", controller_id=-1, brokers={}, topics={})
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicState | None:
         return self.topics_by_id.get(topic_id)
@@ -117,24 +125,38 @@ class ReplicaCallFailed(RuntimeError):
     pass
 
 
+
+def answers_once_committed(method):
+    """A public method of the controller: it runs once the metadata is read, and answers only once
+    the records it (or anything before it) persisted are committed: with the metadata quorum, a
+    decision is seen by no one before a majority of voters has it (at once with the log on this
+    node, where every append is durable when it returns)."""
+    @functools.wraps(method)
+    async def call(self, *args, **kwargs):
+        await self._ready()
+        result = method(self, *args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        await self._durable()
+        return result
+    return call
+
+
 class ControllerActor:
     def __init__(self, broker_config: dict[str, Any]):
         log_to_stderr()
+        self.broker_config = broker_config
         self.data_dir = Path(broker_config["log.dirs"]).resolve()
-        self.log = MetadataLog(self.data_dir / "__cluster_metadata" / "metadata.log")
-        records = list(self.log.replay())
-        cluster_id = next((r["cluster_id"] for r in records if r["type"] == "cluster"), None)
-        if cluster_id is None:
-            cluster_id = broker_config.get("cluster.id") or uuid.uuid4().hex[:22]
-            self.log.append([{"type": "cluster", "cluster_id": cluster_id}])
-        self.core = ControllerCore(broker_config, cluster_id)
-        for record in records:
-            if record["type"] != "cluster":
-                self.core.apply(record)
-        self.core.finish_replay(now_ms())
-        # metadata versions must keep growing across controller restarts (gateways ignore older
-        # images): start each incarnation at the clock, in microseconds, above any earlier version
-        self.core.metadata_version = max(self.core.metadata_version, time.time_ns() // 1000)
+        # the metadata log: a file on this node, or (kray.metadata.quorum.enable) the metadata
+        # quorum's log, read once the voters have elected a leader (`_load_from_quorum`)
+        self.quorum_voters = configured_voters(broker_config) if quorum_enabled(broker_config) else ()
+        if self.quorum_voters:
+            self.log = QuorumMetadataLog(self.quorum_voters, on_failure=self._quorum_failed)
+        else:
+            self.log = MetadataLog(self.data_dir / "__cluster_metadata" / "metadata.log")
+        self.core: ControllerCore | None = None  # once the metadata is read
+        self.loaded = asyncio.Event()
+        self.loading: asyncio.Task | None = None
         # replica actors and their listeners, keyed (topic id, partition, broker id)
         self.replica_actors: dict[tuple[uuid.UUID, int, int], Any] = {}
         self.replica_listeners: dict[tuple[uuid.UUID, int, int], str] = {}
@@ -168,12 +190,90 @@ class ControllerActor:
         self.lost_nodes: set[str] = set()  # Ray nodes declared dead: a gateway left on one may not register
         self.id_conflicts: set[tuple[str, str]] = set()  # (node, live node) claiming one broker id: said once
         self.publisher: asyncio.Task | None = None
-        self.to_supervise = self._adopt_running_actors()
+        self.to_supervise: list[tuple] = []
         # brokers that registered with this incarnation, or whose gateway it adopted: only they
         # get replica actors (a broker the log knows may name a dead Ray node)
-        self.registered: set[int] = set(self.gateways)
+        self.registered: set[int] = set()
+        if not self.quorum_voters:
+            self._load(list(self.log.replay()))
+
+    def _load(self, records: list[dict[str, Any]]) -> None:
+        """The state the metadata log's records make, and the actors still running from before."""
+        cluster_id = next((r["cluster_id"] for r in records if r["type"] == "cluster"), None)
+        if cluster_id is None:
+            cluster_id = self.broker_config.get("cluster.id") or uuid.uuid4().hex[:22]
+            self.log.append([{"type": "cluster", "cluster_id": cluster_id}])
+        self.core = ControllerCore(self.broker_config, cluster_id)
+        for record in records:
+            if record["type"] != "cluster":
+                self.core.apply(record)
+        self.core.finish_replay(now_ms())
+        # metadata versions must keep growing across controller restarts (gateways ignore older
+        # images): start each incarnation at the clock, in microseconds, above any earlier version
+        self.core.metadata_version = max(self.core.metadata_version, time.time_ns() // 1000)
+        self.to_supervise = self._adopt_running_actors()
+        self.registered = set(self.gateways)
         for broker_id in set(self.core.brokers) - self.registered:  # gone while no controller ran
             self._persist(self.core.replication_outcome(self.core.replication.broker_died(broker_id).records))
+        self.loaded.set()
+
+    async def _load_from_quorum(self) -> None:
+        """The voters run in the voting brokers' gateways: start those first (or find them running),
+        then read the metadata from the quorum's leader."""
+        while True:
+            try:
+                await self._start_voting_gateways()
+                records = await self.log.open()
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reading the metadata from the quorum failed; trying again")
+                await asyncio.sleep(1.0)
+        self._load(records)
+        self._resume_supervision()
+
+    async def _start_voting_gateways(self) -> None:
+        """Each voter's gateway, on the node labelled with its broker id, started (if it is not
+        running) and asked to listen: it answers only once the metadata is read."""
+        labelled = {}
+        for node in map(NodeView.of, ray.nodes()):
+            if node.alive and node.hosts_broker and node.labelled_broker_id in self.quorum_voters:
+                labelled[node.labelled_broker_id] = node
+        for broker_id, node in sorted(labelled.items()):
+            gateway = self._running_gateway(broker_id)
+            if gateway is None:
+                gateway = composition.start_gateway(self.broker_config, broker_id, node.node_id,
+                                                    ray.get_runtime_context().current_actor, node.port)
+                log.info("broker %d (a voter of the metadata quorum) starting on Ray node %s", broker_id,
+                         node.node_id[:12])
+            gateway.start.remote()  # (its supervisor, once the metadata is read, awaits the same start)
+        missing = sorted(set(self.quorum_voters) - set(labelled))
+        if missing:
+            log.warning("voters %s of the metadata quorum have no live Ray node labelled %s=<id> yet", missing,
+                        BROKER_ID_LABEL)
+
+    @staticmethod
+    def _running_gateway(broker_id: int):
+        try:
+            return ray.get_actor(composition.gateway_name(broker_id), namespace=composition.NAMESPACE)
+        except ValueError:
+            return None
+
+    def _quorum_failed(self, why: str) -> None:
+        """Records may be lost that this controller's state already holds: start again from the log."""
+        log.error("the controller restarts to read the metadata again (%s)", why)
+        os._exit(1)  # Ray starts the controller again (max_restarts=-1); its actors keep running
+
+    async def _ready(self) -> None:
+        """Until the metadata is read (at once, with the metadata log on this node)."""
+        if not self.loaded.is_set():
+            self._resume_supervision()
+            await self.loaded.wait()
+
+    async def _durable(self) -> None:
+        """Until every record persisted so far is committed: before anything learns of it."""
+        await self.log.durable(self.log.appended)
 
     def _adopt_running_actors(self) -> list[tuple]:
         """After Ray restarts the controller, the actors it had started are still running under
@@ -217,7 +317,12 @@ class ControllerActor:
         return found
 
     def _resume_supervision(self) -> None:
-        """Supervisors and the node watcher are asyncio tasks: start them from the first async call."""
+        """Supervisors and the node watcher are asyncio tasks: start them from the first async call
+        (in quorum mode, once the metadata is read)."""
+        if self.core is None:
+            if self.loading is None:
+                self.loading = asyncio.ensure_future(self._load_from_quorum())
+            return
         for key, actor, serve, until in self.to_supervise:
             self.supervisors[key] = asyncio.ensure_future(self._supervise(key, actor, serve, until))
         self.to_supervise = []
@@ -230,6 +335,7 @@ class ControllerActor:
             self.publisher = asyncio.ensure_future(self._publish())
 
     # ---- brokers: one per Ray node -----------------------------------------------------------
+    @answers_once_committed
     async def deploy_brokers(self, expected: int, timeout_s: float) -> list[BrokerInfo]:
         """Run a broker (gateway) on every broker node of the Ray cluster, nodes that join later
         included; answer once at least `expected` of them serve clients and the internal topics
@@ -300,8 +406,9 @@ class ControllerActor:
                                   f"(give each node its own kray-broker-id label)")
                     continue
                 self._node_lost(holder, replaced_by=node)
-            gateway = composition.start_gateway(self.core.broker_config, broker_id, node.node_id,
-                                                ray.get_runtime_context().current_actor, node.port)
+            gateway = (self._running_gateway(broker_id) if self.quorum_voters else None) or \
+                composition.start_gateway(self.core.broker_config, broker_id, node.node_id,
+                                          ray.get_runtime_context().current_actor, node.port)
             self.node_brokers[node.node_id] = broker_id
             self.gateways[broker_id] = gateway
             key = ("gateway", broker_id)
@@ -380,8 +487,9 @@ class ControllerActor:
         return MetadataImage(c.metadata_version, c.cluster_id, c.controller_id(), live, dict(c.topics),
                              leaders, listeners, coordinators,
                              {g: dict(cfg) for g, cfg in c.group_configs.items()}, tuple(c.acls), c.acl_version,
-                             dict(c.scram_credentials), c.scram_version, c.quorum_voters)
+                             dict(c.scram_credentials), c.scram_version)
 
+    @answers_once_committed
     async def wait_for_metadata(self, known_version: int, timeout_s: float) -> MetadataImage:
         """Answer as soon as the metadata is newer than `known_version`, or at the timeout."""
         self._resume_supervision()
@@ -393,43 +501,51 @@ class ControllerActor:
             await asyncio.sleep(CHANGES_COALESCE_S)
         return self.image()
 
+    @answers_once_committed
     def topic_configs(self, name: str) -> dict[str, Any] | None:
         topic = self.core.topics.get(name)
         return None if topic is None else {"effective": self.core.effective_configs(topic),
                                            "overrides": dict(topic.configs)}
 
+    @answers_once_committed
     def group_configs(self, group_id: str) -> dict[str, Any]:
         """A group's config overrides (KIP-932 share group configs)."""
         return dict(self.core.group_configs.get(group_id, {}))
 
+    @answers_once_committed
     def alter_group_configs(self, group_id: str, configs: dict[str, Any], incremental: bool,
                             validate_only: bool = False) -> tuple[int, str | None]:
         outcome = self.core.alter_group_configs(group_id, configs, incremental=incremental, validate_only=validate_only)
         self._persist(outcome)
         return outcome.error_code, outcome.message
 
+    @answers_once_committed
     def create_acls(self, bindings: list) -> list[tuple[int, str | None]]:
         """CreateAcls (AclBinding objects): per binding (error code, message)."""
         results, outcome = self.core.create_acls(bindings)
         self._persist(outcome)
         return results
 
+    @answers_once_committed
     def delete_acls(self, filters: list) -> list[tuple[int, str | None, list]]:
         """DeleteAcls (AclBindingFilter objects): per filter (error code, message, removed bindings)."""
         results, outcome = self.core.delete_acls(filters)
         self._persist(outcome)
         return results
 
+    @answers_once_committed
     def alter_user_scram_credentials(self, deletions: list, upsertions: list) -> list:
         """AlterUserScramCredentials (scram_credentials.Deletion / Upsertion): per user an AlterResult."""
         results, outcome = self.core.alter_user_scram_credentials(deletions, upsertions)
         self._persist(outcome)
         return results
 
+    @answers_once_committed
     def broker_configs(self) -> dict[str, Any]:
         return dict(self.core.broker_config)
 
     # ---- commands --------------------------------------------------------------------------
+    @answers_once_committed
     async def register_broker(self, info: BrokerInfo, gateway=None) -> tuple[MetadataImage, int]:
         """A gateway (re)starts its broker: a new broker epoch, unfenced, and its replicas start.
         Returns at once with the image and the broker epoch its heartbeats carry (replicas may
@@ -439,7 +555,6 @@ class ControllerActor:
                              f"broker starts again on the node that replaces it")
         outcome = self.core.register_broker(info, now_ms())
         self._persist(outcome)
-        self._persist(self.core.choose_quorum_voters())
         log.info("broker %d registered (broker epoch %d) at %s:%d", info.broker_id, outcome.broker_epoch,
                  info.host, info.port)
         if info.broker_id in self.ever_registered:
@@ -456,6 +571,7 @@ class ControllerActor:
             self._start_partitions(topic)
         return self.image(), outcome.broker_epoch
 
+    @answers_once_committed
     async def broker_ready(self, broker_id: int) -> MetadataImage:
         """Answer once the replicas on this broker listen and know their partitions' state; the
         broker then counts as serving."""
@@ -471,6 +587,7 @@ class ControllerActor:
         nodes = {b: node_id for node_id, b in self.node_brokers.items() if b is not None}
         return {b: (why, nodes.get(b)) for b, why in self.broker_failures.items()}
 
+    @answers_once_committed
     def heartbeat(self, broker_id: int, broker_epoch: int) -> int:
         """A broker is alive (broker.heartbeat.interval.ms). STALE_BROKER_EPOCH: register again.
         A broker whose node was declared dead is not unfenced by a last heartbeat of its old
@@ -506,6 +623,7 @@ class ControllerActor:
         self.events_changed.set()
         self.events_changed = asyncio.Event()
 
+    @answers_once_committed
     def alter_partition(self, broker_id: int, broker_epoch: int, topic_id: uuid.UUID, index: int,
                         leader_epoch: int, partition_epoch: int, new_isr: list[int],
                         proposal_id: int) -> tuple[int, dict | None]:
@@ -517,6 +635,7 @@ class ControllerActor:
         self._persist(self.core.replication_outcome(decision.records))
         return decision.error_code, decision.partition
 
+    @answers_once_committed
     async def ensure_internal_topic(self, name: str) -> MetadataImage:
         """Create `__consumer_offsets` or `__share_group_state` on first use; the leaders of its
         partitions are its coordinators."""
@@ -533,6 +652,7 @@ class ControllerActor:
         await self._await_listening(self._start_partitions(self.core.topics[name]))
         return self.image()
 
+    @answers_once_committed
     async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, Any], validate_only: bool = False,
                      assignments: dict[int, list[int]] | None = None) -> tuple[int, str | None, dict | None]:
@@ -548,12 +668,14 @@ class ControllerActor:
         await self._await_listening(self._start_partitions(topic))
         return 0, None, created
 
+    @answers_once_committed
     async def delete_topic(self, name: str) -> tuple[int, str | None, uuid.UUID | None]:
         topic = self.core.topics.get(name)
         outcome = self.core.delete_topic(name)
         self._persist(outcome)
         if outcome.error_code:
             return outcome.error_code, outcome.message, None
+        await self._durable()  # before any replica deletes its files
         keys = [k for k in self.replica_actors if k[0] == topic.topic_id]
         actors = [self.replica_actors.pop(k) for k in keys]
         for k in keys:
@@ -569,6 +691,7 @@ class ControllerActor:
         await self._await_replicas([a.delete.remote() for a in actors if a is not None])
         return 0, None, topic.topic_id
 
+    @answers_once_committed
     async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> tuple[int, str | None]:
         outcome = self.core.create_partitions(name, count, validate_only=validate_only)
         self._persist(outcome)
@@ -576,11 +699,13 @@ class ControllerActor:
             await self._await_listening(self._start_partitions(self.core.topics[name]))
         return outcome.error_code, outcome.message
 
+    @answers_once_committed
     async def alter_topic_configs(self, name: str, configs: dict[str, Any], incremental: bool,
                                   validate_only: bool = False) -> tuple[int, str | None]:
         outcome = self.core.alter_topic_configs(name, configs, incremental=incremental, validate_only=validate_only)
         self._persist(outcome)
         if not outcome.error_code and not validate_only:
+            await self._durable()
             topic = self.core.topics[name]
             config = TopicConfig.from_kafka(self.core.effective_configs(topic))
             await self._await_replicas([actor.reconfigure.remote(config) for key, actor
@@ -603,6 +728,7 @@ class ControllerActor:
             self.replica_listeners[key] = address
             self._bump()
 
+    @answers_once_committed
     def allocate_producer_id(self) -> int:
         producer_id, outcome = self.core.allocate_producer_id()
         self._persist(outcome)
@@ -654,6 +780,8 @@ class ControllerActor:
         while gateway or self.replica_actors.get(key) is actor:
             try:
                 life = None if gateway else self._shard_life(actor.shard)
+                if not gateway:
+                    await self._durable()  # its partition (a new topic's) is committed before it has files
                 address = await (getattr(actor, serve).remote() if gateway else
                                  self._shard_call(actor, "host", actor.spec))
                 delay_s = SUPERVISE_RETRY_S
@@ -758,6 +886,7 @@ class ControllerActor:
         if state is None:
             return
         self.told[key] = state
+        await self._durable()  # a replica learns only committed state
         await asyncio.wait_for(self._shard_call(actor, "update", *self._update_args(state)), timeout_s)
         if self._confirmed(key, actor, state):
             self._bump()

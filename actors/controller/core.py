@@ -18,7 +18,6 @@ from actors.gateway.security.authorizer import AclBinding, AclBindingFilter, acl
     binding_row
 from actors.gateway.security import scram_credentials
 
-from .quorum_shell import settings as quorum_settings
 from .elections import DEFAULT_BROKER_SESSION_TIMEOUT_MS, RECORD_TYPES as REPLICATION_RECORD_TYPES, ReplicationControl
 
 TOPIC_NAME_LENGTH_MAX = 249
@@ -99,9 +98,6 @@ class ControllerCore:
         # SCRAM credentials (KIP-554), keyed (user name, mechanism): salts, iterations and keys only
         self.scram_credentials: dict[scram_credentials.CredentialKey, Any] = {}
         self.scram_version = 0  # SCRAM records applied: gateways re-index credentials when it moves
-        # the metadata quorum's voters (actors/controller/quorum_shell): chosen once and recorded, so
-        # that every broker starts its voter with the same set; () while none is chosen
-        self.quorum_voters: tuple[int, ...] = ()
         # liveness, leaders, epochs and ISRs: partition keys are (topic_id bytes, index), the
         # partition objects are this core's own PartitionStates (updated in place by its records)
         self.replication = ReplicationControl(
@@ -136,19 +132,6 @@ class ControllerCore:
         return Outcome(error_code, None, records)
 
     # ---- commands ------------------------------------------------------------------------
-    def choose_quorum_voters(self) -> Outcome:
-        """With kray.metadata.quorum.enable, once: controller.quorum.voters if set, else the lowest
-        DEFAULT_VOTERS_MAX broker ids as soon as that many brokers have registered (a cluster of
-        fewer brokers runs no quorum: it could not survive the loss of a voter anyway). Never
-        changed afterwards: a voter refuses another set (quorum_shell/store.py)."""
-        if self.quorum_voters or not quorum_settings.quorum_enabled(self.broker_config):
-            return Outcome()
-        if self.broker_config.get(quorum_settings.VOTERS_KEY) in (None, ""):
-            if len(self.brokers) < quorum_settings.DEFAULT_VOTERS_MAX:
-                return Outcome()
-        voters = quorum_settings.voters_for(self.broker_config, self.brokers)
-        return self._commit([{"type": "quorum_voters", "voters": list(voters)}])
-
     def register_broker(self, info: BrokerInfo, now_ms: int = 0) -> Outcome:
         """A broker (re)starts: its endpoint, a new broker epoch (fencing its previous incarnation,
         whose partitions get new leaders), then unfenced at once: Kray's gateway registers only
@@ -363,8 +346,6 @@ class ControllerCore:
             for row in record["bindings"]:
                 self.acls.pop(binding_from_row(row), None)
             self.acl_version += 1
-        elif kind == "quorum_voters":
-            self.quorum_voters = tuple(record["voters"])
         elif kind in scram_credentials.RECORD_KINDS:
             scram_credentials.apply_record(self.scram_credentials, record)
             self.scram_version += 1

@@ -22,6 +22,7 @@ class MetadataLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.appended = 0  # append calls so far: all durable when append returns
 
     def replay(self) -> Iterator[dict[str, Any]]:
         data = os.pread(self._fd, os.fstat(self._fd).st_size, 0)
@@ -49,6 +50,10 @@ class MetadataLog:
             out += FRAME_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
         os.write(self._fd, out)
         os.fsync(self._fd)
+        self.appended += 1
+
+    async def durable(self, upto: int) -> None:
+        """(QuorumMetadataLog's wait for a commit: here every append is durable when it returns.)"""
 
     def close(self) -> None:
         os.close(self._fd)

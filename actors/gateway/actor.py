@@ -22,26 +22,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import ray
 
 from actors import log_to_stderr
+from actors.controller.actor import MetadataImage
 from actors.controller.core import BrokerInfo
 from actors.controller.elections import DEFAULT_BROKER_SESSION_TIMEOUT_MS
-from actors.controller.quorum_shell.settings import quorum_enabled
+from actors.controller.quorum import NotLeader
+from actors.controller.quorum_shell.settings import configured_voters, quorum_enabled
 from actors.controller.quorum_shell.voter import build_voter
 from actors.gateway.broker_session import BrokerSession
 from actors.gateway.context import GatewayContext, RayController, monotonic_ms
 from actors.gateway.frontend import follow_metadata, start_frontend
 from actors.startup import start_unless_started
 from actors.gateway.security.settings import security_settings
+from cluster import composition
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("kray.gateway")
 ANY_ADDRESS = ("0.0.0.0", "::", "")
 BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT = 2000  # broker.heartbeat.interval.ms
 SESSION_RECHECK_S = 0.05  # a session deadline is checked at most this late
-VOTERS_POLL_S = 0.5  # how often a broker looks for the quorum's voters in its metadata until they are chosen
+VOTERS_POLL_S = 0.5  # how often a voter looks for the other voters' listeners while one is missing
+VOTERS_REFRESH_S = 5.0  # ... and then, for a voter that moved
+VOTER_LOOKUP_TIMEOUT_S = 5.0
 
 
 class GatewayActor:
@@ -69,6 +75,7 @@ class GatewayActor:
         self.stopped = asyncio.Event()
         self.voter: asyncio.Task | None = None  # runs this broker's voter of the metadata quorum
         self.voter_addresses: dict[int, tuple[str, int]] = {}  # peer voters' listeners, as last seen
+        self.endpoint: tuple[str, int] | None = None  # this broker's inter-broker listener, advertised
 
     async def start(self) -> tuple[str, int]:
         self.starting = start_unless_started(self.starting, self._start)
@@ -79,7 +86,13 @@ class GatewayActor:
         listeners, primary = settings.listeners, settings.primary
         # a node's own port (several brokers on one machine) moves every configured port alike
         offset = self.port - primary.port if self.port is not None and primary.port > 0 else 0
-        self.ctx.set_metadata(await self.ctx.controller.wait_for_metadata(-1, 0))  # before the first client
+        quorum = quorum_enabled(self.config)
+        if not quorum:
+            self.ctx.set_metadata(await self.ctx.controller.wait_for_metadata(-1, 0))  # before the first client
+        elif self.ctx.metadata is None:
+            # the controller's metadata lives in the quorum this broker's voter is part of: listen
+            # first (the voters reach each other there), serve an empty cluster until it is read
+            self.ctx.set_metadata(MetadataImage.starting())
         for listener in listeners.listeners:
             if listener.name in self.servers:  # a retried start keeps the sockets it already bound
                 continue
@@ -104,6 +117,11 @@ class GatewayActor:
             log.info("broker %d: listener %s (%s) on port %d, advertised as %s:%d", self.ctx.broker_id,
                      advertised.name, advertised.security_protocol.value, bound, host, port)
         host, port = endpoints[primary.name]
+        self.endpoint = (host, port)
+        if quorum:
+            if self.voter is None:
+                self.voter = asyncio.create_task(self._run_voter())
+            self.ctx.set_metadata(await self.ctx.controller.wait_for_metadata(-1, 0))
         node_id = ray.get_runtime_context().get_node_id()
         # follow the metadata before registering: registration publishes this broker at once, but
         # answers only after the partitions it leads listen (seconds, when logs recover), and
@@ -117,8 +135,6 @@ class GatewayActor:
         if self.heartbeats is None:
             self.heartbeats = asyncio.create_task(self._heartbeat())
             self.session_watch = asyncio.create_task(self._watch_session())
-        if self.voter is None and quorum_enabled(self.config):
-            self.voter = asyncio.create_task(self._run_voter())
         image = await self.ctx.controller.broker_ready(self.ctx.broker_id)  # its replicas listen
         if image.version > self.ctx.metadata.version:
             self.ctx.set_metadata(image)
@@ -237,29 +253,75 @@ class GatewayActor:
                 self.watcher.cancel()
                 self.watcher = asyncio.create_task(follow_metadata(self.ctx))
 
+    # ---- the metadata quorum's voter (kray.metadata.quorum.enable) ---------------------------------
     async def _run_voter(self) -> None:
-        """Once the controller has recorded the quorum's voters (ControllerCore.choose_quorum_voters):
-        run this broker's voter if it is one, until the gateway stops."""
-        while not self.ctx.metadata.quorum_voters:
-            await asyncio.sleep(VOTERS_POLL_S)
-        voters = tuple(self.ctx.metadata.quorum_voters)
+        """Run this broker's voter if controller.quorum.voters names it, until the gateway stops."""
+        voters = configured_voters(self.config)
         if self.ctx.broker_id not in voters:
             return
-        node = build_voter(self.config, self.ctx.broker_id, voters, self.ctx.metadata.cluster_id, self._voter_address)
+        finder = asyncio.create_task(self._find_voters(voters))
+        node = build_voter(self.config, self.ctx.broker_id, voters, None, self.voter_addresses.get)
         self.ctx.quorum = node
         try:
             await node.run()
         finally:
+            finder.cancel()
             self.ctx.quorum = None
             node.stop()
 
-    def _voter_address(self, broker_id: int) -> tuple[str, int] | None:
-        """A peer voter's inter-broker listener, as the metadata has it now, else as it had it last
-        (a fenced broker leaves the image, but its voter still votes)."""
-        broker = self.ctx.metadata.brokers.get(broker_id) if self.ctx.metadata else None
-        if broker is not None:
-            self.voter_addresses[broker_id] = (broker.host, broker.port)
-        return self.voter_addresses.get(broker_id)
+    async def _find_voters(self, voters: tuple[int, ...]) -> None:
+        """Where the other voters listen: as their gateways say (asked over Ray, so the quorum can form
+        before any metadata exists), then as the metadata says once it names them (a broker that
+        returned elsewhere)."""
+        while True:
+            for broker_id in voters:
+                broker = self.ctx.metadata.brokers.get(broker_id) if self.ctx.metadata else None
+                if broker is not None:
+                    self.voter_addresses[broker_id] = (broker.host, broker.port)
+                elif broker_id not in self.voter_addresses and broker_id != self.ctx.broker_id:
+                    try:
+                        gateway = await asyncio.to_thread(ray.get_actor, composition.gateway_name(broker_id),
+                                                          namespace=composition.NAMESPACE)
+                        endpoint = await asyncio.wait_for(gateway.inter_broker_endpoint.remote(), VOTER_LOOKUP_TIMEOUT_S)
+                    except Exception as e:  # not started yet, or restarting
+                        log.debug("voter %d not found yet: %s", broker_id, e)
+                        continue
+                    if endpoint is not None:
+                        self.voter_addresses[broker_id] = tuple(endpoint)
+            missing = set(voters) - set(self.voter_addresses) - {self.ctx.broker_id}
+            await asyncio.sleep(VOTERS_POLL_S if missing else VOTERS_REFRESH_S)
+
+    def inter_broker_endpoint(self) -> tuple[str, int] | None:
+        """Where this broker's inter-broker listener is advertised, once it listens."""
+        return self.endpoint
+
+    def quorum_status(self):
+        """This broker's voter's view (actors/controller/quorum QuorumStatus), or None without one;
+        `settled`: it leads and has committed its whole log (it may be read from start to end)."""
+        node = self.ctx.quorum
+        return None if node is None else (node.status(), node.settled())
+
+    async def propose_metadata(self, payloads: list[bytes]) -> tuple[str, Any]:
+        """Append the controller's records (encoded) to the quorum's log through this broker's voter:
+        ("committed", the batch's base offset) once committed; ("not_leader", the leader's id or
+        None): nothing was appended; ("lost", why): appended, but a new leader's log replaced it."""
+        node = self.ctx.quorum
+        if node is None:
+            return "not_leader", None
+        try:
+            result = await node.propose(payloads)
+        except LookupError as e:
+            return "lost", str(e)
+        if isinstance(result, NotLeader):
+            return "not_leader", result.leader_id
+        return "committed", result.base_offset
+
+    def read_metadata(self, from_offset: int) -> list[tuple[int, list[bytes]]]:
+        """The controller's committed records from `from_offset` on: (base offset, payloads) per batch."""
+        node = self.ctx.quorum
+        if node is None:
+            return []
+        return [(b.base_offset, list(b.records)) for b in node.committed_batches(from_offset) if not b.control]
 
     async def until_stopped(self) -> None:
         """Returns when the gateway stops; raises in the caller if it dies (the controller's cue to

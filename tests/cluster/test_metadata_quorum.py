@@ -6,7 +6,11 @@ A leader's node killed (SIGKILL of every process) leaves two voters that elect a
 higher epoch and commit its LeaderChange; the killed broker, started again from its files, follows the
 new leader and catches up.
 
-The controller does not use the quorum yet: these tests check the quorum alone."""
+The controller keeps its metadata there: no metadata log on its own node, a topic created is a record
+committed in the quorum, and topics created before a quorum leader's loss are served, written and read
+after it (the controller, whose proposal in flight may have been lost, starts again and reads the log).
+The controller's own failover (a standby on another voter) is not built yet: it still runs on the Ray
+head."""
 import json
 import os
 import subprocess
@@ -17,9 +21,12 @@ from pathlib import Path
 import pytest
 import ray
 
+from confluent_kafka.admin import AdminClient, NewTopic
+
 from cluster.admin import KafkaConnection
 from cluster.local import LocalCluster
 from cluster.tools.metadata_quorum import describe_request, partition_of
+from tests.cluster.test_replication import AckedProducer, _read_keys, _wait_for_isr
 
 REPO = Path(__file__).resolve().parents[2]
 QUORUM = {"kray.metadata.quorum.enable": "true"}
@@ -67,8 +74,20 @@ def agreed(cluster, brokers, *, above_epoch: int = 0, timeout_s: float = ELECTED
                          f"{ {b: (getattr(p, 'leader_id', p), getattr(p, 'leader_epoch', None)) for b, p in seen.items()} }")
 
 
+def _create(cluster, topic: str, partitions: int = 3) -> AdminClient:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 3, config={"min.insync.replicas": "2"})])[topic].result(60)
+    return admin
+
+
 def test_voters_elect_one_leader_and_commit_over_the_listeners(cluster):
     view = agreed(cluster, {1, 2, 3})
+    # the controller's metadata is in the quorum, not in a file beside the controller
+    assert not (Path(cluster.data_dir) / "__cluster_metadata" / "metadata.log").exists()
+    admin = _create(cluster, "q-before")
+    assert "q-before" in admin.list_topics(timeout=10).topics
+    grown = agreed(cluster, {1, 2, 3})
+    assert grown.high_watermark > view.high_watermark   # the topic's record, committed by the voters
     assert sorted(r.replica_id for r in view.current_voters) == [1, 2, 3]
     assert list(view.observers) == []
     # the voter's state is on the broker's disk, beside its partitions, as Kafka lays it out
@@ -89,6 +108,12 @@ def test_voters_elect_one_leader_and_commit_over_the_listeners(cluster):
 def test_a_killed_leader_is_replaced_and_rejoins_as_a_follower(cluster):
     before = agreed(cluster, {1, 2, 3})
     old = before.leader_id
+    topic = "q-through"
+    admin = _create(cluster, topic)
+    for i in range(3):
+        _wait_for_isr(admin, topic, i, [1, 2, 3])
+    producer = AckedProducer(cluster.bootstrap, topic, 3)
+    time.sleep(2)
     cluster.kill_node(old)
     killed_at = time.monotonic()
     survivors = {1, 2, 3} - {old}
@@ -97,7 +122,18 @@ def test_a_killed_leader_is_replaced_and_rejoins_as_a_follower(cluster):
     assert after.leader_id != old
     assert after.high_watermark > before.high_watermark     # the new epoch's LeaderChange is committed
     print(f"new quorum leader {after.leader_id} (epoch {after.leader_epoch}) {elected_s:.1f} s after the kill")
+    time.sleep(5)
+    acked_before_restart = len(producer.acked)
     cluster.restart_node(old)
     back = agreed(cluster, {1, 2, 3}, above_epoch=before.leader_epoch)
     assert back.leader_epoch >= after.leader_epoch
     assert back.high_watermark >= after.high_watermark
+    # the cluster works on: the metadata from before the loss, new metadata after it
+    _create(cluster, "q-after")
+    assert {"q-before", topic, "q-after"} <= set(AdminClient({"bootstrap.servers": cluster.bootstrap})
+                                                   .list_topics(timeout=10).topics)
+    time.sleep(2)
+    producer.finish()
+    acked = dict(producer.acked)
+    assert acked and len(acked) > acked_before_restart, producer.errors[:3]
+    assert set(acked) <= _read_keys(cluster.bootstrap, topic, 3, len(acked))   # no acknowledged record lost

@@ -94,39 +94,3 @@ def test_metadata_log_truncates_a_torn_tail(tmp_path):
     log.close()
     assert [r["n"] for r in MetadataLog(path).replay()] == [1, 2, 3]
 
-
-def _core(**config):
-    return ControllerCore({**BROKER_DEFAULTS, **config}, "c")
-
-
-def _register(core, broker_id):
-    outcome = core.register_broker(BrokerInfo(broker_id, "127.0.0.1", 9092 + broker_id, None, f"n{broker_id}"))
-    return outcome
-
-
-def test_quorum_voters_are_chosen_once_three_brokers_registered_and_never_change():
-    core = _core(**{"kray.metadata.quorum.enable": "true"})
-    records = []
-    for broker_id in (5, 2):
-        _register(core, broker_id)
-        assert core.choose_quorum_voters().records == []      # two brokers: no quorum yet
-    _register(core, 9)
-    outcome = core.choose_quorum_voters()
-    assert outcome.records == [{"type": "quorum_voters", "voters": [2, 5, 9]}]
-    records += outcome.records
-    _register(core, 1)                                          # a lower id later does not move the set
-    assert core.choose_quorum_voters().records == []
-    assert core.quorum_voters == (2, 5, 9)
-    replayed = _core(**{"kray.metadata.quorum.enable": "true"})
-    for record in records:
-        replayed.apply(record)
-    assert replayed.quorum_voters == (2, 5, 9)
-
-
-def test_configured_quorum_voters_are_recorded_at_once_and_nothing_without_the_switch():
-    core = _core(**{"kray.metadata.quorum.enable": "true", "controller.quorum.voters": "1@h1:9092,2@h2:9092,3@h3:9092"})
-    assert core.choose_quorum_voters().records == [{"type": "quorum_voters", "voters": [1, 2, 3]}]
-    off = _core()
-    for broker_id in (1, 2, 3):
-        _register(off, broker_id)
-    assert off.choose_quorum_voters().records == [] and off.quorum_voters == ()

@@ -17,10 +17,12 @@ def test_voters_kafka_form_and_ids():
             settings.parse_voters(bad)
 
 
-def test_default_voters_are_the_lowest_ids_up_to_three():
-    assert settings.voters_for({}, [7, 2, 5, 4]) == (2, 4, 5)
-    assert settings.voters_for({}, [9]) == (9,)
-    assert settings.voters_for({"controller.quorum.voters": "5,7,9"}, [1, 2]) == (5, 7, 9)
+def test_voters_must_be_configured_and_local_clusters_default_to_the_lowest_ids():
+    assert settings.configured_voters({"controller.quorum.voters": "5,7,9"}) == (5, 7, 9)
+    with pytest.raises(ValueError, match="controller.quorum.voters"):
+        settings.configured_voters({"kray.metadata.quorum.enable": "true"})
+    assert settings.default_voters([7, 2, 5, 4]) == (2, 4, 5)
+    assert settings.default_voters([9]) == (9,)
 
 
 def test_timings_use_kafkas_names():

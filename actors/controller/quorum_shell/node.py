@@ -122,6 +122,15 @@ class QuorumNode:
     def status(self) -> QuorumStatus:
         return self.core.status()
 
+    def committed_batches(self, from_offset: int) -> list[Batch]:
+        """The committed batches from `from_offset` (a batch boundary) on, control batches included."""
+        return self.core.log.batches_between(from_offset, self.committed_offset)
+
+    def settled(self) -> bool:
+        """This node leads and everything in its log is committed (its epoch's LeaderChange too): its
+        committed batches are the whole log a new reader must replay."""
+        return self.core.status().role == "leader" and self.committed_offset == self.core.log.end_offset
+
     # ---- carrying out an Output ----------------------------------------------------------------------
     def _step(self, step: Callable[[int], Output]) -> None:
         self._carry(step(self.clock_ms()))

@@ -3,10 +3,12 @@
 - `kray.metadata.quorum.enable` (Kray's switch, false by default): while false no voter starts and
   the controller's metadata log is the only one, as on main before issue 17.
 - `controller.quorum.voters` (Kafka's name): Kafka's "id@host:port,..." or plain ids "1,2,3"; the
-  endpoints are the brokers' inter-broker listeners, looked up in the cluster metadata, so only the
-  ids count here. Unset: the brokers with the lowest ids, up to DEFAULT_VOTERS_MAX. Either way the
-  set a node first starts with is recorded in its quorum-state file (store.py) and a later start
-  with another set is refused: a voter set never changes silently (KIP-853 will change it on purpose).
+  endpoints are the brokers' inter-broker listeners, as the voting brokers' gateways say (only the
+  ids count here). Required with the switch on, as Kafka requires it: the voters must be known
+  before the first metadata record, which they keep (LocalCluster sets its lowest broker ids, up
+  to DEFAULT_VOTERS_MAX). The set a node first starts with is recorded in its quorum-state file
+  (store.py) and a later start with another set is refused: a voter set never changes silently
+  (KIP-853 will change it on purpose).
 - `controller.quorum.*` timings, Kafka's names and defaults (actors/controller/quorum/config.py).
 """
 from __future__ import annotations
@@ -46,14 +48,17 @@ def parse_voters(value: Any) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def voters_for(config: Mapping[str, Any], broker_ids: Iterable[int]) -> tuple[int, ...]:
-    """The configured voters, else the lowest DEFAULT_VOTERS_MAX broker ids."""
-    if config.get(VOTERS_KEY) not in (None, ""):
-        return parse_voters(config[VOTERS_KEY])
-    ids = sorted(set(broker_ids))[:DEFAULT_VOTERS_MAX]
-    if not ids:
-        raise ValueError(f"no brokers to choose {VOTERS_KEY} from")
-    return tuple(ids)
+def configured_voters(config: Mapping[str, Any]) -> tuple[int, ...]:
+    """controller.quorum.voters; ValueError, saying what to set, when it is missing."""
+    if config.get(VOTERS_KEY) in (None, ""):
+        raise ValueError(f"{ENABLE_KEY}=true needs {VOTERS_KEY}: the broker ids of the voters (three, e.g. "
+                         f"\"1,2,3\": nodes started with `ray start --labels kray-broker-id=N`)")
+    return parse_voters(config[VOTERS_KEY])
+
+
+def default_voters(broker_ids: Iterable[int]) -> tuple[int, ...]:
+    """The lowest DEFAULT_VOTERS_MAX broker ids (LocalCluster's choice when none is configured)."""
+    return tuple(sorted(set(broker_ids))[:DEFAULT_VOTERS_MAX])
 
 
 def quorum_config(config: Mapping[str, Any], voters: tuple[int, ...]) -> QuorumConfig:
