@@ -60,3 +60,10 @@ def test_loss_drops_that_share_of_packets():
     dropped = sum(s.release_at(1.0, i) is None for i in range(4000))
     assert 900 < dropped < 1100
     assert relay.Shaper(0.01, 0, 0.0).release_at(5.0, "f") == 5.01
+
+
+def test_percentiles_of_a_stats_histogram():
+    hist = {"0": 90, "1": 8, "30": 2}
+    assert relay.percentile(hist, 0.5) == 0 and relay.percentile(hist, 0.95) == 1
+    assert relay.percentile(hist, 0.99) == 30 and relay.percentile(hist, 1.0) == 30
+    assert relay.percentile({}, 0.5) is None
