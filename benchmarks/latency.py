@@ -204,7 +204,13 @@ def markdown(result: dict) -> str:
         late99 = max(s["late_ms_p99"] or 0 for *_, s in relays)
         late_max = max(s["late_ms_max"] for *_, s in relays)
         held = sorted({s["held_ms_p50"] for *_, s in relays})
-        lines += ["", f"The delay relay (per host, {relays[0][3]['scheduling']}): each packet held p50 "
+        per_repeat = [round(sum(s["cpu_s"] or 0 for s in r["relays"].values()), 1)
+                      for r in rows if r.get("relays") and r["clients"] == "tuned"]  # cumulative over both cells
+        lines += ["", f"The delay relay (per host, {relays[0][3]['scheduling']}): CPU seconds of the three relays over "
+                      f"both degraded cells of a repeat: {', '.join(map(str, per_repeat))}"
+                      + (f" (over {', '.join(str(r['relay_wall_s']) for r in rows if r.get('relay_wall_s') and r['clients'] == 'tuned')} s)"
+                         if any(r.get("relay_wall_s") for r in rows) else "")
+                      + f"; each packet held p50 "
                       f"{'/'.join(map(str, held))} ms (whole ms, per queue point), verdicts late p99 <= {late99} ms, "
                       f"max {late_max:.1f} ms; netlink errors: "
                       f"{sum(sum(s['netlink_errors'].values()) for *_, s in relays) or 'none'}."]
@@ -354,7 +360,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="benchmarks/results/latency", help="results path, without .json/.md/.png")
     parser.add_argument("--mechanism", action="store_true",
                         help="measure the latency mechanism alone on two bare hosts (to --out + '-mechanism')")
+    parser.add_argument("--markdown-from", help="only rewrite the .md of a results JSON (e.g. after a format change)")
     args = parser.parse_args(argv)
+    if args.markdown_from:
+        src = Path(args.markdown_from)
+        src.with_suffix(".md").write_text(markdown(json.loads(src.read_text())))
+        return 0
     if args.mechanism:
         out = Path(args.out + "-mechanism")
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -378,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.repeats):
             for latency in ("none", label):
                 connect = set_latency(hosts, args.delay_ms if latency != "none" else 0, args.jitter_ms)
+                t_set = time.monotonic()
                 log(f"repeat {r + 1}, latency {latency}: connect h1->h2 {connect['connect_h1_h2_ms']} ms, "
                     f"h3->h1 {connect['connect_h3_h1_ms']} ms")
                 if latency != "none":
@@ -387,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
                     row["connect"] = connect
                     if latency != "none" and hosts.net.latency_mechanism() == "relay":
                         row["relays"] = relay_summary(hosts)  # cumulative since this latency was set
+                        row["relay_wall_s"] = round(time.monotonic() - t_set, 1)
                     result["runs"].append(row)
         set_latency(hosts, 0, 0)
     result["load_1min_at_end"] = round(os.getloadavg()[0], 2)
