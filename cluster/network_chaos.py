@@ -12,9 +12,10 @@ Faults, one host at a time by default, each healed before the next on that host:
             but not from the clients: a leader on the wrong side of a partition, still written to
 - one-way   packets from the host to one other host are lost; the other way is not
 - loss      the host's link loses a share of its packets, both ways (iptables' statistic match)
-
-Latency is not among them: `tc netem` is what gives it, and this machine's kernel lacks sch_netem
-(KrayHosts.degrade says so where it is missing).
+- latency   the host's link holds each packet delay ± delay/4 ms, both ways (HostNetwork.degrade:
+            tc netem where the kernel has it, else the NFQUEUE delay relay,
+            cluster/hosts/delay_relay.py); asked for by name (--faults ...,latency), not in the
+            default set, so the default schedules of existing seeds replay unchanged
 """
 from __future__ import annotations
 
@@ -29,8 +30,10 @@ ISOLATE = "isolate"
 SPLIT = "split"
 ONE_WAY = "one-way"
 LOSS = "loss"
+LATENCY = "latency"
 HEAL = "heal"
-FAULTS = (ISOLATE, SPLIT, ONE_WAY, LOSS)
+FAULTS = (ISOLATE, SPLIT, ONE_WAY, LOSS)        # the default schedule's
+KNOWN_FAULTS = FAULTS + (LATENCY,)
 NEEDS_IPTABLES = (LOSS,)
 
 
@@ -42,22 +45,25 @@ class NetStep:
     fault: str                        # for HEAL: the fault it heals; else == action
     peer: int | None = None           # one-way: the host whose packets from `host` are lost
     probability: float | None = None  # loss: each packet's chance of being lost
+    delay_ms: float | None = None     # latency: each packet's delay (± a quarter of it), each way
 
     def describe(self) -> str:
         what = {ISOLATE: f"isolate h{self.host}", SPLIT: f"split h{self.host} from the other hosts",
                 ONE_WAY: f"one-way loss h{self.host}->h{self.peer}",
-                LOSS: f"loss {100 * (self.probability or 0):.0f}% on h{self.host}'s link"}[self.fault]
+                LOSS: f"loss {100 * (self.probability or 0):.0f}% on h{self.host}'s link",
+                LATENCY: f"latency {self.delay_ms or 0:g} ms ± {(self.delay_ms or 0) / 4:g} ms on h{self.host}'s link"}[self.fault]
         return what if self.action != HEAL else f"heal ({what})"
 
 
 def plan(seed: int, hosts: list[int], duration_s: float, *, faults: tuple[str, ...] = FAULTS,
          mean_gap_s: float = 8.0, down_s: tuple[float, float] = (3.0, 15.0), max_down: int = 1,
-         loss: tuple[float, float] = (0.05, 0.3)) -> list[NetStep]:
+         loss: tuple[float, float] = (0.05, 0.3), latency_ms: tuple[float, float] = (20.0, 200.0)) -> list[NetStep]:
     """The schedule: a pure function of its arguments (the same seed replays it). Timing and
-    targets as cluster/chaos.plan; one-way's other host and loss's probability drawn after."""
-    unknown = set(faults) - set(FAULTS)
+    targets as cluster/chaos.plan; one-way's other host, loss's probability and latency's delay
+    drawn after (each only for its own faults, so a schedule without latency is the one it was)."""
+    unknown = set(faults) - set(KNOWN_FAULTS)
     if unknown or not faults:
-        raise ValueError(f"network faults must be among {', '.join(FAULTS)} (got {', '.join(sorted(unknown)) or 'none'})")
+        raise ValueError(f"network faults must be among {', '.join(KNOWN_FAULTS)} (got {', '.join(sorted(unknown)) or 'none'})")
     if ONE_WAY in faults and len(hosts) < 2:
         raise ValueError("one-way loss needs two hosts")
     rng = random.Random(seed)
@@ -66,8 +72,9 @@ def plan(seed: int, hosts: list[int], duration_s: float, *, faults: tuple[str, .
     for start_s, end_s, host, fault in drawn:
         peer = rng.choice([h for h in sorted(hosts) if h != host]) if fault == ONE_WAY else None
         probability = round(rng.uniform(*loss), 3) if fault == LOSS else None
-        steps.append(NetStep(start_s, fault, host, fault, peer, probability))
-        steps.append(NetStep(end_s, HEAL, host, fault, peer, probability))
+        delay_ms = round(rng.uniform(*latency_ms)) if fault == LATENCY else None
+        steps.append(NetStep(start_s, fault, host, fault, peer, probability, delay_ms))
+        steps.append(NetStep(end_s, HEAL, host, fault, peer, probability, delay_ms))
     return sorted(steps, key=lambda s: (s.at_s, s.action != HEAL))
 
 
@@ -88,6 +95,11 @@ def apply(hosts, step: NetStep) -> None:
             hosts.unlose(step.host)
         else:
             hosts.lose(step.host, step.probability)
+    elif step.fault == LATENCY:
+        if heal:
+            hosts.restore(step.host)
+        else:
+            hosts.degrade(step.host, delay_ms=step.delay_ms, jitter_ms=step.delay_ms / 4)
     else:
         raise ValueError(f"unknown fault {step.fault!r}")
 

@@ -320,8 +320,11 @@ class KrayHosts:
     def uncut(self, a: int | str, b: int | str) -> None:
         self.net.uncut(a, b)
 
-    def degrade(self, host: int | str, **netem) -> None:
-        self.net.degrade(host, **netem)
+    def degrade(self, host: int | str, *, delay_ms: float = 0, jitter_ms: float = 0, loss_percent: float = 0,
+                seed: int | None = None) -> None:
+        """Latency and loss on `host`'s link, both ways (HostNetwork.degrade: tc netem, or the
+        delay relay where the kernel has no netem)."""
+        self.net.degrade(host, delay_ms=delay_ms, jitter_ms=jitter_ms, loss_percent=loss_percent, seed=seed)
 
     def restore(self, host: int | str) -> None:
         self.net.restore(host)

@@ -6,9 +6,11 @@ processes run in them, faults on their links, and removal of all of it.
         net.plan.host("h2").address                 # "198.18.0.2": reach it from here
         net.isolate("h2"); ...; net.heal("h2")      # h2's cable pulled, and back
         net.cut("h1", "h2"); ...; net.uncut("h1", "h2")   # h1 and h2 can't reach each other
+        net.degrade("h2", delay_ms=20, jitter_ms=5); ...; net.restore("h2")  # a slow link, both ways
 
 Leaving the block (an exception included) kills every process in the namespaces, then removes
-the namespaces, the links, the bridge and the run's directory. A run that could not clean up (it
+the namespaces, the links, the bridge, the run's rules in this namespace (the delay relay's) and
+the run's directory. A run that could not clean up (it
 was SIGKILLed) is cleaned up by the next one: its names start with `krh<run id>-` and its
 directory records its owner's pid, which is then gone (`python -m cluster.hosts clean` does the
 same by hand).
@@ -16,12 +18,14 @@ same by hand).
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -33,6 +37,10 @@ log = logging.getLogger("kray.hosts")
 RUNS_DIR = Path("/tmp")          # each run's directory: /tmp/krh<run id> (homes, Ray temp dirs, data)
 OWNER_FILE = "owner.pid"
 KILL_GRACE_S = 5.0
+REPO = Path(__file__).resolve().parents[2]
+RELAY_READY_TIMEOUT_S = 30.0
+NETEM = "netem"
+RELAY = "relay"  # cluster/hosts/delay_relay.py, where the kernel has no netem
 
 
 class HostsUnavailable(RuntimeError):
@@ -139,6 +147,11 @@ def clean_leftovers() -> list[str]:
     for name in dead_links:
         if ip("link", "delete", name, check=False).returncode == 0:
             removed.append(f"link {name}")
+    if shutil.which("iptables") is not None:
+        raw = _run(["iptables", "-w", "-t", "raw", "-S", "PREROUTING"], False).stdout
+        for args in planner.leftover_root_delay_rules(raw, live):
+            if _run(["iptables", *args], False).returncode == 0:
+                removed.append(f"delay rule {' '.join(args[4:])}")
     for run in sorted(runs - live):
         directory = RUNS_DIR / f"{planner.PREFIX}{run}"
         if directory.is_dir():
@@ -161,6 +174,9 @@ class HostNetwork:
         self.isolated: set[str] = set()
         self.split_hosts: set[str] = set()
         self.filtered: set[str] = set()   # hosts whose fault chains exist (cluster/hosts/plan.py FAULTS_IN/OUT)
+        self.latency: str | None = None   # how degrade() works here: NETEM or RELAY (None: find out at first use)
+        self.degraded: dict[str, str] = {}  # host name -> the mechanism its degrade() used
+        self.relays: dict[str, tuple[subprocess.Popen, Path]] = {}  # host name -> its delay relay and output
         self._outputs = itertools.count(1)
 
     # ---- make and remove ---------------------------------------------------------------------
@@ -198,6 +214,8 @@ class HostNetwork:
                     proc.send_signal(signal.SIGTERM)
                 except ProcessLookupError:
                     pass
+        for name in list(self.degraded):
+            self._remove_delay_rules(name, root_only=True)  # the hosts' own rules go with their namespaces
         kill_namespace_processes(*(host.netns for host in self.plan.hosts))
         for proc in self.processes:
             try:
@@ -278,22 +296,98 @@ class HostNetwork:
         for args in planner.uncut_commands(self.plan.host(a), self.plan.host(b)):
             ip(*args, check=False)
 
-    def degrade(self, host: int | str, *, delay_ms: float = 0, jitter_ms: float = 0, loss_percent: float = 0) -> None:
-        """Latency and loss on `host`'s link, both ways (tc netem; clear with restore())."""
+    def latency_mechanism(self) -> str:
+        """How degrade() works on this machine: NETEM where the kernel has sch_netem (tried on a
+        host's loopback), else RELAY (iptables' NFQUEUE and cluster/hosts/delay_relay.py);
+        HostsUnavailable when neither can."""
+        if self.latency is None:
+            probe = self.command(self.plan.hosts[0].name, ["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"])
+            if _run(probe, False).returncode == 0:
+                _run(self.command(self.plan.hosts[0].name, ["tc", "qdisc", "del", "dev", "lo", "root"]), False)
+                self.latency = NETEM
+            elif shutil.which("iptables") is None:
+                raise HostsUnavailable("latency needs tc netem (this kernel has no sch_netem) or iptables' NFQUEUE "
+                                       "for the delay relay (apt-get install iptables)")
+            else:
+                self.latency = RELAY
+        return self.latency
+
+    def degrade(self, host: int | str, *, delay_ms: float = 0, jitter_ms: float = 0, loss_percent: float = 0,
+                seed: int | None = None) -> None:
+        """Latency (delay ± jitter, uniform) and loss on `host`'s link, both ways: each packet into
+        or out of the host gets them once (so between two degraded hosts, twice). tc netem where
+        the kernel has it, else the delay relay (cluster/hosts/delay_relay.py; `seed` seeds its
+        draws). Replaces an earlier degrade() of the host; restore() or heal_all() clears it."""
+        planner.check_degrade(delay_ms, jitter_ms, loss_percent)
         h = self.plan.host(host)
-        for args in planner.netem_commands(h, delay_ms=delay_ms, jitter_ms=jitter_ms, loss_percent=loss_percent):
-            done = tc(*args, check=False)
-            if done.returncode != 0:
-                if any(t in done.stderr.lower() for t in ("netem", "qdisc kind is unknown", "no such file")):
-                    raise HostsUnavailable(f"tc netem is not available here ({done.stderr.strip()}): this kernel "
-                                           f"needs CONFIG_NET_SCH_NETEM (the sch_netem module) for latency and loss; "
-                                           f"isolate() works without it")
-                raise CommandFailed(f"`tc {' '.join(args)}` failed: {done.stderr.strip()}")
+        how = self.latency_mechanism()
+        self.restore(h.name)
+        if how == NETEM:
+            for args in planner.netem_commands(h, delay_ms=delay_ms, jitter_ms=jitter_ms, loss_percent=loss_percent):
+                tc(*args)
+            self.degraded[h.name] = NETEM
+            return
+        stats = self.run_dir / f"{h.name}-delay.json"
+        argv = planner.relay_command(sys.executable, self.plan, h, delay_ms=delay_ms, jitter_ms=jitter_ms,
+                                     loss_percent=loss_percent, root_netns=f"/proc/{os.getpid()}/ns/net",
+                                     stats=str(stats), seed=seed)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(REPO)}
+        started = self.start(h.name, argv, env=env, cwd=str(REPO))
+        self.relays[h.name] = started
+        self.degraded[h.name] = RELAY
+        try:
+            self._wait_relay_ready(h.name, *started)
+            for netns, args in planner.delay_rule_commands(self.plan, h, add=True):
+                _run(["iptables", *args] if netns is None else ["ip", "netns", "exec", netns, "iptables", *args], True)
+        except BaseException:
+            self.restore(h.name)
+            raise
+
+    @staticmethod
+    def _wait_relay_ready(name: str, proc: subprocess.Popen, out: Path) -> None:
+        deadline = time.monotonic() + RELAY_READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            text = out.read_text(errors="replace") if out.exists() else ""
+            if planner.RELAY_READY in text:
+                return
+            if proc.poll() is not None:
+                raise CommandFailed(f"on {name}: the delay relay exited {proc.returncode}: {text[-2000:]}")
+            time.sleep(0.05)
+        raise CommandFailed(f"on {name}: the delay relay was not ready within {RELAY_READY_TIMEOUT_S:.0f} s")
+
+    def _remove_delay_rules(self, name: str, *, root_only: bool = False) -> None:
+        for netns, args in planner.delay_rule_commands(self.plan, self.plan.host(name), add=False):
+            if netns is None:
+                _run(["iptables", *args], False)
+            elif not root_only:
+                _run(["ip", "netns", "exec", netns, "iptables", *args], False)
 
     def restore(self, host: int | str) -> None:
-        """Undo degrade() on `host`'s link."""
-        for args in planner.netem_clear_commands(self.plan.host(host)):
-            tc(*args, check=False)
+        """Undo degrade() on `host`'s link (nothing when it has none)."""
+        h = self.plan.host(host)
+        how = self.degraded.pop(h.name, None)
+        if how == NETEM:
+            for args in planner.netem_clear_commands(h):
+                tc(*args, check=False)
+        elif how == RELAY:
+            self._remove_delay_rules(h.name)  # first: packets pass again; then the relay lets go of what it holds
+            proc, _ = self.relays.pop(h.name)
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(KILL_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+    def relay_stats(self, host: int | str) -> dict | None:
+        """What `host`'s delay relay applied so far (cluster/hosts/delay_relay.py's stats file,
+        rewritten every second and at its end), or None when it never ran."""
+        path = self.run_dir / f"{self.plan.host(host).name}-delay.json"
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
 
     # ---- faults by packet filter, and a host split from the others -----------------------------
     def iptables(self, host: int | str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -346,7 +440,8 @@ class HostNetwork:
         self.split_hosts.discard(h.name)
 
     def heal_all(self) -> None:
-        """Undo every fault of every host: links up, cuts and splits gone, filters empty."""
+        """Undo every fault of every host: links up, cuts and splits gone, filters empty, links
+        no longer degraded."""
         if self.plan is None:
             return
         hosts = self.plan.hosts
@@ -360,5 +455,7 @@ class HostNetwork:
         for name in list(self.filtered):
             for args in planner.filter_clear_commands():
                 self.iptables(name, *args, check=False)
+        for name in list(self.degraded):
+            self.restore(name)
         self.isolated.clear()
         self.split_hosts.clear()

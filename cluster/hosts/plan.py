@@ -150,6 +150,7 @@ def leftovers(netns_names: list[str], link_names: list[str], live_runs: set[str]
 
 
 # ---- faults: a host's cable pulled, a link between two hosts cut, a bad link (tc netem) --------
+# (where the kernel has no netem, the delay relay gives the bad link instead: see below)
 def isolate_commands(host: HostPlan) -> list[list[str]]:
     """Cut `host` off from every other host and from the clients, both ways: its bridge port goes
     down (a pulled cable: packets are lost, nothing is refused, connections time out)."""
@@ -176,20 +177,25 @@ def uncut_commands(a: HostPlan, b: HostPlan) -> list[list[str]]:
     return [["-n", a.netns, "route", "del", f"{b.address}/32"], ["-n", b.netns, "route", "del", f"{a.address}/32"]]
 
 
-def netem_commands(host: HostPlan, *, delay_ms: float = 0, jitter_ms: float = 0, loss_percent: float = 0) -> list[list[str]]:
-    """`tc` argument lists giving `host`'s link latency and loss, both ways (each direction gets
-    them once: traffic to the host leaves the bridge port, traffic from it leaves its eth0)."""
+def check_degrade(delay_ms: float, jitter_ms: float, loss_percent: float) -> None:
+    """What degrade() accepts, whatever carries it out (netem or the delay relay)."""
     if delay_ms < 0 or jitter_ms < 0 or not 0 <= loss_percent <= 100:
         raise PlanError("delay_ms and jitter_ms must be >= 0 and loss_percent within 0..100")
     if jitter_ms > delay_ms:
         raise PlanError(f"jitter ({jitter_ms} ms) larger than the delay ({delay_ms} ms) would send packets back in time")
+    if not (delay_ms or loss_percent):
+        raise PlanError("give a delay or a loss (restore() clears the link)")
+
+
+def netem_commands(host: HostPlan, *, delay_ms: float = 0, jitter_ms: float = 0, loss_percent: float = 0) -> list[list[str]]:
+    """`tc` argument lists giving `host`'s link latency and loss, both ways (each direction gets
+    them once: traffic to the host leaves the bridge port, traffic from it leaves its eth0)."""
+    check_degrade(delay_ms, jitter_ms, loss_percent)
     spec = ["netem"]
     if delay_ms or jitter_ms:
         spec += ["delay", f"{delay_ms:g}ms"] + ([f"{jitter_ms:g}ms"] if jitter_ms else [])
     if loss_percent:
         spec += ["loss", f"{loss_percent:g}%"]
-    if spec == ["netem"]:
-        raise PlanError("give a delay, a jitter or a loss (or clear the link with netem_clear_commands)")
     return [["qdisc", "replace", "dev", host.veth, "root"] + spec,
             ["-n", host.netns, "qdisc", "replace", "dev", host.inner_link, "root"] + spec]
 
@@ -251,3 +257,77 @@ def split_commands(network: NetworkPlan, host: HostPlan) -> list[list[str]]:
 
 def unsplit_commands(network: NetworkPlan, host: HostPlan) -> list[list[str]]:
     return [cmd for other in network.hosts if other != host for cmd in uncut_commands(host, other)]
+
+
+# ---- a bad link without netem: the delay relay (cluster/hosts/delay_relay.py) ---------------------
+# degrade(host) there means the same as with netem: each packet into or out of `host` is held for
+# delay ± jitter (or lost) once per direction, so traffic between two degraded hosts gets it twice.
+# The packets are queued (iptables' NFQUEUE) where they are *received*, never at a sender's OUTPUT
+# (there a held packet counts against its TCP socket's small-queue budget and throttles it):
+#   into the host      in the host's namespace, mangle PREROUTING, from its eth0
+#   out of the host    in every other host's namespace, raw PREROUTING, from its eth0 and its
+#                      address; in the clients' (root) namespace, raw PREROUTING from the
+#                      bridge, its address, to the bridge's address (bridged packets between
+#                      hosts pass the root's hooks too where br_netfilter is on: not those)
+# Different tables (raw at priority -300, mangle at -150), so a packet between two degraded hosts
+# meets both relays: an NFQUEUE verdict continues with the next hook, not the next rule.
+# Queues bypass when no relay listens (--queue-bypass): a relay that died lets packets through,
+# it never blackholes a link. The root namespace's queue numbers are shared with every other run
+# on this machine: each run takes its own block of them (delay_queue).
+DELAY_QUEUE_BASE = 10_000
+DELAY_QUEUES_PER_RUN = 16          # hosts 1..15 get a queue of their own; more hosts share them modulo
+DELAY_QUEUE_BLOCKS = 3_000         # 10_000 + 3_000 * 16 < 65_536
+RELAY_READY = "delay_relay: ready"
+
+
+def delay_queue(network: NetworkPlan, host: HostPlan) -> int:
+    """The NFQUEUE number of `host`'s relay: one block per run id, so concurrent runs rarely meet
+    (a relay that finds its number taken says so and degrade() fails)."""
+    block = int(network.run_id, 16) % DELAY_QUEUE_BLOCKS
+    return DELAY_QUEUE_BASE + block * DELAY_QUEUES_PER_RUN + host.index % DELAY_QUEUES_PER_RUN
+
+
+def delay_rules(network: NetworkPlan, host: HostPlan) -> list[tuple[str | None, list[str]]]:
+    """(namespace, iptables rule spec) of every rule that sends `host`'s packets to its relay's
+    queue; the namespace None is the root one (the clients'). Add a spec with `-A`, remove it
+    with `-D` (delay_rule_commands)."""
+    queue = ["-j", "NFQUEUE", "--queue-num", str(delay_queue(network, host)), "--queue-bypass"]
+    rules = [(host.netns, ["-t", "mangle", "PREROUTING", "-i", host.inner_link] + queue)]
+    rules += [(other.netns, ["-t", "raw", "PREROUTING", "-i", other.inner_link, "-s", host.address] + queue)
+              for other in network.hosts if other != host]
+    rules.append((None, ["-t", "raw", "PREROUTING", "-i", network.bridge, "-s", host.address,
+                         "-d", network.bridge_address] + queue))
+    return rules
+
+
+def delay_rule_commands(network: NetworkPlan, host: HostPlan, *, add: bool) -> list[tuple[str | None, list[str]]]:
+    """(namespace, iptables argument list) adding (or deleting) `host`'s delay rules."""
+    return [(netns, ["-w", spec[0], spec[1], "-A" if add else "-D", *spec[2:]]) for netns, spec in delay_rules(network, host)]
+
+
+def relay_command(python: str, network: NetworkPlan, host: HostPlan, *, delay_ms: float, jitter_ms: float,
+                  loss_percent: float, root_netns: str, stats: str, seed: int | None = None) -> list[str]:
+    """The relay of `host`, run in its namespace: its queue there, in the other hosts' namespaces
+    and in the root one (`root_netns`, a path to it: /proc/<pid of the harness>/ns/net)."""
+    check_degrade(delay_ms, jitter_ms, loss_percent)
+    argv = [python, "-m", "cluster.hosts.delay_relay", "--queue", str(delay_queue(network, host)),
+            "--delay-ms", f"{delay_ms:g}", "--jitter-ms", f"{jitter_ms:g}", "--loss-percent", f"{loss_percent:g}",
+            "--stats", stats]
+    for other in network.hosts:
+        if other != host:
+            argv += ["--netns", f"/run/netns/{other.netns}"]
+    argv += ["--netns", root_netns]
+    return argv + ([] if seed is None else ["--seed", str(seed)])
+
+
+def leftover_root_delay_rules(raw_rules: str, live_runs: set[str]) -> list[list[str]]:
+    """iptables argument lists deleting the root namespace's delay rules (`iptables -t raw -S
+    PREROUTING`'s lines) of runs whose owner is gone: the rules name their run's bridge."""
+    out = []
+    for line in raw_rules.splitlines():
+        words = line.split()
+        if len(words) > 3 and words[0] == "-A" and "-i" in words and "NFQUEUE" in words:
+            run = run_id_of(words[words.index("-i") + 1])
+            if run is not None and run not in live_runs:
+                out.append(["-w", "-t", "raw", "-D", *words[1:]])
+    return out

@@ -37,7 +37,8 @@ from cluster.hosts.net import unavailable_reason
 
 HEALTHY_AFTER_TEST_S = 120   # from the heal_all after a test until the deployment is whole again
 HEALTHY_BEFORE_TEST_S = 60   # a deployment found not whole before a test gets this long, then is replaced
-ORDER = ("test_net_faults.py", "test_three_hosts.py", "test_partition_heal.py", "test_chaos_checked.py")
+ORDER = ("test_net_faults.py", "test_three_hosts.py", "test_latency.py", "test_partition_heal.py",
+         "test_chaos_checked.py")
 HERE = Path(__file__).resolve().parent
 
 

@@ -1,6 +1,7 @@
 """The hosts harness's network faults do what they say, seen by packets (no Ray, no Kray: a small
 TCP and UDP listener on each host): isolate, split (cut from the other hosts, not from the
-clients), one-way loss (by route and by packet filter), random loss on a link, and heal_all.
+clients), one-way loss (by route and by packet filter), random loss on a link, latency (tc netem,
+or the delay relay where the kernel has no netem), and heal_all.
 Needs root and `ip netns`; the filter faults need iptables."""
 import sys
 import time
@@ -77,6 +78,26 @@ def udp_received(net, src, dst, count: int = 200) -> int:
     return log.read_text().split().count(src_address) - before
 
 
+CONNECT_MS = f"""
+import socket, statistics, sys, time
+out = []
+for _ in range(int(sys.argv[2])):
+    t = time.perf_counter()
+    socket.create_connection((sys.argv[1], {TCP_PORT}), timeout=5.0).close()
+    out.append((time.perf_counter() - t) * 1000)
+print(statistics.median(out), min(out))
+"""
+
+
+def connect_ms(net, src, dst, count: int = 7) -> tuple[float, float]:
+    """(median, min) of TCP connects (one round trip each) from `src` (None: root) to `dst`, in ms."""
+    import subprocess
+    argv = [sys.executable, "-c", CONNECT_MS, net.plan.host(dst).address, str(count)]
+    out = subprocess.run(argv if src is None else net.command(src, argv), capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split()
+    return float(out[0]), float(out[1])
+
+
 def all_reach(net) -> bool:
     hosts = [None, 1, 2, 3]
     return all(reaches(net, a, b) for a in hosts for b in (1, 2, 3) if a != b)
@@ -124,3 +145,24 @@ def test_filter_faults_lose_one_way_or_a_share_of_a_links_packets_and_heal_all_c
     net.isolate(1)
     net.heal_all()
     assert udp_received(net, None, 2) == 200 and all_reach(net)
+
+
+def test_degrade_delays_a_hosts_link_both_ways_and_loses_a_share_and_restore_undoes_it(net):
+    reason = filter_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    assert connect_ms(net, 1, 2)[0] < 5
+    net.degrade(2, delay_ms=20, jitter_ms=5, seed=1)   # 15..25 ms each way: a connect's round trip 30..50 ms
+    print(f"\nlatency by {net.latency_mechanism()}")
+    for src in (1, None):                                  # from another host, from the clients
+        median, fastest = connect_ms(net, src, 2)
+        assert fastest >= 15 and 30 <= median < 80, (src, median, fastest)
+    assert connect_ms(net, 1, 3)[0] < 5                    # h1 <-> h3 untouched
+    net.degrade(2, delay_ms=0, loss_percent=50)            # replaces the delay
+    got = udp_received(net, None, 2, 400)
+    assert 100 < got < 300, f"{got} of 400 datagrams through a link losing half"
+    net.restore(2)
+    assert connect_ms(net, 1, 2)[0] < 5 and udp_received(net, None, 2) == 200
+    net.degrade(3, delay_ms=20)
+    net.heal_all()                                         # clears latency too
+    assert connect_ms(net, 1, 3)[0] < 5 and not net.degraded

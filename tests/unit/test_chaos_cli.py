@@ -27,5 +27,5 @@ def test_hosts_that_cannot_be_made_or_a_bad_fault_stop_before_anything_starts(mo
     assert "run as root" in capsys.readouterr().err
     monkeypatch.setattr(net, "unavailable_reason", lambda: None)
     monkeypatch.setattr(net, "filter_unavailable_reason", lambda: None)
-    assert cli.main(["chaos", "--hosts", "3", "--seed", "1", "--faults", "isolate,latency"]) == 2
+    assert cli.main(["chaos", "--hosts", "3", "--seed", "1", "--faults", "isolate,jitter"]) == 2
     assert "must be among" in capsys.readouterr().err

@@ -124,3 +124,54 @@ def test_a_split_host_loses_every_other_host_both_ways_but_keeps_the_clients():
     assert cmds == planner.cut_commands(p, h2, h1) + planner.cut_commands(p, h2, h3)
     assert not any(p.bridge_address in c for c in cmds)  # the clients' address is never cut
     assert planner.unsplit_commands(p, h2) == planner.uncut_commands(h2, h1) + planner.uncut_commands(h2, h3)
+
+
+def test_degrade_asks_for_a_delay_or_a_loss_with_jitter_within_the_delay():
+    planner.check_degrade(20, 5, 0)
+    planner.check_degrade(0, 0, 1.5)
+    for bad in ((5, 20, 0), (0, 0, 0), (-1, 0, 0), (10, 0, 101)):
+        with pytest.raises(planner.PlanError):
+            planner.check_degrade(*bad)
+
+
+def test_the_delay_relay_queues_a_hosts_packets_where_they_are_received_once_per_direction():
+    p = planner.plan(3, "1a2b", [])
+    h1, h2, h3 = p.hosts
+    q = planner.delay_queue(p, h2)
+    assert q == planner.DELAY_QUEUE_BASE + (0x1a2b % planner.DELAY_QUEUE_BLOCKS) * planner.DELAY_QUEUES_PER_RUN + 2 < 65536
+    assert len({planner.delay_queue(p, h) for h in p.hosts}) == 3
+    tail = ["-j", "NFQUEUE", "--queue-num", str(q), "--queue-bypass"]
+    assert planner.delay_rules(p, h2) == [
+        (h2.netns, ["-t", "mangle", "PREROUTING", "-i", "eth0"] + tail),                    # into h2
+        (h1.netns, ["-t", "raw", "PREROUTING", "-i", "eth0", "-s", "198.18.0.2"] + tail),   # h2 -> h1
+        (h3.netns, ["-t", "raw", "PREROUTING", "-i", "eth0", "-s", "198.18.0.2"] + tail),   # h2 -> h3
+        (None, ["-t", "raw", "PREROUTING", "-i", "krh1a2b-br", "-s", "198.18.0.2", "-d", "198.18.0.254"] + tail)]
+    # never a sender's OUTPUT (a held packet would count against its socket's TCP small queues)
+    assert not any("OUTPUT" in spec for _, spec in planner.delay_rules(p, h2))
+    add = planner.delay_rule_commands(p, h2, add=True)
+    assert add[0] == (h2.netns, ["-w", "-t", "mangle", "-A", "PREROUTING", "-i", "eth0"] + tail)
+    delete = planner.delay_rule_commands(p, h2, add=False)
+    assert [args[3] for _, args in delete] == ["-D"] * 4 and [n for n, _ in delete] == [n for n, _ in add]
+
+
+def test_the_relay_binds_its_queue_in_its_host_the_other_hosts_and_the_clients_namespace():
+    p = planner.plan(3, "1a2b", [])
+    argv = planner.relay_command("py", p, p.host(1), delay_ms=20, jitter_ms=5, loss_percent=0.5,
+                                 root_netns="/proc/42/ns/net", stats="/tmp/x.json", seed=7)
+    assert argv == ["py", "-m", "cluster.hosts.delay_relay", "--queue", str(planner.delay_queue(p, p.host(1))),
+                    "--delay-ms", "20", "--jitter-ms", "5", "--loss-percent", "0.5", "--stats", "/tmp/x.json",
+                    "--netns", "/run/netns/krh1a2b-h2", "--netns", "/run/netns/krh1a2b-h3",
+                    "--netns", "/proc/42/ns/net", "--seed", "7"]
+    with pytest.raises(planner.PlanError):
+        planner.relay_command("py", p, p.host(1), delay_ms=1, jitter_ms=2, loss_percent=0, root_netns="/x", stats="/y")
+
+
+def test_a_crashed_runs_delay_rules_in_the_root_namespace_are_found_by_its_bridge():
+    raw = "\n".join([
+        "-P PREROUTING ACCEPT",
+        "-A PREROUTING -s 198.18.0.2/32 -d 198.18.0.254/32 -i krh1111-br -j NFQUEUE --queue-num 10018 --queue-bypass",
+        "-A PREROUTING -s 198.18.1.2/32 -d 198.18.1.254/32 -i krh2222-br -j NFQUEUE --queue-num 10034 --queue-bypass",
+        "-A PREROUTING -i docker0 -j NFQUEUE --queue-num 3"])
+    assert planner.leftover_root_delay_rules(raw, {"2222"}) == [
+        ["-w", "-t", "raw", "-D", "PREROUTING", "-s", "198.18.0.2/32", "-d", "198.18.0.254/32", "-i", "krh1111-br",
+         "-j", "NFQUEUE", "--queue-num", "10018", "--queue-bypass"]]
