@@ -3,7 +3,7 @@
   kray start [--port 9092] [--data-dir DIR] [--config FILE] [--override key=value ...]
              [--nodes N | --address auto|HOST:PORT]
   kray chaos --seed S [--nodes 3] [--duration 300] [--faults kill,kill-graceful,pause] [start's options]
-  kray chaos --hosts 3 --seed S [--duration 120] [--faults isolate,split,one-way,loss] [--json F] [--markdown F]
+  kray chaos --hosts 3 --seed S [--duration 120] [--faults isolate,split,one-way,loss[,latency]] [--json F] [--markdown F]
   kray topics (--create|--list|--describe|--delete) --bootstrap-server HOST:PORT [--topic T] ...
   kray acls (--add|--remove|--list) --bootstrap-server HOST:PORT [--allow-principal User:alice] ...
   (every tool: --command-config client.properties for a secured listener)
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  "needs root), Kray deployed with ray start and kray start --address, "
                                                  "network faults, clients checked by a Jepsen-style checker")
     chaos.add_argument("--faults", help="which faults, comma-separated (default kill,kill-graceful,pause; with "
-                                        "--hosts: isolate,split,one-way,loss)")
+                                        "--hosts: isolate,split,one-way,loss; latency when named)")
     chaos.add_argument("--json", help="with --hosts: write the checker's report here as JSON")
     chaos.add_argument("--markdown", help="with --hosts: write the checker's tables here as Markdown")
     chaos.add_argument("--mean-gap", type=float, default=8.0, help="mean seconds between faults (default 8)")
