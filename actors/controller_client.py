@@ -29,7 +29,148 @@ METADATA_POLL_SLACK_S = 5.0  # a long poll's answer may come this long after its
 # creating an internal topic starts its 50 partitions: on a loaded machine that took up to ~90 s
 ENSURE_INTERNAL_TOPIC_TIMEOUT_S = 90.0
 ALTER_PARTITION_TIMEOUT_S = 5.0  # an unanswered AlterPartition is resent (same proposal id) after this
-RETRIED = (asyncio.TimeoutError, ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError)
+
+
+class NotController(RuntimeError):
+    """Raised by a standby controller (kray.metadata.quorum.enable): its broker's voter does not lead
+    the metadata quorum, so another controller is the active one (or none is, during an election)."""
+
+
+class NoActiveController(RuntimeError):
+    """No controller of the voters said it is active: an election, or a controller starting."""
+
+
+SUSPECT_S = 10.0  # a controller that did not answer in time is asked after the others for this long
+PROBE_AFTER_S = 1.0  # a call to the active controller unanswered this long: is another one active?
+PROBE_TIMEOUT_S = 1.0
+RESOLVE_AGAIN_S = 5.0
+RESOLVE_TIMEOUT_S = 5.0
+RETRIED = (asyncio.TimeoutError, ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError, NoActiveController)
+
+
+class ActiveController:
+    """A handle to whichever controller is active, for `call` and the helpers below
+    (`getattr(handle, method).remote(*args)` is awaitable): with the metadata quorum each voting
+    broker's node runs a controller (`controller-<id>`) and the one whose voter leads is active.
+    A call goes to the last active one; a standby's NotController, or a dead controller, sends it
+    to the others in turn; none active raises NoActiveController, which `call` retries. Picklable:
+    replicas and gateways get one in their spec, and resolve the controllers by name themselves."""
+
+    def __init__(self, voters: tuple[int, ...]):
+        self.voters = tuple(voters)
+        self._handles: dict[int, Any] = {}
+        self._active: int | None = None
+        self._suspect: dict[int, float] = {}  # voter -> until when it is asked last (a call to it timed out)
+        self._resolve_after = 0.0
+
+    def __getstate__(self):
+        return {"voters": self.voters}
+
+    def __setstate__(self, state):
+        self.__init__(state["voters"])
+
+    def __getattr__(self, method: str):
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return _ActiveMethod(self, method)
+
+    def _handle(self, voter: int):
+        return self._handles.get(voter)
+
+    async def _resolve(self) -> None:
+        """Handles to every voter's controller, asked of Ray's GCS (off the event loop, bounded; at
+        most every RESOLVE_AGAIN_S): resolved while the GCS is reachable, they keep working when it
+        is not (a cut-off Ray head), so a call can move to a standby that became active meanwhile."""
+        if len(self._handles) == len(self.voters) or time.monotonic() < self._resolve_after:
+            return
+        self._resolve_after = time.monotonic() + RESOLVE_AGAIN_S
+        from cluster import composition
+        for voter in self.voters:
+            if voter in self._handles:
+                continue
+            try:
+                self._handles[voter] = await asyncio.wait_for(asyncio.to_thread(
+                    ray.get_actor, composition.controller_name(voter), composition.NAMESPACE), RESOLVE_TIMEOUT_S)
+            except (ValueError, asyncio.TimeoutError):
+                continue
+
+    async def _call(self, method: str, args: tuple) -> Any:
+        await self._resolve()
+        tried: set[int] = set()
+        while True:
+            voter = self._next(tried)
+            if voter is None:
+                self._active = None
+                raise NoActiveController(f"no active controller among the voters {list(self.voters)} (an election?)")
+            tried.add(voter)
+            handle = self._handle(voter)
+            if handle is None:
+                continue
+            call = asyncio.ensure_future(_answer(getattr(handle, method).remote(*args)))
+            try:
+                done, _ = await asyncio.wait({call}, timeout=PROBE_AFTER_S)
+                if not done:
+                    # slow: a long poll, or a controller that is gone (its node dead: a call to it
+                    # waits for a restart that can't happen) or cut off: is another one active?
+                    other = await self._find_active(exclude=voter)
+                    if other is not None:
+                        call.cancel()
+                        self._suspect[voter] = time.monotonic() + SUSPECT_S
+                        self._active = other
+                        tried.discard(other)
+                        continue
+                result = await call
+            except NotController:
+                continue
+            except ray.exceptions.RayError as e:
+                if isinstance(e, ray.exceptions.RayTaskError):
+                    raise                           # the controller's own answer (an error of the command)
+                # restarting, gone, or never to run again (its node is gone: ActorUnschedulableError);
+                # a controller started again on a node that returned has a new handle
+                self._handles.pop(voter, None)
+                self._suspect[voter] = time.monotonic() + SUSPECT_S
+                continue
+            except asyncio.CancelledError:   # the caller's timeout: cut off? ask the others first next time
+                call.cancel()
+                self._suspect[voter] = time.monotonic() + SUSPECT_S
+                if self._active == voter:
+                    self._active = None
+                raise
+            self._active = voter
+            return result
+
+    def _next(self, tried: set[int]) -> int | None:
+        """The controller to ask next: the last active one, then the others; those that did not
+        answer in time lately last."""
+        now = time.monotonic()
+        order = ([self._active] if self._active is not None else []) + [v for v in self.voters if v != self._active]
+        order = [v for v in order if v not in tried]
+        order.sort(key=lambda v: self._suspect.get(v, 0) > now)   # (stable: the active one first)
+        return order[0] if order else None
+
+    async def _find_active(self, exclude: int) -> int | None:
+        for voter in self.voters:
+            handle = self._handle(voter) if voter != exclude else None
+            if handle is None:
+                continue
+            try:
+                if await asyncio.wait_for(_answer(handle.is_active.remote()), PROBE_TIMEOUT_S):
+                    return voter
+            except Exception:
+                continue
+        return None
+
+
+async def _answer(ref):
+    return await ref
+
+
+class _ActiveMethod:
+    def __init__(self, controller: ActiveController, method: str):
+        self.controller, self.method = controller, method
+
+    def remote(self, *args):
+        return self.controller._call(self.method, args)
 
 
 class ControllerUnreachable(TimeoutError):

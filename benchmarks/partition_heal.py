@@ -394,11 +394,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tcp-rto-max-ms", default=str(RTO_MAX_MS),
                         help=f"each host's net.ipv4.tcp_rto_max_ms ({RTO_MAX_MS}, as the README asks of broker "
                              f"hosts; 'kernel': the kernel's default)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker config of `kray start` beside the benchmark's (repeatable), e.g. "
+                             "kray.metadata.quorum.enable=true")
     parser.add_argument("--out", default="benchmarks/results/partition-heal", help="results path, without .json/.md")
     args = parser.parse_args(argv)
     from cluster.hosts.deploy import KrayHosts
     rto_max_ms = None if args.tcp_rto_max_ms == "kernel" else int(args.tcp_rto_max_ms)
-    hosts = KrayHosts(3, overrides=OVERRIDES, ray_system_config=RAY_HEALTH[args.ray_health], tcp_rto_max_ms=rto_max_ms)
+    hosts = KrayHosts(3, overrides=(*OVERRIDES, *args.override), ray_system_config=RAY_HEALTH[args.ray_health], tcp_rto_max_ms=rto_max_ms)
     log(f"starting 3 hosts (Ray health {args.ray_health}: {RAY_HEALTH[args.ray_health]}; load {load1()})")
     with hosts:
         log(f"up: {hosts.bootstrap}; " + ", ".join(f"{k} {v:.1f}" for k, v in hosts.timings.items()))

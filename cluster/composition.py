@@ -19,6 +19,11 @@ OUTLIVES_ITS_CREATOR = "detached"
 CONTROLLER_NAME = "controller"
 
 
+def controller_name(voter_id: int | None = None) -> str:
+    """The controller, or (kray.metadata.quorum.enable) the controller of one voting broker's node."""
+    return CONTROLLER_NAME if voter_id is None else f"{CONTROLLER_NAME}-{voter_id}"
+
+
 def gateway_name(broker_id: int) -> str:
     return f"gateway-{broker_id}"
 
@@ -32,17 +37,22 @@ def on_node(node_id: str, *, soft: bool = False) -> NodeAffinitySchedulingStrate
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=soft)
 
 
-def start_controller(broker_config: dict[str, Any], node_id: str):
+def start_controller(broker_config: dict[str, Any], node_id: str, voter_id: int | None = None):
     """The controller, whose config every other actor gets; it carries the secret Kray's actors
-    log in to each other's internal listeners with (made here unless the config has one)."""
+    log in to each other's internal listeners with (made here unless the config has one). With
+    the metadata quorum, one per voting broker (`voter_id`), on that broker's node: the one whose
+    voter leads is active, the others stand by. Detached there: a controller started by another
+    (a voter's node that returned) must outlive it."""
     from actors.controller.actor import ControllerActor
     from actors.gateway.security.inter_broker import with_broker_secret
-    broker_config = with_broker_secret(broker_config)
+    if voter_id is None:
+        broker_config = with_broker_secret(broker_config)
     return ray.remote(ControllerActor).options(
-        name=CONTROLLER_NAME, namespace=NAMESPACE, lifetime=None, max_restarts=-1,
+        name=controller_name(voter_id), namespace=NAMESPACE,
+        lifetime=None if voter_id is None else OUTLIVES_ITS_CREATOR, max_restarts=-1,
         max_task_retries=0, num_cpus=0, max_concurrency=1000,
         scheduling_strategy=on_node(node_id),
-    ).remote(broker_config)
+    ).remote(broker_config, voter_id)
 
 
 def start_gateway(broker_config: dict[str, Any], broker_id: int, node_id: str, controller, port: int | None):

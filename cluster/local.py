@@ -31,12 +31,16 @@ from typing import Any
 
 import ray
 
+from actors.controller.quorum_shell.settings import configured_voters, quorum_enabled
 from actors.controller.nodes import BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABEL, ROLE_LABEL, NodeView
+from actors.gateway.security.inter_broker import with_broker_secret
 from cluster import composition, inter_broker_login
 from cluster.start_errors import CannotListen, ProblemLog, RayUnreachable, ray_port_closed, ray_unreachable
 
 log = logging.getLogger("kray")
 RAY_STARTUP_TIMEOUT_S = 120
+ACTIVE_CONTROLLER_WAIT_S = 60.0  # an election, and the new controller reading the metadata
+STOP_WAIT_S = 10.0
 RAY_PROBE_TIMEOUT_S = 10  # kray start --address HOST:PORT: how long the head's port may take to accept
 NODE_SUPERVISION_POLL_S = 0.5
 BROKER_EVENTS_POLL_S = 10.0
@@ -77,6 +81,27 @@ def _head_node_id() -> str:
         if node["Alive"] and "node:__internal_head__" in node.get("Resources", {}):
             return node["NodeID"]
     return ray.get_runtime_context().get_node_id()
+
+
+def active_controller(voters, timeout_s: float, prefer=None):
+    """The handle of the active controller among the voting brokers' (kray.metadata.quorum.enable)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        handles = [prefer] if prefer is not None else []
+        for voter in voters:
+            try:
+                handles.append(ray.get_actor(composition.controller_name(voter), namespace=composition.NAMESPACE))
+            except ValueError:
+                pass
+        for handle in handles:
+            try:
+                if ray.get(handle.is_active.remote(), timeout=5):
+                    return handle
+            except Exception:
+                continue
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no active controller among the voters {list(voters)} within {timeout_s:.0f} s")
+        time.sleep(0.2)
 
 
 def stop_controller(controller) -> None:
@@ -174,11 +199,62 @@ def _signal_all(pids: list[int], sig: int) -> None:
             pass
 
 
-class LocalBroker:
+class _Controllers:
+    """The controller as LocalBroker and LocalCluster hold it: one actor (on the Ray head), or with
+    the metadata quorum (kray.metadata.quorum.enable) one per voting broker's node, of which the one
+    whose voter leads is active; `controller` is then that one (waiting up to
+    ACTIVE_CONTROLLER_WAIT_S for it, through an election)."""
+    _voters: tuple = ()
+    _controller = None
+
+    @property
+    def controller(self):
+        if not self._voters or self._controller is None or not ray.is_initialized():
+            return self._controller
+        return active_controller(self._voters, ACTIVE_CONTROLLER_WAIT_S, prefer=self._controller)
+
+    @controller.setter
+    def controller(self, handle) -> None:
+        self._controller = handle
+
+    def _start_controllers(self, voter_nodes: dict[int, str]):
+        """One controller per voting broker, on its node (one broker secret for all of them: they
+        start one another's brokers); returns the first handle (the active one is found by asking)."""
+        missing = sorted(set(self._voters) - set(voter_nodes))
+        if missing:
+            raise RuntimeError(f"controller.quorum.voters names brokers {missing}, but no live Ray node is labelled "
+                               f"{BROKER_ID_LABEL}=<id> for them: start those nodes with `ray start --labels "
+                               f"{BROKER_ID_LABEL}=<id>` (or name other voters)")
+        self.config = with_broker_secret(self.config)
+        handles = [composition.start_controller(self.config, voter_nodes[v], v) for v in self._voters]
+        return handles[0]
+
+    def _stop_controllers(self) -> None:
+        """The active controller stops the brokers; every voter's controller is then killed (they are
+        detached: they would outlive this process)."""
+        try:
+            controller = (None if not ray.is_initialized() or self._controller is None else
+                          active_controller(self._voters, STOP_WAIT_S, prefer=self._controller) if self._voters
+                          else self._controller)
+        except TimeoutError:  # no active controller: its brokers stop with Ray
+            controller = None
+        if controller is not None:
+            stop_controller(controller)
+        for voter in self._voters if ray.is_initialized() else ():
+            try:
+                ray.kill(ray.get_actor(composition.controller_name(voter), namespace=composition.NAMESPACE),
+                         no_restart=True)
+            except Exception:
+                pass
+        self.controller = None
+
+
+class LocalBroker(_Controllers):
     def __init__(self, broker_config: dict[str, Any], address: str | None = None):
         self.config = dict(broker_config)
         self.config["log.dirs"] = str(Path(self.config["log.dirs"]).resolve())
         self.address = address
+        self._voters = configured_voters(self.config) if quorum_enabled(self.config) else ()
         self.controller = None
         self.brokers: list = []
         self.bootstrap: str | None = None
@@ -206,7 +282,12 @@ class LocalBroker:
         else:
             controller_node = _head_node_id()
             expected = sum(1 for n in map(NodeView.of, ray.nodes()) if n.alive and n.hosts_broker)
-        self.controller = composition.start_controller(self.config, controller_node)
+        if self._voters:
+            self.controller = self._start_controllers({
+                n.labelled_broker_id: n.node_id for n in map(NodeView.of, ray.nodes())
+                if n.alive and n.hosts_broker and n.labelled_broker_id is not None})
+        else:
+            self.controller = composition.start_controller(self.config, controller_node)
         try:
             self.brokers = ray.get(self.controller.deploy_brokers.remote(expected, RAY_STARTUP_TIMEOUT_S))
         except OSError as e:  # a gateway could not listen
@@ -260,9 +341,7 @@ class LocalBroker:
 
     def stop(self) -> None:
         self._stopping.set()
-        if self.controller is not None:
-            stop_controller(self.controller)
-        self.controller = None
+        self._stop_controllers()
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
             self._owns_ray = False
@@ -278,7 +357,7 @@ class LocalBroker:
 DEFAULT_REPLICATION_FACTOR = 3  # LocalCluster's, with configs/local.toml
 
 
-class LocalCluster:
+class LocalCluster(_Controllers):
     """`nodes` broker nodes (broker ids 1..nodes) and a controller-only Ray head, on this machine.
 
         with LocalCluster(nodes=3) as cluster:
@@ -297,7 +376,7 @@ class LocalCluster:
 
     def __init__(self, nodes: int = 3, data_dir: str | Path | None = None, overrides: dict[str, Any] | None = None,
                  *, config_path: Path | None = None, port: int = 0, host: str = "127.0.0.1", supervise: bool = True):
-        from actors.controller.quorum_shell.settings import VOTERS_KEY, default_voters, quorum_enabled
+        from actors.controller.quorum_shell.settings import VOTERS_KEY, default_voters
         from cluster.config import DEFAULT_LOCAL_CONFIG, ConfigError, load_broker_config, with_listener
         if nodes < 1:
             raise ValueError("a cluster needs at least one broker node")
@@ -317,6 +396,7 @@ class LocalCluster:
         if quorum_enabled(self.config) and not self.config.get(VOTERS_KEY):
             # the metadata quorum's voters: the lowest broker ids (its nodes are labelled 1..nodes)
             self.config[VOTERS_KEY] = ",".join(map(str, default_voters(range(1, nodes + 1))))
+        self._voters = configured_voters(self.config) if quorum_enabled(self.config) else ()
         if Path(config_path or DEFAULT_LOCAL_CONFIG).resolve() == DEFAULT_LOCAL_CONFIG.resolve() \
                 and "default.replication.factor" not in (overrides or {}):
             # several brokers on one machine are there for failover: a topic created without a
@@ -348,7 +428,11 @@ class LocalCluster:
                 self.add_node(broker_id, wait=False)
             self.ray_cluster.wait_for_nodes()
             _init_ray(self.ray_cluster.address)
-            self.controller = composition.start_controller(self.config, _head_node_id())
+            if self._voters:
+                self.controller = self._start_controllers({v: self._nodes[v].node_id for v in self._voters
+                                                           if v in self._nodes})
+            else:
+                self.controller = composition.start_controller(self.config, _head_node_id())
             self._brokers = ray.get(self.controller.deploy_brokers.remote(self.nodes, RAY_STARTUP_TIMEOUT_S))
             self.notes = inter_broker_login.prepare(self.controller, self.config, self._brokers)
         except BaseException:
@@ -507,9 +591,7 @@ class LocalCluster:
         for pids in self._paused.values():  # let paused processes see their SIGTERM and exit
             _signal_all(pids, signal.SIGCONT)
         self._paused.clear()
-        if self.controller is not None:
-            stop_controller(self.controller)
-            self.controller = None
+        self._stop_controllers()
         if ray.is_initialized():
             ray.shutdown()
         if self.ray_cluster is not None:

@@ -15,6 +15,7 @@ about RETELL_S of the heal, not when TCP gives up on a broken connection.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import inspect
 import logging
@@ -31,6 +32,7 @@ from actors import internal_topics, log_to_stderr
 from actors.controller.core import BrokerInfo, ControllerCore, Outcome, TopicState
 from actors.controller.events import BrokerEvents
 from actors.controller.quorum_metadata import QuorumMetadataLog
+from actors.controller_client import ActiveController, NotController
 from actors.controller.quorum_shell.settings import configured_voters, quorum_enabled
 from actors.controller.metadata_log import MetadataLog
 from actors.controller.nodes import BROKER_ID_LABEL, NodeView, proposed_broker_id, recorded_broker_id, replaces
@@ -61,6 +63,10 @@ LEADER_IMBALANCE_CHECK_INTERVAL_S_DEFAULT = 300  # leader.imbalance.check.interv
 REPLICA_UPDATE_TIMEOUT_S = 5.0  # a replica that does not take its partition state in this long is told again
 RETELL_S = 1.0                  # ... after this long
 BROKER_EVENTS_WAIT_S_MAX = 30.0
+NAMED_ACTORS_REFRESH_S = 5.0     # a standby controller refreshes its handles to the running actors
+NAMED_ACTOR_WARM_TIMEOUT_S = 5.0
+LEADERSHIP_CHECK_S = 0.5          # an active controller checks this often that its voter still leads
+LEADERSHIP_CHECK_TIMEOUT_S = 5.0
 
 
 def now_ms() -> int:
@@ -126,6 +132,23 @@ class ReplicaCallFailed(RuntimeError):
 
 
 
+class GcsCalls:
+    """Calls that ask Ray's GCS (the node table, named actors), off the event loop and bounded: a
+    node cut off from the Ray head gets no answer, and the controller must keep turning. One at a
+    time, on a thread of their own: a call still stuck makes the next one fail at once."""
+
+    def __init__(self, timeout_s: float = 10.0):
+        self.timeout_s = timeout_s
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kray-gcs")
+        self._busy: concurrent.futures.Future | None = None
+
+    async def __call__(self, fn, *args):
+        if self._busy is not None and not self._busy.done():
+            raise TimeoutError("Ray's GCS has not answered the previous call yet")
+        self._busy = self._pool.submit(fn, *args)
+        return await asyncio.wait_for(asyncio.wrap_future(self._busy), self.timeout_s)
+
+
 def answers_once_committed(method):
     """A public method of the controller: it runs once the metadata is read, and answers only once
     the records it (or anything before it) persisted are committed: with the metadata quorum, a
@@ -133,6 +156,9 @@ def answers_once_committed(method):
     node, where every append is durable when it returns)."""
     @functools.wraps(method)
     async def call(self, *args, **kwargs):
+        if self.voter_id is not None and not self.loaded.is_set():
+            self._resume_supervision()
+            raise NotController(f"the controller on broker {self.voter_id} stands by")
         await self._ready()
         result = method(self, *args, **kwargs)
         if inspect.isawaitable(result):
@@ -143,15 +169,18 @@ def answers_once_committed(method):
 
 
 class ControllerActor:
-    def __init__(self, broker_config: dict[str, Any]):
+    def __init__(self, broker_config: dict[str, Any], voter_id: int | None = None):
         log_to_stderr()
         self.broker_config = broker_config
         self.data_dir = Path(broker_config["log.dirs"]).resolve()
         # the metadata log: a file on this node, or (kray.metadata.quorum.enable) the metadata
-        # quorum's log, read once the voters have elected a leader (`_load_from_quorum`)
+        # quorum's log, read once the voters have elected a leader (`_load_from_quorum`). With a
+        # `voter_id` this is the controller of that voting broker's node: active only while that
+        # broker's voter leads the quorum (it reads the log then), standing by otherwise.
         self.quorum_voters = configured_voters(broker_config) if quorum_enabled(broker_config) else ()
+        self.voter_id = voter_id
         if self.quorum_voters:
-            self.log = QuorumMetadataLog(self.quorum_voters, on_failure=self._quorum_failed)
+            self.log = QuorumMetadataLog(self.quorum_voters, on_failure=self._quorum_failed, only=voter_id)
         else:
             self.log = MetadataLog(self.data_dir / "__cluster_metadata" / "metadata.log")
         self.core: ControllerCore | None = None  # once the metadata is read
@@ -194,11 +223,32 @@ class ControllerActor:
         # brokers that registered with this incarnation, or whose gateway it adopted: only they
         # get replica actors (a broker the log knows may name a dead Ray node)
         self.registered: set[int] = set()
+        self.leadership_watch: asyncio.Task | None = None
+        self.gcs = GcsCalls()
+        self.named_actors: dict[str, Any] = {}  # Kray's named actors by name (a standby keeps them)
         if not self.quorum_voters:
             self._load(list(self.log.replay()))
+        elif voter_id is not None:
+            try:  # a standby waits for its voter to lead from the start (Ray runs __init__ in its loop)
+                asyncio.get_running_loop()
+                self._resume_supervision()
+            except RuntimeError:
+                pass
 
-    def _load(self, records: list[dict[str, Any]]) -> None:
-        """The state the metadata log's records make, and the actors still running from before."""
+    def _load(self, records: list[dict[str, Any]], found: list[tuple] | None = None) -> None:
+        """The state the metadata log's records make, and the actors still running from before
+        (`found`: adopted already, else found here)."""
+        if self.core is None:
+            self._replay(records)
+        if found is None:
+            found = self._adopt_running_actors()
+        self.to_supervise = found
+        self.registered = set(self.gateways)
+        for broker_id in set(self.core.brokers) - self.registered:  # gone while no controller ran
+            self._persist(self.core.replication_outcome(self.core.replication.broker_died(broker_id).records))
+        self.loaded.set()
+
+    def _replay(self, records: list[dict[str, Any]]) -> None:
         cluster_id = next((r["cluster_id"] for r in records if r["type"] == "cluster"), None)
         if cluster_id is None:
             cluster_id = self.broker_config.get("cluster.id") or uuid.uuid4().hex[:22]
@@ -211,18 +261,17 @@ class ControllerActor:
         # metadata versions must keep growing across controller restarts (gateways ignore older
         # images): start each incarnation at the clock, in microseconds, above any earlier version
         self.core.metadata_version = max(self.core.metadata_version, time.time_ns() // 1000)
-        self.to_supervise = self._adopt_running_actors()
-        self.registered = set(self.gateways)
-        for broker_id in set(self.core.brokers) - self.registered:  # gone while no controller ran
-            self._persist(self.core.replication_outcome(self.core.replication.broker_died(broker_id).records))
-        self.loaded.set()
 
     async def _load_from_quorum(self) -> None:
         """The voters run in the voting brokers' gateways: start those first (or find them running),
         then read the metadata from the quorum's leader."""
+        cache = asyncio.ensure_future(self._keep_named_actors()) if self.voter_id is not None else None
+        started = False
         while True:
             try:
-                await self._start_voting_gateways()
+                if not started:  # (at the start only: a standby's turn may come while Ray's GCS is cut off)
+                    await self._start_voting_gateways()
+                    started = True
                 records = await self.log.open()
                 break
             except asyncio.CancelledError:
@@ -230,8 +279,73 @@ class ControllerActor:
             except Exception:
                 log.exception("reading the metadata from the quorum failed; trying again")
                 await asyncio.sleep(1.0)
-        self._load(records)
+        if cache is not None:
+            cache.cancel()
+        self._replay(records)
+        try:
+            await self._refresh_named_actors()
+        except Exception as e:  # Ray's GCS is cut off from this node: the actors known from standing by
+            log.warning("Ray's named actors could not be listed (%s): adopting the %d known from standing by",
+                        e, len(self.named_actors))
+        # (shards of a dead node take a while to not answer: the event loop keeps turning meanwhile)
+        self._load(records, await asyncio.to_thread(self._adopt_running_actors, dict(self.named_actors)))
+        if self.voter_id is not None:
+            log.warning("controller of broker %d: its voter leads the metadata quorum; this controller is active",
+                        self.voter_id)
+            self._say(f"the controller on broker {self.voter_id} is active (its voter leads the metadata quorum)")
+            self.leadership_watch = asyncio.ensure_future(self._watch_leadership())
         self._resume_supervision()
+
+    async def _watch_leadership(self) -> None:
+        """An active controller whose voter no longer leads (cut off, deposed) stops at once: its
+        records could no longer commit, and another controller becomes active."""
+        while True:
+            await asyncio.sleep(LEADERSHIP_CHECK_S)
+            try:
+                answer = await asyncio.wait_for(self.log.own_status(), LEADERSHIP_CHECK_TIMEOUT_S)
+            except asyncio.TimeoutError:  # its own node's gateway, busy: only a clear answer counts
+                log.warning("controller of broker %d: its voter did not answer within %.0f s", self.voter_id,
+                            LEADERSHIP_CHECK_TIMEOUT_S)
+                continue
+            except Exception as e:
+                answer = None
+                log.warning("controller of broker %d: its voter did not answer (%s)", self.voter_id, e)
+            if answer is None or answer[0].role != "leader":
+                self._quorum_failed(f"the voter of broker {self.voter_id} no longer leads the metadata quorum")
+
+    async def _keep_named_actors(self) -> None:
+        """While standing by: keep handles to Kray's named actors (gateways, shards, controllers),
+        each called once so Ray has resolved where it runs. A standby's turn can come while Ray's
+        GCS (on the Ray head) is cut off from its node: it then adopts these without asking the GCS."""
+        while True:
+            try:
+                await self._refresh_named_actors()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.debug("refreshing the named actors failed: %s", e)
+            await asyncio.sleep(NAMED_ACTORS_REFRESH_S)
+
+    async def _refresh_named_actors(self) -> None:
+        names = await self.gcs(lambda: [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                                        if a.get("namespace") == composition.NAMESPACE])
+        fresh = {}
+        for name in names:
+            if name in self.named_actors:
+                fresh[name] = self.named_actors[name]
+                continue
+            try:
+                handle = await self.gcs(ray.get_actor, name, composition.NAMESPACE)
+            except ValueError:
+                continue
+            if name.startswith(("shard-", "gateway-")):  # one call: Ray resolves the actor's address now
+                warm = handle.hosted.remote() if name.startswith("shard-") else handle.inter_broker_endpoint.remote()
+                try:
+                    await asyncio.wait_for(warm, NAMED_ACTOR_WARM_TIMEOUT_S)
+                except Exception:
+                    continue
+            fresh[name] = handle
+        self.named_actors = fresh
 
     async def _start_voting_gateways(self) -> None:
         """Each voter's gateway, on the node labelled with its broker id, started (if it is not
@@ -243,8 +357,11 @@ class ControllerActor:
         for broker_id, node in sorted(labelled.items()):
             gateway = self._running_gateway(broker_id)
             if gateway is None:
-                gateway = composition.start_gateway(self.broker_config, broker_id, node.node_id,
-                                                    ray.get_runtime_context().current_actor, node.port)
+                try:
+                    gateway = composition.start_gateway(self.broker_config, broker_id, node.node_id,
+                                                        self._own_handle(), node.port)
+                except ray.exceptions.ActorAlreadyExistsError:  # another voter's controller just started it
+                    continue
                 log.info("broker %d (a voter of the metadata quorum) starting on Ray node %s", broker_id,
                          node.node_id[:12])
             gateway.start.remote()  # (its supervisor, once the metadata is read, awaits the same start)
@@ -265,6 +382,13 @@ class ControllerActor:
         log.error("the controller restarts to read the metadata again (%s)", why)
         os._exit(1)  # Ray starts the controller again (max_restarts=-1); its actors keep running
 
+    async def is_active(self) -> bool:
+        """Whether this controller serves (with the metadata quorum: its voter leads, and it has
+        read the metadata); a standby starts waiting for its turn if it was not yet."""
+        if not self.loaded.is_set():
+            self._resume_supervision()
+        return self.loaded.is_set()
+
     async def _ready(self) -> None:
         """Until the metadata is read (at once, with the metadata log on this node)."""
         if not self.loaded.is_set():
@@ -275,19 +399,23 @@ class ControllerActor:
         """Until every record persisted so far is committed: before anything learns of it."""
         await self.log.durable(self.log.appended)
 
-    def _adopt_running_actors(self) -> list[tuple]:
+    def _adopt_running_actors(self, named: dict[str, Any] | None = None) -> list[tuple]:
         """After Ray restarts the controller, the actors it had started are still running under
         their names: find them again instead of starting twins. Each shard says which replicas it
-        hosts (where they really are, whatever the shard count is now)."""
+        hosts (where they really are, whatever the shard count is now). `named`: the handles by
+        name, known already (a standby's, when the GCS may be cut off), else asked of Ray."""
         def running(name):
+            if named is not None:
+                return named.get(name)
             try:
                 return ray.get_actor(name, namespace=composition.NAMESPACE)
             except ValueError:
                 return None
         found = []
         topics = {t.topic_id: t for t in self.core.topics.values()}
-        names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                 if a.get("namespace") == composition.NAMESPACE}
+        names = set(named) if named is not None else {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                                                      if a.get("namespace") == composition.NAMESPACE}
+        asked = []
         for broker_id in self.core.brokers:
             for index in range(SHARDS_PER_BROKER_MAX):
                 name = composition.shard_name(broker_id, index)
@@ -295,19 +423,22 @@ class ControllerActor:
                 if shard is None:
                     continue
                 self.shards[(broker_id, index)] = shard
-                try:
-                    hosted = ray.get(shard.hosted.remote(), timeout=ADOPT_TIMEOUT_S)
-                except Exception as e:  # restarting: its replicas are started again when needed
-                    log.info("shard %s did not say what it hosts: %s", name, e)
+                asked.append((broker_id, name, shard, shard.hosted.remote()))
+        deadline = time.monotonic() + ADOPT_TIMEOUT_S  # all asked at once: a dead node's shards cost one wait
+        for broker_id, name, shard, answer in asked:
+            try:
+                hosted = ray.get(answer, timeout=max(0.0, deadline - time.monotonic()))
+            except Exception as e:  # restarting: its replicas are started again when needed
+                log.info("shard %s did not say what it hosts: %s", name, e)
+                continue
+            for topic_id, partition in hosted:
+                topic = topics.get(topic_id)
+                if topic is None or partition >= len(topic.partitions) or \
+                        broker_id not in topic.partitions[partition].replicas:
                     continue
-                for topic_id, partition in hosted:
-                    topic = topics.get(topic_id)
-                    if topic is None or partition >= len(topic.partitions) or \
-                            broker_id not in topic.partitions[partition].replicas:
-                        continue
-                    key = (topic_id, partition, broker_id)
-                    self.replica_actors[key] = actor = HostedReplica(shard, self._replica_spec(topic, partition, broker_id))
-                    found.append((key, actor, "listen", None))
+                key = (topic_id, partition, broker_id)
+                self.replica_actors[key] = actor = HostedReplica(shard, self._replica_spec(topic, partition, broker_id))
+                found.append((key, actor, "listen", None))
         for broker_id, broker in self.core.brokers.items():
             gateway = running(composition.gateway_name(broker_id))
             if gateway is not None:
@@ -378,7 +509,7 @@ class ControllerActor:
         self.node_poll_wake.set()
 
     async def _deploy_new_nodes(self) -> None:
-        nodes = list(map(NodeView.of, ray.nodes()))
+        nodes = list(map(NodeView.of, await self.gcs(ray.nodes)))
         alive = {node.node_id for node in nodes if node.alive}
         views = {node.node_id: node for node in nodes}
         for node_id in [n for n in self.node_brokers if n not in alive]:
@@ -408,7 +539,9 @@ class ControllerActor:
                 self._node_lost(holder, replaced_by=node)
             gateway = (self._running_gateway(broker_id) if self.quorum_voters else None) or \
                 composition.start_gateway(self.core.broker_config, broker_id, node.node_id,
-                                          ray.get_runtime_context().current_actor, node.port)
+                                          self._own_handle(), node.port)
+            if self.voter_id is not None and broker_id in self.quorum_voters:
+                self._ensure_controller(broker_id, node.node_id)
             self.node_brokers[node.node_id] = broker_id
             self.gateways[broker_id] = gateway
             key = ("gateway", broker_id)
@@ -1015,10 +1148,22 @@ class ControllerActor:
                 "controller": self._own_handle()}
 
     def _own_handle(self):
-        """This actor's handle, one object for every spec (pickled once per message, not per spec)."""
+        """The controller as other actors call it, one object for every spec (pickled once per
+        message, not per spec): this actor, or with the quorum's controllers whichever is active."""
         if self.own_handle is None:
-            self.own_handle = ray.get_runtime_context().current_actor
+            self.own_handle = (ActiveController(self.quorum_voters) if self.voter_id is not None
+                               else ray.get_runtime_context().current_actor)
         return self.own_handle
+
+    def _ensure_controller(self, broker_id: int, node_id: str) -> None:
+        """A voting broker's node (back) has its controller, standing by."""
+        if broker_id == self.voter_id:
+            return
+        try:
+            ray.get_actor(composition.controller_name(broker_id), namespace=composition.NAMESPACE)
+        except ValueError:
+            composition.start_controller(self.broker_config, node_id, broker_id)
+            log.info("controller of broker %d started on its node %s, standing by", broker_id, node_id[:12])
 
     def _start_replica(self, spec: dict, broker) -> HostedReplica:
         """A replica on its broker's node, in the shard a stable function of its partition picks

@@ -48,9 +48,12 @@ class QuorumUnavailable(RuntimeError):
 
 
 class QuorumMetadataLog:
-    def __init__(self, voters: tuple[int, ...], on_failure: Callable[[str], None]):
+    def __init__(self, voters: tuple[int, ...], on_failure: Callable[[str], None], only: int | None = None):
         self.voters = voters
         self.on_failure = on_failure
+        # the controller of one voting broker reads and writes through that broker's voter only: it
+        # is active while that voter leads, and stops when it does not (not_leader is a failure)
+        self.only = only
         self.appended = 0
         self.committed = 0
         self._pending: list[tuple[int, list[bytes]]] = []   # (append count after it, payloads)
@@ -74,14 +77,15 @@ class QuorumMetadataLog:
                     return records
                 except Exception as e:
                     log.info("reading the metadata from broker %d failed: %s", leader, e)
-            if asyncio.get_running_loop().time() > deadline:
+            if self.only is None and asyncio.get_running_loop().time() > deadline:
                 raise QuorumUnavailable(f"no leader of the metadata quorum (voters {list(self.voters)}) within "
                                         f"{timeout_s:.0f} s: are a majority of the voting brokers up?")
             await asyncio.sleep(LEADER_POLL_S)
 
     async def _find_leader(self, *, settled: bool = False) -> int | None:
         """A voter that says it leads (settled: with its whole log committed), else None."""
-        for voter in ([self._leader] if self._leader is not None else []) + list(self.voters):
+        candidates = ([self._leader] if self._leader is not None else []) + list(self.voters)
+        for voter in [self.only] if self.only is not None else candidates:
             gateway = self._gateway(voter)
             if gateway is None:
                 continue
@@ -97,6 +101,11 @@ class QuorumMetadataLog:
                 self._leader = voter
                 return voter
         return None
+
+    async def own_status(self):
+        """(QuorumStatus, settled) of this controller's own voter, None without one."""
+        gateway = self._gateway(self.only)
+        return None if gateway is None else await gateway.quorum_status.remote()
 
     def _gateway(self, broker_id: int):
         if broker_id not in self._gateways:
@@ -153,6 +162,8 @@ class QuorumMetadataLog:
             while True:
                 leader = self._leader if self._leader is not None else await self._find_leader()
                 gateway = self._gateway(leader) if leader is not None else None
+                if gateway is None and self.only is not None:
+                    raise RuntimeError(f"the voter of broker {self.only} does not lead")
                 if gateway is None:
                     self._leader = None
                     await asyncio.sleep(LEADER_POLL_S)     # an election: nothing was appended anywhere
@@ -161,6 +172,8 @@ class QuorumMetadataLog:
                 outcome, detail = await asyncio.wait_for(gateway.propose_metadata.remote(chunk), CALL_TIMEOUT_S)
                 if outcome == "committed":
                     break
+                if outcome == "not_leader" and self.only is not None:
+                    raise RuntimeError(f"the voter of broker {self.only} no longer leads (leader: {detail})")
                 if outcome == "not_leader":
                     self._leader = detail if detail in self.voters else None
                     if self._leader is None:
