@@ -691,7 +691,7 @@ def bench_target(name: str, bootstrap: str, args, sampler: MemSampler | None) ->
     try:
         for r in range(args.repeats):
             topic = f"bench-{name}-{stamp}-{r}"
-            run: dict = {"repeat": r, "topic": topic}
+            run: dict = {"repeat": r, "topic": topic, "load_1m": round(os.getloadavg()[0], 2)}  # the machine is shared
             out["runs"].append(run)
             for phase in ("produce", "fetch"):
                 label = f"{name} run {r + 1}/{args.repeats}"
@@ -718,6 +718,7 @@ def bench_target(name: str, bootstrap: str, args, sampler: MemSampler | None) ->
                 if sampler:
                     res["broker_cpu_s"] = round(sampler.sample()["cpu_s"] - cpu0, 2)
                 run[phase] = res
+                run["load_1m_end"] = round(os.getloadavg()[0], 2)
                 lat = f", p50/p99 {res['lat_p50_ms']}/{res['lat_p99_ms']} ms" if phase == "produce" else ""
                 bcpu = f", broker CPU {res['broker_cpu_s']}s" if sampler else ""
                 log(f"{label}: {phase} {res['mb_s']} MB/s, {res['rec_s']:.0f} rec/s in {res['wall_s']}s"
