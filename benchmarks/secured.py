@@ -117,6 +117,11 @@ def per_gb(seconds: float | None, nbytes: int | None) -> float | None:
     return seconds / (nbytes / 1e9)
 
 
+def median_known(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(statistics.median(known), 2) if known else None
+
+
 def cell_stats(runs: list[dict]) -> dict:
     """Medians over the runs of one (target, listener, clients) cell, per phase: MB/s, broker and
     client CPU per GB, produce latency; the 1-minute load average seen (min, max)."""
@@ -126,6 +131,7 @@ def cell_stats(runs: list[dict]) -> dict:
         if not ok:
             continue
         broker = [per_gb(x.get("broker_cpu_s"), x["bytes"]) for x in ok]
+        gateway = [per_gb((x.get("broker_cpu_s_by_role") or {}).get("GatewayActor"), x["bytes"]) for x in ok]
         client = [per_gb(x.get("client_cpu_s"), x["bytes"]) for x in ok]
         by_speed = sorted(ok, key=lambda x: x["mb_s"])
         median_run = by_speed[(len(by_speed) - 1) // 2]
@@ -133,10 +139,9 @@ def cell_stats(runs: list[dict]) -> dict:
             "runs": len(ok),
             "mb_s_runs": [x["mb_s"] for x in ok],
             "mb_s": round(statistics.median(x["mb_s"] for x in ok), 1),
-            "broker_cpu_s_per_gb": (round(statistics.median(b for b in broker if b is not None), 2)
-                                    if any(b is not None for b in broker) else None),
-            "client_cpu_s_per_gb": (round(statistics.median(c for c in client if c is not None), 2)
-                                    if any(c is not None for c in client) else None),
+            "broker_cpu_s_per_gb": median_known(broker),
+            "gateway_cpu_s_per_gb": median_known(gateway),
+            "client_cpu_s_per_gb": median_known(client),
         }
         if phase == "produce":
             out[phase]["lat_p50_ms"] = median_run.get("lat_p50_ms")
@@ -196,8 +201,9 @@ def fmt(x, nd=1) -> str:
 def table(doc: dict, clients: str) -> list[str]:
     lines = [
         "| target | listener (login) | produce MB/s | fetch MB/s | vs PLAINTEXT (produce / fetch) | "
-        "broker CPU s/GB (produce / fetch) | consumer CPU s/GB | p50 / p99 produce ms | load 1-min |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "broker CPU s/GB (produce / fetch) | of which gateway | consumer CPU s/GB | p50 / p99 produce ms | "
+        "load 1-min |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for target in doc["targets"]:
         base = doc["cells"].get(cell_key(target, "PLAINTEXT", clients), {}).get("stats", {})
@@ -207,10 +213,10 @@ def table(doc: dict, clients: str) -> list[str]:
                 continue
             login = "" if protocol == "PLAINTEXT" else f" ({MECHANISM})"
             if "skipped" in cell:
-                lines.append(f"| {target} | {protocol}{login} | not served by tansu 0.6.0 (see below) | | | | | | |")
+                lines.append(f"| {target} | {protocol}{login} | not served by tansu 0.6.0 (see below) | | | | | | | |")
                 continue
             if cell.get("error") and not cell.get("stats"):
-                lines.append(f"| {target} | {protocol}{login} | FAILED: {cell['error']} | | | | | | |")
+                lines.append(f"| {target} | {protocol}{login} | FAILED: {cell['error']} | | | | | | | |")
                 continue
             s = cell["stats"]
             p, f = s.get("produce", {}), s.get("fetch", {})
@@ -218,9 +224,11 @@ def table(doc: dict, clients: str) -> list[str]:
                   f"{ratio(p.get('mb_s'), base.get('produce', {}).get('mb_s'))} / "
                   f"{ratio(f.get('mb_s'), base.get('fetch', {}).get('mb_s'))}")
             load = s.get("load_1m")
+            gateway = ("–" if target != "kray" else
+                       f"{fmt(p.get('gateway_cpu_s_per_gb'), 2)} / {fmt(f.get('gateway_cpu_s_per_gb'), 2)}")
             lines.append(
                 f"| {target} | {protocol}{login} | {fmt(p.get('mb_s'))} | {fmt(f.get('mb_s'))} | {vs} | "
-                f"{fmt(p.get('broker_cpu_s_per_gb'), 2)} / {fmt(f.get('broker_cpu_s_per_gb'), 2)} | "
+                f"{fmt(p.get('broker_cpu_s_per_gb'), 2)} / {fmt(f.get('broker_cpu_s_per_gb'), 2)} | {gateway} | "
                 f"{fmt(f.get('client_cpu_s_per_gb'), 2)} | "
                 f"{fmt(p.get('lat_p50_ms'))} / {fmt(p.get('lat_p99_ms'))} | "
                 f"{'–' if not load else f'{load[0]:.1f}-{load[1]:.1f}'} |")

@@ -68,3 +68,10 @@ def test_table_compares_each_listener_with_plaintext_and_says_what_tansu_does_no
     assert any("| tansu | SASL_SSL (SCRAM-SHA-512) | not served" in r for r in rows)
     kray_tls = next(r for r in rows if r.startswith("| kray | SASL_SSL"))
     assert "0.50× / 0.25×" in kray_tls
+
+
+def test_gateway_cpu_per_gb_comes_from_the_gateway_actors_share():
+    run = _run(100, 100, 1.0)
+    run["fetch"]["broker_cpu_s_by_role"] = {"GatewayActor": 0.15, "ShardActor": 0.05, "other": 0.3}
+    assert cell_stats([run])["fetch"]["gateway_cpu_s_per_gb"] == 0.5
+    assert cell_stats([_run(100, 100, 1.0)])["fetch"]["gateway_cpu_s_per_gb"] is None
