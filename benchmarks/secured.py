@@ -398,7 +398,7 @@ def main(argv=None) -> int:
     machine["kernel_tls"] = kernel_tls_probe()
     doc = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": "python -m benchmarks.secured " + shlex.join(argv),
+        "command": ("python -m benchmarks.secured " + shlex.join(argv)).strip(),
         "machine": machine,
         "workload": {"records": args.records, "record_size": args.record_size, "partitions": args.partitions,
                      "acks": args.acks, "repeats": args.repeats, "compression": "none",
