@@ -408,7 +408,27 @@ def mem_snapshot(root: int, same_session: bool, with_pss: bool = True) -> dict:
         pss += p
     cpu = sum(st[3] for st in tree.values()) / CLK_TCK
     return {"rss": rss, "pss": pss, "procs": len(tree), "cpu_s": cpu,
-            "pids": {pid: st[2] for pid, st in tree.items()}}
+            "pids": {pid: st[2] for pid, st in tree.items()},
+            "cpu_by_pid": {pid: (st[2], st[3] / CLK_TCK) for pid, st in tree.items()}}
+
+
+def process_role(pid: int) -> str:
+    """A Kray actor's class from its Ray process title (ray::GatewayActor, ray::ShardActor.method...);
+    "other" for the rest (Ray's own processes, the driver, tansu)."""
+    m = re.match(r"ray::([A-Za-z_]+Actor)\b", _cmdline(pid))
+    return m.group(1) if m else "other"
+
+
+def cpu_by_role(before: dict[int, tuple[int, float]], after: dict[int, tuple[int, float]], role_of=process_role) -> dict[str, float]:
+    """CPU seconds spent between two snapshots (pid -> (starttime, cpu s)), summed per role; a
+    process started in between counts from zero, one that ended in between is not seen."""
+    out: dict[str, float] = {}
+    for pid, (start, cpu) in after.items():
+        was = before.get(pid)
+        spent = cpu - (was[1] if was is not None and was[0] == start else 0.0)
+        role = role_of(pid)
+        out[role] = round(out.get(role, 0.0) + spent, 2)
+    return dict(sorted(out.items()))
 
 
 class MemSampler(threading.Thread):
@@ -691,7 +711,7 @@ def bench_target(name: str, bootstrap: str, args, sampler: MemSampler | None) ->
     try:
         for r in range(args.repeats):
             topic = f"bench-{name}-{stamp}-{r}"
-            run: dict = {"repeat": r, "topic": topic}
+            run: dict = {"repeat": r, "topic": topic, "load_1m": round(os.getloadavg()[0], 2)}  # the machine is shared
             out["runs"].append(run)
             for phase in ("produce", "fetch"):
                 label = f"{name} run {r + 1}/{args.repeats}"
@@ -706,7 +726,7 @@ def bench_target(name: str, bootstrap: str, args, sampler: MemSampler | None) ->
                     params.update(group=f"bench-fetch-{stamp}-{r}", fetch_max_bytes=args.fetch_max_bytes,
                                   max_partition_fetch_bytes=args.max_partition_fetch_bytes,
                                   queued_kbytes=args.queued_kbytes)
-                cpu0 = sampler.sample()["cpu_s"] if sampler else None
+                snap0 = sampler.sample() if sampler else None
                 try:
                     res = run_worker(params, args.phase_timeout, label)
                 except Exception as e:
@@ -716,8 +736,11 @@ def bench_target(name: str, bootstrap: str, args, sampler: MemSampler | None) ->
                     log(f"{label}: {phase} FAILED: {e}")
                     return out
                 if sampler:
-                    res["broker_cpu_s"] = round(sampler.sample()["cpu_s"] - cpu0, 2)
+                    snap1 = sampler.sample()
+                    res["broker_cpu_s"] = round(snap1["cpu_s"] - snap0["cpu_s"], 2)
+                    res["broker_cpu_s_by_role"] = cpu_by_role(snap0["cpu_by_pid"], snap1["cpu_by_pid"])
                 run[phase] = res
+                run["load_1m_end"] = round(os.getloadavg()[0], 2)
                 lat = f", p50/p99 {res['lat_p50_ms']}/{res['lat_p99_ms']} ms" if phase == "produce" else ""
                 bcpu = f", broker CPU {res['broker_cpu_s']}s" if sampler else ""
                 log(f"{label}: {phase} {res['mb_s']} MB/s, {res['rec_s']:.0f} rec/s in {res['wall_s']}s"
