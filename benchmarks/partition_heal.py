@@ -69,6 +69,8 @@ PARTITIONS = 3
 READ_TIMEOUT_S = 90
 ISR_TIMEOUT_S = 120
 OVERRIDES = ("offsets.topic.num.partitions=6", "share.coordinator.state.topic.num.partitions=6")
+# the metadata quorum on the three hosts' brokers (each runs a voter and a controller; --quorum)
+QUORUM = ("kray.metadata.quorum.enable=true", "controller.quorum.voters=1,2,3")
 
 
 def log(msg: str) -> None:
@@ -381,9 +383,29 @@ def markdown(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def quorum_leader(bootstrap: str) -> int:
+    """The broker whose voter leads the metadata quorum (DescribeQuorum), once one does."""
+    from cluster.admin import KafkaConnection
+    from cluster.tools.metadata_quorum import describe_request, partition_of
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with KafkaConnection(bootstrap, client_id="partition-heal") as conn:
+                leader = partition_of(conn.send(describe_request())).leader_id
+            if leader >= 0:
+                return leader
+        except Exception as e:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no metadata quorum leader: {e}") from None
+        time.sleep(0.5)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--victim", type=int, default=3, help="the host cut off (1 runs the Ray head and controller)")
+    parser.add_argument("--victim", default="3",
+                        help="the host cut off (1 runs the Ray head and, without the metadata quorum, the "
+                             "controller); 'quorum-leader': the host whose voter leads the metadata quorum (with "
+                             "--override kray.metadata.quorum.enable=true: the active controller's host)")
     parser.add_argument("--cut", type=float, default=60.0, help="seconds the host is cut off")
     parser.add_argument("--ray-health", choices=sorted(RAY_HEALTH), default="broker")
     parser.add_argument("--producer-config", action="append", default=[], metavar="KEY=VALUE",
@@ -394,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tcp-rto-max-ms", default=str(RTO_MAX_MS),
                         help=f"each host's net.ipv4.tcp_rto_max_ms ({RTO_MAX_MS}, as the README asks of broker "
                              f"hosts; 'kernel': the kernel's default)")
+    parser.add_argument("--quorum", action="store_true",
+                        help="run the metadata quorum (a voter and a controller on each broker: " + " ".join(QUORUM) + ")")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker config of `kray start` beside the benchmark's (repeatable), e.g. "
                              "kray.metadata.quorum.enable=true")
@@ -401,11 +425,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from cluster.hosts.deploy import KrayHosts
     rto_max_ms = None if args.tcp_rto_max_ms == "kernel" else int(args.tcp_rto_max_ms)
-    hosts = KrayHosts(3, overrides=(*OVERRIDES, *args.override), ray_system_config=RAY_HEALTH[args.ray_health], tcp_rto_max_ms=rto_max_ms)
+    hosts = KrayHosts(3, overrides=(*OVERRIDES, *(QUORUM if args.quorum else ()), *args.override), ray_system_config=RAY_HEALTH[args.ray_health], tcp_rto_max_ms=rto_max_ms)
     log(f"starting 3 hosts (Ray health {args.ray_health}: {RAY_HEALTH[args.ray_health]}; load {load1()})")
     with hosts:
         log(f"up: {hosts.bootstrap}; " + ", ".join(f"{k} {v:.1f}" for k, v in hosts.timings.items()))
-        result = run_scenario(hosts, args.victim, args.cut,
+        victim = quorum_leader(hosts.bootstrap) if args.victim == "quorum-leader" else int(args.victim)
+        log(f"victim: h{victim}")
+        result = run_scenario(hosts, victim, args.cut,
                               producer_config=dict(kv.split("=", 1) for kv in args.producer_config),
                               reader_config=dict(kv.split("=", 1) for kv in args.reader_config))
     result |= {"ray_health": args.ray_health, "ray_system_config": RAY_HEALTH[args.ray_health],

@@ -41,6 +41,7 @@ log = logging.getLogger("kray")
 RAY_STARTUP_TIMEOUT_S = 120
 ACTIVE_CONTROLLER_WAIT_S = 60.0  # an election, and the new controller reading the metadata
 STOP_WAIT_S = 10.0
+LISTEN_PROBLEMS_WAIT_S = 2.0
 RAY_PROBE_TIMEOUT_S = 10  # kray start --address HOST:PORT: how long the head's port may take to accept
 NODE_SUPERVISION_POLL_S = 0.5
 BROKER_EVENTS_POLL_S = 10.0
@@ -173,12 +174,23 @@ def _stamp(at_ms: int | None = None) -> str:
 
 def follow_broker_events(controller, say, stopping: threading.Event) -> threading.Thread:
     """A thread that says what happens to brokers (the controller's `broker_events`: lost, fenced,
-    back) as it happens, until `stopping` is set."""
+    back) as it happens, until `stopping` is set. `controller`: a handle, or a function giving the
+    active controller's (with the metadata quorum it moves: the new one's events are said from its
+    first, which says it took over)."""
+    current = controller if callable(controller) and not hasattr(controller, "broker_events") else lambda: controller
+
     def run():
-        seq = None
+        seq, following = None, None
         while not stopping.is_set():
             try:
-                seq, events = ray.get(controller.broker_events.remote(seq, BROKER_EVENTS_POLL_S),
+                handle = current()
+                if following is not None and handle._actor_id != following:
+                    seq = 0
+                following = handle._actor_id
+                if seq is not None and seq > 0 and not ray.get(handle.is_active.remote(), timeout=10):
+                    seq = 0  # (a standby now: Ray started it again; its events start afresh once it leads)
+                    raise RuntimeError("the controller followed stands by")
+                seq, events = ray.get(handle.broker_events.remote(seq, BROKER_EVENTS_POLL_S),
                                       timeout=BROKER_EVENTS_POLL_S * 2)
                 for at_ms, text in events:
                     say(f"[{_stamp(at_ms)}] {text}")
@@ -209,9 +221,19 @@ class _Controllers:
 
     @property
     def controller(self):
+        return self.active_controller()
+
+    def active_controller(self, wait_s: float = ACTIVE_CONTROLLER_WAIT_S):
+        """The active controller's handle; if none says it is active within `wait_s` (an election,
+        or every other voter cut off from this node), the last one known: calls to it fail (or wait)
+        as calls to an unreachable controller do, and are retried by their callers."""
         if not self._voters or self._controller is None or not ray.is_initialized():
             return self._controller
-        return active_controller(self._voters, ACTIVE_CONTROLLER_WAIT_S, prefer=self._controller)
+        try:
+            self._controller = active_controller(self._voters, wait_s, prefer=self._controller)
+        except TimeoutError as e:
+            log.warning("%s: asking the last known controller", e)
+        return self._controller
 
     @controller.setter
     def controller(self, handle) -> None:
@@ -265,7 +287,7 @@ class LocalBroker(_Controllers):
 
     def report_broker_events(self, say=print) -> None:
         """Say what happens to brokers (lost, fenced, back) as it happens, e.g. on the console."""
-        follow_broker_events(self.controller, say, self._stopping)
+        follow_broker_events(lambda: self.controller, say, self._stopping)
 
     def start(self) -> str:
         """Raises RayUnreachable when Ray can't be reached at `address`, CannotListen when a
@@ -326,10 +348,11 @@ class LocalBroker(_Controllers):
     def listen_problems(self, *, retrying: bool = True) -> list[str]:
         """Brokers whose listener could not open since the last call, each said once with its fix
         (a node that joins later retries in the background: `kray start` prints these)."""
-        if self.controller is None:
+        controller = self.active_controller(wait_s=LISTEN_PROBLEMS_WAIT_S)
+        if controller is None:
             return []
         try:
-            failures = ray.get(self.controller.listen_failures.remote(), timeout=10)
+            failures = ray.get(controller.listen_failures.remote(), timeout=10)
             addresses = {n["NodeID"]: n.get("NodeManagerAddress") for n in ray.nodes()}
         except Exception as e:  # the controller is restarting: ask again next time
             log.debug("could not ask the controller about its brokers: %s", e)
@@ -446,7 +469,7 @@ class LocalCluster(_Controllers):
     def report_broker_events(self, say=print) -> None:
         """Say what happens to brokers (lost, fenced, back; nodes started again) as it happens."""
         self._say = say
-        follow_broker_events(self.controller, say, self._stopping)
+        follow_broker_events(lambda: self.controller, say, self._stopping)
 
     # ---- the node supervisor: what a service manager running `ray start` does on each host ----
     def _supervise_nodes(self) -> None:

@@ -8,6 +8,15 @@ Fencing elects new leaders from the ISR (actors/controller/elections.py); every 
 the metadata log before any replica or gateway hears of it. What happens to brokers (lost, fenced,
 back) is also said in words (`broker_events`), which `kray start` prints.
 
+With the metadata quorum (kray.metadata.quorum.enable) the log is `__cluster_metadata-0`, kept by
+the voters in the voting brokers' gateways (quorum_metadata.py), and each voting broker's node runs
+a controller of its own (`voter_id`): the one whose voter leads reads the log and is active, the
+others stand by (answering NotController; callers hold an ActiveController that finds the active
+one) and keep handles to the running actors, so that a turn which comes while Ray's GCS is cut off
+(the Ray head's host isolated) adopts them without it. An active controller whose voter stops
+leading exits; Ray starts it again as a standby. Nothing it decided leaves it (an answer, a
+replica's state, a new replica's files) before the records are committed (answers_once_committed).
+
 Calls to replicas have a timeout too: an `update` that gets no answer (its broker cut off) is
 told again a little later, so a broker that returns learns its partitions' state within
 about RETELL_S of the heal, not when TCP gives up on a broken connection.
@@ -50,6 +59,9 @@ CHANGES_COALESCE_S = 0.02
 PARTITION_START_TIMEOUT_S = 60.0
 SHARDS_PER_BROKER_MAX = 64
 ADOPT_TIMEOUT_S = 10.0
+# a standby taking over: shards of a host cut off (the one whose controller it replaces, often)
+# answer nothing, and every broker waits meanwhile; they are hosted again when they answer
+ADOPT_TIMEOUT_S_STANDBY = 3.0
 SUPERVISE_RETRY_S = 0.2
 SUPERVISE_RETRY_S_MAX = 5.0
 NODE_POLL_S = 1.0
@@ -65,6 +77,7 @@ RETELL_S = 1.0                  # ... after this long
 BROKER_EVENTS_WAIT_S_MAX = 30.0
 NAMED_ACTORS_REFRESH_S = 5.0     # a standby controller refreshes its handles to the running actors
 NAMED_ACTOR_WARM_TIMEOUT_S = 5.0
+NAMED_ACTORS_FRESH_S = 15.0       # a standby taking over asks Ray's GCS again only if its handles are older
 LEADERSHIP_CHECK_S = 0.5          # an active controller checks this often that its voter still leads
 LEADERSHIP_CHECK_TIMEOUT_S = 5.0
 
@@ -226,6 +239,7 @@ class ControllerActor:
         self.leadership_watch: asyncio.Task | None = None
         self.gcs = GcsCalls()
         self.named_actors: dict[str, Any] = {}  # Kray's named actors by name (a standby keeps them)
+        self.named_actors_at = float("-inf")     # (monotonic) when they were listed last
         if not self.quorum_voters:
             self._load(list(self.log.replay()))
         elif voter_id is not None:
@@ -282,19 +296,25 @@ class ControllerActor:
         if cache is not None:
             cache.cancel()
         self._replay(records)
-        try:
-            await self._refresh_named_actors()
-        except Exception as e:  # Ray's GCS is cut off from this node: the actors known from standing by
-            log.warning("Ray's named actors could not be listed (%s): adopting the %d known from standing by",
-                        e, len(self.named_actors))
+        if time.monotonic() - self.named_actors_at > NAMED_ACTORS_FRESH_S:
+            try:
+                await self._refresh_named_actors()
+            except Exception as e:  # Ray's GCS is cut off from this node: the actors known from standing by
+                log.warning("Ray's named actors could not be listed (%s): adopting the %d known from standing by",
+                            e, len(self.named_actors))
         # (shards of a dead node take a while to not answer: the event loop keeps turning meanwhile)
-        self._load(records, await asyncio.to_thread(self._adopt_running_actors, dict(self.named_actors)))
+        self._load(records, await asyncio.to_thread(self._adopt_running_actors, dict(self.named_actors),
+                                                     ADOPT_TIMEOUT_S_STANDBY))
         if self.voter_id is not None:
             log.warning("controller of broker %d: its voter leads the metadata quorum; this controller is active",
                         self.voter_id)
             self._say(f"the controller on broker {self.voter_id} is active (its voter leads the metadata quorum)")
             self.leadership_watch = asyncio.ensure_future(self._watch_leadership())
         self._resume_supervision()
+        # replicas whose shard did not answer in time (a host cut off) are hosted (idempotent) and
+        # told their state once it answers: a leader cut off learns it follows now
+        for topic in list(self.core.topics.values()):
+            self._start_partitions(topic)
 
     async def _watch_leadership(self) -> None:
         """An active controller whose voter no longer leads (cut off, deposed) stops at once: its
@@ -327,6 +347,7 @@ class ControllerActor:
             await asyncio.sleep(NAMED_ACTORS_REFRESH_S)
 
     async def _refresh_named_actors(self) -> None:
+        self._learn_node_cpus(await self.gcs(ray.nodes))
         names = await self.gcs(lambda: [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                                         if a.get("namespace") == composition.NAMESPACE])
         fresh = {}
@@ -342,10 +363,20 @@ class ControllerActor:
                 warm = handle.hosted.remote() if name.startswith("shard-") else handle.inter_broker_endpoint.remote()
                 try:
                     await asyncio.wait_for(warm, NAMED_ACTOR_WARM_TIMEOUT_S)
-                except Exception:
+                except Exception:  # (cut off, or starting: asked again at the next refresh)
                     continue
             fresh[name] = handle
+        # a known actor whose call did not answer this time (cut off, busy) stays known
+        fresh = {**{n: h for n, h in self.named_actors.items() if n not in fresh and n in names}, **fresh}
         self.named_actors = fresh
+        self.named_actors_at = time.monotonic()
+
+    def _learn_node_cpus(self, nodes: list[dict]) -> None:
+        """Each live node's CPU count (the default shard count of its broker), from ray.nodes()."""
+        for node in nodes:
+            if node.get("Alive") and node["NodeID"] not in self.node_cpus:
+                cpus = node.get("Resources", {}).get("CPU", 1)
+                self.node_cpus[node["NodeID"]] = max(1, min(int(cpus), SHARDS_PER_BROKER_MAX))
 
     async def _start_voting_gateways(self) -> None:
         """Each voter's gateway, on the node labelled with its broker id, started (if it is not
@@ -399,7 +430,8 @@ class ControllerActor:
         """Until every record persisted so far is committed: before anything learns of it."""
         await self.log.durable(self.log.appended)
 
-    def _adopt_running_actors(self, named: dict[str, Any] | None = None) -> list[tuple]:
+    def _adopt_running_actors(self, named: dict[str, Any] | None = None,
+                              timeout_s: float = ADOPT_TIMEOUT_S) -> list[tuple]:
         """After Ray restarts the controller, the actors it had started are still running under
         their names: find them again instead of starting twins. Each shard says which replicas it
         hosts (where they really are, whatever the shard count is now). `named`: the handles by
@@ -424,7 +456,7 @@ class ControllerActor:
                     continue
                 self.shards[(broker_id, index)] = shard
                 asked.append((broker_id, name, shard, shard.hosted.remote()))
-        deadline = time.monotonic() + ADOPT_TIMEOUT_S  # all asked at once: a dead node's shards cost one wait
+        deadline = time.monotonic() + timeout_s  # all asked at once: a dead node's shards cost one wait
         for broker_id, name, shard, answer in asked:
             try:
                 hosted = ray.get(answer, timeout=max(0.0, deadline - time.monotonic()))
@@ -450,8 +482,8 @@ class ControllerActor:
     def _resume_supervision(self) -> None:
         """Supervisors and the node watcher are asyncio tasks: start them from the first async call
         (in quorum mode, once the metadata is read)."""
-        if self.core is None:
-            if self.loading is None:
+        if not self.loaded.is_set():  # (the core may exist already: replayed, its actors being adopted)
+            if self.loading is None and self.quorum_voters:
                 self.loading = asyncio.ensure_future(self._load_from_quorum())
             return
         for key, actor, serve, until in self.to_supervise:
@@ -489,11 +521,20 @@ class ControllerActor:
 
     async def _watch_nodes(self) -> None:
         loop = asyncio.get_running_loop()
+        gcs_silent_since = None
         while True:
             try:
                 await self._deploy_new_nodes()
+                if gcs_silent_since is not None:
+                    log.warning("Ray's GCS answers again (after %.0f s)", loop.time() - gcs_silent_since)
+                    gcs_silent_since = None
             except asyncio.CancelledError:
                 raise
+            except TimeoutError:  # (GcsCalls) the Ray head is cut off from this node: said once
+                if gcs_silent_since is None:
+                    gcs_silent_since = loop.time()
+                    log.warning("Ray's GCS does not answer (the Ray head cut off?): new and lost Ray nodes are "
+                                "noticed once it does; brokers are fenced by their heartbeats meanwhile")
             except Exception:
                 log.exception("starting brokers on new Ray nodes failed; trying again")
             wait_s = NODE_POLL_S_SUSPECT if loop.time() < self.nodes_suspect_until else NODE_POLL_S
@@ -509,7 +550,9 @@ class ControllerActor:
         self.node_poll_wake.set()
 
     async def _deploy_new_nodes(self) -> None:
-        nodes = list(map(NodeView.of, await self.gcs(ray.nodes)))
+        ray_nodes = await self.gcs(ray.nodes)
+        self._learn_node_cpus(ray_nodes)
+        nodes = list(map(NodeView.of, ray_nodes))
         alive = {node.node_id for node in nodes if node.alive}
         views = {node.node_id: node for node in nodes}
         for node_id in [n for n in self.node_brokers if n not in alive]:
@@ -737,7 +780,10 @@ class ControllerActor:
     async def broker_events(self, after_seq: int | None, timeout_s: float) -> tuple[int, list[tuple[int, str]]]:
         """What happened to brokers since event `after_seq` (None: from now on), as (wall-clock ms,
         sentence); answers at the first new event or after `timeout_s`. Returns the number to ask
-        from next time."""
+        from next time. A standby controller says nothing (NotController): follow the active one."""
+        if self.voter_id is not None and not self.loaded.is_set():
+            self._resume_supervision()
+            raise NotController(f"the controller on broker {self.voter_id} stands by")
         if after_seq is None:
             return self.events.next_seq, []
         deadline = asyncio.get_running_loop().time() + min(timeout_s, BROKER_EVENTS_WAIT_S_MAX)
@@ -1171,8 +1217,11 @@ class ControllerActor:
         index = shard_index(spec["topic_id"], spec["partition"], self._shard_count(broker))
         shard = self.shards.get((broker.broker_id, index))
         if shard is None:
-            shard = self.shards[(broker.broker_id, index)] = composition.start_shard(
-                broker.broker_id, index, self.core.broker_config, broker.node_id)
+            try:
+                shard = composition.start_shard(broker.broker_id, index, self.core.broker_config, broker.node_id)
+            except ray.exceptions.ActorAlreadyExistsError:  # running, unknown to this controller: adopt it
+                shard = ray.get_actor(composition.shard_name(broker.broker_id, index), namespace=composition.NAMESPACE)
+            self.shards[(broker.broker_id, index)] = shard
         return HostedReplica(shard, spec)
 
     def _shard_count(self, broker) -> int:
@@ -1181,9 +1230,10 @@ class ControllerActor:
         if configured > 0:
             return min(configured, SHARDS_PER_BROKER_MAX)
         if broker.node_id not in self.node_cpus:
-            cpus = next((n.get("Resources", {}).get("CPU", 1) for n in ray.nodes() if n["NodeID"] == broker.node_id), 1)
-            self.node_cpus[broker.node_id] = max(1, min(int(cpus), SHARDS_PER_BROKER_MAX))
-        return self.node_cpus[broker.node_id]
+            if self.quorum_voters:  # (never a GCS call on the event loop: the Ray head may be cut off)
+                raise LookupError(f"the CPU count of broker {broker.broker_id}'s node is not known yet")
+            self._learn_node_cpus(ray.nodes())
+        return self.node_cpus.get(broker.node_id, 1)
 
     def _start_partitions(self, topic: TopicState) -> list:
         """Start the missing replicas of a topic, each in a shard on its broker's node
@@ -1202,7 +1252,11 @@ class ControllerActor:
                     continue
                 if broker is None or not broker.node_id or broker_id not in self.registered:
                     continue
-                actor = self._start_replica(self._replica_spec(topic, p.index, broker_id, config), broker)
+                try:
+                    actor = self._start_replica(self._replica_spec(topic, p.index, broker_id, config), broker)
+                except LookupError as e:  # started later: when the node watcher has seen the node
+                    log.info("replica %s-%d on broker %d waits: %s", topic.name, p.index, broker_id, e)
+                    continue
                 self.replica_actors[key] = actor
                 self.supervisors[key] = asyncio.ensure_future(self._supervise(key, actor))
                 listening.append(key)

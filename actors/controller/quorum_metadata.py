@@ -10,6 +10,10 @@ The same two calls as MetadataLog (metadata_log.py) and one more:
   rests on are committed: a decision a deposed quorum leader's log loses was never seen.
 - `open()` waits for a quorum leader whose whole log is committed and reads every record.
 
+With `only` (the controller of one voting broker, ControllerActor's voter mode) it reads and
+proposes through that broker's voter alone: `open()` waits until that voter leads (the standby's
+wait for its turn), and a not_leader answer is a failure, not a redirect.
+
 One sender proposes the records, in order, through the leader's gateway (a Ray call, like any
 control call). "not_leader" (nothing appended): the same records go to the leader named. A
 proposal that may have been appended but did not commit (its leader lost its epoch, or the call

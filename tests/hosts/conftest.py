@@ -12,7 +12,8 @@ on a whole cluster whatever ran before, and a file runs alone as well as with th
 Tests share the deployment, not state: each makes topics and groups of its own names.
 
 One configuration serves them all: configs/multinode.toml with benchmarks.partition_heal's
-OVERRIDES, as all three modules' fixtures had (6 partitions for each internal topic instead of
+OVERRIDES and QUORUM (the metadata quorum: each broker runs a voter and a controller, so that no
+host's loss stops the cluster's decisions), as all three modules' fixtures had (6 partitions for each internal topic instead of
 Kafka's 50, as Kafka's own tests do: 300 replicas on 2 cores take most of a minute to create,
 and these tests are about hosts, not scale), and Ray's health checks as Kray advises for brokers
 (RAY_HEALTH["broker"]), which only test_partition_heal's fixture set. That test needs them: its
@@ -72,9 +73,9 @@ class SharedDeployment:
         return self.hosts
 
     def deploy(self) -> None:
-        from benchmarks.partition_heal import OVERRIDES, RAY_HEALTH
+        from benchmarks.partition_heal import OVERRIDES, QUORUM, RAY_HEALTH
         from cluster.hosts.deploy import KrayHosts
-        h = KrayHosts(3, overrides=OVERRIDES, ray_system_config=RAY_HEALTH["broker"])
+        h = KrayHosts(3, overrides=OVERRIDES + QUORUM, ray_system_config=RAY_HEALTH["broker"])
         h.start()  # removes what it made when it fails
         self.hosts = h
         self.deployments += 1
