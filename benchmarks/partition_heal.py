@@ -345,6 +345,9 @@ def markdown(runs: list[dict]) -> str:
             tuned += "".join(f"; readers {k}={v}" for k, v in r.get("reader_config", {}).items())
             if r.get("tcp_rto_max_ms"):  # runs before it was set had the kernel's default (120000)
                 tuned += f"; hosts tcp_rto_max_ms={r['tcp_rto_max_ms']}"
+            if r.get("quorum") or "--quorum" in r.get("command", ""):
+                tuned += "; **metadata quorum** (the active controller's host cut)" if r.get("victim_leads") \
+                    or "quorum-leader" in r.get("command", "") else "; **metadata quorum**"
             head = (f"| {r['when']} | {r['victim']} | {r['cut_s']} | {r.get('ray_health', '?')}{tuned} | "
                     f"{', '.join(r['ray_nodes_restarted']) or 'none'} |") if first else "| | | | | |"
             tail = (f" {r['acknowledged']} | {r['lost']} | "
@@ -434,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_scenario(hosts, victim, args.cut,
                               producer_config=dict(kv.split("=", 1) for kv in args.producer_config),
                               reader_config=dict(kv.split("=", 1) for kv in args.reader_config))
-    result |= {"ray_health": args.ray_health, "ray_system_config": RAY_HEALTH[args.ray_health],
+    result |= {"quorum": args.quorum, "victim_leads": args.victim == "quorum-leader", "ray_health": args.ray_health, "ray_system_config": RAY_HEALTH[args.ray_health],
                "tcp_rto_max_ms": rto_max_ms if host_rto_max_ms() is not None else None,
                "command": "python -m benchmarks.partition_heal " + " ".join(argv if argv is not None else
                                                                              __import__("sys").argv[1:])}
