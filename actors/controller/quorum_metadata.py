@@ -95,8 +95,10 @@ class QuorumMetadataLog:
                 continue
             try:
                 answer = await asyncio.wait_for(gateway.quorum_status.remote(), CALL_TIMEOUT_S / 2)
-            except Exception:
+            except ray.exceptions.RayError:
                 self._gateways.pop(voter, None)     # restarted, or gone: looked up again
+                continue
+            except asyncio.TimeoutError:            # busy (or cut off): the same handle is asked again
                 continue
             if answer is None:
                 continue
