@@ -23,6 +23,7 @@ from tests.coordinators import group_coordinator_partition, share_state_partitio
 
 FAST_LIVENESS = {"broker.session.timeout.ms": 3000, "broker.heartbeat.interval.ms": 500,
                  "replica.lag.time.max.ms": 5000}
+ACKS_AFTER_KILL_MAX_S = 60  # a killed leader's partition takes acks=all writes again within (a few s when quiet)
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +167,7 @@ def kill_leader_under_producer_and_share_consumers(cluster, client: dict | None 
     for t in threads:
         t.start()
     producer = AckedProducer(cluster.bootstrap, topic, 3, client)
+    down = None
     try:
         deadline = time.monotonic() + 30
         while len(consumed) < 500:
@@ -178,21 +180,33 @@ def kill_leader_under_producer_and_share_consumers(cluster, client: dict | None 
         before = len(producer.acked)
         killed_at = time.monotonic()
         cluster.kill_node(victim)
-        deadline = time.monotonic() + 30
+        down = victim
+        deadline = killed_at + 30
         while cluster.leader(topic, victim_partition) in (victim, -1):
             assert time.monotonic() < deadline, "no new leader 30 s after the leader's node died"
             time.sleep(0.1)
+        new_leader_s = time.monotonic() - killed_at
+        # (the bound leaves room for a loaded machine: the client learns the new leader, and an
+        # idempotent producer whose requests died with the node bumps its epoch first)
         while not any(t > killed_at and k % 3 == victim_partition for k, t in _snapshot(producer.acked)):
-            assert time.monotonic() < deadline, "no write to the partition acknowledged 30 s after its leader died"
+            if time.monotonic() > killed_at + ACKS_AFTER_KILL_MAX_S:
+                others = sum(1 for k, t in _snapshot(producer.acked) if t > killed_at and k % 3 != victim_partition)
+                pytest.fail(f"no write to partition {victim_partition} acknowledged {ACKS_AFTER_KILL_MAX_S} s after "
+                            f"its leader (broker {victim}) died; a new leader ({cluster.leader(topic, victim_partition)}) "
+                            f"was named {new_leader_s:.1f} s after the kill; {others} writes to the other partitions "
+                            f"acknowledged since; producer errors: {producer.errors[-3:]}")
             time.sleep(0.1)
         consumed_at_kill = len(consumed)
         while len(consumed) < consumed_at_kill + 300:
-            assert time.monotonic() < deadline + 30, "the share consumers stalled after the kill"
+            assert time.monotonic() < killed_at + ACKS_AFTER_KILL_MAX_S + 30, "the share consumers stalled after the kill"
             time.sleep(0.2)
         cluster.restart_node(victim)
+        down = None
         _wait_for_isr(admin_client, topic, victim_partition, [1, 2, 3])
         time.sleep(2)
     finally:
+        if down is not None:  # failed with the broker down: it returns for the module's next tests
+            cluster.restart_node(down)
         producer.finish()
     acked = set(producer.acked)
     assert len(acked) > before + 500, "the producer carried on"
