@@ -235,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m protocol.generate", description=__doc__.splitlines()[0])
     parser.add_argument("--schemas", type=Path, default=DEFAULT_SCHEMAS_DIR, help="folder of *Request/*Response.json")
     parser.add_argument("--extra-schemas", type=Path, action="append", default=[], metavar="DIR",
-                        help="another folder of *Request/*Response.json (repeatable; e.g. the ACL, SCRAM and transaction APIs)")
+                        help="another folder of *Request/*Response.json (repeatable; e.g. the ACL, SCRAM and "
+                             "transaction APIs)")
     parser.add_argument("--records", type=Path, default=None, help="folder of coordinator record schemas")
     parser.add_argument("--extra-records", type=Path, action="append", default=[], metavar="DIR",
                         help="another folder of coordinator record schemas (repeatable; e.g. __transaction_state's)")

@@ -74,7 +74,8 @@ def test_add_partitions_to_txn_v3_and_v4_shapes():
     v3 = AddPartitionsToTxnRequest(v3_and_below_transactional_id="tx", v3_and_below_producer_id=7,
                                    v3_and_below_producer_epoch=3, v3_and_below_topics=[topic])
     decoded = AddPartitionsToTxnRequest.decode(v3.encode(3), 3)
-    assert (decoded.v3_and_below_transactional_id, decoded.v3_and_below_topics, decoded.transactions) == ("tx", [topic], [])
+    assert (decoded.v3_and_below_transactional_id, decoded.v3_and_below_topics, decoded.transactions) == (
+        "tx", [topic], [])
     v4 = AddPartitionsToTxnRequest(transactions=[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
         transactional_id="tx", producer_id=7, producer_epoch=3, verify_only=True, topics=[topic])])
     decoded = AddPartitionsToTxnRequest.decode(v4.encode(4), 4)
@@ -106,7 +107,8 @@ def test_add_offsets_and_txn_offset_commit():
                                     generation_id_or_member_epoch=5, member_id="m", group_instance_id=None)
     decoded = TxnOffsetCommitRequest.decode(commit.encode(3), 3)
     assert (decoded.generation_id_or_member_epoch, decoded.member_id, decoded.group_instance_id) == (5, "m", None)
-    assert TxnOffsetCommitRequest.decode(commit.encode(2), 2).generation_id_or_member_epoch == -1  # v3 added the member fields
+    # v3 added the member fields
+    assert TxnOffsetCommitRequest.decode(commit.encode(2), 2).generation_id_or_member_epoch == -1
 
 
 def test_write_txn_markers_starts_at_v1():
