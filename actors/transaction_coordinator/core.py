@@ -79,6 +79,20 @@ class TxnConfig:
     transaction_max_timeout_ms: int = DEFAULT_TRANSACTION_MAX_TIMEOUT_MS
     transactional_id_expiration_ms: int = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS
 
+    @classmethod
+    def from_configs(cls, configs) -> "TxnConfig":
+        """From broker configs by Kafka's keys (missing keys take Kafka's defaults; both must be at least 1)."""
+        values = {}
+        for key, name, default in (("transaction.max.timeout.ms", "transaction_max_timeout_ms",
+                                    DEFAULT_TRANSACTION_MAX_TIMEOUT_MS),
+                                   ("transactional.id.expiration.ms", "transactional_id_expiration_ms",
+                                    DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS)):
+            value = int(configs.get(key, default))
+            if value < 1:
+                raise ValueError(f"Invalid value {value} for configuration {key}: Value must be at least 1")
+            values[name] = value
+        return cls(**values)
+
 
 # ---- inputs ------------------------------------------------------------------------------------------------------
 

@@ -166,6 +166,15 @@ def test_transaction_max_timeout_is_configurable():
     ok(h.init(timeout_ms=1_000))
 
 
+def test_config_from_kafka_keys():
+    assert TxnConfig.from_configs({}) == TxnConfig(900_000, 604_800_000)
+    assert TxnConfig.from_configs({"transaction.max.timeout.ms": "5000", "transactional.id.expiration.ms": 7}) == \
+        TxnConfig(5_000, 7)
+    for key in ("transaction.max.timeout.ms", "transactional.id.expiration.ms"):
+        with pytest.raises(ValueError, match=key):
+            TxnConfig.from_configs({key: 0})
+
+
 def test_init_producer_id_bad_requests():
     h = Harness()
     assert h.init(txn_id="").error == E.INVALID_REQUEST
