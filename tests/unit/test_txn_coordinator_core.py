@@ -341,9 +341,9 @@ def test_client_error_for_old_versions():
 
 # ---- epoch exhaustion --------------------------------------------------------------------------------------------
 
-def at_epoch(h, epoch, state=S.COMPLETE_COMMIT, partitions=frozenset()):
+def at_epoch(h, epoch, state=S.COMPLETE_COMMIT, partitions=frozenset(), timeout_ms=TIMEOUT_MS):
     """Put "tx" at producer 500, `epoch`, through the log (as a replay would)."""
-    record = encode_record(TxnMetadata("tx", 500, epoch, TIMEOUT_MS, state, T0, partitions,
+    record = encode_record(TxnMetadata("tx", 500, epoch, timeout_ms, state, T0, partitions,
                                        T0 if partitions else -1), "tx")
     h.log.append(record)
     h.core.replay(*record)
@@ -619,3 +619,129 @@ def test_property_against_a_model_of_the_producers(ops, first_epoch):
                          tuple(sorted(p.partitions))) for p in prepared]
         h.assert_replay_equals_live()
     _check_log(h.log, seeded=len(IDS) if first_epoch else 0)
+
+
+# ---- property: one transactional id against a naive model ------------------------------------------------------
+
+class NaiveTxn:
+    """The life of one transactional id as a producer sees it, written plainly (transaction version 1)."""
+
+    def __init__(self):
+        self.state, self.pid, self.epoch, self.parts, self.start, self.updated = None, None, None, set(), -1, -1
+
+    def init(self, now, new_pid):
+        if self.state in ("PrepareCommit", "PrepareAbort"):
+            return E.CONCURRENT_TRANSACTIONS
+        if self.state == "Ongoing":
+            self.fence(now)
+            return E.CONCURRENT_TRANSACTIONS
+        if self.state is None or self.epoch >= SHORT_MAX - 1:
+            self.pid, self.epoch = new_pid, 0
+        else:
+            self.epoch += 1
+        self.state, self.parts, self.start, self.updated = "Empty", set(), -1, now
+        return E.NONE
+
+    def fence(self, now):
+        self.epoch = min(self.epoch + 1, SHORT_MAX)
+        self.state, self.updated = "PrepareAbort", now
+
+    def add(self, now, pid, epoch, parts):
+        if self.state is None or pid != self.pid:
+            return E.INVALID_PRODUCER_ID_MAPPING
+        if epoch != self.epoch:
+            return E.PRODUCER_FENCED
+        if self.state in ("PrepareCommit", "PrepareAbort"):
+            return E.CONCURRENT_TRANSACTIONS
+        if self.state != "Ongoing":
+            self.start, self.parts = now, set()
+        if self.state != "Ongoing" or not parts <= self.parts:
+            self.updated = now
+        self.state, self.parts = "Ongoing", self.parts | parts
+        return E.NONE
+
+    def end(self, now, pid, epoch, commit):
+        if self.state is None or pid != self.pid:
+            return E.INVALID_PRODUCER_ID_MAPPING
+        if epoch != self.epoch:
+            return E.PRODUCER_FENCED
+        word = "Commit" if commit else "Abort"
+        if self.state == "Ongoing":
+            self.state, self.updated = "Prepare" + word, now
+            return E.NONE
+        if self.state == "Complete" + word:
+            return E.NONE
+        if self.state == "Prepare" + word:
+            return E.CONCURRENT_TRANSACTIONS
+        return E.INVALID_TXN_STATE
+
+    def markers_written(self, now):
+        if self.state in ("PrepareCommit", "PrepareAbort"):
+            self.state, self.parts, self.updated = self.state.replace("Prepare", "Complete"), set(), now
+            return True
+        return False
+
+    def tick(self, now, timeout_ms, expiration_ms):
+        if self.state == "Ongoing" and self.start + timeout_ms < now:
+            self.fence(now)
+        elif self.state in ("Empty", "CompleteCommit", "CompleteAbort") and self.updated <= now - expiration_ms:
+            self.state = None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(
+    st.tuples(st.just("init")),
+    st.tuples(st.just("add"), st.sampled_from(["live", "live", "live", "zombie"]),
+              st.sets(st.sampled_from(PARTITIONS), min_size=1, max_size=2)),
+    st.tuples(st.just("end"), st.sampled_from(["live", "live", "live", "zombie"]), st.booleans()),
+    st.tuples(st.just("written")), st.tuples(st.just("written")),
+    st.tuples(st.just("tick"), st.sampled_from([1, 400, 1_500, 30_000])),
+    st.tuples(st.just("move")),
+), min_size=10, max_size=60), st.sampled_from([-1, SHORT_MAX - 3]))
+def test_one_transactional_id_against_a_naive_model(ops, start_epoch):
+    timeout_ms, expiration_ms = 1_000, 20_000
+    h = Harness(TxnConfig(transactional_id_expiration_ms=expiration_ms))
+    model = NaiveTxn()
+    live = zombie = (-1, -1)
+    if start_epoch >= 0:
+        at_epoch(h, start_epoch, timeout_ms=timeout_ms)
+        model.state, model.pid, model.epoch, model.updated = "CompleteCommit", 500, start_epoch, T0
+        live = (500, start_epoch)
+    for op in ops:
+        if op[0] == "init":
+            new_pid = next(h.pids)
+            h.pids = itertools.chain([new_pid], h.pids)
+            step = h.init(timeout_ms=timeout_ms)
+            assert step.error == model.init(h.now_ms, new_pid)
+            if step.error == E.NONE:
+                zombie, live = live, (step.producer_id, step.producer_epoch)
+                assert live == (model.pid, model.epoch)
+        elif op[0] in ("add", "end"):
+            pid, epoch = live if op[1] == "live" else zombie
+            if op[0] == "add":
+                step = h.add(pid, epoch, *sorted(op[2]))
+                assert step.error == model.add(h.now_ms, pid, epoch, set(op[2]))
+            else:
+                step = h.end(pid, epoch, op[2])
+                assert step.error == model.end(h.now_ms, pid, epoch, op[2])
+        elif op[0] == "written":
+            for m in h.core.markers_to_resend():
+                ok(h.written(m.producer_id, m.producer_epoch, m.committed))
+            assert bool(h.core.markers_to_resend()) is False
+            model.markers_written(h.now_ms)
+        elif op[0] == "tick":
+            h.now_ms += op[1]
+            h.run(h.core.abort_timed_out(h.now_ms))
+            h.run(h.core.expire_transactional_ids(h.now_ms))
+            model.tick(h.now_ms, timeout_ms, expiration_ms)
+        elif op[0] == "move":
+            h.core = h.replayed()
+        meta = h.core.transactions.get("tx")
+        if model.state is None:
+            assert meta is None
+        else:
+            assert (STATE_NAMES[meta.state], meta.producer_id, meta.producer_epoch, set(meta.partitions),
+                    meta.txn_start_timestamp_ms if model.state != "Empty" else -1, meta.txn_last_update_timestamp_ms
+                    ) == (model.state, model.pid, model.epoch, model.parts if "Complete" not in model.state else set(),
+                          model.start if model.state != "Empty" else -1, model.updated)
+    h.assert_replay_equals_live()
