@@ -1,21 +1,30 @@
 """Generate ``protocol/messages.py``, ``protocol/coordinator_records.py`` and ``protocol/error_codes.py`` from
 Kafka's schema files.
 
-    python -m protocol.generate [--schemas DIR] [--extra-schemas DIR ...] [--records DIR] [--errors FILE]
+    python -m protocol.generate [--schemas DIR] [--extra-schemas DIR ...] [--records DIR] [--extra-records DIR ...]
+                                [--errors FILE]
 
 DIR defaults to ``../shared/kafka-protocol/messages`` relative to the repo root, the records DIR to
 ``DIR/../records`` (the coordinators' key/value records: their ``apiKey`` is the record type), FILE to
-``DIR/../ERRORS.md``. ``--extra-schemas`` (repeatable) adds the APIs of more folders to ``messages.py``:
-the ACL APIs (CreateAcls, DescribeAcls, DeleteAcls) and the SCRAM credential APIs of KIP-554
-(DescribeUserScramCredentials, AlterUserScramCredentials) are not in the shared folder. Take their
-``*Acls{Request,Response}.json`` files (trunk ``d79bd502ec7f``, the commit of the shared folder) and
-``*UserScramCredentials{Request,Response}.json`` (``1eb7644349cb``; last changed in 2023) from Apache Kafka's
-``clients/src/main/resources/common/message/`` into a folder outside the repo (never commit them), with
-the controller's and the metadata quorum's APIs of the same commit (``BrokerRegistration``,
-``BrokerHeartbeat``, ``AlterPartition``, ``Vote``, ``BeginQuorumEpoch``, ``EndQuorumEpoch``,
-``DescribeQuorum``: KIP-631, KIP-595), and regenerate with
+``DIR/../ERRORS.md``. ``--extra-schemas`` (repeatable) adds the APIs of more folders to ``messages.py``, and
+``--extra-records`` the records of more folders to ``coordinator_records.py``; neither kind of file is in the
+shared folder, and none is ever committed. Take them from Apache Kafka's ``clients/src/main/resources/common/message/``
+into folders outside the repo:
 
-    python -m protocol.generate --extra-schemas /tmp/kray-extra-schemas
+- at trunk ``d79bd502ec7f`` (the commit of the shared folder; the ``confluentinc/kafka`` snapshot carries it):
+  the ACL APIs (``{Create,Describe,Delete}Acls{Request,Response}.json``) and the transaction APIs of KIP-98,
+  KIP-664 and KIP-890 (``AddPartitionsToTxn``, ``AddOffsetsToTxn``, ``EndTxn``, ``WriteTxnMarkers``,
+  ``TxnOffsetCommit``, ``DescribeTransactions``, ``ListTransactions``, ``DescribeProducers``);
+- at ``1eb7644349cb`` (the ``apache/kafka`` snapshot, Oct 2024): the SCRAM credential APIs of KIP-554
+  (``DescribeUserScramCredentials``, ``AlterUserScramCredentials``) and the controller's and the metadata quorum's
+  APIs (``BrokerRegistration``, ``BrokerHeartbeat``, ``AlterPartition``, ``Vote``, ``BeginQuorumEpoch``,
+  ``EndQuorumEpoch``, ``DescribeQuorum``: KIP-631, KIP-595);
+- the records of ``__transaction_state`` (``TransactionLogKey``, ``TransactionLogValue``) from
+  ``transaction-coordinator/src/main/resources/common/message/`` at ``d79bd502ec7f``;
+
+and regenerate with
+
+    python -m protocol.generate --extra-schemas /tmp/kray-extra-schemas --extra-records /tmp/kray-txn-records
 
 Only wire facts are emitted (names, types, versions, tags, defaults); the schemas' prose and comments are not.
 Every API (files with an ``apiKey``) gets a request and a response class; the header schemas are not generated
@@ -110,8 +119,17 @@ def check_field(message: str, field: dict, structs: dict) -> None:
         raise ValueError(f"{where}: attribute name {name!r} is not usable")
 
 
+def field_versions(field: dict) -> str:
+    """A field's versions; a tagged field may leave them out: they are then its tagged versions (as in Kafka)."""
+    if "versions" in field:
+        return field["versions"]
+    if "taggedVersions" in field:
+        return field["taggedVersions"]
+    raise ValueError(f"{field['name']}: no versions")
+
+
 def field_line(field: dict) -> str:
-    args = [repr(snake(field["name"])), repr(field["type"]), repr(field["versions"])]
+    args = [repr(snake(field["name"])), repr(field["type"]), repr(field_versions(field))]
     if field.get("nullableVersions", "none") != "none":
         args.append(f"nullable={field['nullableVersions']!r}")
     if "tag" in field:
@@ -159,7 +177,10 @@ def message_lines(schema: dict) -> list[str]:
 
 
 EXTRA_MARKER = "# ---- APIs from --extra-schemas folders (their schemas are not in the shared folder) ----"
-REGENERATE_MESSAGES = "python -m protocol.generate --extra-schemas DIR  (DIR: the ACL and SCRAM schemas, see protocol/generate.py)"
+EXTRA_RECORDS_MARKER = "# ---- records from --extra-records folders (their schemas are not in the shared folder) ----"
+REGENERATE = ("python -m protocol.generate --extra-schemas DIR --extra-records DIR2  "
+              "(the schemas outside the shared folder, see protocol/generate.py)")
+REGENERATE_MESSAGES = REGENERATE
 
 
 def _api_schemas(paths: list[Path]) -> list[dict]:
@@ -168,8 +189,8 @@ def _api_schemas(paths: list[Path]) -> list[dict]:
 
 
 def generate_messages(schemas_dir: Path, what: str = "message schemas", extra_dirs: list[Path] = (),
-                      regenerate: str = "python -m protocol.generate") -> str:
-    """The module text; the APIs of `extra_dirs` (not already in `schemas_dir`) follow EXTRA_MARKER, so
+                      regenerate: str = "python -m protocol.generate", marker: str = EXTRA_MARKER) -> str:
+    """The module text; the schemas of `extra_dirs` (not already in `schemas_dir`) follow `marker`, so
     that what the shared folder yields can be checked without the extra files."""
     paths = sorted(schemas_dir.glob("*.json"))
     names = {path.name for path in paths}
@@ -188,7 +209,7 @@ def generate_messages(schemas_dir: Path, what: str = "message schemas", extra_di
     for schema in _api_schemas(paths):
         out += ["", *message_lines(schema), ""]
     if extra_paths:
-        out += ["", EXTRA_MARKER, ""]
+        out += ["", marker, ""]
         for schema in _api_schemas(extra_paths):
             out += ["", *message_lines(schema), ""]
     return "\n".join(out)
@@ -214,15 +235,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m protocol.generate", description=__doc__.splitlines()[0])
     parser.add_argument("--schemas", type=Path, default=DEFAULT_SCHEMAS_DIR, help="folder of *Request/*Response.json")
     parser.add_argument("--extra-schemas", type=Path, action="append", default=[], metavar="DIR",
-                        help="another folder of *Request/*Response.json (repeatable; e.g. the ACL and SCRAM APIs)")
+                        help="another folder of *Request/*Response.json (repeatable; e.g. the ACL, SCRAM and "
+                             "transaction APIs)")
     parser.add_argument("--records", type=Path, default=None, help="folder of coordinator record schemas")
+    parser.add_argument("--extra-records", type=Path, action="append", default=[], metavar="DIR",
+                        help="another folder of coordinator record schemas (repeatable; e.g. __transaction_state's)")
     parser.add_argument("--errors", type=Path, default=None, help="ERRORS.md (default: DIR/../ERRORS.md)")
     args = parser.parse_args(argv)
     errors_md = args.errors or args.schemas.parent / "ERRORS.md"
     records_dir = args.records or args.schemas.parent / "records"
     (PACKAGE_DIR / "messages.py").write_text(generate_messages(args.schemas, extra_dirs=args.extra_schemas,
                                                                regenerate=REGENERATE_MESSAGES))
-    (PACKAGE_DIR / "coordinator_records.py").write_text(generate_messages(records_dir, "coordinator record schemas"))
+    (PACKAGE_DIR / "coordinator_records.py").write_text(generate_messages(
+        records_dir, "coordinator record schemas", extra_dirs=args.extra_records,
+        regenerate=REGENERATE,
+        marker=EXTRA_RECORDS_MARKER))
     (PACKAGE_DIR / "error_codes.py").write_text(generate_error_codes(errors_md))
 
 

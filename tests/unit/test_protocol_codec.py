@@ -68,6 +68,17 @@ def test_generated_modules_are_current():
     # the ACL APIs come from a folder of Kafka's schemas outside the repo (see protocol/generate.py)
     assert marker and all(f"class {n}Acls{kind}(Message):" in extra
                           for n in ("Create", "Describe", "Delete") for kind in ("Request", "Response"))
+    assert all(f"class {n}{kind}(Message):" in extra
+               for n in ("AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "WriteTxnMarkers", "TxnOffsetCommit",
+                         "DescribeTransactions", "ListTransactions", "DescribeProducers")
+               for kind in ("Request", "Response"))
+    # the coordinators' records likewise, with __transaction_state's from an --extra-records folder
+    text = (package / "coordinator_records.py").read_text()
+    shared, marker, extra = text.partition(generate.EXTRA_RECORDS_MARKER)
+    expected = generate.generate_messages(generate.DEFAULT_SCHEMAS_DIR.parent / "records",
+                                          "coordinator record schemas", regenerate=generate.REGENERATE)
+    assert shared.rstrip("\n") == expected.rstrip("\n")
+    assert marker and "class TransactionLogKey(Message):" in extra and "class TransactionLogValue(Message):" in extra
     errors_md = generate.DEFAULT_SCHEMAS_DIR.parent / "ERRORS.md"
     assert (package / "error_codes.py").read_text() == generate.generate_error_codes(errors_md)
 
