@@ -197,9 +197,6 @@ class ControllerActor:
         else:
             self.log = MetadataLog(self.data_dir / "__cluster_metadata" / "metadata.log")
         self.core: ControllerCore | None = None  # once the metadata is read
-        # a controller taking over the quorum: when its voter last heard from each other voting
-        # broker (now_ms() clock), where those brokers' sessions start (ReplicationCore.finish_replay)
-        self.voters_last_contact_ms: dict[int, int] = {}
         self.loaded = asyncio.Event()
         self.loading: asyncio.Task | None = None
         # replica actors and their listeners, keyed (topic id, partition, broker id)
@@ -290,8 +287,6 @@ class ControllerActor:
                     await self._start_voting_gateways()
                     started = True
                 records = await self.log.open()
-                silences = await self.log.own_silences_ms()
-                self.voters_last_contact_ms = {b: now_ms() - ms for b, ms in silences.items()}
                 break
             except asyncio.CancelledError:
                 raise
@@ -496,11 +491,8 @@ class ControllerActor:
         self.to_supervise = []
         if self.node_watcher is None:
             # sessions are judged from now on: adopting the running actors, and the first call
-            # after a restart, can take longer than a broker session. A controller taking over the
-            # quorum counts a voting broker's session from its voter's last message instead, where
-            # that is earlier: a broker cut off with the last active controller is fenced a session
-            # after the cut, not a session after this takeover (which took an election and a read)
-            self.core.replication.finish_replay(now_ms(), self.voters_last_contact_ms)
+            # after a restart, can take longer than a broker session
+            self.core.replication.finish_replay(now_ms())
             self.node_watcher = asyncio.ensure_future(self._watch_nodes())
             self.ticker = asyncio.ensure_future(self._tick())
             self.publisher = asyncio.ensure_future(self._publish())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from cluster.config import ConfigError, topic_config_defaults, validate_group_configs, validate_topic_configs
 from protocol.errors import ErrorCode
@@ -357,12 +357,11 @@ class ControllerCore:
         for p in partitions:
             self.replication.partitions[(topic.topic_id.bytes, p.index)] = p
 
-    def finish_replay(self, now_ms: int = 0, last_contact_ms: Mapping[int, int] | None = None) -> None:
+    def finish_replay(self, now_ms: int = 0) -> None:
         """After a restart, skip the rest of the last reserved block: some of it may be in use;
-        every unfenced broker gets a fresh session from now (or from its `last_contact_ms`, if
-        earlier: ReplicationCore.finish_replay)."""
+        every unfenced broker gets a fresh session from now."""
         self.next_producer_id = self.producer_id_limit
-        self.replication.finish_replay(now_ms, last_contact_ms)
+        self.replication.finish_replay(now_ms)
 
     def _commit(self, records: list[dict[str, Any]]) -> Outcome:
         for record in records:

@@ -40,7 +40,7 @@ Semantics (as KRaft's):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterable, Mapping
+from typing import Any, Callable, Hashable, Iterable
 
 from protocol.errors import ErrorCode
 
@@ -296,14 +296,10 @@ class ReplicationControl:
         if self._on_apply is not None:
             self._on_apply(record)
 
-    def finish_replay(self, now_ms: int, last_contact_ms: Mapping[int, int] | None = None) -> None:
-        """After a controller restart: every unfenced broker gets a fresh session from now, or from
-        `last_contact_ms[broker]` where that is earlier: when the broker was last heard from by other
-        means (a controller taking over the metadata quorum: its voter's last message from that
-        broker's voter). A broker cut off before the takeover is then fenced a session after it went
-        silent, not a session after the takeover; one that is alive heartbeats in the meantime."""
-        for broker_id, b in self.brokers.items():
-            b.last_heartbeat_ms = min(now_ms, (last_contact_ms or {}).get(broker_id, now_ms))
+    def finish_replay(self, now_ms: int) -> None:
+        """After a controller restart: every unfenced broker gets a fresh session from now."""
+        for b in self.brokers.values():
+            b.last_heartbeat_ms = now_ms
 
     def _commit(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for record in records:

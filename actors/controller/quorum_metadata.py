@@ -113,18 +113,6 @@ class QuorumMetadataLog:
         gateway = self._gateway(self.only)
         return None if gateway is None else await gateway.quorum_status.remote()
 
-    async def own_silences_ms(self) -> dict[int, int]:
-        """How long ago this controller's own voter last heard from each other voter ({} without one,
-        or when its gateway does not answer in time: sessions then start fresh)."""
-        gateway = self._gateway(self.only)
-        if gateway is None:
-            return {}
-        try:
-            return await asyncio.wait_for(gateway.quorum_silent_ms.remote(), CALL_TIMEOUT_S / 2)
-        except (ray.exceptions.RayError, asyncio.TimeoutError) as e:
-            log.info("the voter of broker %d did not say when it last heard from the others: %s", self.only, e)
-            return {}
-
     def _gateway(self, broker_id: int):
         if broker_id not in self._gateways:
             try:

@@ -301,11 +301,6 @@ class GatewayActor:
         node = self.ctx.quorum
         return None if node is None else (node.status(), node.settled())
 
-    def quorum_silent_ms(self) -> dict[int, int]:
-        """How long ago this broker's voter last heard from each other voter ({} without a voter)."""
-        node = self.ctx.quorum
-        return {} if node is None else node.silent_ms()
-
     async def propose_metadata(self, payloads: list[bytes]) -> tuple[str, Any]:
         """Append the controller's records (encoded) to the quorum's log through this broker's voter:
         ("committed", the batch's base offset) once committed; ("not_leader", the leader's id or

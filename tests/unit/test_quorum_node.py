@@ -116,14 +116,6 @@ async def _scenario(tmp_path):
     await _until(lambda: leader_id() not in (None, first), 5)
     took_s = asyncio.get_running_loop().time() - t0
     second = leader_id()
-    # the new leader knows how long the stopped one has been silent (a controller taking over
-    # counts that broker's session from there) and that the third voter was just heard from
-    silent = nodes[second].silent_ms()
-    since_stop_ms = (asyncio.get_running_loop().time() - t0) * 1000
-    third = next(i for i in (1, 2, 3) if i not in (first, second))
-    assert silent[first] >= since_stop_ms - 250, (silent, since_stop_ms)
-    assert silent[third] < 1000, silent
-    assert second not in silent, "a node does not count itself"
     await asyncio.wait_for(nodes[second].propose([b"after"]), 5)
     others = [i for i in (1, 2, 3) if i != first]
     await _until(lambda: all(applied[i][-1:] == [b"after"] for i in others), 5)

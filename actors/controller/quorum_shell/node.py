@@ -59,7 +59,6 @@ class QuorumNode:
         self._tasks: set[asyncio.Task] = set()
         self._wake = asyncio.Event()
         self._stopped = False
-        self._heard_ms: dict[int, int] = {}            # peer voter -> clock_ms of its last message here
 
     # ---- the loop ------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -91,7 +90,6 @@ class QuorumNode:
         """A request from a peer (the gateway's route): step the core, await its answer."""
         if self._stopped:
             return None
-        self._heard(message)
         key = (message.src, type(message))
         waiting = self._inbound.setdefault(key, [])
         if len(waiting) >= INBOUND_PENDING_MAX:
@@ -108,7 +106,6 @@ class QuorumNode:
     def deliver(self, message: Message) -> None:
         """A response to a request this node sent."""
         if not self._stopped:
-            self._heard(message)
             self._step(lambda now: self.core.handle(message, now))
 
     async def propose(self, records: list) -> Accepted | NotLeader:
@@ -125,13 +122,6 @@ class QuorumNode:
     def status(self) -> QuorumStatus:
         return self.core.status()
 
-    def silent_ms(self) -> dict[int, int]:
-        """How long ago each peer voter's last message (request or response) reached this node; a
-        peer not heard from since this node started is left out. A controller taking over counts
-        a voting broker's session from there (actors/controller/actor.py, `_load_from_quorum`)."""
-        now = self.clock_ms()
-        return {peer: now - at for peer, at in self._heard_ms.items()}
-
     def committed_batches(self, from_offset: int) -> list[Batch]:
         """The committed batches from `from_offset` (a batch boundary) on, control batches included."""
         return self.core.log.batches_between(from_offset, self.committed_offset)
@@ -140,10 +130,6 @@ class QuorumNode:
         """This node leads and everything in its log is committed (its epoch's LeaderChange too): its
         committed batches are the whole log a new reader must replay."""
         return self.core.status().role == "leader" and self.committed_offset == self.core.log.end_offset
-
-    def _heard(self, message: Message) -> None:
-        if message.src != self.node_id:
-            self._heard_ms[message.src] = self.clock_ms()
 
     # ---- carrying out an Output ----------------------------------------------------------------------
     def _step(self, step: Callable[[int], Output]) -> None:
