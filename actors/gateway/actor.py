@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any
 
 import ray
@@ -259,15 +260,28 @@ class GatewayActor:
         voters = configured_voters(self.config)
         if self.ctx.broker_id not in voters:
             return
-        finder = asyncio.create_task(self._find_voters(voters))
-        node = build_voter(self.config, self.ctx.broker_id, voters, None, self.voter_addresses.get)
-        self.ctx.quorum = node
+        finder = node = None
         try:
+            node = build_voter(self.config, self.ctx.broker_id, voters, None, self.voter_addresses.get)
+            finder = asyncio.create_task(self._find_voters(voters))
+            self.ctx.quorum = node
             await node.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # the voter's disk failed, or its state is not what the quorum says (QuorumStateError),
+            # or its voter set changed: it must not vote on from memory. Stop this broker's
+            # process, as Kafka halts on a metadata log failure; Ray starts the gateway again
+            # from what is on disk (and a voter set that changed keeps it from starting: said here)
+            log.critical("broker %d: its voter of the metadata quorum failed; the gateway stops",
+                         self.ctx.broker_id, exc_info=True)
+            os._exit(1)
         finally:
-            finder.cancel()
+            if finder is not None:
+                finder.cancel()
             self.ctx.quorum = None
-            node.stop()
+            if node is not None:
+                node.stop()
 
     async def _find_voters(self, voters: tuple[int, ...]) -> None:
         """Where the other voters listen: as their gateways say (asked over Ray, so the quorum can form

@@ -137,3 +137,76 @@ async def _scenario(tmp_path):
 def test_three_voters_elect_commit_and_fail_over(tmp_path):
     took_s = asyncio.run(_scenario(tmp_path))
     assert took_s < 3, f"a new leader took {took_s:.2f} s"
+
+
+# ---- one node and a scripted peer: how requests are answered, and a disk that fails ------------------
+class GrantingPeers:
+    """Peers that grant every vote and take every BeginQuorumEpoch, and never answer anything else."""
+
+    async def request(self, dst, msg):
+        from actors.controller.quorum import BeginQuorumEpochResponse, VoteResponse
+        from protocol.errors import ErrorCode
+        if isinstance(msg, VoteRequest):
+            return VoteResponse(dst, ErrorCode.NONE, msg.epoch, -1, True, msg.pre_vote)
+        if isinstance(msg, BeginQuorumEpochRequest):
+            return BeginQuorumEpochResponse(dst, ErrorCode.NONE, msg.epoch, msg.leader_id)
+        await asyncio.sleep(10)
+
+
+async def _leader(tmp_path):
+    node = QuorumNode(1, CONFIG, str(tmp_path), GrantingPeers())
+    run = asyncio.ensure_future(node.run())
+    for _ in range(200):
+        if node.status().role == "leader":
+            return node, run
+        await asyncio.sleep(0.01)
+    raise AssertionError("no leader")
+
+
+def test_a_newer_fetch_from_a_peer_takes_the_answer_the_core_gives_that_peer(tmp_path):
+    """A follower's fetch that reached the leader late (its sender gave up and sent another on a new
+    connection) is held by the core and then dropped for the newer one: its handler gets None at
+    once, and the core's answers go to the newer fetches, one each (before, every answer went to the
+    previous fetch's handler, whose connection was gone: the follower never heard from the leader)."""
+    async def scenario():
+        node, run = await _leader(tmp_path)
+        status = node.status()
+        end, epoch = status.log_end_offset, status.epoch
+        await asyncio.wait_for(node.handle_request(FetchRequest(3, epoch, end, epoch, 0)), 2)
+        late = asyncio.ensure_future(node.handle_request(FetchRequest(2, epoch, end, epoch, 100)))
+        await asyncio.sleep(0.01)
+        newer = asyncio.ensure_future(node.handle_request(FetchRequest(2, epoch, end, epoch, 100)))
+        assert await asyncio.wait_for(late, 1) is None, "the dropped fetch's handler is released"
+        answer = await asyncio.wait_for(newer, 1)
+        assert answer is not None and answer.epoch == epoch, answer
+        again = await asyncio.wait_for(node.handle_request(FetchRequest(2, epoch, end, epoch, 100)), 1)
+        assert again is not None, "the next fetch is answered too"
+        node.stop()
+        run.cancel()
+    asyncio.run(scenario())
+
+
+def test_a_state_write_that_fails_stops_the_node_for_good(tmp_path):
+    """The quorum-state write of a granted vote fails (disk full): nothing is answered (the vote is
+    not on disk), the node refuses every later request, including the candidate's retry that the
+    core would otherwise grant again with nothing written, and run() raises the failure."""
+    from actors.controller.quorum_shell.node import QuorumStorageError
+
+    async def scenario():
+        quiet = QuorumConfig(voters=(1, 2, 3), election_timeout_ms=10_000, fetch_timeout_ms=20_000)
+        node = QuorumNode(1, quiet, str(tmp_path), GrantingPeers())
+        run = asyncio.ensure_future(node.run())
+        write = node.store._write_state
+
+        def full(state):
+            raise OSError(28, "No space left on device")
+        node.store._write_state = full
+        vote = VoteRequest(src=2, epoch=1, last_epoch=0, last_offset=0, pre_vote=False)
+        with pytest.raises(QuorumStorageError):
+            await asyncio.wait_for(node.handle_request(vote), 1)
+        node.store._write_state = write
+        assert await asyncio.wait_for(node.handle_request(vote), 1) is None, "a failed node answers nothing"
+        with pytest.raises(QuorumStorageError):
+            await asyncio.wait_for(run, 1)
+        assert isinstance(await node.propose([b"x"]), NotLeader)
+    asyncio.run(scenario())

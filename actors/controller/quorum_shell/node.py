@@ -14,7 +14,12 @@ gateway's route): it settles that request's future, which the handler awaits and
 
 The timer: `run()` sleeps until the core's `next_tick_ms` (or until a message arrives), then ticks.
 
-Behind `kray.metadata.quorum.enable` (false by default): the controller does not use this yet.
+A failure to persist (the disk full or failing) or a protocol violation the core refuses
+(QuorumStateError) stops the node for good: the core already believes its state is durable, so it
+must not answer anything more; `run()` raises it, and the gateway that runs the voter exits so that
+Ray starts it again from what is on disk (as Kafka halts on a metadata log failure).
+
+Behind `kray.metadata.quorum.enable`: the controller's metadata log (actors/controller/quorum_metadata.py).
 """
 from __future__ import annotations
 
@@ -32,6 +37,10 @@ from .store import QuorumStore
 
 REQUESTS = (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest)
 INBOUND_PENDING_MAX = 64     # requests from one peer waiting for the core's answer at once
+
+
+class QuorumStorageError(RuntimeError):
+    """The voter's state or log could not be written: the node stops (it must not answer)."""
 
 
 class Transport(Protocol):
@@ -59,17 +68,25 @@ class QuorumNode:
         self._tasks: set[asyncio.Task] = set()
         self._wake = asyncio.Event()
         self._stopped = False
+        self.failed: BaseException | None = None       # why the node stopped for good (run() raises it)
 
     # ---- the loop ------------------------------------------------------------------------------------
     async def run(self) -> None:
+        """Tick until stopped; raises what stopped the node for good (QuorumStorageError, QuorumStateError)."""
         while not self._stopped:
-            self._carry(self.core.tick(self.clock_ms()))
+            try:
+                self._carry(self.core.tick(self.clock_ms()))
+            except Exception as e:
+                self._fail(e)
+                break
             delay_ms = max(0, self.core.next_tick_ms() - self.clock_ms())
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=delay_ms / 1000)
             except asyncio.TimeoutError:
                 pass
+        if self.failed is not None:
+            raise self.failed
 
     def stop(self) -> None:
         self._stopped = True
@@ -87,17 +104,26 @@ class QuorumNode:
 
     # ---- inputs --------------------------------------------------------------------------------------
     async def handle_request(self, message: Message) -> Message | None:
-        """A request from a peer (the gateway's route): step the core, await its answer."""
+        """A request from a peer (the gateway's route): step the core, await its answer; None when
+        the node stopped, too many of that peer's requests wait, or a newer fetch replaced it."""
         if self._stopped:
             return None
         key = (message.src, type(message))
         waiting = self._inbound.setdefault(key, [])
+        if isinstance(message, FetchRequest):
+            # the core holds one fetch per replica and drops the older one unanswered when a newer
+            # one comes (its sender gave up on it): its handler gets None, so that the core's next
+            # answer to that peer goes to the fetch it answers, not to a connection long closed
+            for older in waiting:
+                if not older.done():
+                    older.set_result(None)
+            waiting.clear()
         if len(waiting) >= INBOUND_PENDING_MAX:
             return None
         future = asyncio.get_running_loop().create_future()
         waiting.append(future)
-        self._step(lambda now: self.core.handle(message, now))
         try:
+            self._step(lambda now: self.core.handle(message, now))
             return await future
         finally:
             if future in waiting:
@@ -106,17 +132,27 @@ class QuorumNode:
     def deliver(self, message: Message) -> None:
         """A response to a request this node sent."""
         if not self._stopped:
-            self._step(lambda now: self.core.handle(message, now))
+            try:
+                self._step(lambda now: self.core.handle(message, now))
+            except Exception:   # the node stopped for good (self.failed): run() raises it
+                pass
 
     async def propose(self, records: list) -> Accepted | NotLeader:
         """Append records as one batch if this node leads; returns once they commit (Accepted) or
-        raises LookupError if the leader was deposed before they did (another batch took the offset)."""
+        raises LookupError if the leader was deposed before they did (another batch took the offset).
+        A stopped node appends nothing (NotLeader, leader unknown)."""
+        if self._stopped:
+            return NotLeader(None, self.core.epoch)
         result, out = self.core.propose(records, self.clock_ms())
         if isinstance(result, NotLeader):
             return result
         future = asyncio.get_running_loop().create_future()
         self._proposals[result.base_offset] = (result, future)
-        self._carry(out)
+        try:
+            self._carry(out)
+        except Exception as e:
+            self._fail(e)
+            raise
         return await future
 
     def status(self) -> QuorumStatus:
@@ -133,11 +169,31 @@ class QuorumNode:
 
     # ---- carrying out an Output ----------------------------------------------------------------------
     def _step(self, step: Callable[[int], Output]) -> None:
-        self._carry(step(self.clock_ms()))
+        try:
+            self._carry(step(self.clock_ms()))
+        except Exception as e:
+            self._fail(e)
+            raise
+        finally:
+            self._wake.set()
+
+    def _fail(self, error: BaseException) -> None:
+        """Stop for good: nothing more is answered, sent or applied; run() raises `error`."""
+        if self.failed is None:
+            self.failed = error
+        self._stopped = True
+        for futures in self._inbound.values():
+            for future in futures:
+                if not future.done():
+                    future.set_result(None)
         self._wake.set()
 
     def _carry(self, out: Output) -> None:
-        self.store.persist(out)                         # 1-3: state, truncation, append, durable
+        try:
+            self.store.persist(out)                     # 1-3: state, truncation, append, durable
+        except OSError as e:
+            raise QuorumStorageError(f"node {self.node_id}: the quorum's state or log could not be written "
+                                     f"({e}); it stops, as nothing it decided may leave it unwritten") from e
         for dst, message in out.messages:               # 4: only then anything leaves
             if isinstance(message, REQUESTS):
                 self._spawn(self._send(dst, message))
