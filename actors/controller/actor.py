@@ -332,6 +332,9 @@ class ControllerActor:
                 log.warning("controller of broker %d: its voter did not answer (%s)", self.voter_id, e)
             if answer is None or answer[0].role != "leader":
                 self._quorum_failed(f"the voter of broker {self.voter_id} no longer leads the metadata quorum")
+            elif answer[0].epoch != self.log.epoch:  # deposed and elected again: others' records not read
+                self._quorum_failed(f"the voter of broker {self.voter_id} leads epoch {answer[0].epoch}, not "
+                                    f"{self.log.epoch} that the metadata was read in")
 
     async def _keep_named_actors(self) -> None:
         """While standing by: keep handles to Kray's named actors (gateways, shards, controllers),

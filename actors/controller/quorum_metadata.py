@@ -65,6 +65,9 @@ class QuorumMetadataLog:
         self._progress = asyncio.Event()
         self._gateways: dict[int, Any] = {}
         self._leader: int | None = None
+        # the quorum epoch the metadata was read in: proposals are refused in any other (a voter
+        # deposed and elected again has the other leaders' records this controller never read)
+        self.epoch: int | None = None
         self._sender: asyncio.Task | None = None
         self.failed: str | None = None
 
@@ -75,7 +78,12 @@ class QuorumMetadataLog:
             leader = await self._find_leader(settled=True)
             if leader is not None:
                 try:
-                    batches = await asyncio.wait_for(self._gateway(leader).read_metadata.remote(0), CALL_TIMEOUT_S)
+                    epoch, settled, batches = await asyncio.wait_for(self._gateway(leader).read_metadata.remote(0),
+                                                                     CALL_TIMEOUT_S)
+                    if not settled:  # deposed (or a new epoch not yet committed) between the two calls
+                        await asyncio.sleep(LEADER_POLL_S)
+                        continue
+                    self.epoch = epoch
                     records = [decode(p) for _, payloads in batches for p in payloads]
                     log.info("read %d metadata records from the quorum (leader: broker %d)", len(records), leader)
                     return records
@@ -175,7 +183,8 @@ class QuorumMetadataLog:
                     await asyncio.sleep(LEADER_POLL_S)     # an election: nothing was appended anywhere
                     continue
                 # a failure or a timeout here leaves the proposal's fate unknown: raised
-                outcome, detail = await asyncio.wait_for(gateway.propose_metadata.remote(chunk), CALL_TIMEOUT_S)
+                outcome, detail = await asyncio.wait_for(gateway.propose_metadata.remote(chunk, self.epoch),
+                                                         CALL_TIMEOUT_S)
                 if outcome == "committed":
                     break
                 if outcome == "not_leader" and self.only is not None:

@@ -315,13 +315,17 @@ class GatewayActor:
         node = self.ctx.quorum
         return None if node is None else (node.status(), node.settled())
 
-    async def propose_metadata(self, payloads: list[bytes]) -> tuple[str, Any]:
+    async def propose_metadata(self, payloads: list[bytes], epoch: int | None = None) -> tuple[str, Any]:
         """Append the controller's records (encoded) to the quorum's log through this broker's voter:
         ("committed", the batch's base offset) once committed; ("not_leader", the leader's id or
-        None): nothing was appended; ("lost", why): appended, but a new leader's log replaced it."""
+        None): nothing was appended (also when the voter's epoch is not `epoch`, the one the
+        controller read the metadata in); ("lost", why): appended, but a new leader's log replaced it."""
         node = self.ctx.quorum
         if node is None:
             return "not_leader", None
+        status = node.status()
+        if epoch is not None and status.epoch != epoch:   # (checked and proposed with no await between)
+            return "not_leader", status.leader_id
         try:
             result = await node.propose(payloads)
         except LookupError as e:
@@ -330,12 +334,15 @@ class GatewayActor:
             return "not_leader", result.leader_id
         return "committed", result.base_offset
 
-    def read_metadata(self, from_offset: int) -> list[tuple[int, list[bytes]]]:
-        """The controller's committed records from `from_offset` on: (base offset, payloads) per batch."""
+    def read_metadata(self, from_offset: int) -> tuple[int, bool, list[tuple[int, list[bytes]]]]:
+        """(the voter's epoch, whether it leads with its whole log committed, the controller's committed
+        records from `from_offset` on as (base offset, payloads) per batch), in one step: a reader knows
+        the epoch its records are whole for."""
         node = self.ctx.quorum
         if node is None:
-            return []
-        return [(b.base_offset, list(b.records)) for b in node.committed_batches(from_offset) if not b.control]
+            return -1, False, []
+        return (node.status().epoch, node.settled(),
+                [(b.base_offset, list(b.records)) for b in node.committed_batches(from_offset) if not b.control])
 
     async def until_stopped(self) -> None:
         """Returns when the gateway stops; raises in the caller if it dies (the controller's cue to

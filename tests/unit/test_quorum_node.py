@@ -210,3 +210,19 @@ def test_a_state_write_that_fails_stops_the_node_for_good(tmp_path):
             await asyncio.wait_for(run, 1)
         assert isinstance(await node.propose([b"x"]), NotLeader)
     asyncio.run(scenario())
+
+
+def test_a_proposal_waiting_when_the_node_stops_is_told_its_fate_is_unknown(tmp_path):
+    """A leader alone (its peers never fetch) cannot commit a proposal; stopping the node ends the
+    wait with LookupError (the gateway answers "lost" and the controller reads the log again)
+    instead of leaving the caller waiting forever."""
+    async def scenario():
+        node, run = await _leader(tmp_path)
+        proposal = asyncio.ensure_future(node.propose([b"never-committed"]))
+        await asyncio.sleep(0.05)
+        assert not proposal.done(), "no majority: not committed"
+        node.stop()
+        with pytest.raises(LookupError):
+            await asyncio.wait_for(proposal, 1)
+        run.cancel()
+    asyncio.run(scenario())

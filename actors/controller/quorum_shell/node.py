@@ -97,6 +97,7 @@ class QuorumNode:
             for future in futures:
                 if not future.done():
                     future.cancel()
+        self._abandon_proposals("the node stopped")
         close = getattr(self.transport, "close", None)
         if close is not None:
             close()
@@ -186,7 +187,15 @@ class QuorumNode:
             for future in futures:
                 if not future.done():
                     future.set_result(None)
+        self._abandon_proposals(f"the node failed: {error}")
         self._wake.set()
+
+    def _abandon_proposals(self, why: str) -> None:
+        """Proposals still waiting will never hear whether they commit: their fate is unknown."""
+        for accepted, future in self._proposals.values():
+            if not future.done():
+                future.set_exception(LookupError(f"proposal at {accepted.base_offset}: {why}, its fate unknown"))
+        self._proposals.clear()
 
     def _carry(self, out: Output) -> None:
         try:
