@@ -379,3 +379,6 @@ def test_per_group_delivery_count_limit_applies_to_a_live_group(kray_share):
         ConfigEntry("share.delivery.count.limit", "11", incremental_operation=AlterConfigOpType.SET)])])
     with pytest.raises(Exception, match="group.share.max.delivery.count.limit"):
         list(bad.values())[0].result(30)
+    r = kray_tool(kray_share, "configs", "--entity-type", "groups", "--entity-name", group, "--describe")
+    assert r.returncode == 0 and "  share.delivery.count.limit=2 source=GROUP_CONFIG" in r.stdout.splitlines(), r.stdout
+    assert "  share.partition.max.record.locks=2000 source=DEFAULT_CONFIG" in r.stdout.splitlines(), r.stdout
