@@ -325,17 +325,19 @@ def set_group_configs(bootstrap, group, **configs):
         f.result(30)
 
 
-def release_until_archived(c, deliveries, timeout_s=30):
-    """Poll, RELEASE and commit whatever comes, until nothing comes for a few polls."""
-    quiet, deadline = 0, time.monotonic() + timeout_s
-    while quiet < 4 and time.monotonic() < deadline:
+def release_until_archived(c, deliveries, expected, timeout_s=30, quiet_s=2.0):
+    """Poll, RELEASE and commit whatever comes until `expected` deliveries were seen, then for
+    `quiet_s` more (anything that still comes is a delivery too many)."""
+    deadline, quiet_until = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
         got = [m for m in c.poll(0.5) if m.error() is None]
         for m in got:
             deliveries.append(m.delivery_count())
             c.acknowledge(m, AcknowledgeType.RELEASE)
         if got:
             c.commit_sync()
-        quiet = 0 if got else quiet + 1
+        if quiet_until is None and len(deliveries) >= expected:
+            quiet_until = time.monotonic() + quiet_s
 
 
 def test_per_group_delivery_count_limit_applies_to_a_live_group(kray_share):
@@ -356,10 +358,10 @@ def test_per_group_delivery_count_limit_applies_to_a_live_group(kray_share):
                 set_group_configs(kray_share, group, share_delivery_count_limit="2")
                 limited.acknowledge(m, AcknowledgeType.RELEASE)
         limited.commit_sync()
-    release_until_archived(limited, deliveries)
+    release_until_archived(limited, deliveries, 2)
     assert deliveries == [1, 2], "archived at the group's limit (2), never delivered a third time"
     plain_deliveries = []
-    release_until_archived(plain, plain_deliveries)
+    release_until_archived(plain, plain_deliveries, 3)
     assert plain_deliveries == [1, 2, 3], "the other group keeps the broker's group.share.delivery.count.limit (3)"
     limited.close()
     plain.close()
