@@ -71,10 +71,20 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "max.incremental.fetch.session.cache.slots": 1000,  # KIP-227 fetch sessions per broker
     # share groups (KIP-932), Kafka 4.2's shipped defaults
     "group.share.delivery.count.limit": 5,
+    # bounds of the group configs share.delivery.count.limit and share.partition.max.record.locks
+    # (KIP-1240, Kafka 4.3's defaults)
+    "group.share.min.delivery.count.limit": 2,
+    "group.share.max.delivery.count.limit": 10,
     "group.share.record.lock.duration.ms": 30000,
     "group.share.min.record.lock.duration.ms": 15000,
     "group.share.max.record.lock.duration.ms": 60000,
     "group.share.partition.max.record.locks": 2000,
+    "group.share.min.partition.max.record.locks": 100,
+    "group.share.max.partition.max.record.locks": 4000,
+    # KIP-1263 (Kafka 4.3): the default and bounds of the group config share.assignment.interval.ms
+    "group.share.assignment.interval.ms": 1000,
+    "group.share.min.assignment.interval.ms": 0,
+    "group.share.max.assignment.interval.ms": 15000,
     "group.share.max.share.sessions": 2000,
     "group.share.max.size": 200,
     "group.share.session.timeout.ms": 45000,
@@ -297,15 +307,30 @@ def validate_topic_configs(configs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# group configs (KIP-932) -> the broker config that supplies their default
+# group configs (KIP-932, KIP-1240, KIP-1263) -> the broker config that supplies their default
 GROUP_CONFIG_SOURCES: dict[str, str] = {
     "share.auto.offset.reset": "",
     "share.record.lock.duration.ms": "group.share.record.lock.duration.ms",
     "share.isolation.level": "",
     "share.session.timeout.ms": "group.share.session.timeout.ms",
     "share.heartbeat.interval.ms": "group.share.heartbeat.interval.ms",
+    "share.delivery.count.limit": "group.share.delivery.count.limit",
+    "share.partition.max.record.locks": "group.share.partition.max.record.locks",
+    "share.renew.acknowledge.enable": "",
+    "share.assignment.interval.ms": "group.share.assignment.interval.ms",
 }
-GROUP_CONFIG_FIXED_DEFAULTS = {"share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted"}
+GROUP_CONFIG_FIXED_DEFAULTS = {"share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted",
+                               "share.renew.acknowledge.enable": True}  # Kafka 4.3's default: RENEW allowed
+# integer group configs: (the least value Kafka's GroupConfig takes whatever the broker says, the broker
+# configs of their bounds with {} for min/max)
+GROUP_CONFIG_INT_BOUNDS: dict[str, tuple[int, str]] = {
+    "share.record.lock.duration.ms": (1000, "group.share.{}.record.lock.duration.ms"),
+    "share.session.timeout.ms": (1, "group.share.{}.session.timeout.ms"),
+    "share.heartbeat.interval.ms": (1, "group.share.{}.heartbeat.interval.ms"),
+    "share.delivery.count.limit": (2, "group.share.{}.delivery.count.limit"),
+    "share.partition.max.record.locks": (100, "group.share.{}.partition.max.record.locks"),
+    "share.assignment.interval.ms": (0, "group.share.{}.assignment.interval.ms"),
+}
 BY_DURATION = re.compile(r"^by_duration:P(?:\d+D)?(?:T(?:\d+H)?(?:\d+M)?(?:\d+(?:\.\d+)?S)?)?$", re.I)
 
 
@@ -313,11 +338,16 @@ def group_config_defaults(broker: dict[str, Any]) -> dict[str, Any]:
     return GROUP_CONFIG_FIXED_DEFAULTS | {k: broker[src] for k, src in GROUP_CONFIG_SOURCES.items() if src}
 
 
+def _group_bounds(key: str, broker: dict[str, Any]) -> tuple[int, int, str, str]:
+    """(min, max, the broker config of each) bounding the integer group config `key`."""
+    _, template = GROUP_CONFIG_INT_BOUNDS[key]
+    low_key, high_key = template.format("min"), template.format("max")
+    return int(broker[low_key]), int(broker[high_key]), low_key, high_key
+
+
 def validate_group_configs(configs: dict[str, Any], broker: dict[str, Any]) -> dict[str, Any]:
-    """Check group config overrides against Kafka's rules and the broker's bounds."""
-    bounds = {"share.record.lock.duration.ms": "group.share.{}.record.lock.duration.ms",
-              "share.session.timeout.ms": "group.share.{}.session.timeout.ms",
-              "share.heartbeat.interval.ms": "group.share.{}.heartbeat.interval.ms"}
+    """Check group config overrides against Kafka's rules and the broker's bounds (Kafka's
+    GroupConfig.validate: the messages name the broker config that bounds the value)."""
     out: dict[str, Any] = {}
     for key, value in configs.items():
         if key not in GROUP_CONFIG_SOURCES:
@@ -333,16 +363,65 @@ def validate_group_configs(configs: dict[str, Any], broker: dict[str, Any]) -> d
                                   "have yet; use read_uncommitted")
             if value != "read_uncommitted":
                 raise ConfigError(f"share.isolation.level must be read_uncommitted or read_committed, not {value!r}")
+        elif key == "share.renew.acknowledge.enable":
+            if isinstance(value, bool):
+                pass
+            elif str(value).strip().lower() in ("true", "false"):
+                value = str(value).strip().lower() == "true"
+            else:
+                raise ConfigError(f"group config {key} must be true or false, not {value!r}")
         else:
             try:
-                value = int(value)
+                value = int(str(value).strip())
             except (TypeError, ValueError):
                 raise ConfigError(f"group config {key} must be an integer, not {value!r}") from None
-            low, high = (int(broker[bounds[key].format(b)]) for b in ("min", "max"))
-            if not low <= value <= high:
-                raise ConfigError(f"group config {key} must be between {low} and {high}, not {value}")
+            least = GROUP_CONFIG_INT_BOUNDS[key][0]
+            if value < least:
+                raise ConfigError(f"group config {key} must be at least {least}, not {value}")
+            low, high, low_key, high_key = _group_bounds(key, broker)
+            if value < low:
+                raise ConfigError(f"{key} must be greater than or equal to {low_key} ({low}), not {value}")
+            if value > high:
+                raise ConfigError(f"{key} must be less than or equal to {high_key} ({high}), not {value}")
         out[key] = value
     return out
+
+
+def effective_group_configs(overrides: dict[str, Any], broker: dict[str, Any]) -> dict[str, Any]:
+    """A group's configs in force: the broker's defaults under its overrides, an override outside
+    the broker's bounds now (they were changed after it was set) held to them, as Kafka's
+    GroupConfig.evaluate does."""
+    out = group_config_defaults(broker) | dict(overrides)
+    for key in GROUP_CONFIG_INT_BOUNDS:
+        if key in overrides:
+            low, high, _, _ = _group_bounds(key, broker)
+            out[key] = min(max(int(out[key]), low), high)
+    return out
+
+
+@dataclass(frozen=True)
+class ShareGroupLimits:
+    """What a share-partition leader takes from its group's configs (see effective_group_configs)."""
+    record_lock_duration_ms: int
+    delivery_count_limit: int
+    max_record_locks: int
+    renew_acknowledge_enable: bool
+
+    @classmethod
+    def from_kafka(cls, effective: dict[str, Any]) -> "ShareGroupLimits":
+        return cls(record_lock_duration_ms=int(effective["share.record.lock.duration.ms"]),
+                   delivery_count_limit=int(effective["share.delivery.count.limit"]),
+                   max_record_locks=int(effective["share.partition.max.record.locks"]),
+                   renew_acknowledge_enable=bool(effective["share.renew.acknowledge.enable"]))
+
+    @classmethod
+    def of_group(cls, overrides: dict[str, Any], broker: dict[str, Any]) -> "ShareGroupLimits":
+        return cls.from_kafka(effective_group_configs(overrides, broker))
+
+    def as_list(self) -> list:
+        """For the data-path frame (actors/partition/wire.py): a plain list."""
+        return [self.record_lock_duration_ms, self.delivery_count_limit, self.max_record_locks,
+                self.renew_acknowledge_enable]
 
 
 @dataclass(frozen=True)

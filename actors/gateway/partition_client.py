@@ -181,17 +181,19 @@ class SocketPartition:
         return tuple(out)
 
     async def share_fetch(self, group_id, member_id, *, acks, max_records, batch_size, max_bytes, fetch,
-                          record_limit=False):
+                          record_limit=False, limits=None):
         return await (await self.send_share_fetch(group_id, member_id, acks=acks, max_records=max_records,
                                                   batch_size=batch_size, max_bytes=max_bytes, fetch=fetch,
-                                                  record_limit=record_limit))
+                                                  record_limit=record_limit, limits=limits))
 
     async def send_share_fetch(self, group_id, member_id, *, acks, max_records, batch_size, max_bytes, fetch,
-                               record_limit=False):
+                               record_limit=False, limits=None):
         """Acknowledge `acks` and (if `fetch`) acquire what is acquirable now; never waits. The
-        acquired batches come back as a FileRegion, sent from the segment file."""
+        acquired batches come back as a FileRegion, sent from the segment file. `limits`: the
+        group's (cluster/config.py ShareGroupLimits.as_list()), None: those the leader has."""
         answer = await self._send(
-            wire.SHARE_FETCH, [group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit])
+            wire.SHARE_FETCH, [group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit,
+                               limits])
         return self._share_fetch_result(answer)
 
     async def _share_fetch_result(self, answer):
@@ -210,11 +212,11 @@ class SocketPartition:
                                        timeout_s=timeout_ms / 1000 + CALL_TIMEOUT_S)
         return ready
 
-    async def share_acknowledge(self, group_id, member_id, acks):
-        return await (await self.send_share_acknowledge(group_id, member_id, acks))
+    async def share_acknowledge(self, group_id, member_id, acks, limits=None):
+        return await (await self.send_share_acknowledge(group_id, member_id, acks, limits))
 
-    async def send_share_acknowledge(self, group_id, member_id, acks):
-        answer = await self._send(wire.SHARE_ACKNOWLEDGE, [group_id, member_id, acks])
+    async def send_share_acknowledge(self, group_id, member_id, acks, limits=None):
+        answer = await self._send(wire.SHARE_ACKNOWLEDGE, [group_id, member_id, acks, limits])
 
         async def result():
             out, _ = await answer

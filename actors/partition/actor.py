@@ -406,18 +406,19 @@ class PartitionActor:
         return await self.shares.share_wait(group_id, timeout_ms)
 
     async def share_fetch(self, group_id: str, member_id: str, acks, max_records: int, batch_size: int,
-                          max_bytes: int, fetch: bool = True, record_limit: bool = False):
+                          max_bytes: int, fetch: bool = True, record_limit: bool = False, limits: list | None = None):
         if not self.replica.is_leader:
             return ShareFetchResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, NOT_LEADER_MESSAGE,
                                     ErrorCode.NOT_LEADER_OR_FOLLOWER, NOT_LEADER_MESSAGE)
         return await self.shares.share_fetch(group_id, member_id, acks=acks, max_records=max_records,
                                              batch_size=batch_size, max_bytes=max_bytes, fetch=fetch,
-                                             record_limit=record_limit)
+                                             record_limit=record_limit, limits=limits)
 
-    async def share_acknowledge(self, group_id: str, member_id: str, acks) -> tuple[int, str | None]:
+    async def share_acknowledge(self, group_id: str, member_id: str, acks,
+                                limits: list | None = None) -> tuple[int, str | None]:
         if not self.replica.is_leader:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER, NOT_LEADER_MESSAGE
-        return await self.shares.share_acknowledge(group_id, member_id, acks)
+        return await self.shares.share_acknowledge(group_id, member_id, acks, limits)
 
     async def share_release(self, group_id: str, member_id: str) -> None:
         await self.shares.share_release(group_id, member_id)

@@ -103,9 +103,10 @@ async def _list_offsets(actor, args, blobs):
 
 
 async def _share_fetch(actor, args, blobs):
-    group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit = \
-        _expect(args, 8, "share_fetch")
-    r = await actor.share_fetch(group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit)
+    group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit, limits = \
+        _expect(args, 9, "share_fetch")
+    r = await actor.share_fetch(group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit,
+                                limits)
     path, position, size_bytes = r.records if isinstance(r.records, FileSlice) and r.acquired else ("", 0, 0)
     return [r.error_code, r.error_message, r.ack_error_code, r.ack_error_message,
             [list(a) for a in r.acquired], path, position, size_bytes], ()
@@ -117,8 +118,8 @@ async def _share_wait(actor, args, blobs):
 
 
 async def _share_acknowledge(actor, args, blobs):
-    group_id, member_id, acks = _expect(args, 3, "share_acknowledge")
-    return list(await actor.share_acknowledge(group_id, member_id, acks)), ()
+    group_id, member_id, acks, limits = _expect(args, 4, "share_acknowledge")
+    return list(await actor.share_acknowledge(group_id, member_id, acks, limits)), ()
 
 
 async def _share_release(actor, args, blobs):

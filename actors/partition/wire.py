@@ -38,11 +38,12 @@ FETCH = 32001            # [offset, max_bytes, leader_epoch, isolation_level] ->
 WAIT_FOR_DATA = 32002    # [offset, timeout_ms, replica]: True once records at or past offset are readable
                          # (replica: written, for a follower's fetch)
 LIST_OFFSETS = 32003     # [timestamp, leader_epoch, isolation_level]
-SHARE_FETCH = 32004      # [group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit]
+SHARE_FETCH = 32004      # [group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit,
+                         # limits] (limits: the group's, cluster/config.py ShareGroupLimits.as_list(), or None)
                          # -> [error, message, ack_error, ack_message, acquired, segment path, position,
                          # size_bytes]: the acquired batches are sent from the file, as FETCH's are
 SHARE_WAIT = 32005       # [group_id, timeout_ms]: True once records may be acquirable (acquires nothing)
-SHARE_ACKNOWLEDGE = 32006  # [group_id, member_id, acks]
+SHARE_ACKNOWLEDGE = 32006  # [group_id, member_id, acks, limits]
 SHARE_RELEASE = 32007    # [group_id, member_id]
 REPLICA_FETCH = 32008    # [replica_id, current_leader_epoch, fetch_offset, last_fetched_epoch, max_bytes]
                          # -> [error, high_watermark, log_start, log_end, diverging epoch, diverging end

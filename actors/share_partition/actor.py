@@ -22,6 +22,7 @@ from typing import Any
 from actors import controller_client, internal_topics, metrics
 from actors.share_coordinator.core import state_partition_for
 from actors.share_partition.core import LATEST_TIMESTAMP, SharePartition, start_offset_timestamp
+from cluster.config import ShareGroupLimits
 from actors.gateway.security.inter_broker import broker_transport
 from actors.share_partition.state_client import BrokerStateConnection, LocalStateConnection
 from actors.startup import start_unless_started, succeeded
@@ -268,10 +269,8 @@ class ShareLeaders:
         p = self.partition
         configs = await p.group_configs(group_id)
         result = await coordinator.read_state.remote(group_id, p.topic_id, p.partition, p.leader_epoch)
-        lock_ms = configs.get("share.record.lock.duration.ms", self.config["group.share.record.lock.duration.ms"])
-        sp = SharePartition(group_id, p.topic_id, p.partition, record_lock_duration_ms=int(lock_ms),
-                            delivery_count_limit=int(self.config["group.share.delivery.count.limit"]),
-                            max_record_locks=int(self.config["group.share.partition.max.record.locks"]))
+        limits = ShareGroupLimits.of_group(configs, self.config)
+        sp = SharePartition(group_id, p.topic_id, p.partition, **limits.__dict__)
         if result.error_code == 0 and result.start_offset >= 0:
             sp.load(result.start_offset, result.state_batches, log_start_offset=core.log_start_offset)
             self.state_epochs[group_id] = result.state_epoch
@@ -325,16 +324,31 @@ class ShareLeaders:
         return self.groups[group_id]
 
     # ---- operations ---------------------------------------------------------------------------
+    @staticmethod
+    def _configure(sp: SharePartition, limits) -> None:
+        """The group's limits as the gateway's metadata has them now (ShareGroupLimits.as_list(), or
+        None: keep those in force): a changed group config takes effect at the next request, as
+        Kafka's share-partition reads its group's configs on every use (KIP-1240)."""
+        if limits:
+            lock_ms, delivery_limit, max_locks, renew = limits
+            if sp.configure(record_lock_duration_ms=int(lock_ms), delivery_count_limit=int(delivery_limit),
+                            max_record_locks=int(max_locks), renew_acknowledge_enable=bool(renew)):
+                log.info("share group %s on %s-%d: lock %d ms, delivery count limit %d, max record locks %d, "
+                         "renew %s", sp.group_id, sp.topic_id, sp.partition, lock_ms, delivery_limit, max_locks,
+                         renew)
+
     async def share_fetch(self, group_id: str, member_id: str, *, acks, max_records: int, batch_size: int,
-                          max_bytes: int, fetch: bool = True, record_limit: bool = False) -> ShareFetchResult:
+                          max_bytes: int, fetch: bool = True, record_limit: bool = False,
+                          limits: list | None = None) -> ShareFetchResult:
         """Apply `acks`, then (if `fetch`) acquire what is acquirable now. Never waits for records:
         a long poll is share_wait, then a share_fetch whose answer is certain to be used, so no
         record is acquired for a request that has already been answered (which would cost it a
-        delivery attempt it never had)."""
+        delivery attempt it never had). `limits`: the group's (see _configure)."""
         try:
             sp = await self.get(group_id)
         except Exception as e:
             return ShareFetchResult(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=str(e))
+        self._configure(sp, limits)
         result = ShareFetchResult()
         acks_durable = None  # the write that makes this request's acknowledgements durable
         if acks:
@@ -412,11 +426,13 @@ class ShareLeaders:
         start, end = kept[0][0], kept[-1][0] + kept[-1][3]
         return FileSlice(where.path, start, end - start), [tuple(a) for a in acquired]
 
-    async def share_acknowledge(self, group_id: str, member_id: str, acks) -> tuple[int, str | None]:
+    async def share_acknowledge(self, group_id: str, member_id: str, acks,
+                                limits: list | None = None) -> tuple[int, str | None]:
         try:
             sp = await self.get(group_id)
         except Exception as e:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
+        self._configure(sp, limits)
         outcome = self._acknowledge(sp, member_id, acks)
         if outcome.changed:
             self._wake()

@@ -66,11 +66,23 @@ KIP-932 decisions (section names of the KIP):
   batch covers as Available with count 0 (Kafka's "gap window").
 * The start offset is always written (never -1), as Kafka's leader does.
 
+* Per-group limits (KIP-1240, Kafka 4.3): ``configure()`` changes the lock duration, the delivery
+  count limit, the in-flight limit and whether RENEW is allowed on a live share-partition, as
+  Kafka's leader reads its group's configs on every use. The delivery count limit is checked when
+  a delivery attempt ends (release, lock expiry, member leaving), never when records are acquired:
+  after the limit is lowered, an Available record already at or past it gets one final delivery
+  and is archived when that ends; after it is raised, records not yet archived get the extra
+  attempts. A lowered in-flight limit acquires nothing new until the in-flight window is below
+  it; records already in flight stay. Locks already held keep their deadlines.
+* RENEW with ``share.renew.acknowledge.enable=false`` (Kafka 4.3, KIP-1222's group switch): the
+  batch is refused with INVALID_RECORD_STATE and changes nothing.
+
 Not done (later Kafka behaviour beyond KIP-932): delivering a record on its last attempt alone /
 throttling batches of much-redelivered records; decrementing the delivery count when a session
 closes with records it may never have handed over (Kafka 4.1+; here a closed session counts as a
-delivery attempt, as the KIP says). A group-level
-``share.record.lock.duration.ms`` is applied by setting ``record_lock_duration_ms``.
+delivery attempt, as the KIP says). ``load()`` archives an Available record at or past the
+delivery limit (one that reaches a new leader after the limit was lowered is not given the final
+attempt a record kept by its leader gets).
 """
 
 from __future__ import annotations
@@ -90,9 +102,11 @@ __all__ = [
 ]
 
 DEFAULT_RECORD_LOCK_DURATION_MS = 30_000      # group.share.record.lock.duration.ms
-DEFAULT_DELIVERY_COUNT_LIMIT = 5              # group.share.delivery.count.limit (2..10)
+DEFAULT_DELIVERY_COUNT_LIMIT = 5              # group.share.delivery.count.limit
 DEFAULT_MAX_RECORD_LOCKS = 2000               # group.share.partition.max.record.locks
-DELIVERY_COUNT_LIMIT_MIN, DELIVERY_COUNT_LIMIT_MAX = 2, 10
+# the least delivery count limit Kafka takes (the broker's bounds, group.share.{min,max}.delivery.count.limit,
+# are checked where configs are set: cluster/config.py)
+DELIVERY_COUNT_LIMIT_MIN = 2
 LATEST_TIMESTAMP, EARLIEST_TIMESTAMP = -1, -2  # ListOffsets: the end offset, the log start offset
 ISO_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
 
@@ -158,9 +172,11 @@ ACK_EVENTS = {AckType.GAP: Event.GAP, AckType.ACCEPT: Event.ACCEPT, AckType.RELE
               AckType.REJECT: Event.REJECT, AckType.RENEW: Event.RENEW}
 
 # (state, event) -> ((to, count delta), (to, count delta) once the delivery count has reached
-# the limit). Anything absent is an illegal transition.
+# the limit). Anything absent is an illegal transition. Acquiring is not checked against the limit
+# (KIP-1240): only a record whose limit was lowered under it is Available at the limit, and it gets
+# one final delivery.
 TRANSITIONS: dict[tuple[RecordState, Event], tuple[tuple[RecordState, int], tuple[RecordState, int]]] = {
-    (AVAILABLE, Event.ACQUIRE): ((ACQUIRED, 1), (ARCHIVED, 0)),
+    (AVAILABLE, Event.ACQUIRE): ((ACQUIRED, 1), (ACQUIRED, 1)),
     (AVAILABLE, Event.ARCHIVE): ((ARCHIVED, 0), (ARCHIVED, 0)),
     (ACQUIRED, Event.ACCEPT): ((ACKNOWLEDGED, 0), (ACKNOWLEDGED, 0)),
     (ACQUIRED, Event.RELEASE): ((AVAILABLE, 0), (ARCHIVED, 0)),
@@ -291,19 +307,13 @@ class SharePartition:
     def __init__(self, group_id: str, topic_id: object, partition: int, *,
                  record_lock_duration_ms: int = DEFAULT_RECORD_LOCK_DURATION_MS,
                  delivery_count_limit: int = DEFAULT_DELIVERY_COUNT_LIMIT,
-                 max_record_locks: int = DEFAULT_MAX_RECORD_LOCKS) -> None:
-        if record_lock_duration_ms <= 0:
-            raise ValueError(f"record_lock_duration_ms must be > 0, got {record_lock_duration_ms}")
-        if not DELIVERY_COUNT_LIMIT_MIN <= delivery_count_limit <= DELIVERY_COUNT_LIMIT_MAX:
-            raise ValueError(f"delivery_count_limit must be in 2..10, got {delivery_count_limit}")
-        if max_record_locks <= 0:
-            raise ValueError(f"max_record_locks must be > 0, got {max_record_locks}")
+                 max_record_locks: int = DEFAULT_MAX_RECORD_LOCKS, renew_acknowledge_enable: bool = True) -> None:
         self.group_id = group_id
         self.topic_id = topic_id
         self.partition = partition
-        self.record_lock_duration_ms = record_lock_duration_ms
-        self.delivery_count_limit = delivery_count_limit
-        self.max_record_locks = max_record_locks
+        self._highest_limit = 0       # the highest delivery count limit ever in force (invariants)
+        self.configure(record_lock_duration_ms=record_lock_duration_ms, delivery_count_limit=delivery_count_limit,
+                       max_record_locks=max_record_locks, renew_acknowledge_enable=renew_acknowledge_enable)
         self.metrics = ShareMetrics()
         self._ranges: list[_Range] = []
         self._firsts: list[int] = []
@@ -314,6 +324,26 @@ class SharePartition:
         self._deadline_exact = True
         self._durable_version = 0
         self._baseline: tuple[int, list[StateBatch]] = (0, [])
+
+    def configure(self, *, record_lock_duration_ms: int, delivery_count_limit: int, max_record_locks: int,
+                  renew_acknowledge_enable: bool) -> bool:
+        """The group's limits now (share.record.lock.duration.ms, share.delivery.count.limit,
+        share.partition.max.record.locks, share.renew.acknowledge.enable); they apply from the next
+        operation on (see the module docstring). Returns True if any changed. Raises ValueError for
+        values no config validation lets through."""
+        if record_lock_duration_ms <= 0:
+            raise ValueError(f"record_lock_duration_ms must be > 0, got {record_lock_duration_ms}")
+        if delivery_count_limit < DELIVERY_COUNT_LIMIT_MIN:
+            raise ValueError(f"delivery_count_limit must be >= {DELIVERY_COUNT_LIMIT_MIN}, got {delivery_count_limit}")
+        if max_record_locks <= 0:
+            raise ValueError(f"max_record_locks must be > 0, got {max_record_locks}")
+        now = (record_lock_duration_ms, delivery_count_limit, max_record_locks, bool(renew_acknowledge_enable))
+        before = (getattr(self, "record_lock_duration_ms", None), getattr(self, "delivery_count_limit", None),
+                  getattr(self, "max_record_locks", None), getattr(self, "renew_acknowledge_enable", None))
+        (self.record_lock_duration_ms, self.delivery_count_limit, self.max_record_locks,
+         self.renew_acknowledge_enable) = now
+        self._highest_limit = max(self._highest_limit, delivery_count_limit)
+        return now != before
 
     # ------------------------------------------------------------------ queries
 
@@ -565,6 +595,8 @@ class SharePartition:
                 code = ErrorCode.INVALID_REQUEST
             elif not self._all_held(member_id, first, last):
                 code = ErrorCode.INVALID_RECORD_STATE
+            elif not self.renew_acknowledge_enable and AckType.RENEW in types:
+                code = ErrorCode.INVALID_RECORD_STATE   # share.renew.acknowledge.enable=false (Kafka 4.3)
             codes.append(int(code))
             if first <= last:
                 prev_last = last if prev_last is None else max(prev_last, last)
@@ -796,9 +828,10 @@ class SharePartition:
                     fail("unmerged neighbours")
             if (r.state is ACQUIRED) != (r.owner is not None and r.deadline_ms is not None):
                 fail("owner/deadline iff Acquired")
-            if r.state is AVAILABLE and r.count >= self.delivery_count_limit:
+            # at or past the limit only if it was lowered meanwhile (KIP-1240: one final delivery)
+            if r.state is AVAILABLE and r.count >= self._highest_limit:
                 fail("Available at the delivery limit")
-            if r.state is ACQUIRED and not 1 <= r.count <= self.delivery_count_limit:
+            if r.state is ACQUIRED and not 1 <= r.count <= self._highest_limit:
                 fail("bad delivery count")
             if r.first < self._start and (r.last >= self._start or r.state is not ACQUIRED):
                 fail("below the SPSO only Acquired ranges")

@@ -27,6 +27,10 @@ from protocol.messages import (AlterUserScramCredentialsRequest, DescribeConfigs
                                DescribeUserScramCredentialsRequest, IncrementalAlterConfigsRequest)
 
 RESOURCE_TYPES = {"topics": 2, "brokers": 4, "groups": 32}
+# DescribeConfigs' ConfigSource, by the names of Kafka's admin client (ConfigEntry.ConfigSource)
+CONFIG_SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
+                  3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
+                  6: "DYNAMIC_BROKER_LOGGER_CONFIG", 7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG"}
 ENTITY_TYPES = sorted([*RESOURCE_TYPES, "users"])
 OP_SET, OP_DELETE = 0, 1
 _OUTSIDE_BRACKETS = r"(?=[^\]]*(?:\[|$))"  # Kafka's lookahead: the next '[' comes before any ']'
@@ -142,7 +146,7 @@ def run(args) -> int:
                     raise AdminError(f"{ErrorCode(result.error_code).name}: {result.error_message or ''}")
                 print(f"Configs for {args.entity_type[:-1]} {args.entity_name} are:")
                 for c in result.configs:
-                    print(f"  {c.name}={c.value}")
+                    print(f"  {c.name}={c.value} source={CONFIG_SOURCES.get(c.config_source, c.config_source)}")
                 return 0
             changes = [IncrementalAlterConfigsRequest.AlterableConfig(name=k, config_operation=OP_SET, value=v)
                        for k, v in parse_add_config(args.add_config).items()]

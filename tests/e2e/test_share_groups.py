@@ -306,3 +306,81 @@ def test_share_fetch_v2_record_limit_and_renew(kray_share):
         assert bad.error_code == ErrorCode.INVALID_REQUEST
         bad = fetch(4, acks=[(6, 6, 4)], is_renew_ack=True)  # fetch limits must be 0
         assert bad.error_code == ErrorCode.INVALID_REQUEST
+
+        # Kafka 4.3: share.renew.acknowledge.enable=false refuses RENEW with INVALID_RECORD_STATE
+        set_group_configs(kray_share, group, share_renew_acknowledge_enable="false")
+        got = fetch(4, share_acquire_mode=1)
+        held = got.responses[0].partitions[0].acquired_records[0].first_offset  # 3-5 expired: acquired again
+        refused = fetch(5, acks=[(held, held, 4)], is_renew_ack=True, max_wait_ms=0, min_bytes=0, max_bytes=0,
+                        max_records=0)
+        assert refused.error_code == 0
+        assert refused.responses[0].partitions[0].acknowledge_error_code == ErrorCode.INVALID_RECORD_STATE
+
+
+def set_group_configs(bootstrap, group, **configs):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entries = [ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()]
+    for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group,
+                                                             incremental_configs=entries)]).values():
+        f.result(30)
+
+
+def release_until_archived(c, deliveries, expected, timeout_s=30, quiet_s=2.0):
+    """Poll, RELEASE and commit whatever comes until `expected` deliveries were seen, then for
+    `quiet_s` more (anything that still comes is a delivery too many)."""
+    deadline, quiet_until = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
+        got = [m for m in c.poll(0.5) if m.error() is None]
+        for m in got:
+            deliveries.append(m.delivery_count())
+            c.acknowledge(m, AcknowledgeType.RELEASE)
+        if got:
+            c.commit_sync()
+        if quiet_until is None and len(deliveries) >= expected:
+            quiet_until = time.monotonic() + quiet_s
+
+
+def test_per_group_delivery_count_limit_applies_to_a_live_group(kray_share):
+    """KIP-1240 (Kafka 4.3): share.delivery.count.limit=2 set on a group whose record is already in
+    flight: it is archived after its second delivery, never delivered a third time, while another
+    group on the same topic keeps the broker's default (3 here); DescribeConfigs shows the override."""
+    from confluent_kafka.admin import ConfigSource
+
+    topic, group = new_topic_and_group(kray_share, 1, 1)
+    other = f"g-{uuid.uuid4().hex[:8]}"
+    set_group_configs(kray_share, other, share_auto_offset_reset="earliest")
+    limited, plain = share_consumer(kray_share, group, topic), share_consumer(kray_share, other, topic)
+    deliveries, deadline = [], time.monotonic() + 30
+    while not deliveries and time.monotonic() < deadline:  # the first delivery, under the broker's limit
+        for m in limited.poll(1.0):
+            if m.error() is None:
+                deliveries.append(m.delivery_count())
+                set_group_configs(kray_share, group, share_delivery_count_limit="2")
+                limited.acknowledge(m, AcknowledgeType.RELEASE)
+        limited.commit_sync()
+    release_until_archived(limited, deliveries, 2)
+    assert deliveries == [1, 2], "archived at the group's limit (2), never delivered a third time"
+    plain_deliveries = []
+    release_until_archived(plain, plain_deliveries, 3)
+    assert plain_deliveries == [1, 2, 3], "the other group keeps the broker's group.share.delivery.count.limit (3)"
+    limited.close()
+    plain.close()
+
+    admin = AdminClient({"bootstrap.servers": kray_share})
+    described = {r.name: entries for r, f in admin.describe_configs(
+        [ConfigResource(ResourceType.GROUP, group), ConfigResource(ResourceType.GROUP, other)]).items()
+        for entries in [f.result(30)]}
+    limit = described[group]["share.delivery.count.limit"]
+    assert (limit.value, limit.source) == ("2", ConfigSource.GROUP_CONFIG.value)
+    assert described[other]["share.delivery.count.limit"].value == "3"
+    assert described[other]["share.delivery.count.limit"].source != ConfigSource.GROUP_CONFIG.value
+    for key, value in (("share.partition.max.record.locks", "2000"), ("share.renew.acknowledge.enable", "true"),
+                       ("share.assignment.interval.ms", "1000")):
+        assert described[group][key].value == value
+    bad = admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.delivery.count.limit", "11", incremental_operation=AlterConfigOpType.SET)])])
+    with pytest.raises(Exception, match="group.share.max.delivery.count.limit"):
+        list(bad.values())[0].result(30)
+    r = kray_tool(kray_share, "configs", "--entity-type", "groups", "--entity-name", group, "--describe")
+    assert r.returncode == 0 and "  share.delivery.count.limit=2 source=GROUP_CONFIG" in r.stdout.splitlines(), r.stdout
+    assert "  share.partition.max.record.locks=2000 source=DEFAULT_CONFIG" in r.stdout.splitlines(), r.stdout

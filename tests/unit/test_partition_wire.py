@@ -65,7 +65,7 @@ def test_malformed_requests_are_refused(mangle):
 def test_random_bytes_never_escape_as_other_errors():
     rng = random.Random(932)
     good = bytes(_body(wire.encode_request(wire.SHARE_FETCH, 5, KEY, ["g", "m", None, 500, 500, 1 << 20, True,
-                                                                       False])))
+                                                                       False, [30000, 5, 2000, True]])))
     for _ in range(3000):
         data = bytearray(good)
         for _ in range(rng.randint(1, 6)):

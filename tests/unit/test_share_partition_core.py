@@ -463,8 +463,8 @@ def test_transition_table():
 
 
 def test_config_validation():
-    for kw in ({"delivery_count_limit": 1}, {"delivery_count_limit": 11},
-               {"record_lock_duration_ms": 0}, {"max_record_locks": 0}):
+    # the broker's bounds (group.share.{min,max}.delivery.count.limit, up to 25) are checked where configs are set
+    for kw in ({"delivery_count_limit": 1}, {"record_lock_duration_ms": 0}, {"max_record_locks": 0}):
         with pytest.raises(ValueError):
             SharePartition("g", "t", 0, **kw)
     assert AckType.RENEW == 4

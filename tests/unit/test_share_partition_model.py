@@ -26,6 +26,7 @@ class Model:
 
     def __init__(self, lock_ms, limit, max_locks):
         self.lock_ms, self.limit, self.max_locks = lock_ms, limit, max_locks
+        self.renew = True   # share.renew.acknowledge.enable
         self.recs: dict[int, list] = {}
         self.start = self.end = self.log_start = 0
 
@@ -126,6 +127,8 @@ class Model:
                 code = BAD_REQUEST
             elif not all(self.recs[o][0] == ACQUIRED and self.recs[o][2] == member
                          for o in range(f, l + 1) if o in self.recs):
+                code = BAD_STATE
+            elif not self.renew and RENEW in types:
                 code = BAD_STATE
             else:
                 code = OK
@@ -377,13 +380,26 @@ class SharePartitionMachine(RuleBasedStateMachine):
                     self.coord[o] = (state, count)
         assert self.coord == self.model.persisted()
 
+    @rule(limit=st.integers(2, 4), max_locks=st.integers(3, 16), lock_ms=st.sampled_from([50, 100, 150]),
+          renew=st.booleans())
+    def reconfigure(self, limit, max_locks, lock_ms, renew):
+        """The group's configs change on a live share-partition (KIP-1240): the model applies the
+        new delivery limit when an attempt ends, never when acquiring (a record past a lowered limit
+        gets one final delivery), the new lock limit to the in-flight window, the new lock duration
+        to the next lock."""
+        self.sp.configure(record_lock_duration_ms=lock_ms, delivery_count_limit=limit, max_record_locks=max_locks,
+                          renew_acknowledge_enable=renew)
+        self.lock_ms = self.model.lock_ms = lock_ms
+        self.model.limit, self.model.max_locks, self.model.renew = limit, max_locks, renew
+
     @rule(flush=st.booleans())
     def restart(self, flush):
         """The leader moves: a new SharePartition loads what the coordinator holds."""
         if flush:
             self.write_state()
         self.sp = SharePartition("g", "t", 0, record_lock_duration_ms=self.lock_ms,
-                                 delivery_count_limit=self.model.limit, max_record_locks=self.model.max_locks)
+                                 delivery_count_limit=self.model.limit, max_record_locks=self.model.max_locks,
+                                 renew_acknowledge_enable=self.model.renew)
         self.sp.load(self.coord_start, runs(self.coord), log_start_offset=self.model.log_start)
         self.model.load(self.coord_start, self.coord, self.model.log_start)
         # what load changed (e.g. the log start overtook the stored start) is written next

@@ -6,7 +6,7 @@ CLUSTER_AUTHORIZATION_FAILED and is left as it is.
 """
 from __future__ import annotations
 
-from cluster.config import (BROKER_DEFAULTS, GROUP_CONFIG_SOURCES, TOPIC_CONFIG_SOURCES, group_config_defaults,
+from cluster.config import (BROKER_DEFAULTS, GROUP_CONFIG_SOURCES, TOPIC_CONFIG_SOURCES, effective_group_configs,
                            is_sensitive)
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeConfigsResponse, IncrementalAlterConfigsResponse
@@ -82,14 +82,19 @@ async def _describe_topic(ctx, resource, include_synonyms):
 
 
 def _describe_group(ctx, resource, include_synonyms):
+    """Every group config with its value in force (an override held to the broker's bounds, as
+    Kafka's GroupConfig.evaluate), its source (GROUP_CONFIG for an override, else where the broker
+    config that supplies its default comes from) and, asked for, its synonyms."""
     overrides = ctx.metadata.group_configs.get(resource.resource_name, {})
     configs = []
-    for key, value in sorted((group_config_defaults(ctx.config) | overrides).items()):
+    for key, value in sorted(effective_group_configs(overrides, ctx.config).items()):
         synonyms = [_synonym(key, value, CONFIG_SOURCE_GROUP)] if key in overrides else []
         broker_key = GROUP_CONFIG_SOURCES.get(key)
         if broker_key:
-            synonyms.append(_synonym(broker_key, ctx.config[broker_key], CONFIG_SOURCE_DEFAULT))
-        source = CONFIG_SOURCE_GROUP if key in overrides else CONFIG_SOURCE_DEFAULT
+            broker_source = (CONFIG_SOURCE_STATIC_BROKER if ctx.config[broker_key] != BROKER_DEFAULTS[broker_key]
+                             else CONFIG_SOURCE_DEFAULT)
+            synonyms.append(_synonym(broker_key, ctx.config[broker_key], broker_source))
+        source = synonyms[0].source if synonyms else CONFIG_SOURCE_DEFAULT
         configs.append(_entry(key, value, source, synonyms, include_synonyms))
     return 0, None, configs
 

@@ -25,14 +25,17 @@ from actors.gateway.connection import in_request_order
 from actors.gateway.handlers.routing import leader_clients, partition_client
 from actors.gateway.security.authorizer import AclOperation, ResourceType
 from actors.gateway.share_sessions import FINAL_EPOCH, ShareSession
+from cluster.config import ShareGroupLimits
 
 log = logging.getLogger("kray.gateway")
 
 
-def _lock_ms(ctx, group_id) -> int:
-    """The acquisition lock duration clients are told: the group's share.record.lock.duration.ms."""
+def _limits(ctx, group_id) -> ShareGroupLimits:
+    """The group's share-partition limits in force by this gateway's metadata (KIP-1240): sent to
+    the share-partition leaders with every fetch and acknowledgement, so that a changed group config
+    applies from the next request, as in Kafka."""
     overrides = getattr(ctx.metadata, "group_configs", {}).get(group_id or "", {})
-    return int(overrides.get("share.record.lock.duration.ms", ctx.config["group.share.record.lock.duration.ms"]))
+    return ShareGroupLimits.of_group(overrides, ctx.config)
 
 
 def _acks(batches) -> list[tuple[int, int, list[int]]]:
@@ -137,7 +140,8 @@ async def _send_in_order(ctx, keys: list, send) -> list:
 
 
 async def handle_share_fetch(ctx, header, request, connection=None) -> ShareFetchResponse:
-    lock_ms = _lock_ms(ctx, request.group_id)
+    limits = _limits(ctx, request.group_id)
+    lock_ms = limits.record_lock_duration_ms
     if not request.group_id or not request.member_id:
         return ShareFetchResponse(error_code=ErrorCode.INVALID_REQUEST, error_message="group id and member id are required",
                                   acquisition_lock_timeout_ms=lock_ms)
@@ -166,7 +170,7 @@ async def handle_share_fetch(ctx, header, request, connection=None) -> ShareFetc
         return client.send_share_fetch(request.group_id, request.member_id,
                                        acks=acks.get(tp) if with_acks else None, max_records=request.max_records,
                                        batch_size=request.batch_size, max_bytes=request.max_bytes, fetch=fetching,
-                                       record_limit=record_limit)
+                                       record_limit=record_limit, limits=limits.as_list())
 
     async def fetch_one(tp, with_acks):
         client, error = partition_client(ctx, ctx.metadata.topic_by_id(tp[0]), tp[1], ErrorCode.UNKNOWN_TOPIC_ID)
@@ -254,7 +258,8 @@ def _fetch_response(ctx, results, acks, lock_ms) -> ShareFetchResponse:
 
 
 async def handle_share_acknowledge(ctx, header, request, connection=None) -> ShareAcknowledgeResponse:
-    lock_ms = _lock_ms(ctx, request.group_id)
+    limits = _limits(ctx, request.group_id)
+    lock_ms = limits.record_lock_duration_ms
     if not request.group_id or not request.member_id:
         return ShareAcknowledgeResponse(error_code=ErrorCode.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms,
                                         error_message="group id and member id are required")
@@ -278,7 +283,7 @@ async def handle_share_acknowledge(ctx, header, request, connection=None) -> Sha
         if error:
             return ShareAcknowledgeResponse(error_code=error, acquisition_lock_timeout_ms=lock_ms)
         sent = await _send_in_order(ctx, keys, lambda tp, client: client.send_share_acknowledge(
-            request.group_id, request.member_id, batches[tp]))
+            request.group_id, request.member_id, batches[tp], limits.as_list()))
     by_topic: dict = {}
     for (topic_id, index), r in zip(keys, await asyncio.gather(*(_call(s, "share acknowledge") for s in sent))):
         code, message = (r, None) if isinstance(r, int) else r if r is not None else \
