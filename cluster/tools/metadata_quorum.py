@@ -1,6 +1,7 @@
 """`kray metadata-quorum`, after kafka-metadata-quorum.sh:
   kray metadata-quorum --bootstrap-server H:P describe --status
   kray metadata-quorum --bootstrap-server H:P describe --replication
+  kray metadata-quorum --bootstrap-server H:P --command-config client.properties describe --status
 
 DescribeQuorum (55) to the broker named; any voter answers with its epoch, leader and high
 watermark, the leader also with each replica's log end offset and last fetch (behind
@@ -11,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 
-from cluster.admin import AdminError, KafkaConnection
+from cluster.admin import COMMAND_CONFIG_HELP, AdminError, KafkaConnection
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeQuorumRequest
 
@@ -21,6 +22,7 @@ METADATA_TOPIC = "__cluster_metadata"
 def add_parser(sub) -> None:
     p = sub.add_parser("metadata-quorum", help="describe the metadata quorum (like kafka-metadata-quorum.sh)")
     p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+    p.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
     commands = p.add_subparsers(dest="quorum_command", required=True)
     describe = commands.add_parser("describe", help="the quorum's status or its replicas")
     what = describe.add_mutually_exclusive_group(required=True)

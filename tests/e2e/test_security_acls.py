@@ -1,7 +1,8 @@
 """ACLs with real clients against a real `kray start` (issue 18, part 3): an authorizer on
 (Kafka's StandardAuthorizer name), `super.users=User:admin`, a SASL_PLAINTEXT listener with users
-admin, alice and bob, and the PLAINTEXT (inter-broker) listener whose clients are User:ANONYMOUS.
-One broker for the module; each test uses topics and groups of its own."""
+admin, alice and bob, an SSL listener that requires client certificates (the subject mapped to
+the principal by `ssl.principal.mapping.rules`), and the PLAINTEXT (inter-broker) listener whose
+clients are User:ANONYMOUS. One broker for the module; each test uses topics and groups of its own."""
 from __future__ import annotations
 
 import subprocess
@@ -18,6 +19,7 @@ from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, A
                                    ResourceType)
 
 from tests.kray_process import KrayProcess, free_port
+from tests.tls_certs import make_pki
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
 JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -27,8 +29,8 @@ TIMEOUT_S = 30
 
 
 class Secured:
-    def __init__(self, sasl: str, plaintext: str):
-        self.sasl, self.plaintext = sasl, plaintext
+    def __init__(self, sasl: str, plaintext: str, ssl: str = "", pki=None):
+        self.sasl, self.plaintext, self.ssl, self.pki = sasl, plaintext, ssl, pki
 
     def config(self, user: str, **extra) -> dict:
         return {"bootstrap.servers": self.sasl, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
@@ -37,9 +39,14 @@ class Secured:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
-    port = free_port()
+    port, ssl_port = free_port(), free_port()
+    pki = make_pki(tmp_path_factory.mktemp("pki"))
     overrides = (
-        f"listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{port}",
+        f"listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{port},SSL://127.0.0.1:{ssl_port}",
+        "ssl.keystore.type=PEM", f"ssl.keystore.location={pki.server_keystore}",
+        "ssl.truststore.type=PEM", f"ssl.truststore.location={pki.ca_file}",
+        "listener.name.ssl.ssl.client.auth=required",
+        "ssl.principal.mapping.rules=RULE:^CN=([^,]+),.*$/$1/L,DEFAULT",  # CN=alice-client,O=... -> alice-client
         "sasl.enabled.mechanisms=PLAIN",
         f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -49,7 +56,7 @@ def secured(tmp_path_factory):
     )
     server = KrayProcess(tmp_path_factory.mktemp("kray-acls-data"), overrides=overrides)
     plaintext = server.start()
-    yield Secured(f"127.0.0.1:{port}", plaintext)
+    yield Secured(f"127.0.0.1:{port}", plaintext, f"127.0.0.1:{ssl_port}", pki)
     server.stop()
 
 
@@ -194,6 +201,21 @@ def test_metadata_lists_only_topics_the_principal_may_describe(secured, admin):
     # PLAINTEXT clients are User:ANONYMOUS: no ACLs, no topics
     assert not set(AdminClient({"bootstrap.servers": secured.plaintext}).list_topics(timeout=TIMEOUT_S).topics) \
         & {seen, hidden}
+
+
+def test_an_ssl_clients_certificate_subject_is_its_principal_for_acls(secured, admin):
+    """mTLS end to end: the client certificate's subject (CN=alice-client,O=Kray tests) mapped by
+    ssl.principal.mapping.rules to User:alice-client is what the authorizer checks."""
+    mine, other = new_topic(admin, "mtls"), new_topic(admin, "mtls-other")
+    add_acls(admin, allow("User:alice-client", AclOperation.WRITE, ResourceType.TOPIC, mine),
+             allow("User:CN=alice-client,O=Kray tests", AclOperation.WRITE, ResourceType.TOPIC, other))
+    config = {"bootstrap.servers": secured.ssl, "security.protocol": "SSL", "ssl.ca.location": str(secured.pki.ca_file),
+              "ssl.certificate.location": str(secured.pki.client_cert), "ssl.key.location": str(secured.pki.client_key)}
+    assert produce(config, mine, [b"mtls"]) == [None]
+    [refused] = produce(config, other, [b"unmapped"])  # an ACL for the unmapped subject does not apply
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    listed = AdminClient(config).list_topics(timeout=TIMEOUT_S).topics
+    assert mine in listed and other not in listed, "WRITE implies DESCRIBE on its topic only"
 
 
 def test_super_users_bypass_acls(secured, admin):
