@@ -1,5 +1,7 @@
 """A raw Produce or Fetch over the wire, to see exactly what one broker answers (a client would
-reroute or refresh its metadata)."""
+reroute or refresh its metadata). With `security` (a client's settings, librdkafka's names) the
+request goes over Kray's admin connection, which logs in first (TLS, SASL); without, over a bare
+socket, sent at once (a request that must wait in a stalled broker's socket)."""
 import socket
 import uuid
 
@@ -14,12 +16,15 @@ METADATA_VERSION = 12
 
 
 def produce_one(bootstrap: str, topic: str, partition: int, *, acks: int = 1, timeout_s: float = 10,
-                value: bytes = b"v") -> int:
+                value: bytes = b"v", security: dict | None = None) -> int:
     """Send one record to `partition` of `topic` at this broker; return the partition's error code."""
     host, port = bootstrap.rsplit(":", 1)
     request = ProduceRequest(transactional_id=None, acks=acks, timeout_ms=5000, topic_data=[
         ProduceRequest.TopicProduceData(name=topic, partition_data=[ProduceRequest.PartitionProduceData(
             index=partition, records=build_batch([(b"k", value, [], 0)]))])])
+    if security:
+        response = _over_login(bootstrap, security, timeout_s, request, PRODUCE_VERSION)
+        return response.responses[0].partition_responses[0].error_code
     with socket.create_connection((host, int(port)), timeout=timeout_s) as s:
         s.sendall(encode_request(RequestHeader(0, PRODUCE_VERSION, 1, "raw"), request.encode(PRODUCE_VERSION)))
         size = int.from_bytes(_read(s, 4), "big")
@@ -28,7 +33,8 @@ def produce_one(bootstrap: str, topic: str, partition: int, *, acks: int = 1, ti
     return response.responses[0].partition_responses[0].error_code
 
 
-def fetch_one(bootstrap: str, topic_id: uuid.UUID, partition: int, *, leader_epoch: int, offset: int = 0) -> int:
+def fetch_one(bootstrap: str, topic_id: uuid.UUID, partition: int, *, leader_epoch: int, offset: int = 0,
+              security: dict | None = None) -> int:
     """Fetch `partition` from `offset` carrying `leader_epoch` as the consumer's current leader
     epoch; return the partition's error code."""
     host, port = bootstrap.rsplit(":", 1)
@@ -37,6 +43,8 @@ def fetch_one(bootstrap: str, topic_id: uuid.UUID, partition: int, *, leader_epo
                                FetchRequest.FetchTopic(topic_id=topic_id, partitions=[FetchRequest.FetchPartition(
                                    partition=partition, current_leader_epoch=leader_epoch, fetch_offset=offset,
                                    last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)])])
+    if security:
+        return _over_login(bootstrap, security, 10, request, FETCH_VERSION).responses[0].partitions[0].error_code
     with socket.create_connection((host, int(port)), timeout=10) as s:
         s.sendall(encode_request(RequestHeader(1, FETCH_VERSION, 1, "raw"), request.encode(FETCH_VERSION)))
         size = int.from_bytes(_read(s, 4), "big")
@@ -68,3 +76,10 @@ def _read(s, n: int) -> bytes:
             raise ConnectionError("the broker closed the connection")
         out += chunk
     return out
+
+
+def _over_login(bootstrap: str, security: dict, timeout_s: float, request, version: int):
+    from cluster.admin import KafkaConnection
+    properties = {k: str(v) for k, v in security.items() if k != "bootstrap.servers"}
+    with KafkaConnection(bootstrap, client_id="raw", timeout_s=timeout_s, properties=properties) as conn:
+        return conn.send(request, version)

@@ -36,6 +36,13 @@ def cluster(tmp_path_factory):
     c.stop()
 
 
+@pytest.fixture(scope="module")
+def client() -> dict:
+    """The clients' security settings: none here (PLAINTEXT); tests/cluster/test_secured_failover.py
+    runs the failover tests below on a SASL_SSL cluster with its own."""
+    return {}
+
+
 def _create(cluster, topic: str, partitions: int, security: dict | None = None) -> AdminClient:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **(security or {})})
     admin.create_topics([NewTopic(topic, partitions, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
@@ -48,10 +55,15 @@ def _isr(admin: AdminClient, topic: str, partition: int) -> list[int]:
 
 def _wait_for_isr(admin, topic: str, partition: int, expected: list[int], timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
-    while _isr(admin, topic, partition) != expected:
-        assert time.monotonic() < deadline, f"ISR of {topic}-{partition} is {_isr(admin, topic, partition)}, " \
-                                            f"not {expected}, after {timeout_s:.0f} s"
-        time.sleep(0.25)
+    isr: list[int] | str = "unknown"
+    while isr != expected:
+        assert time.monotonic() < deadline, f"ISR of {topic}-{partition} is {isr}, not {expected}, after {timeout_s:.0f} s"
+        try:
+            isr = _isr(admin, topic, partition)
+        except KafkaException as e:  # a metadata request that went to a broker just killed timed out
+            isr = f"not known ({e})"
+        if isr != expected:
+            time.sleep(0.25)
 
 
 class AckedProducer:
@@ -221,13 +233,13 @@ def kill_leader_under_producer_and_share_consumers(cluster, client: dict | None 
     assert _read_keys(cluster.bootstrap, topic, 3, len(acked), admin) >= acked, "acknowledged records lost from the log"
 
 
-def test_a_follower_killed_rejoins_the_isr(cluster):
+def test_a_follower_killed_rejoins_the_isr(cluster, client):
     topic = f"f-{uuid.uuid4().hex[:6]}"
-    admin = _create(cluster, topic, 1)
+    admin = _create(cluster, topic, 1, client)
     _wait_for_isr(admin, topic, 0, [1, 2, 3])
     leader = cluster.leader(topic, 0)
     follower = next(b for b in (1, 2, 3) if b != leader)
-    producer = AckedProducer(cluster.bootstrap, topic, 1)
+    producer = AckedProducer(cluster.bootstrap, topic, 1, client)
     try:
         time.sleep(1)
         cluster.kill_node(follower)
@@ -239,14 +251,14 @@ def test_a_follower_killed_rejoins_the_isr(cluster):
     finally:
         producer.finish()
     assert not producer.errors, producer.errors[:3]
-    assert _read_keys(cluster.bootstrap, topic, 1, len(producer.acked)) >= set(producer.acked)
+    assert _read_keys(cluster.bootstrap, topic, 1, len(producer.acked), client) >= set(producer.acked)
 
 
-def test_min_insync_replicas_refuses_acks_all_writes(cluster):
+def test_min_insync_replicas_refuses_acks_all_writes(cluster, client):
     """With two of three replicas gone, acks=all writes are refused (NOT_ENOUGH_REPLICAS) and
     acks=1 writes still land; both return when a replica does."""
     topic = f"m-{uuid.uuid4().hex[:6]}"
-    admin = _create(cluster, topic, 1)
+    admin = _create(cluster, topic, 1, client)
     _wait_for_isr(admin, topic, 0, [1, 2, 3])
     leader = cluster.leader(topic, 0)
     others = [b for b in (1, 2, 3) if b != leader]
@@ -254,41 +266,42 @@ def test_min_insync_replicas_refuses_acks_all_writes(cluster):
     for b in others:
         cluster.kill_node(b)
     try:
-        _wait_for_isr(admin := AdminClient({"bootstrap.servers": gateway}), topic, 0, [leader])
+        _wait_for_isr(admin := AdminClient({"bootstrap.servers": gateway, **client}), topic, 0, [leader])
         # the leader replica hears of the shrunk ISR just after clients do: a write in between is appended
         # and then refused (NOT_ENOUGH_REPLICAS_AFTER_APPEND); every acks=all write is refused either way
         deadline = time.monotonic() + 10
-        while (code := produce_one(gateway, topic, 0, acks=-1)) != ErrorCode.NOT_ENOUGH_REPLICAS:
+        while (code := produce_one(gateway, topic, 0, acks=-1, security=client)) != ErrorCode.NOT_ENOUGH_REPLICAS:
             assert code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND and time.monotonic() < deadline, code
             time.sleep(0.2)
-        assert produce_one(gateway, topic, 0, acks=1) == ErrorCode.NONE
+        assert produce_one(gateway, topic, 0, acks=1, security=client) == ErrorCode.NONE
     finally:
         for b in others:
             cluster.restart_node(b)
     _wait_for_isr(admin, topic, 0, [1, 2, 3])
-    assert produce_one(gateway, topic, 0, acks=-1) == ErrorCode.NONE
+    assert produce_one(gateway, topic, 0, acks=-1, security=client) == ErrorCode.NONE
 
 
-def test_a_paused_leader_is_fenced_and_never_acknowledges_again(cluster):
+def test_a_paused_leader_is_fenced_and_never_acknowledges_again(cluster, client):
     """SIGSTOP the leader broker's processes (Ray sees a healthy node): the controller fences it
     when its heartbeats stop, elects a new leader with a newer leader epoch, and writes go on. A
     write that reached the stalled leader before it woke is not acknowledged; a fetch carrying
     the old epoch is fenced by the new leader; the old leader returns as a follower and its log
     agrees with the new leader's."""
     topic = f"p-{uuid.uuid4().hex[:6]}"
-    admin = _create(cluster, topic, 1)
+    admin = _create(cluster, topic, 1, client)
     _wait_for_isr(admin, topic, 0, [1, 2, 3])
     old_leader = cluster.leader(topic, 0)
     gateways = dict(zip(cluster.brokers, cluster.bootstrap.split(",")))
     old_epoch = cluster.metadata().topics[topic].partitions[0].leader_epoch
-    producer = AckedProducer(cluster.bootstrap, topic, 1)
+    producer = AckedProducer(cluster.bootstrap, topic, 1, client)
     stale_answer: list[int] = []
     try:
         time.sleep(1)
         cluster.pause_node(old_leader, raylet=False)
         # a client with old metadata writes to the stalled leader: its request waits in the socket
         writer = threading.Thread(target=lambda: stale_answer.append(
-            produce_one(gateways[old_leader], topic, 0, acks=-1, timeout_s=60, value=b"stale")), daemon=True)
+            produce_one(gateways[old_leader], topic, 0, acks=-1, timeout_s=60, value=b"stale", security=client)),
+            daemon=True)
         writer.start()
         deadline = time.monotonic() + 30
         while cluster.leader(topic, 0) == old_leader:
@@ -305,15 +318,15 @@ def test_a_paused_leader_is_fenced_and_never_acknowledges_again(cluster):
     _wait_for_isr(admin, topic, 0, [1, 2, 3])
     producer.finish()
     assert cluster.leader(topic, 0) in (new_leader, old_leader)
-    keys = _read_keys(cluster.bootstrap, topic, 1, len(producer.acked))
+    keys = _read_keys(cluster.bootstrap, topic, 1, len(producer.acked), client)
     assert keys >= set(producer.acked), "acknowledged records lost"
     # a fetch with the old leader epoch is fenced by whoever leads now
     leader_gateway = gateways[cluster.leader(topic, 0)]
-    assert fetch_one(leader_gateway, cluster.metadata().topics[topic].topic_id, 0, leader_epoch=old_epoch) \
-        == ErrorCode.FENCED_LEADER_EPOCH
+    assert fetch_one(leader_gateway, cluster.metadata().topics[topic].topic_id, 0, leader_epoch=old_epoch,
+                     security=client) == ErrorCode.FENCED_LEADER_EPOCH
 
 
-def test_a_restarted_controller_adopts_the_replicas_and_still_fails_over(cluster):
+def test_a_restarted_controller_adopts_the_replicas_and_still_fails_over(cluster, client):
     """Ray restarts the controller (its process killed) under an acks=all producer: it replays its
     metadata log, adopts the running replicas and gateways, moves no leadership (the brokers'
     sessions start afresh and their heartbeats keep them), and still elects a new leader when a
@@ -321,10 +334,10 @@ def test_a_restarted_controller_adopts_the_replicas_and_still_fails_over(cluster
     from tests.actors.restarts import kill_and_await_restart
 
     topic = f"c-{uuid.uuid4().hex[:6]}"
-    admin = _create(cluster, topic, 1)
+    admin = _create(cluster, topic, 1, client)
     _wait_for_isr(admin, topic, 0, [1, 2, 3])
     epoch = cluster.metadata().topics[topic].partitions[0].leader_epoch
-    producer = AckedProducer(cluster.bootstrap, topic, 1)
+    producer = AckedProducer(cluster.bootstrap, topic, 1, client)
     try:
         time.sleep(1)
         kill_and_await_restart(cluster.controller)
@@ -352,7 +365,7 @@ def test_a_restarted_controller_adopts_the_replicas_and_still_fails_over(cluster
     finally:
         producer.finish()
     assert len(producer.acked) > acked_before, "writes went on after the controller's restart and the kill"
-    assert _read_keys(cluster.bootstrap, topic, 1, len(producer.acked)) >= set(producer.acked)
+    assert _read_keys(cluster.bootstrap, topic, 1, len(producer.acked), client) >= set(producer.acked)
 
 
 def _settled_member_ids(admin: AdminClient, group: str, members: list, seen: set[int],
@@ -375,18 +388,18 @@ def _group_coordinator_broker(cluster, group: str) -> int:
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
-def test_consumer_group_survives_its_coordinators_node(cluster, protocol):
+def test_consumer_group_survives_its_coordinators_node(cluster, client, protocol):
     """Kill the node that leads the group's __consumer_offsets partition under two consumers of a
     group (subscribe, commits after every batch): they find the new coordinator, which replayed the
     group and its offsets from the replicated partition; no committed offset goes back, and the
     group reads every record. Classic groups keep their generation (the group is in the log)."""
     topic, group = f"cg-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
-    admin = _create(cluster, topic, 6)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
+    admin = _create(cluster, topic, 6, client)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5, **client})
     for i in range(1200):
         producer.produce(topic, key=b"%d" % i, value=b"v", partition=i % 6)
     assert producer.flush(60) == 0
-    members = [Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "group.protocol": protocol,
+    members = [Consumer({**client, "bootstrap.servers": cluster.bootstrap, "group.id": group, "group.protocol": protocol,
                          "auto.offset.reset": "earliest", "enable.auto.commit": False}) for _ in range(2)]
     for m in members:
         m.subscribe([topic])
@@ -407,14 +420,14 @@ def test_consumer_group_survives_its_coordinators_node(cluster, protocol):
     victim = -1
     try:
         poll_and_commit(400, 60)
-        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, **client})
         before = {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(6)], 10)}
         c.close()
         members_before = _settled_member_ids(admin, group, members, seen) if protocol == "classic" else set()
         victim = _group_coordinator_broker(cluster, group)
         cluster.kill_node(victim)
         poll_and_commit(1200, 90)
-        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, **client})
         after = {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(6)], 10)}
         c.close()
         assert _group_coordinator_broker(cluster, group) != victim

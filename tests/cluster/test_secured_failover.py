@@ -13,6 +13,10 @@ the ACLs it needs.
   busy partition and the share coordinator is killed under an idempotent acks=all producer and
   share consumers; nothing acknowledged is lost, no committed acceptance comes back, and the
   broker returns, logs in and rejoins the ISR;
+- test_replication's other failover tests, imported, with clients logged in over SASL_SSL: a
+  follower killed rejoins the ISR; min.insync.replicas refuses acks=all with two replicas gone; a
+  paused leader is fenced and never acknowledges again; a restarted controller adopts the replicas
+  and still fails over; a consumer group (classic and KIP-848) survives its coordinator's node;
 - a wrong inter-broker password (the broker user's credential changed under the configured
   password) is what the start check reports, saying what to fix."""
 import time
@@ -29,7 +33,12 @@ from actors.gateway.security.inter_broker import broker_identity
 from cluster import inter_broker_login
 from cluster.local import LocalCluster
 from cluster.start_errors import InterBrokerLoginFailed
-from tests.cluster.test_replication import FAST_LIVENESS, kill_leader_under_producer_and_share_consumers
+from tests.cluster.test_replication import (  # noqa: F401 (the failover tests, run here on this secured cluster)
+    FAST_LIVENESS, kill_leader_under_producer_and_share_consumers, test_a_follower_killed_rejoins_the_isr,
+    test_a_paused_leader_is_fenced_and_never_acknowledges_again,
+    test_a_restarted_controller_adopts_the_replicas_and_still_fails_over,
+    test_consumer_group_survives_its_coordinators_node, test_min_insync_replicas_refuses_acks_all_writes,
+)
 from tests.cluster.test_secured_replication import read_keys
 from tests.tls_certs import make_pki
 
@@ -63,6 +72,20 @@ def secured(tmp_path_factory):
     c.start()
     yield c, pki
     c.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(secured):
+    """The secured cluster, for test_replication's failover tests imported above."""
+    return secured[0]
+
+
+@pytest.fixture(scope="module")
+def client(secured) -> dict:
+    """Those tests' clients log in over SASL_SSL as the admin (a super user: they make topics and
+    groups of any name); the leader-kill test below uses a user with only its ACLs."""
+    c, pki = secured
+    return {k: v for k, v in admin_login(c, pki).items() if k != "bootstrap.servers"}
 
 
 def tls(cluster, pki) -> dict:
