@@ -13,10 +13,12 @@ the ACLs it needs.
   busy partition and the share coordinator is killed under an idempotent acks=all producer and
   share consumers; nothing acknowledged is lost, no committed acceptance comes back, and the
   broker returns, logs in and rejoins the ISR;
-- test_replication's other failover tests, imported, with clients logged in over SASL_SSL: a
-  follower killed rejoins the ISR; min.insync.replicas refuses acks=all with two replicas gone; a
-  paused leader is fenced and never acknowledges again; a restarted controller adopts the replicas
-  and still fails over; a consumer group (classic and KIP-848) survives its coordinator's node;
+- test_replication's and test_failover's other failover tests, imported, with clients logged in
+  over SASL_SSL: a follower killed rejoins the ISR; min.insync.replicas refuses acks=all with two
+  replicas gone; a paused leader is fenced and never acknowledges again; a restarted controller
+  adopts the replicas and still fails over; a consumer group (classic and KIP-848) survives its
+  coordinator's node; a killed broker returns with its id, port and records; a seeded chaos
+  schedule loses no acknowledged record;
 - a wrong inter-broker password (the broker user's credential changed under the configured
   password) is what the start check reports, saying what to fix."""
 import time
@@ -33,6 +35,9 @@ from actors.gateway.security.inter_broker import broker_identity
 from cluster import inter_broker_login
 from cluster.local import LocalCluster
 from cluster.start_errors import InterBrokerLoginFailed
+from tests.cluster.test_failover import (  # noqa: F401 (the failover tests, run here on this secured cluster)
+    test_a_chaos_schedule_loses_no_acknowledged_record, test_a_killed_broker_returns_with_its_id_port_and_records,
+)
 from tests.cluster.test_replication import (  # noqa: F401 (the failover tests, run here on this secured cluster)
     FAST_LIVENESS, kill_leader_under_producer_and_share_consumers, test_a_follower_killed_rejoins_the_isr,
     test_a_paused_leader_is_fenced_and_never_acknowledges_again,
