@@ -270,7 +270,7 @@ class ShareLeaders:
         configs = await p.group_configs(group_id)
         result = await coordinator.read_state.remote(group_id, p.topic_id, p.partition, p.leader_epoch)
         limits = ShareGroupLimits.of_group(configs, self.config)
-        sp = SharePartition(group_id, p.topic_id, p.partition, **limits.__dict__)
+        sp = SharePartition(group_id, p.topic_id, p.partition, **vars(limits))
         if result.error_code == 0 and result.start_offset >= 0:
             sp.load(result.start_offset, result.state_batches, log_start_offset=core.log_start_offset)
             self.state_epochs[group_id] = result.state_epoch
@@ -330,12 +330,9 @@ class ShareLeaders:
         None: keep those in force): a changed group config takes effect at the next request, as
         Kafka's share-partition reads its group's configs on every use (KIP-1240)."""
         if limits:
-            lock_ms, delivery_limit, max_locks, renew = limits
-            if sp.configure(record_lock_duration_ms=int(lock_ms), delivery_count_limit=int(delivery_limit),
-                            max_record_locks=int(max_locks), renew_acknowledge_enable=bool(renew)):
-                log.info("share group %s on %s-%d: lock %d ms, delivery count limit %d, max record locks %d, "
-                         "renew %s", sp.group_id, sp.topic_id, sp.partition, lock_ms, delivery_limit, max_locks,
-                         renew)
+            limits = ShareGroupLimits(*limits)
+            if sp.configure(**vars(limits)):
+                log.info("share group %s on %s-%d: %s", sp.group_id, sp.topic_id, sp.partition, limits)
 
     async def share_fetch(self, group_id: str, member_id: str, *, acks, max_records: int, batch_size: int,
                           max_bytes: int, fetch: bool = True, record_limit: bool = False,

@@ -255,13 +255,18 @@ class TransactionCoordinatorCore:
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn ----------------------------------------------------------------------
 
-    def _check_producer(self, txn_id: str, producer_id: int, producer_epoch: int) -> ErrorCode | TxnMetadata:
+    def _producer_of(self, txn_id: str, producer_id: int, producer_epoch: int) -> ErrorCode | TxnMetadata:
+        """The transaction of this producer (id and epoch), else the error that says why not."""
         meta = self.transactions.get(txn_id)
         if meta is None or meta.producer_id != producer_id:
             return E.INVALID_PRODUCER_ID_MAPPING
         if meta.producer_epoch != producer_epoch:
             return E.PRODUCER_FENCED
-        if meta.state in _PREPARE:
+        return meta
+
+    def _check_producer(self, txn_id: str, producer_id: int, producer_epoch: int) -> ErrorCode | TxnMetadata:
+        meta = self._producer_of(txn_id, producer_id, producer_epoch)
+        if not isinstance(meta, ErrorCode) and meta.state in _PREPARE:
             return E.CONCURRENT_TRANSACTIONS
         return meta
 
@@ -303,11 +308,9 @@ class TransactionCoordinatorCore:
     def end_txn(self, request: EndTxn, now_ms: int) -> Step:
         if not request.transactional_id:
             return _fail(E.INVALID_REQUEST)
-        meta = self.transactions.get(request.transactional_id)
-        if meta is None or meta.producer_id != request.producer_id:
-            return _fail(E.INVALID_PRODUCER_ID_MAPPING)
-        if meta.producer_epoch != request.producer_epoch:
-            return _fail(E.PRODUCER_FENCED)
+        meta = self._producer_of(request.transactional_id, request.producer_id, request.producer_epoch)
+        if isinstance(meta, ErrorCode):
+            return _fail(meta)
         if request.transactional_id in self.pending:
             return _fail(E.CONCURRENT_TRANSACTIONS)
         committed, state = request.committed, meta.state
@@ -325,11 +328,9 @@ class TransactionCoordinatorCore:
         return _fail(E.INVALID_TXN_STATE)
 
     def markers_written(self, report: MarkersWritten, now_ms: int) -> Step:
-        meta = self.transactions.get(report.transactional_id)
-        if meta is None or meta.producer_id != report.producer_id:
-            return _fail(E.INVALID_PRODUCER_ID_MAPPING)
-        if meta.producer_epoch != report.producer_epoch:
-            return _fail(E.PRODUCER_FENCED)
+        meta = self._producer_of(report.transactional_id, report.producer_id, report.producer_epoch)
+        if isinstance(meta, ErrorCode):
+            return _fail(meta)
         if report.transactional_id in self.pending:
             return _fail(E.CONCURRENT_TRANSACTIONS)
         expected = TxnState.PREPARE_COMMIT if report.committed else TxnState.PREPARE_ABORT

@@ -14,7 +14,7 @@ from protocol.apis import API_BY_KEY
 from protocol.coordinator_records import TransactionLogKey, TransactionLogValue
 from protocol.messages import (AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
                                EndTxnRequest, EndTxnResponse, TxnOffsetCommitRequest, WriteTxnMarkersRequest)
-from tests.unit.test_protocol_roundtrip import UNKNOWN_TAG, populate
+from tests.unit.test_protocol_roundtrip import populate
 
 # (api key, name, versions Kafka trunk d79bd502ec7f accepts, first flexible version)
 TRANSACTION_APIS = [
@@ -46,25 +46,6 @@ def test_transaction_api_table(key, name, versions, flexible_min):
     assert (spec.min_version, spec.max_version) == versions
     assert spec.flexible_min == flexible_min
     assert not spec.latest_version_unstable
-
-
-def _every_version():
-    for key, _, (lo, hi), _ in TRANSACTION_APIS:
-        spec = API_BY_KEY[key]
-        for version in range(lo, hi + 1):
-            for cls in (spec.request, spec.response):
-                yield pytest.param(cls, version, id=f"{cls.__name__}-v{version}")
-
-
-@pytest.mark.parametrize("cls,version", list(_every_version()))
-def test_transaction_messages_round_trip(cls, version):
-    for nulls in (False, True):
-        message = populate(cls, version, itertools.count(7), nulls)
-        if version >= cls.FLEXIBLE_MIN:
-            message._unknown_tagged = ((UNKNOWN_TAG, b"kept"),)
-        encoded = message.encode(version)
-        assert cls.decode(encoded, version) == message
-        assert cls.decode(encoded, version).encode(version) == encoded
 
 
 def test_add_partitions_to_txn_v3_and_v4_shapes():
