@@ -56,18 +56,21 @@ class ActiveController:
     to the others in turn; none active raises NoActiveController, which `call` retries. Picklable:
     replicas and gateways get one in their spec, and resolve the controllers by name themselves."""
 
-    def __init__(self, voters: tuple[int, ...]):
+    def __init__(self, voters: tuple[int, ...], handles: dict[int, Any] | None = None):
         self.voters = tuple(voters)
-        self._handles: dict[int, Any] = {}
+        self._handles: dict[int, Any] = dict(handles or {})  # voter -> its controller's handle, as known
         self._active: int | None = None
         self._suspect: dict[int, float] = {}  # voter -> until when it is asked last (a call to it timed out)
         self._resolve_after = 0.0
 
     def __getstate__(self):
-        return {"voters": self.voters}
+        # the handles travel too (a replica or gateway that gets this in its spec calls at once,
+        # with no lookup in Ray's GCS, which is slow while a cluster starts hundreds of actors);
+        # one that fails is looked up again by name
+        return {"voters": self.voters, "handles": dict(self._handles)}
 
     def __setstate__(self, state):
-        self.__init__(state["voters"])
+        self.__init__(state["voters"], state.get("handles"))
 
     def __getattr__(self, method: str):
         if method.startswith("_"):
@@ -79,9 +82,10 @@ class ActiveController:
 
     async def _resolve(self) -> None:
         """Handles to every voter's controller, asked of Ray's GCS (off the event loop, bounded; at
-        most every RESOLVE_AGAIN_S): resolved while the GCS is reachable, they keep working when it
-        is not (a cut-off Ray head), so a call can move to a standby that became active meanwhile."""
-        if len(self._handles) == len(self.voters) or time.monotonic() < self._resolve_after:
+        most every RESOLVE_AGAIN_S unless none is known): resolved while the GCS is reachable, they
+        keep working when it is not (a cut-off Ray head), so a call can move to a standby that
+        became active meanwhile."""
+        if len(self._handles) == len(self.voters) or (self._handles and time.monotonic() < self._resolve_after):
             return
         self._resolve_after = time.monotonic() + RESOLVE_AGAIN_S
         from cluster import composition

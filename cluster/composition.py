@@ -65,9 +65,14 @@ def start_gateway(broker_config: dict[str, Any], broker_id: int, node_id: str, c
     ).remote(broker_config, broker_id, controller, port)
 
 
+def start_on_node(node_id: str, fn, *args) -> "ray.ObjectRef":
+    """Start a small function on a given node (e.g. to read a file on its disk): its result's ref."""
+    return ray.remote(fn).options(num_cpus=0, max_retries=0, scheduling_strategy=on_node(node_id)).remote(*args)
+
+
 async def run_on_node(node_id: str, fn, *args):
-    """Run a small function on a given node (e.g. to read a file on its disk)."""
-    return await ray.remote(fn).options(num_cpus=0, max_retries=0, scheduling_strategy=on_node(node_id)).remote(*args)
+    """Run a small function on a given node and await its result."""
+    return await start_on_node(node_id, fn, *args)
 
 
 def partition_class(topic: str):

@@ -128,10 +128,11 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "authorizer.class.name": "",
     "super.users": "",  # principals separated by ';', e.g. User:admin;User:ANONYMOUS
     "allow.everyone.if.no.acl.found": False,
-    # the metadata quorum (issue 17; actors/controller/quorum_shell): Kray's switch, off while the
-    # controller does not use it yet; voters as Kafka's id@host:port list or plain ids, unset: the
-    # three lowest broker ids; timings are Kafka's names and defaults
-    "kray.metadata.quorum.enable": False,
+    # the metadata quorum (actors/controller/quorum_shell) keeps the controller's metadata; false
+    # (going away) keeps it in a file on the Ray head instead. Voters as Kafka's id@host:port list
+    # or plain ids; unset: the three lowest broker ids at the cluster's first start (recorded in
+    # meta.properties); timings are Kafka's names and defaults
+    "kray.metadata.quorum.enable": True,
     "controller.quorum.voters": "",
     "controller.quorum.election.timeout.ms": 1000,
     "controller.quorum.fetch.timeout.ms": 2000,

@@ -31,8 +31,9 @@ from typing import Any
 
 import ray
 
-from actors.controller.quorum_shell.settings import configured_voters, quorum_enabled
-from actors.controller.nodes import BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABEL, ROLE_LABEL, NodeView
+from actors.controller.quorum_shell.settings import DEFAULT_VOTERS_MAX, VOTERS_KEY, configured_voters, quorum_enabled
+from actors.controller.nodes import (BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABEL, ROLE_LABEL, NodeView, chosen_voters,
+                                     proposed_broker_id, recorded_broker_id, recorded_voters)
 from actors.gateway.security.inter_broker import with_broker_secret
 from cluster import composition, inter_broker_login
 from cluster.start_errors import CannotListen, ProblemLog, RayUnreachable, ray_port_closed, ray_unreachable
@@ -82,6 +83,37 @@ def _head_node_id() -> str:
         if node["Alive"] and "node:__internal_head__" in node.get("Resources", {}):
             return node["NodeID"]
     return ray.get_runtime_context().get_node_id()
+
+
+def place_voters(config: dict[str, Any]) -> tuple[tuple[int, ...], dict[int, str]]:
+    """The metadata quorum's voters and the Ray nodes of those that are alive, before any
+    controller starts: every live broker node's id (its label, else its meta.properties, where a
+    new id is recorded now, as the controller would), then the voters (nodes.chosen_voters),
+    recorded in the unlabelled nodes' meta.properties. A single node (`kray start`) is its own
+    single voter. Raises RuntimeError, saying what to do, when no majority of voters is alive."""
+    nodes = [n for n in map(NodeView.of, ray.nodes()) if n.alive and n.hosts_broker]
+    ids: dict[int, str] = {n.labelled_broker_id: n.node_id for n in nodes if n.labelled_broker_id is not None}
+    unlabelled = [n for n in nodes if n.labelled_broker_id is None]
+    log_dirs = str(config["log.dirs"])
+    for node in unlabelled:
+        proposed = proposed_broker_id(int(config.get("broker.id", 0)), set(ids))
+        ids[ray.get(composition.start_on_node(node.node_id, recorded_broker_id, log_dirs, proposed))] = node.node_id
+    recorded = {v for v in ray.get([composition.start_on_node(n.node_id, recorded_voters, log_dirs)
+                                    for n in unlabelled]) if v}
+    voters = chosen_voters(configured_voters(config) if config.get(VOTERS_KEY) else (), recorded, set(ids),
+                           DEFAULT_VOTERS_MAX)
+    if isinstance(voters, str):
+        raise RuntimeError(voters)
+    if not recorded:
+        ray.get([composition.start_on_node(n.node_id, recorded_voters, log_dirs, ",".join(map(str, voters)))
+                 for n in unlabelled])
+    alive = {v: ids[v] for v in voters if v in ids}
+    if len(alive) <= len(voters) // 2:
+        missing = sorted(set(voters) - set(alive))
+        raise RuntimeError(f"the metadata quorum's voters are brokers {list(voters)}, and {missing} have no live "
+                           f"Ray node: start them (on a shared machine: `ray start --labels {BROKER_ID_LABEL}=<id>`), "
+                           f"or name live brokers in controller.quorum.voters for a new cluster")
+    return voters, alive
 
 
 def active_controller(voters, timeout_s: float, prefer=None):
@@ -240,15 +272,18 @@ class _Controllers:
         self._controller = handle
 
     def _start_controllers(self, voter_nodes: dict[int, str]):
-        """One controller per voting broker, on its node (one broker secret for all of them: they
-        start one another's brokers); returns the first handle (the active one is found by asking)."""
+        """One controller per voting broker whose node is alive, on that node (one broker secret for
+        all of them: they start one another's brokers; a voter's node that comes later gets its
+        controller from the active one); returns the first handle (the active one is found by
+        asking). A majority of the voters must be alive."""
         missing = sorted(set(self._voters) - set(voter_nodes))
-        if missing:
+        if len(missing) * 2 >= len(self._voters):
             raise RuntimeError(f"controller.quorum.voters names brokers {missing}, but no live Ray node is labelled "
                                f"{BROKER_ID_LABEL}=<id> for them: start those nodes with `ray start --labels "
                                f"{BROKER_ID_LABEL}=<id>` (or name other voters)")
         self.config = with_broker_secret(self.config)
-        handles = [composition.start_controller(self.config, voter_nodes[v], v) for v in self._voters]
+        handles = [composition.start_controller(self.config, voter_nodes[v], v) for v in self._voters
+                   if v in voter_nodes]
         return handles[0]
 
     def _stop_controllers(self) -> None:
@@ -276,7 +311,7 @@ class LocalBroker(_Controllers):
         self.config = dict(broker_config)
         self.config["log.dirs"] = str(Path(self.config["log.dirs"]).resolve())
         self.address = address
-        self._voters = configured_voters(self.config) if quorum_enabled(self.config) else ()
+        self._voters: tuple[int, ...] = ()  # the metadata quorum's, known once the nodes are (start)
         self.controller = None
         self.brokers: list = []
         self.bootstrap: str | None = None
@@ -304,10 +339,10 @@ class LocalBroker(_Controllers):
         else:
             controller_node = _head_node_id()
             expected = sum(1 for n in map(NodeView.of, ray.nodes()) if n.alive and n.hosts_broker)
-        if self._voters:
-            self.controller = self._start_controllers({
-                n.labelled_broker_id: n.node_id for n in map(NodeView.of, ray.nodes())
-                if n.alive and n.hosts_broker and n.labelled_broker_id is not None})
+        if quorum_enabled(self.config):
+            self._voters, voter_nodes = place_voters(self.config)
+            self.config[VOTERS_KEY] = ",".join(map(str, self._voters))
+            self.controller = self._start_controllers(voter_nodes)
         else:
             self.controller = composition.start_controller(self.config, controller_node)
         try:

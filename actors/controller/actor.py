@@ -44,7 +44,8 @@ from actors.controller.quorum_metadata import QuorumMetadataLog
 from actors.controller_client import ActiveController, NotController
 from actors.controller.quorum_shell.settings import configured_voters, quorum_enabled
 from actors.controller.metadata_log import MetadataLog
-from actors.controller.nodes import BROKER_ID_LABEL, NodeView, proposed_broker_id, recorded_broker_id, replaces
+from actors.controller.nodes import (NodeView, proposed_broker_id, read_broker_id,
+                                     recorded_broker_id, replaces)
 from actors.shard.hosted import HostedReplica, shard_index
 from cluster import composition
 from cluster.config import TopicConfig
@@ -237,6 +238,7 @@ class ControllerActor:
         # get replica actors (a broker the log knows may name a dead Ray node)
         self.registered: set[int] = set()
         self.leadership_watch: asyncio.Task | None = None
+        self.shutting_down = False
         self.gcs = GcsCalls()
         self.named_actors: dict[str, Any] = {}  # Kray's named actors by name (a standby keeps them)
         self.named_actors_at = float("-inf")     # (monotonic) when they were listed last
@@ -295,6 +297,8 @@ class ControllerActor:
                 await asyncio.sleep(1.0)
         if cache is not None:
             cache.cancel()
+        if not records:
+            records = await self._import_file_log()
         self._replay(records)
         if time.monotonic() - self.named_actors_at > NAMED_ACTORS_FRESH_S:
             try:
@@ -315,6 +319,23 @@ class ControllerActor:
         # told their state once it answers: a leader cut off learns it follows now
         for topic in list(self.core.topics.values()):
             self._start_partitions(topic)
+
+    async def _import_file_log(self) -> list[dict[str, Any]]:
+        """A cluster's metadata kept before the quorum (a file on the controller's node), moved into
+        the empty quorum log once: the records are committed first, then the file is renamed, so a
+        failure in between imports it again (into a log whose controller failed: read afresh)."""
+        path = self.data_dir / "__cluster_metadata" / "metadata.log"
+        if not path.exists():
+            return []
+        file_log = MetadataLog(path)
+        records = list(file_log.replay())
+        file_log.close()
+        if records:
+            self.log.append(records)
+            await self.log.durable(self.log.appended)
+            log.warning("the metadata of %s (%d records) is now in the metadata quorum's log", path, len(records))
+        path.rename(path.with_name("metadata.log.imported"))
+        return records
 
     async def _watch_leadership(self) -> None:
         """An active controller whose voter no longer leads (cut off, deposed) stops at once: its
@@ -382,12 +403,18 @@ class ControllerActor:
                 self.node_cpus[node["NodeID"]] = max(1, min(int(cpus), SHARDS_PER_BROKER_MAX))
 
     async def _start_voting_gateways(self) -> None:
-        """Each voter's gateway, on the node labelled with its broker id, started (if it is not
-        running) and asked to listen: it answers only once the metadata is read."""
+        """Each voter's gateway, on the node with its broker id (its label, or its meta.properties,
+        where `kray start` recorded it), started (if it is not running) and asked to listen: it
+        answers only once the metadata is read."""
         labelled = {}
-        for node in map(NodeView.of, ray.nodes()):
-            if node.alive and node.hosts_broker and node.labelled_broker_id in self.quorum_voters:
-                labelled[node.labelled_broker_id] = node
+        nodes = [n for n in map(NodeView.of, ray.nodes()) if n.alive and n.hosts_broker]
+        unlabelled = [n for n in nodes if n.labelled_broker_id is None]
+        recorded = await asyncio.gather(*(composition.run_on_node(n.node_id, read_broker_id, str(self.data_dir))
+                                          for n in unlabelled), return_exceptions=True)
+        for node, broker_id in [(n, n.labelled_broker_id) for n in nodes if n.labelled_broker_id is not None] + \
+                list(zip(unlabelled, recorded)):
+            if broker_id in self.quorum_voters:
+                labelled[broker_id] = node
         for broker_id, node in sorted(labelled.items()):
             gateway = self._running_gateway(broker_id)
             if gateway is None:
@@ -401,8 +428,7 @@ class ControllerActor:
             gateway.start.remote()  # (its supervisor, once the metadata is read, awaits the same start)
         missing = sorted(set(self.quorum_voters) - set(labelled))
         if missing:
-            log.warning("voters %s of the metadata quorum have no live Ray node labelled %s=<id> yet", missing,
-                        BROKER_ID_LABEL)
+            log.warning("voters %s of the metadata quorum have no live Ray node yet", missing)
 
     @staticmethod
     def _running_gateway(broker_id: int):
@@ -413,6 +439,9 @@ class ControllerActor:
 
     def _quorum_failed(self, why: str) -> None:
         """Records may be lost that this controller's state already holds: start again from the log."""
+        if self.shutting_down:
+            log.info("the controller stops (%s)", why)
+            return
         log.error("the controller restarts to read the metadata again (%s)", why)
         os._exit(1)  # Ray starts the controller again (max_restarts=-1); its actors keep running
 
@@ -919,8 +948,9 @@ class ControllerActor:
     async def shutdown(self) -> None:
         """Stop the gateways, close every partition actor this controller started (flushing their
         logs), then kill them."""
+        self.shutting_down = True  # its voter stops with its gateway: that is no reason to restart
         for task in [*self.supervisors.values(), *self.shard_watchers.values(), self.node_watcher, self.ticker,
-                     self.publisher]:
+                     self.publisher, self.leadership_watch]:
             if task is not None:
                 task.cancel()
         gateways = list(self.gateways.values())
@@ -1200,8 +1230,9 @@ class ControllerActor:
         """The controller as other actors call it, one object for every spec (pickled once per
         message, not per spec): this actor, or with the quorum's controllers whichever is active."""
         if self.own_handle is None:
-            self.own_handle = (ActiveController(self.quorum_voters) if self.voter_id is not None
-                               else ray.get_runtime_context().current_actor)
+            current = ray.get_runtime_context().current_actor
+            self.own_handle = (ActiveController(self.quorum_voters, {self.voter_id: current})
+                               if self.voter_id is not None else current)
         return self.own_handle
 
     def _ensure_controller(self, broker_id: int, node_id: str) -> None:

@@ -7,6 +7,9 @@ A broker is a Ray node. Its id comes, in this order, from
 2. `meta.properties` in `log.dirs` on that node, written the first time (as Kafka keeps its
    node id beside its logs), so a machine that restarts finds its id and its data again;
 3. else a new id: the `broker.id` config if free, otherwise the lowest id no live broker uses.
+The metadata quorum's voters, unless `controller.quorum.voters` names them, are the lowest three
+broker ids at a cluster's first start, recorded in the unlabelled nodes' meta.properties so that
+later starts find the same set (a voter set never changes silently).
 A node labelled `kray-role=controller` runs no broker (LocalCluster's Ray head: losing a broker
 node must never take Ray down). `kray-port` sets a node's listener port (several nodes on one
 machine); otherwise the `listeners` port applies.
@@ -22,6 +25,7 @@ PORT_LABEL = "kray-port"
 ROLE_LABEL = "kray-role"
 CONTROLLER_ONLY = "controller"
 META_PROPERTIES = "meta.properties"
+VOTERS_PROPERTY = "controller.quorum.voters"
 
 
 @dataclass(frozen=True)
@@ -75,15 +79,63 @@ def proposed_broker_id(configured: int, taken: set[int]) -> int:
     return candidate
 
 
-def recorded_broker_id(log_dirs: str, proposed: int) -> int:
-    """Runs on the node itself: the broker id in its meta.properties, or `proposed`, recorded there."""
+def read_meta_properties(log_dirs: str) -> dict[str, str]:
+    """Runs on the node: meta.properties beside its logs, as key -> value ({} without one)."""
     path = Path(log_dirs) / META_PROPERTIES
-    if path.exists():
-        for line in path.read_text().splitlines():
-            key, sep, value = line.partition("=")
-            if sep and key.strip() == "broker.id" and value.strip().isdigit():
-                return int(value.strip())
+    if not path.exists():
+        return {}
+    meta = {}
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.lstrip().startswith("#"):
+            meta[key.strip()] = value.strip()
+    return meta
+
+
+def _write_meta_properties(log_dirs: str, meta: dict[str, str]) -> None:
+    path = Path(log_dirs) / META_PROPERTIES
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"# written by Kray: this node's broker id, found again after a restart\n"
-                    f"version=1\nbroker.id={proposed}\n")
+    temp = path.with_name(META_PROPERTIES + ".tmp")
+    temp.write_text("# written by Kray: this node's broker id (and the metadata quorum's voters), found again "
+                    "after a restart\n" + "".join(f"{k}={v}\n" for k, v in meta.items()))
+    temp.replace(path)
+
+
+def read_broker_id(log_dirs: str) -> int | None:
+    """Runs on the node: the broker id in its meta.properties, None without one."""
+    value = read_meta_properties(log_dirs).get("broker.id", "")
+    return int(value) if value.isdigit() else None
+
+
+def recorded_broker_id(log_dirs: str, proposed: int) -> int:
+    """Runs on the node: the broker id in its meta.properties, or `proposed`, recorded there."""
+    recorded = read_broker_id(log_dirs)
+    if recorded is not None:
+        return recorded
+    _write_meta_properties(log_dirs, {"version": "1", **read_meta_properties(log_dirs), "broker.id": str(proposed)})
     return proposed
+
+
+def recorded_voters(log_dirs: str, chosen: str | None = None) -> str | None:
+    """Runs on the node: the metadata quorum's voters in its meta.properties ("1,2,3"); `chosen`
+    recorded there if it has none (the set picked at a cluster's first start, kept for its life)."""
+    meta = read_meta_properties(log_dirs)
+    if meta.get(VOTERS_PROPERTY) or chosen is None:
+        return meta.get(VOTERS_PROPERTY) or None
+    _write_meta_properties(log_dirs, {"version": "1", **meta, VOTERS_PROPERTY: chosen})
+    return chosen
+
+
+def chosen_voters(configured: tuple[int, ...], recorded: set[str], broker_ids: set[int],
+                  voters_max: int) -> tuple[int, ...] | str:
+    """The metadata quorum's voters: the configured ones (controller.quorum.voters), else those the
+    nodes recorded at the cluster's first start, else the lowest `voters_max` broker ids. A
+    string says why there are none: the nodes recorded different sets."""
+    if configured:
+        return configured
+    if len(recorded) > 1:
+        return (f"the nodes' meta.properties name different voter sets ({' and '.join(sorted(recorded))}): set "
+                f"controller.quorum.voters to the one this cluster's metadata is on")
+    if recorded:
+        return tuple(int(v) for v in next(iter(recorded)).split(","))
+    return tuple(sorted(broker_ids)[:voters_max])

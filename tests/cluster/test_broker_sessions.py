@@ -51,16 +51,18 @@ def _create(cluster, partitions: int = 3) -> tuple[str, AdminClient]:
 
 
 def _controller_pids(cluster) -> list[int]:
-    """The controller actor's process: on the Ray head, below its raylet (never another Ray's)."""
+    """The controllers' processes (the active one and the standbys, on the voting brokers' nodes),
+    below this cluster's raylets (never another Ray's)."""
     pids = []
-    for pid in _node_pids(cluster.ray_cluster.head_node):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if f.read().startswith(b"ray::ControllerActor"):
-                    pids.append(pid)
-        except OSError:
-            pass
-    assert pids, "no controller process found on the Ray head"
+    for node in cluster.ray_cluster.list_all_nodes():
+        for pid in _node_pids(node):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if f.read().startswith(b"ray::ControllerActor"):
+                        pids.append(pid)
+            except OSError:
+                pass
+    assert pids, "no controller process found"
     return pids
 
 

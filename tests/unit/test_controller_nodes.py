@@ -37,3 +37,23 @@ def test_a_new_node_on_the_same_host_replaces_the_live_node_of_its_broker_id():
     assert not replaces(old, NodeView("elsewhere", True, "198.18.0.9", {"kray-broker-id": "3"}))
     assert not replaces(old, NodeView("no-address", True, "", {"kray-broker-id": "3"}))
     assert replaces(None, NodeView("new", True, "198.18.0.3", {}))
+
+
+def test_the_voter_set_chosen_at_a_clusters_first_start_is_kept_beside_the_broker_id(tmp_path):
+    from actors.controller.nodes import read_broker_id, recorded_voters
+    assert recorded_voters(str(tmp_path)) is None and read_broker_id(str(tmp_path)) is None
+    assert recorded_broker_id(str(tmp_path), proposed=2) == 2
+    assert recorded_voters(str(tmp_path), "1,2,3") == "1,2,3"
+    assert recorded_voters(str(tmp_path), "2,4,5") == "1,2,3", "a recorded voter set never changes silently"
+    assert recorded_voters(str(tmp_path)) == "1,2,3" and read_broker_id(str(tmp_path)) == 2
+    assert recorded_broker_id(str(tmp_path), proposed=7) == 2, "recording the voters keeps the broker id"
+
+
+def test_voters_are_the_configured_ones_else_the_recorded_ones_else_the_lowest_broker_ids():
+    from actors.controller.nodes import chosen_voters
+    assert chosen_voters((5, 6, 7), {"1,2,3"}, {1, 2, 3, 5, 6, 7}, 3) == (5, 6, 7)
+    assert chosen_voters((), {"2,3,4"}, {1, 2, 3, 4}, 3) == (2, 3, 4)
+    assert chosen_voters((), set(), {4, 0, 9, 2}, 3) == (0, 2, 4)
+    assert chosen_voters((), set(), {0}, 3) == (0,), "a single node is its own single voter"
+    why = chosen_voters((), {"1,2,3", "1,2,4"}, {1, 2, 3, 4}, 3)
+    assert isinstance(why, str) and "controller.quorum.voters" in why
