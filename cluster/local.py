@@ -34,6 +34,7 @@ import ray
 from actors.controller.quorum_shell.settings import DEFAULT_VOTERS_MAX, VOTERS_KEY, configured_voters
 from actors.controller.nodes import (BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABEL, ROLE_LABEL, NodeView, chosen_voters,
                                      proposed_broker_id, recorded_broker_id, recorded_voters)
+from actors.controller_client import NotController
 from actors.gateway.security.inter_broker import with_broker_secret
 from cluster import composition, inter_broker_login
 from cluster.start_errors import CannotListen, ProblemLog, RayUnreachable, ray_port_closed, ray_unreachable
@@ -263,6 +264,22 @@ class _Controllers:
     def controller(self, handle) -> None:
         self._controller = handle
 
+    def _deploy_brokers(self, expected: int) -> list:
+        """The active controller's deploy_brokers (a broker on every node; `expected` of them
+        serving), asked again of the next active one when the controller changes meanwhile (a
+        restarted cluster's voters may elect twice: the first controller stops when its epoch ends)."""
+        deadline = time.monotonic() + RAY_STARTUP_TIMEOUT_S
+        while True:
+            controller = self.controller
+            try:
+                return ray.get(controller.deploy_brokers.remote(expected, max(1.0, deadline - time.monotonic())))
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, NotController) as e:
+                if time.monotonic() > deadline:
+                    raise
+                log.info("the active controller changed while the brokers started (%s); asking the new one",
+                         str(e).splitlines()[0])
+                time.sleep(0.5)
+
     def _start_controllers(self, voter_nodes: dict[int, str]):
         """One controller per voting broker whose node is alive, on that node (one broker secret for
         all of them: they start one another's brokers; a voter's node that comes later gets its
@@ -332,7 +349,7 @@ class LocalBroker(_Controllers):
         self.controller = self._start_controllers(voter_nodes)
         self._await_active_controller()
         try:
-            self.brokers = ray.get(self.controller.deploy_brokers.remote(expected, RAY_STARTUP_TIMEOUT_S))
+            self.brokers = self._deploy_brokers(expected)
         except OSError as e:  # a gateway could not listen
             lines = self.listen_problems(retrying=False)
             raise CannotListen("\n".join(lines) if lines else str(getattr(e, "cause", None) or e)) from None
@@ -493,8 +510,11 @@ class LocalCluster(_Controllers):
         from ray.cluster_utils import Cluster
         if ray.is_initialized():
             raise RuntimeError("LocalCluster starts a Ray cluster of its own: call ray.shutdown() first")
+        # (no dashboard: nothing of Kray's uses it, it costs a process, and two clusters on one
+        # machine would both want its port)
         self.ray_cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "labels": {ROLE_LABEL: CONTROLLER_ONLY}, "_system_config": FAST_HEALTH_CHECKS})
+            "num_cpus": 1, "labels": {ROLE_LABEL: CONTROLLER_ONLY}, "_system_config": FAST_HEALTH_CHECKS,
+            "include_dashboard": False})
         self._forget_current_cluster()
         try:
             for broker_id in range(1, self.nodes + 1):
@@ -503,7 +523,7 @@ class LocalCluster(_Controllers):
             _init_ray(self.ray_cluster.address)
             self.controller = self._start_controllers({v: self._nodes[v].node_id for v in self._voters
                                                        if v in self._nodes})
-            self._brokers = ray.get(self.controller.deploy_brokers.remote(self.nodes, RAY_STARTUP_TIMEOUT_S))
+            self._brokers = self._deploy_brokers(self.nodes)
             self.notes = inter_broker_login.prepare(self.controller, self.config, self._brokers)
         except BaseException:
             self.stop()

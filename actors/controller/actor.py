@@ -507,12 +507,20 @@ class ControllerActor:
                 key = (topic_id, partition, broker_id)
                 self.replica_actors[key] = actor = HostedReplica(shard, self._replica_spec(topic, partition, broker_id))
                 found.append((key, actor, "listen", None))
-        for broker_id, broker in self.core.brokers.items():
-            gateway = running(composition.gateway_name(broker_id))
-            if gateway is not None:
-                self.gateways[broker_id] = gateway
-                self.node_brokers[broker.node_id] = broker_id
-                found.append((("gateway", broker_id), gateway, "start", "until_stopped"))
+        gateways = {b: running(composition.gateway_name(b)) for b in self.core.brokers}
+        gateways = {b: g for b, g in gateways.items() if g is not None}
+        # where each runs: the node its registration recorded, unless it says another (the voting
+        # brokers' gateways of a restarted cluster, started on new nodes before the metadata was read)
+        where = {b: g.node_id.remote() for b, g in gateways.items()}
+        for broker_id, gateway in gateways.items():
+            node_id = self.core.brokers[broker_id].node_id
+            try:
+                node_id = ray.get(where[broker_id], timeout=max(0.5, deadline - time.monotonic()))
+            except Exception as e:  # cut off, or restarting: as registered
+                log.info("broker %d's gateway did not say where it runs: %s", broker_id, e)
+            self.gateways[broker_id] = gateway
+            self.node_brokers[node_id] = broker_id
+            found.append((("gateway", broker_id), gateway, "start", "until_stopped"))
         return found
 
     def _resume_supervision(self) -> None:

@@ -301,6 +301,10 @@ class GatewayActor:
             missing = set(voters) - set(self.voter_addresses) - {self.ctx.broker_id}
             await asyncio.sleep(VOTERS_POLL_S if missing else VOTERS_REFRESH_S)
 
+    def node_id(self) -> str:
+        """The Ray node this broker runs on (a restarted cluster's brokers are on new nodes)."""
+        return ray.get_runtime_context().get_node_id()
+
     def inter_broker_endpoint(self) -> tuple[str, int] | None:
         """Where this broker's inter-broker listener is advertised, once it listens."""
         return self.endpoint
