@@ -70,8 +70,9 @@ READ_TIMEOUT_S = 90
 ISR_TIMEOUT_S = 120
 OVERRIDES = ("offsets.topic.num.partitions=6", "share.coordinator.state.topic.num.partitions=6")
 # the metadata quorum on the three hosts' brokers (each runs a voter and a controller), as
-# configs/multinode.toml has it
-QUORUM = ("controller.quorum.voters=1,2,3",)
+# configs/multinode.toml has it; --no-quorum: one controller, on the Ray head (h1)
+QUORUM = ("kray.metadata.quorum.enable=true", "controller.quorum.voters=1,2,3")
+NO_QUORUM = ("kray.metadata.quorum.enable=false",)
 
 
 def log(msg: str) -> None:
@@ -407,7 +408,7 @@ def quorum_leader(bootstrap: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--victim", default="3",
-                        help="the host cut off (1 runs the Ray head); "
+                        help="the host cut off (1 runs the Ray head, and with --no-quorum the controller); "
                              "'quorum-leader': the host whose voter leads the metadata quorum (the active "
                              "controller's host)")
     parser.add_argument("--cut", type=float, default=60.0, help="seconds the host is cut off")
@@ -420,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tcp-rto-max-ms", default=str(RTO_MAX_MS),
                         help=f"each host's net.ipv4.tcp_rto_max_ms ({RTO_MAX_MS}, as the README asks of broker "
                              f"hosts; 'kernel': the kernel's default)")
+    parser.add_argument("--quorum", action=argparse.BooleanOptionalAction, default=True,
+                        help="run the metadata quorum (a voter and a controller on each broker: " + " ".join(QUORUM) +
+                             "; configs/multinode.toml's default); --no-quorum: one controller, on the Ray head")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker config of `kray start` beside the benchmark's (repeatable), e.g. "
                              "broker.session.timeout.ms=6000")
@@ -427,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from cluster.hosts.deploy import KrayHosts
     rto_max_ms = None if args.tcp_rto_max_ms == "kernel" else int(args.tcp_rto_max_ms)
-    hosts = KrayHosts(3, overrides=(*OVERRIDES, *QUORUM, *args.override), ray_system_config=RAY_HEALTH[args.ray_health], tcp_rto_max_ms=rto_max_ms)
+    hosts = KrayHosts(3, overrides=(*OVERRIDES, *(QUORUM if args.quorum else NO_QUORUM), *args.override), ray_system_config=RAY_HEALTH[args.ray_health], tcp_rto_max_ms=rto_max_ms)
     log(f"starting 3 hosts (Ray health {args.ray_health}: {RAY_HEALTH[args.ray_health]}; load {load1()})")
     with hosts:
         log(f"up: {hosts.bootstrap}; " + ", ".join(f"{k} {v:.1f}" for k, v in hosts.timings.items()))
@@ -436,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_scenario(hosts, victim, args.cut,
                               producer_config=dict(kv.split("=", 1) for kv in args.producer_config),
                               reader_config=dict(kv.split("=", 1) for kv in args.reader_config))
-    result |= {"quorum": True, "victim_leads": args.victim == "quorum-leader", "ray_health": args.ray_health, "ray_system_config": RAY_HEALTH[args.ray_health],
+    result |= {"quorum": args.quorum, "victim_leads": args.victim == "quorum-leader", "ray_health": args.ray_health, "ray_system_config": RAY_HEALTH[args.ray_health],
                "tcp_rto_max_ms": rto_max_ms if host_rto_max_ms() is not None else None,
                "command": "python -m benchmarks.partition_heal " + " ".join(argv if argv is not None else
                                                                              __import__("sys").argv[1:])}

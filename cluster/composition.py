@@ -16,12 +16,12 @@ NAMESPACE = "kray"
 # controller restart (which adopts them again by name); the controller kills them itself when
 # their node goes or on shutdown, and `kray start` ends Ray whole.
 OUTLIVES_ITS_CREATOR = "detached"
-CONTROLLER_NAME = "controller"   # (each voting broker's: controller-<broker id>)
+CONTROLLER_NAME = "controller"
 
 
-def controller_name(voter_id: int) -> str:
-    """The controller of one voting broker's node (the one whose voter leads is active)."""
-    return f"{CONTROLLER_NAME}-{voter_id}"
+def controller_name(voter_id: int | None = None) -> str:
+    """The controller, or (kray.metadata.quorum.enable) the controller of one voting broker's node."""
+    return CONTROLLER_NAME if voter_id is None else f"{CONTROLLER_NAME}-{voter_id}"
 
 
 def gateway_name(broker_id: int) -> str:
@@ -37,16 +37,19 @@ def on_node(node_id: str, *, soft: bool = False) -> NodeAffinitySchedulingStrate
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=soft)
 
 
-def start_controller(broker_config: dict[str, Any], node_id: str, voter_id: int):
-    """The controller of one voting broker (`voter_id`), on that broker's node: the one whose
-    voter leads the metadata quorum is active, the others stand by. Its config, which every other
-    actor gets, carries the secret Kray's actors log in to each other's internal listeners with
-    (cluster/local.py adds it, one for all the controllers). Detached: a controller started by
-    another (a voter's node that returned) must outlive it."""
+def start_controller(broker_config: dict[str, Any], node_id: str, voter_id: int | None = None):
+    """The controller, whose config every other actor gets; it carries the secret Kray's actors
+    log in to each other's internal listeners with (made here unless the config has one). With
+    the metadata quorum, one per voting broker (`voter_id`), on that broker's node: the one whose
+    voter leads is active, the others stand by. Detached there: a controller started by another
+    (a voter's node that returned) must outlive it."""
     from actors.controller.actor import ControllerActor
+    from actors.gateway.security.inter_broker import with_broker_secret
+    if voter_id is None:
+        broker_config = with_broker_secret(broker_config)
     return ray.remote(ControllerActor).options(
         name=controller_name(voter_id), namespace=NAMESPACE,
-        lifetime=OUTLIVES_ITS_CREATOR, max_restarts=-1,
+        lifetime=None if voter_id is None else OUTLIVES_ITS_CREATOR, max_restarts=-1,
         max_task_retries=0, num_cpus=0, max_concurrency=1000,
         scheduling_strategy=on_node(node_id),
     ).remote(broker_config, voter_id)

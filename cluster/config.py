@@ -128,9 +128,12 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "authorizer.class.name": "",
     "super.users": "",  # principals separated by ';', e.g. User:admin;User:ANONYMOUS
     "allow.everyone.if.no.acl.found": False,
-    # the metadata quorum (actors/controller/quorum_shell) keeps the controller's metadata. Voters
-    # as Kafka's id@host:port list or plain ids; unset: the three lowest broker ids at the
-    # cluster's first start (recorded in meta.properties); timings are Kafka's names and defaults
+    # the metadata quorum (actors/controller/quorum_shell) keeps the controller's metadata when
+    # true (configs/multinode.toml); false keeps it in a file on the Ray head (until the quorum is
+    # the only shape: issue 17). Voters as Kafka's id@host:port list or plain ids; unset: the three
+    # lowest broker ids at the cluster's first start (recorded in meta.properties); timings are
+    # Kafka's names and defaults
+    "kray.metadata.quorum.enable": False,
     "controller.quorum.voters": "",
     "controller.quorum.election.timeout.ms": 1000,
     "controller.quorum.fetch.timeout.ms": 2000,
@@ -259,10 +262,6 @@ def with_listener(config: dict[str, Any], host: str | None, port: int | None, *,
     return config | {"listeners": ",".join(listener.connection_string for listener in changed)}
 
 
-# Kray's switch while the metadata quorum was new: true is accepted (and ignored), false refused
-RETIRED_QUORUM_SWITCH = "kray.metadata.quorum.enable"
-
-
 def load_broker_config(path: Path | None = None, overrides: list[str] = ()) -> dict[str, Any]:
     config = dict(BROKER_DEFAULTS)
     if path is not None:
@@ -272,9 +271,6 @@ def load_broker_config(path: Path | None = None, overrides: list[str] = ()) -> d
     for text in overrides:
         key, value = parse_override(text)
         config[key] = value
-    if str(config.pop(RETIRED_QUORUM_SWITCH, True)).strip().lower() != "true":
-        raise ConfigError(f"{RETIRED_QUORUM_SWITCH}=false is no longer possible: the metadata quorum always keeps "
-                          f"the metadata (an older Kray's metadata file is imported at the first start); remove it")
     unknown = sorted(k for k in set(config) - set(BROKER_DEFAULTS) if base_key(k) is None)
     if unknown:
         raise ConfigError(f"unknown broker config {', '.join(unknown)}; known keys: see configs/local.toml")

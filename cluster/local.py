@@ -31,7 +31,7 @@ from typing import Any
 
 import ray
 
-from actors.controller.quorum_shell.settings import DEFAULT_VOTERS_MAX, VOTERS_KEY, configured_voters
+from actors.controller.quorum_shell.settings import DEFAULT_VOTERS_MAX, VOTERS_KEY, configured_voters, quorum_enabled
 from actors.controller.nodes import (BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABEL, ROLE_LABEL, NodeView, chosen_voters,
                                      proposed_broker_id, recorded_broker_id, recorded_voters)
 from actors.controller_client import NotController
@@ -79,6 +79,13 @@ def _stderr_into(file):
         os.close(saved)
 
 
+def _head_node_id() -> str:
+    for node in ray.nodes():
+        if node["Alive"] and "node:__internal_head__" in node.get("Resources", {}):
+            return node["NodeID"]
+    return ray.get_runtime_context().get_node_id()
+
+
 def place_voters(config: dict[str, Any]) -> tuple[tuple[int, ...], dict[int, str]]:
     """The metadata quorum's voters and the Ray nodes of those that are alive, before any
     controller starts: every live broker node's id (its label, else its meta.properties, where a
@@ -111,7 +118,7 @@ def place_voters(config: dict[str, Any]) -> tuple[tuple[int, ...], dict[int, str
 
 
 def active_controller(voters, timeout_s: float, prefer=None):
-    """The handle of the active controller among the voting brokers'."""
+    """The handle of the active controller among the voting brokers' (kray.metadata.quorum.enable)."""
     deadline = time.monotonic() + timeout_s
     while True:
         handles = [prefer] if prefer is not None else []
@@ -238,9 +245,10 @@ def _signal_all(pids: list[int], sig: int) -> None:
 
 
 class _Controllers:
-    """The controllers as LocalBroker and LocalCluster hold them: one per voting broker's node, of
-    which the one whose voter leads the metadata quorum is active; `controller` is that one
-    (waiting up to ACTIVE_CONTROLLER_WAIT_S for it, through an election)."""
+    """The controller as LocalBroker and LocalCluster hold it: one actor (on the Ray head), or with
+    the metadata quorum (kray.metadata.quorum.enable) one per voting broker's node, of which the one
+    whose voter leads is active; `controller` is then that one (waiting up to
+    ACTIVE_CONTROLLER_WAIT_S for it, through an election)."""
     _voters: tuple = ()
     _controller = None
 
@@ -252,7 +260,7 @@ class _Controllers:
         """The active controller's handle; if none says it is active within `wait_s` (an election,
         or every other voter cut off from this node), the last one known: calls to it fail (or wait)
         as calls to an unreachable controller do, and are retried by their callers."""
-        if self._controller is None or not ray.is_initialized():
+        if not self._voters or self._controller is None or not ray.is_initialized():
             return self._controller
         try:
             self._controller = active_controller(self._voters, wait_s, prefer=self._controller)
@@ -300,7 +308,8 @@ class _Controllers:
         detached: they would outlive this process)."""
         try:
             controller = (None if not ray.is_initialized() or self._controller is None else
-                          active_controller(self._voters, STOP_WAIT_S, prefer=self._controller))
+                          active_controller(self._voters, STOP_WAIT_S, prefer=self._controller) if self._voters
+                          else self._controller)
         except TimeoutError:  # no active controller: its brokers stop with Ray
             controller = None
         if controller is not None:
@@ -342,12 +351,17 @@ class LocalBroker(_Controllers):
             else:
                 self._join_ray(self.address)
             self._owns_ray = True
-        expected = 1 if self.address is None else \
-            sum(1 for n in map(NodeView.of, ray.nodes()) if n.alive and n.hosts_broker)
-        self._voters, voter_nodes = place_voters(self.config)
-        self.config[VOTERS_KEY] = ",".join(map(str, self._voters))
-        self.controller = self._start_controllers(voter_nodes)
-        self._await_active_controller()
+        if self.address is None:
+            controller_node, expected = ray.get_runtime_context().get_node_id(), 1
+        else:
+            controller_node = _head_node_id()
+            expected = sum(1 for n in map(NodeView.of, ray.nodes()) if n.alive and n.hosts_broker)
+        if quorum_enabled(self.config):
+            self._voters, voter_nodes = place_voters(self.config)
+            self.config[VOTERS_KEY] = ",".join(map(str, self._voters))
+            self.controller = self._start_controllers(voter_nodes)
+        else:
+            self.controller = composition.start_controller(self.config, controller_node)
         try:
             self.brokers = self._deploy_brokers(expected)
         except OSError as e:  # a gateway could not listen
@@ -356,32 +370,6 @@ class LocalBroker(_Controllers):
         self.bootstrap = ",".join(f"{b.host}:{b.port}" for b in self.brokers)
         self.notes = inter_broker_login.prepare(self.controller, self.config, self.brokers)
         return self.bootstrap
-
-    def _await_active_controller(self) -> None:
-        """Until the voters elected a leader and its controller read the metadata. A voter that
-        cannot listen keeps the quorum from forming (its peers reach it on its listeners; with one
-        voter, always): raises CannotListen with the fix, as soon as a controller knows."""
-        deadline = time.monotonic() + RAY_STARTUP_TIMEOUT_S
-        while True:
-            try:
-                self.controller = active_controller(self._voters, LISTEN_PROBLEMS_WAIT_S, prefer=self._controller)
-                return
-            except TimeoutError:
-                pass
-            controllers = []
-            for voter in self._voters:
-                try:
-                    controllers.append(ray.get_actor(composition.controller_name(voter),
-                                                     namespace=composition.NAMESPACE))
-                except ValueError:
-                    continue
-            lines = self.listen_problems(retrying=False, controllers=controllers)
-            if lines:
-                raise CannotListen("\n".join(lines))
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the metadata quorum's voters {list(self._voters)} elected no leader within "
-                                   f"{RAY_STARTUP_TIMEOUT_S} s: are a majority of their nodes up, and can they reach "
-                                   f"each other on their brokers' listeners?")
 
     @staticmethod
     def _join_ray(address: str) -> None:
@@ -409,17 +397,14 @@ class LocalBroker(_Controllers):
             ray_log.seek(0)
             sys.stderr.write(ray_log.read().decode(errors="replace"))
 
-    def listen_problems(self, *, retrying: bool = True, controllers: list | None = None) -> list[str]:
+    def listen_problems(self, *, retrying: bool = True) -> list[str]:
         """Brokers whose listener could not open since the last call, each said once with its fix
-        (a node that joins later retries in the background: `kray start` prints these). Asked of
-        the active controller, or of `controllers` (standbys know of their own voters' listeners)."""
-        if controllers is None:
-            controller = self.active_controller(wait_s=LISTEN_PROBLEMS_WAIT_S)
-            controllers = [] if controller is None else [controller]
+        (a node that joins later retries in the background: `kray start` prints these)."""
+        controller = self.active_controller(wait_s=LISTEN_PROBLEMS_WAIT_S)
+        if controller is None:
+            return []
         try:
-            failures = {}
-            for answer in ray.get([c.listen_failures.remote() for c in controllers], timeout=10):
-                failures.update(answer)
+            failures = ray.get(controller.listen_failures.remote(), timeout=10)
             addresses = {n["NodeID"]: n.get("NodeManagerAddress") for n in ray.nodes()}
         except Exception as e:  # the controller is restarting: ask again next time
             log.debug("could not ask the controller about its brokers: %s", e)
@@ -483,10 +468,10 @@ class LocalCluster(_Controllers):
             # base port, broker i's listeners take their configured ports + i - 1)
             self.config = with_listener(self.config, None, None, all_ports=0)
         self.config["log.dirs"] = str(self.data_dir)
-        if not self.config.get(VOTERS_KEY):
+        if quorum_enabled(self.config) and not self.config.get(VOTERS_KEY):
             # the metadata quorum's voters: the lowest broker ids (its nodes are labelled 1..nodes)
             self.config[VOTERS_KEY] = ",".join(map(str, default_voters(range(1, nodes + 1))))
-        self._voters = configured_voters(self.config)
+        self._voters = configured_voters(self.config) if quorum_enabled(self.config) else ()
         if Path(config_path or DEFAULT_LOCAL_CONFIG).resolve() == DEFAULT_LOCAL_CONFIG.resolve() \
                 and "default.replication.factor" not in (overrides or {}):
             # several brokers on one machine are there for failover: a topic created without a
@@ -521,8 +506,11 @@ class LocalCluster(_Controllers):
                 self.add_node(broker_id, wait=False)
             self.ray_cluster.wait_for_nodes()
             _init_ray(self.ray_cluster.address)
-            self.controller = self._start_controllers({v: self._nodes[v].node_id for v in self._voters
-                                                       if v in self._nodes})
+            if self._voters:
+                self.controller = self._start_controllers({v: self._nodes[v].node_id for v in self._voters
+                                                           if v in self._nodes})
+            else:
+                self.controller = composition.start_controller(self.config, _head_node_id())
             self._brokers = self._deploy_brokers(self.nodes)
             self.notes = inter_broker_login.prepare(self.controller, self.config, self._brokers)
         except BaseException:

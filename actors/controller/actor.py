@@ -8,9 +8,8 @@ Fencing elects new leaders from the ISR (actors/controller/elections.py); every 
 the metadata log before any replica or gateway hears of it. What happens to brokers (lost, fenced,
 back) is also said in words (`broker_events`), which `kray start` prints.
 
-The metadata log is `__cluster_metadata-0`, kept by the metadata quorum's voters in the voting
-brokers' gateways (quorum_metadata.py; a single voter for `kray start` on one machine), and each
-voting broker's node runs
+With the metadata quorum (kray.metadata.quorum.enable) the log is `__cluster_metadata-0`, kept by
+the voters in the voting brokers' gateways (quorum_metadata.py), and each voting broker's node runs
 a controller of its own (`voter_id`): the one whose voter leads reads the log and is active, the
 others stand by (answering NotController; callers hold an ActiveController that finds the active
 one) and keep handles to the running actors, so that a turn which comes while Ray's GCS is cut off
@@ -43,7 +42,7 @@ from actors.controller.core import BrokerInfo, ControllerCore, Outcome, TopicSta
 from actors.controller.events import BrokerEvents
 from actors.controller.quorum_metadata import QuorumMetadataLog
 from actors.controller_client import ActiveController, NotController
-from actors.controller.quorum_shell.settings import configured_voters
+from actors.controller.quorum_shell.settings import configured_voters, quorum_enabled
 from actors.controller.metadata_log import MetadataLog
 from actors.controller.nodes import (NodeView, proposed_broker_id, read_broker_id,
                                      recorded_broker_id, replaces)
@@ -166,11 +165,12 @@ class GcsCalls:
 
 def answers_once_committed(method):
     """A public method of the controller: it runs once the metadata is read, and answers only once
-    the records it (or anything before it) persisted are committed: a decision is seen by no one
-    before a majority of the metadata quorum's voters has it."""
+    the records it (or anything before it) persisted are committed: with the metadata quorum, a
+    decision is seen by no one before a majority of voters has it (at once with the log on this
+    node, where every append is durable when it returns)."""
     @functools.wraps(method)
     async def call(self, *args, **kwargs):
-        if not self.loaded.is_set():
+        if self.voter_id is not None and not self.loaded.is_set():
             self._resume_supervision()
             raise NotController(f"the controller on broker {self.voter_id} stands by")
         await self._ready()
@@ -183,16 +183,20 @@ def answers_once_committed(method):
 
 
 class ControllerActor:
-    def __init__(self, broker_config: dict[str, Any], voter_id: int):
+    def __init__(self, broker_config: dict[str, Any], voter_id: int | None = None):
         log_to_stderr()
         self.broker_config = broker_config
         self.data_dir = Path(broker_config["log.dirs"]).resolve()
-        # the metadata log is the metadata quorum's, read once the voters have elected a leader
-        # (`_load_from_quorum`). This is the controller of voting broker `voter_id`'s node: active
-        # only while that broker's voter leads the quorum (it reads the log then), standing by otherwise.
-        self.quorum_voters = configured_voters(broker_config)
+        # the metadata log: a file on this node, or (kray.metadata.quorum.enable) the metadata
+        # quorum's log, read once the voters have elected a leader (`_load_from_quorum`). With a
+        # `voter_id` this is the controller of that voting broker's node: active only while that
+        # broker's voter leads the quorum (it reads the log then), standing by otherwise.
+        self.quorum_voters = configured_voters(broker_config) if quorum_enabled(broker_config) else ()
         self.voter_id = voter_id
-        self.log = QuorumMetadataLog(self.quorum_voters, voter_id, on_failure=self._quorum_failed)
+        if self.quorum_voters:
+            self.log = QuorumMetadataLog(self.quorum_voters, on_failure=self._quorum_failed, only=voter_id)
+        else:
+            self.log = MetadataLog(self.data_dir / "__cluster_metadata" / "metadata.log")
         self.core: ControllerCore | None = None  # once the metadata is read
         self.loaded = asyncio.Event()
         self.loading: asyncio.Task | None = None
@@ -218,8 +222,6 @@ class ControllerActor:
         self.gateways: dict[int, Any] = {}
         self.serving: set[int] = set()  # brokers whose gateway registered in this incarnation
         self.broker_failures: dict[int, str] = {}  # broker id -> why its gateway could not start
-        self.failed_nodes: dict[int, str] = {}     # ... and its Ray node (a voter's, known before the metadata)
-        self.voter_starts: dict[int, asyncio.Task] = {}
         self.node_watcher: asyncio.Task | None = None
         self.nodes_suspect_until = 0.0  # loop time until which ray.nodes() is polled fast
         self.node_poll_wake = asyncio.Event()
@@ -240,11 +242,14 @@ class ControllerActor:
         self.gcs = GcsCalls()
         self.named_actors: dict[str, Any] = {}  # Kray's named actors by name (a standby keeps them)
         self.named_actors_at = float("-inf")     # (monotonic) when they were listed last
-        try:  # a standby waits for its voter to lead from the start (Ray runs __init__ in its loop)
-            asyncio.get_running_loop()
-            self._resume_supervision()
-        except RuntimeError:
-            pass
+        if not self.quorum_voters:
+            self._load(list(self.log.replay()))
+        elif voter_id is not None:
+            try:  # a standby waits for its voter to lead from the start (Ray runs __init__ in its loop)
+                asyncio.get_running_loop()
+                self._resume_supervision()
+            except RuntimeError:
+                pass
 
     def _load(self, records: list[dict[str, Any]], found: list[tuple] | None = None) -> None:
         """The state the metadata log's records make, and the actors still running from before
@@ -276,7 +281,7 @@ class ControllerActor:
     async def _load_from_quorum(self) -> None:
         """The voters run in the voting brokers' gateways: start those first (or find them running),
         then read the metadata from the quorum's leader."""
-        cache = asyncio.ensure_future(self._keep_named_actors())
+        cache = asyncio.ensure_future(self._keep_named_actors()) if self.voter_id is not None else None
         started = False
         while True:
             try:
@@ -290,7 +295,8 @@ class ControllerActor:
             except Exception:
                 log.exception("reading the metadata from the quorum failed; trying again")
                 await asyncio.sleep(1.0)
-        cache.cancel()
+        if cache is not None:
+            cache.cancel()
         if not records:
             records = await self._import_file_log()
         self._replay(records)
@@ -303,10 +309,11 @@ class ControllerActor:
         # (shards of a dead node take a while to not answer: the event loop keeps turning meanwhile)
         self._load(records, await asyncio.to_thread(self._adopt_running_actors, dict(self.named_actors),
                                                      ADOPT_TIMEOUT_S_STANDBY))
-        log.warning("controller of broker %d: its voter leads the metadata quorum; this controller is active",
-                    self.voter_id)
-        self._say(f"the controller on broker {self.voter_id} is active (its voter leads the metadata quorum)")
-        self.leadership_watch = asyncio.ensure_future(self._watch_leadership())
+        if self.voter_id is not None:
+            log.warning("controller of broker %d: its voter leads the metadata quorum; this controller is active",
+                        self.voter_id)
+            self._say(f"the controller on broker {self.voter_id} is active (its voter leads the metadata quorum)")
+            self.leadership_watch = asyncio.ensure_future(self._watch_leadership())
         self._resume_supervision()
         # replicas whose shard did not answer in time (a host cut off) are hosted (idempotent) and
         # told their state once it answers: a leader cut off learns it follows now
@@ -418,21 +425,10 @@ class ControllerActor:
                     continue
                 log.info("broker %d (a voter of the metadata quorum) starting on Ray node %s", broker_id,
                          node.node_id[:12])
-            # (its supervisor, once the metadata is read, awaits the same start; meanwhile a
-            # listener that cannot open is noted, for `kray start` to say: no quorum forms without it)
-            self.voter_starts[broker_id] = asyncio.ensure_future(
-                self._note_listen_failure(broker_id, node.node_id, gateway.start.remote()))
+            gateway.start.remote()  # (its supervisor, once the metadata is read, awaits the same start)
         missing = sorted(set(self.quorum_voters) - set(labelled))
         if missing:
             log.warning("voters %s of the metadata quorum have no live Ray node yet", missing)
-
-    async def _note_listen_failure(self, broker_id: int, node_id: str, start) -> None:
-        try:
-            await start
-        except Exception as e:
-            if listen_failure(e) and broker_id not in self.serving:
-                self.broker_failures[broker_id] = str(getattr(e, "cause", None) or e).splitlines()[-1]
-                self.failed_nodes[broker_id] = node_id
 
     @staticmethod
     def _running_gateway(broker_id: int):
@@ -450,14 +446,14 @@ class ControllerActor:
         os._exit(1)  # Ray starts the controller again (max_restarts=-1); its actors keep running
 
     async def is_active(self) -> bool:
-        """Whether this controller serves (its voter leads the metadata quorum, and it has read the
-        metadata); a standby starts waiting for its turn if it was not yet."""
+        """Whether this controller serves (with the metadata quorum: its voter leads, and it has
+        read the metadata); a standby starts waiting for its turn if it was not yet."""
         if not self.loaded.is_set():
             self._resume_supervision()
         return self.loaded.is_set()
 
     async def _ready(self) -> None:
-        """Until the metadata is read (this controller's voter leads, and has read it)."""
+        """Until the metadata is read (at once, with the metadata log on this node)."""
         if not self.loaded.is_set():
             self._resume_supervision()
             await self.loaded.wait()
@@ -525,9 +521,9 @@ class ControllerActor:
 
     def _resume_supervision(self) -> None:
         """Supervisors and the node watcher are asyncio tasks: start them from the first async call
-        (once the metadata is read)."""
+        (in quorum mode, once the metadata is read)."""
         if not self.loaded.is_set():  # (the core may exist already: replayed, its actors being adopted)
-            if self.loading is None:
+            if self.loading is None and self.quorum_voters:
                 self.loading = asyncio.ensure_future(self._load_from_quorum())
             return
         for key, actor, serve, until in self.to_supervise:
@@ -624,10 +620,10 @@ class ControllerActor:
                                   f"(give each node its own kray-broker-id label)")
                     continue
                 self._node_lost(holder, replaced_by=node)
-            gateway = self._running_gateway(broker_id) or \
+            gateway = (self._running_gateway(broker_id) if self.quorum_voters else None) or \
                 composition.start_gateway(self.core.broker_config, broker_id, node.node_id,
                                           self._own_handle(), node.port)
-            if broker_id in self.quorum_voters:
+            if self.voter_id is not None and broker_id in self.quorum_voters:
                 self._ensure_controller(broker_id, node.node_id)
             self.node_brokers[node.node_id] = broker_id
             self.gateways[broker_id] = gateway
@@ -804,7 +800,7 @@ class ControllerActor:
     def listen_failures(self) -> dict[int, tuple[str, str | None]]:
         """Brokers whose gateway could not start (its listener could not open) and has not
         registered since: broker id -> (why, its Ray node id or None). `kray start` reports them."""
-        nodes = self.failed_nodes | {b: node_id for node_id, b in self.node_brokers.items() if b is not None}
+        nodes = {b: node_id for node_id, b in self.node_brokers.items() if b is not None}
         return {b: (why, nodes.get(b)) for b, why in self.broker_failures.items()}
 
     @answers_once_committed
@@ -825,7 +821,7 @@ class ControllerActor:
         """What happened to brokers since event `after_seq` (None: from now on), as (wall-clock ms,
         sentence); answers at the first new event or after `timeout_s`. Returns the number to ask
         from next time. A standby controller says nothing (NotController): follow the active one."""
-        if not self.loaded.is_set():
+        if self.voter_id is not None and not self.loaded.is_set():
             self._resume_supervision()
             raise NotController(f"the controller on broker {self.voter_id} stands by")
         if after_seq is None:
@@ -1240,10 +1236,11 @@ class ControllerActor:
 
     def _own_handle(self):
         """The controller as other actors call it, one object for every spec (pickled once per
-        message, not per spec): whichever of the voting brokers' controllers is active."""
+        message, not per spec): this actor, or with the quorum's controllers whichever is active."""
         if self.own_handle is None:
-            self.own_handle = ActiveController(self.quorum_voters,
-                                               {self.voter_id: ray.get_runtime_context().current_actor})
+            current = ray.get_runtime_context().current_actor
+            self.own_handle = (ActiveController(self.quorum_voters, {self.voter_id: current})
+                               if self.voter_id is not None else current)
         return self.own_handle
 
     def _ensure_controller(self, broker_id: int, node_id: str) -> None:
@@ -1275,8 +1272,9 @@ class ControllerActor:
         if configured > 0:
             return min(configured, SHARDS_PER_BROKER_MAX)
         if broker.node_id not in self.node_cpus:
-            # (never a GCS call on the event loop: the Ray head may be cut off)
-            raise LookupError(f"the CPU count of broker {broker.broker_id}'s node is not known yet")
+            if self.quorum_voters:  # (never a GCS call on the event loop: the Ray head may be cut off)
+                raise LookupError(f"the CPU count of broker {broker.broker_id}'s node is not known yet")
+            self._learn_node_cpus(ray.nodes())
         return self.node_cpus.get(broker.node_id, 1)
 
     def _start_partitions(self, topic: TopicState) -> list:

@@ -1,7 +1,4 @@
-"""The file Kray's controller kept its metadata in before the metadata quorum (on the Ray head,
-`<log.dirs>/__cluster_metadata/metadata.log`): msgpack records framed as
-[u32 length][u32 crc32c][payload]. A controller that finds the quorum's log empty imports it once
-(ControllerActor._import_file_log); the tests replay controller state through it too.
+"""The controller's own durable log: msgpack records framed as [u32 length][u32 crc32c][payload].
 
 Replay stops at the first torn or corrupt frame and truncates the file there, like a Kafka log's
 recovery of its active segment.
@@ -56,7 +53,7 @@ class MetadataLog:
         self.appended += 1
 
     async def durable(self, upto: int) -> None:
-        """(As QuorumMetadataLog's wait for a commit: here every append is durable when it returns.)"""
+        """(QuorumMetadataLog's wait for a commit: here every append is durable when it returns.)"""
 
     def close(self) -> None:
         os.close(self._fd)

@@ -1,25 +1,25 @@
-"""The controller's metadata log, kept by the metadata quorum: its records go to
-`__cluster_metadata-0`, replicated by the voters that run in the voting brokers' gateways
-(actors/controller/quorum_shell).
+"""The controller's metadata log kept by the metadata quorum (kray.metadata.quorum.enable): its
+records go to `__cluster_metadata-0`, replicated by the voters that run in the voting brokers'
+gateways (actors/controller/quorum_shell), instead of to a file on the controller's own node.
 
-Each voting broker's node runs a controller, which reads and proposes through that broker's
-voter alone (`voter_id`):
-- `open()` waits until that voter leads with its whole log committed (a standby's wait for its
-  turn) and reads every record, in the epoch it leads (`epoch`);
+The same two calls as MetadataLog (metadata_log.py) and one more:
 - `append(records)` hands records over in order and returns at once (the controller's decisions
   stay synchronous steps of its event loop); `appended` counts the calls;
 - `durable(upto)` waits until the first `upto` appends are committed (a majority of voters has
   them). The controller lets nothing out (an answer, a replica's new state) before the records it
   rests on are committed: a decision a deposed quorum leader's log loses was never seen.
+- `open()` waits for a quorum leader whose whole log is committed and reads every record.
 
-One sender proposes the records, in order, through the voter's gateway (a Ray call, like any
-control call), in the epoch the metadata was read in. A proposal refused (the voter no longer
-leads, or leads another epoch) or one that may have been appended but did not commit (the call
+With `only` (the controller of one voting broker, ControllerActor's voter mode) it reads and
+proposes through that broker's voter alone: `open()` waits until that voter leads (the standby's
+wait for its turn), and a not_leader answer is a failure, not a redirect.
+
+One sender proposes the records, in order, through the leader's gateway (a Ray call, like any
+control call). "not_leader" (nothing appended): the same records go to the leader named. A
+proposal that may have been appended but did not commit (its leader lost its epoch, or the call
 failed or timed out with its fate unknown) leaves the controller's state ahead of the log: the
 controller stops (`on_failure`), Ray starts it again, and it reads the log afresh — KRaft's active
 controller does the same when it loses leadership with uncommitted records.
-
-(metadata_log.py reads the file an older Kray kept its metadata in, imported once.)
 """
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ import ray
 from cluster import composition
 
 log = logging.getLogger("kray.controller")
-CALL_TIMEOUT_S = 10.0           # a proposal's commit, or a read, through the voter's gateway
-LEADER_POLL_S = 0.2             # waiting for the voter to lead
-LOOKUP_TIMEOUT_S = 5.0          # finding the voter's gateway in Ray's GCS
+CALL_TIMEOUT_S = 10.0           # a proposal's commit, or a read, through a voter's gateway
+LEADER_POLL_S = 0.2             # looking for the quorum's leader
+OPEN_TIMEOUT_S = 300.0
 PROPOSAL_RECORDS_MAX = 10_000   # the quorum core's batch_max_records
 
 
@@ -47,17 +47,24 @@ def decode(payload: bytes) -> dict[str, Any]:
     return msgpack.unpackb(payload, raw=False, strict_map_key=False)
 
 
+class QuorumUnavailable(RuntimeError):
+    """No quorum leader with a committed log was found in time."""
+
+
 class QuorumMetadataLog:
-    def __init__(self, voters: tuple[int, ...], voter_id: int, on_failure: Callable[[str], None]):
+    def __init__(self, voters: tuple[int, ...], on_failure: Callable[[str], None], only: int | None = None):
         self.voters = voters
-        self.voter_id = voter_id
         self.on_failure = on_failure
+        # the controller of one voting broker reads and writes through that broker's voter only: it
+        # is active while that voter leads, and stops when it does not (not_leader is a failure)
+        self.only = only
         self.appended = 0
         self.committed = 0
         self._pending: list[tuple[int, list[bytes]]] = []   # (append count after it, payloads)
         self._wake = asyncio.Event()
         self._progress = asyncio.Event()
-        self._voter_gateway = None
+        self._gateways: dict[int, Any] = {}
+        self._leader: int | None = None
         # the quorum epoch the metadata was read in: proposals are refused in any other (a voter
         # deposed and elected again has the other leaders' records this controller never read)
         self.epoch: int | None = None
@@ -65,53 +72,63 @@ class QuorumMetadataLog:
         self.failed: str | None = None
 
     # ---- reading -------------------------------------------------------------------------------------
-    async def open(self) -> list[dict[str, Any]]:
+    async def open(self, timeout_s: float = OPEN_TIMEOUT_S) -> list[dict[str, Any]]:
+        deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
-            if await self._leads(settled=True):
+            leader = await self._find_leader(settled=True)
+            if leader is not None:
                 try:
-                    epoch, settled, batches = await asyncio.wait_for(
-                        self._voter_gateway.read_metadata.remote(0), CALL_TIMEOUT_S)
-                    if settled:  # (else deposed, or a new epoch not yet committed, between the two calls)
-                        self.epoch = epoch
-                        records = [decode(p) for _, payloads in batches for p in payloads]
-                        log.info("read %d metadata records from the quorum (epoch %d)", len(records), epoch)
-                        return records
+                    epoch, settled, batches = await asyncio.wait_for(self._gateway(leader).read_metadata.remote(0),
+                                                                     CALL_TIMEOUT_S)
+                    if not settled:  # deposed (or a new epoch not yet committed) between the two calls
+                        await asyncio.sleep(LEADER_POLL_S)
+                        continue
+                    self.epoch = epoch
+                    records = [decode(p) for _, payloads in batches for p in payloads]
+                    log.info("read %d metadata records from the quorum (leader: broker %d)", len(records), leader)
+                    return records
                 except Exception as e:
-                    log.info("reading the metadata from broker %d's voter failed: %s", self.voter_id, e)
+                    log.info("reading the metadata from broker %d failed: %s", leader, e)
+            if self.only is None and asyncio.get_running_loop().time() > deadline:
+                raise QuorumUnavailable(f"no leader of the metadata quorum (voters {list(self.voters)}) within "
+                                        f"{timeout_s:.0f} s: are a majority of the voting brokers up?")
             await asyncio.sleep(LEADER_POLL_S)
 
-    async def _leads(self, *, settled: bool) -> bool:
-        """Whether the voter says it leads (settled: with its whole log committed)."""
-        answer = await self._ask_status()
-        return answer is not None and answer[0].role == "leader" and (answer[1] or not settled)
-
-    async def _ask_status(self):
-        gateway = await self._gateway()
-        if gateway is None:
-            return None
-        try:
-            return await asyncio.wait_for(gateway.quorum_status.remote(), CALL_TIMEOUT_S / 2)
-        except ray.exceptions.RayError:
-            self._voter_gateway = None              # restarted, or gone: looked up again
-        except asyncio.TimeoutError:                # busy (or cut off): the same handle is asked again
-            pass
+    async def _find_leader(self, *, settled: bool = False) -> int | None:
+        """A voter that says it leads (settled: with its whole log committed), else None."""
+        candidates = ([self._leader] if self._leader is not None else []) + list(self.voters)
+        for voter in [self.only] if self.only is not None else candidates:
+            gateway = self._gateway(voter)
+            if gateway is None:
+                continue
+            try:
+                answer = await asyncio.wait_for(gateway.quorum_status.remote(), CALL_TIMEOUT_S / 2)
+            except ray.exceptions.RayError:
+                self._gateways.pop(voter, None)     # restarted, or gone: looked up again
+                continue
+            except asyncio.TimeoutError:            # busy (or cut off): the same handle is asked again
+                continue
+            if answer is None:
+                continue
+            status, is_settled = answer
+            if status.role == "leader" and (is_settled or not settled):
+                self._leader = voter
+                return voter
         return None
 
     async def own_status(self):
-        """(QuorumStatus, settled) of this controller's voter, None while its gateway is not found."""
-        gateway = await self._gateway()
+        """(QuorumStatus, settled) of this controller's own voter, None without one."""
+        gateway = self._gateway(self.only)
         return None if gateway is None else await gateway.quorum_status.remote()
 
-    async def _gateway(self):
-        """The voter's gateway, looked up in Ray's GCS off the event loop (bounded)."""
-        if self._voter_gateway is None:
+    def _gateway(self, broker_id: int):
+        if broker_id not in self._gateways:
             try:
-                self._voter_gateway = await asyncio.wait_for(asyncio.to_thread(
-                    ray.get_actor, composition.gateway_name(self.voter_id), composition.NAMESPACE),
-                    LOOKUP_TIMEOUT_S)
-            except (ValueError, asyncio.TimeoutError):
+                self._gateways[broker_id] = ray.get_actor(composition.gateway_name(broker_id),
+                                                          namespace=composition.NAMESPACE)
+            except ValueError:
                 return None
-        return self._voter_gateway
+        return self._gateways[broker_id]
 
     # ---- writing -------------------------------------------------------------------------------------
     def append(self, records: list[dict[str, Any]]) -> None:
@@ -155,16 +172,28 @@ class QuorumMetadataLog:
 
     async def _propose(self, payloads: list[bytes]) -> None:
         for start in range(0, len(payloads), PROPOSAL_RECORDS_MAX):
-            gateway = await self._gateway()
-            if gateway is None:
-                raise RuntimeError(f"the voter of broker {self.voter_id} is not found")
-            # a failure or a timeout here leaves the proposal's fate unknown: raised
-            outcome, detail = await asyncio.wait_for(
-                gateway.propose_metadata.remote(payloads[start:start + PROPOSAL_RECORDS_MAX], self.epoch),
-                CALL_TIMEOUT_S)
-            if outcome == "not_leader":
-                raise RuntimeError(f"the voter of broker {self.voter_id} no longer leads (leader: {detail})")
-            if outcome != "committed":
+            chunk = payloads[start:start + PROPOSAL_RECORDS_MAX]
+            while True:
+                leader = self._leader if self._leader is not None else await self._find_leader()
+                gateway = self._gateway(leader) if leader is not None else None
+                if gateway is None and self.only is not None:
+                    raise RuntimeError(f"the voter of broker {self.only} does not lead")
+                if gateway is None:
+                    self._leader = None
+                    await asyncio.sleep(LEADER_POLL_S)     # an election: nothing was appended anywhere
+                    continue
+                # a failure or a timeout here leaves the proposal's fate unknown: raised
+                outcome, detail = await asyncio.wait_for(gateway.propose_metadata.remote(chunk, self.epoch),
+                                                         CALL_TIMEOUT_S)
+                if outcome == "committed":
+                    break
+                if outcome == "not_leader" and self.only is not None:
+                    raise RuntimeError(f"the voter of broker {self.only} no longer leads (leader: {detail})")
+                if outcome == "not_leader":
+                    self._leader = detail if detail in self.voters else None
+                    if self._leader is None:
+                        await asyncio.sleep(LEADER_POLL_S)
+                    continue
                 raise RuntimeError(f"proposal lost: {detail}")
 
     def _fail(self, why: str) -> None:

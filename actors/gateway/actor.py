@@ -32,7 +32,7 @@ from actors.controller.actor import MetadataImage
 from actors.controller.core import BrokerInfo
 from actors.controller.elections import DEFAULT_BROKER_SESSION_TIMEOUT_MS
 from actors.controller.quorum import NotLeader
-from actors.controller.quorum_shell.settings import configured_voters
+from actors.controller.quorum_shell.settings import configured_voters, quorum_enabled
 from actors.controller.quorum_shell.voter import build_voter
 from actors.gateway.broker_session import BrokerSession
 from actors.gateway.context import GatewayContext, RayController, monotonic_ms
@@ -87,7 +87,10 @@ class GatewayActor:
         listeners, primary = settings.listeners, settings.primary
         # a node's own port (several brokers on one machine) moves every configured port alike
         offset = self.port - primary.port if self.port is not None and primary.port > 0 else 0
-        if self.ctx.metadata is None:
+        quorum = quorum_enabled(self.config)
+        if not quorum:
+            self.ctx.set_metadata(await self.ctx.controller.wait_for_metadata(-1, 0))  # before the first client
+        elif self.ctx.metadata is None:
             # the controller's metadata lives in the quorum this broker's voter is part of: listen
             # first (the voters reach each other there), serve an empty cluster until it is read
             self.ctx.set_metadata(MetadataImage.starting())
@@ -116,9 +119,10 @@ class GatewayActor:
                      advertised.name, advertised.security_protocol.value, bound, host, port)
         host, port = endpoints[primary.name]
         self.endpoint = (host, port)
-        if self.voter is None:
-            self.voter = asyncio.create_task(self._run_voter())
-        self.ctx.set_metadata(await self.ctx.controller.wait_for_metadata(-1, 0))
+        if quorum:
+            if self.voter is None:
+                self.voter = asyncio.create_task(self._run_voter())
+            self.ctx.set_metadata(await self.ctx.controller.wait_for_metadata(-1, 0))
         node_id = ray.get_runtime_context().get_node_id()
         # follow the metadata before registering: registration publishes this broker at once, but
         # answers only after the partitions it leads listen (seconds, when logs recover), and
@@ -250,7 +254,7 @@ class GatewayActor:
                 self.watcher.cancel()
                 self.watcher = asyncio.create_task(follow_metadata(self.ctx))
 
-    # ---- the metadata quorum's voter ----------------------------------------------------------------
+    # ---- the metadata quorum's voter (kray.metadata.quorum.enable) ---------------------------------
     async def _run_voter(self) -> None:
         """Run this broker's voter if controller.quorum.voters names it, until the gateway stops."""
         voters = configured_voters(self.config)

@@ -1,6 +1,6 @@
 """Three broker nodes on one machine (LocalCluster on ray.cluster_utils): clients see one broker
 per Ray node, partitions spread over them, and produce, fetch and share groups work through every
-gateway. The Ray head runs no broker; the controllers run on the voting brokers' nodes."""
+gateway. The Ray head runs the controller only."""
 import subprocess
 import sys
 import time

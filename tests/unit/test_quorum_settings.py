@@ -3,11 +3,10 @@ import pytest
 from actors.controller.quorum_shell import settings
 
 
-def test_the_retired_switch_is_accepted_on_and_refused_off():
-    from cluster.config import ConfigError, load_broker_config
-    assert "kray.metadata.quorum.enable" not in load_broker_config(None, ["kray.metadata.quorum.enable=true"])
-    with pytest.raises(ConfigError, match="metadata quorum always keeps the metadata"):
-        load_broker_config(None, ["kray.metadata.quorum.enable=false"])
+def test_off_by_default():
+    assert not settings.quorum_enabled({})
+    assert settings.quorum_enabled({"kray.metadata.quorum.enable": "true"})
+    assert not settings.quorum_enabled({"kray.metadata.quorum.enable": "false"})
 
 
 def test_voters_kafka_form_and_ids():
@@ -21,7 +20,7 @@ def test_voters_kafka_form_and_ids():
 def test_voters_must_be_configured_and_local_clusters_default_to_the_lowest_ids():
     assert settings.configured_voters({"controller.quorum.voters": "5,7,9"}) == (5, 7, 9)
     with pytest.raises(ValueError, match="controller.quorum.voters"):
-        settings.configured_voters({"controller.quorum.voters": ""})
+        settings.configured_voters({"kray.metadata.quorum.enable": "true"})
     assert settings.default_voters([7, 2, 5, 4]) == (2, 4, 5)
     assert settings.default_voters([9]) == (9,)
 

@@ -1,11 +1,12 @@
-"""The quorum's settings from a broker's config: who votes, and the timings.
+"""The quorum's settings from a broker's config: whether it runs, who votes, and the timings.
 
+- `kray.metadata.quorum.enable` (Kray's switch, false by default): while false no voter starts and
+  the controller's metadata log is the only one, as on main before issue 17.
 - `controller.quorum.voters` (Kafka's name): Kafka's "id@host:port,..." or plain ids "1,2,3"; the
   endpoints are the brokers' inter-broker listeners, as the voting brokers' gateways say (only the
-  ids count here). The voters must be known before the first metadata record, which they keep:
-  where the config names none, `kray start` and LocalCluster set it before any controller starts
-  (the lowest DEFAULT_VOTERS_MAX broker ids; cluster/local.py place_voters). The set a node first
-  starts with is recorded in its quorum-state file
+  ids count here). Required with the switch on, as Kafka requires it: the voters must be known
+  before the first metadata record, which they keep (LocalCluster sets its lowest broker ids, up
+  to DEFAULT_VOTERS_MAX). The set a node first starts with is recorded in its quorum-state file
   (store.py) and a later start with another set is refused: a voter set never changes silently
   (KIP-853 will change it on purpose).
 - `controller.quorum.*` timings, Kafka's names and defaults (actors/controller/quorum/config.py).
@@ -16,6 +17,7 @@ from typing import Any, Iterable, Mapping
 
 from actors.controller.quorum import QuorumConfig
 
+ENABLE_KEY = "kray.metadata.quorum.enable"
 VOTERS_KEY = "controller.quorum.voters"
 DEFAULT_VOTERS_MAX = 3
 _TIMINGS = {
@@ -25,6 +27,11 @@ _TIMINGS = {
     "controller.quorum.request.timeout.ms": "request_timeout_ms",
     "controller.quorum.retry.backoff.ms": "retry_backoff_ms",
 }
+
+
+def quorum_enabled(config: Mapping[str, Any]) -> bool:
+    value = config.get(ENABLE_KEY, False)
+    return value is True or str(value).strip().lower() == "true"
 
 
 def parse_voters(value: Any) -> tuple[int, ...]:
@@ -44,7 +51,7 @@ def parse_voters(value: Any) -> tuple[int, ...]:
 def configured_voters(config: Mapping[str, Any]) -> tuple[int, ...]:
     """controller.quorum.voters; ValueError, saying what to set, when it is missing."""
     if config.get(VOTERS_KEY) in (None, ""):
-        raise ValueError(f"the metadata quorum needs {VOTERS_KEY}: the broker ids of the voters (three, e.g. "
+        raise ValueError(f"{ENABLE_KEY}=true needs {VOTERS_KEY}: the broker ids of the voters (three, e.g. "
                          f"\"1,2,3\": nodes started with `ray start --labels kray-broker-id=N`)")
     return parse_voters(config[VOTERS_KEY])
 

@@ -5,9 +5,9 @@ DescribeQuorum (55) from operators (`kray metadata-quorum describe --status`).
 Authorization is Kafka's: the voters' RPCs need CLUSTER_ACTION on the cluster (the brokers'
 principal), DescribeQuorum needs DESCRIBE on it; refused, they answer CLUSTER_AUTHORIZATION_FAILED.
 
-The voter is `ctx.quorum` (an actors/controller/quorum_shell/node.py QuorumNode), None unless this
-broker is in controller.quorum.voters; without one these APIs answer INVALID_REQUEST (with a
-message, for DescribeQuorum). Any voter answers
+The voter is `ctx.quorum` (an actors/controller/quorum_shell/node.py QuorumNode), None unless
+`kray.metadata.quorum.enable` is true and this broker is in controller.quorum.voters; without one
+these APIs answer INVALID_REQUEST (with a message, for DescribeQuorum). Any voter answers
 DescribeQuorum (its epoch, leader and high watermark); only the leader knows the replicas' states.
 """
 from __future__ import annotations
@@ -21,8 +21,7 @@ from actors.controller.quorum_shell import wire
 from actors.gateway.security.authorizer import AclOperation
 
 log = logging.getLogger("kray.gateway")
-NO_QUORUM_MESSAGE = ("this broker is not a voter of the metadata quorum (controller.quorum.voters), or its voter is "
-                     "starting: ask a voting broker")
+NO_QUORUM_MESSAGE = "the metadata quorum is not enabled on this broker (kray.metadata.quorum.enable)"
 
 
 def _refusal(request, error: ErrorCode):
