@@ -24,6 +24,7 @@ Behind `kray.metadata.quorum.enable`: the controller's metadata log (actors/cont
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from typing import Any, Awaitable, Callable, Protocol
@@ -34,6 +35,8 @@ from actors.controller.quorum import (
 )
 
 from .store import QuorumStore
+
+log = logging.getLogger("kray.quorum")
 
 REQUESTS = (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest)
 INBOUND_PENDING_MAX = 64     # requests from one peer waiting for the core's answer at once
@@ -69,6 +72,7 @@ class QuorumNode:
         self._wake = asyncio.Event()
         self._stopped = False
         self.failed: BaseException | None = None       # why the node stopped for good (run() raises it)
+        self._role = None                              # (role, epoch, leader) last said
 
     # ---- the loop ------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -178,6 +182,15 @@ class QuorumNode:
         finally:
             self._wake.set()
 
+    def _say_role(self) -> None:
+        """Each change of role or epoch, in the log (as Kafka's "Transitioning to ..." lines)."""
+        now = (self.core.role, self.core.epoch, self.core.leader_id)
+        if now != self._role:
+            if self._role is not None:
+                log.info("broker %d: voter %s in epoch %d (leader %s; was %s in epoch %d)", self.node_id,
+                         now[0].value, now[1], now[2], self._role[0].value, self._role[1])
+            self._role = now
+
     def _fail(self, error: BaseException) -> None:
         """Stop for good: nothing more is answered, sent or applied; run() raises `error`."""
         if self.failed is None:
@@ -198,6 +211,7 @@ class QuorumNode:
         self._proposals.clear()
 
     def _carry(self, out: Output) -> None:
+        self._say_role()
         try:
             self.store.persist(out)                     # 1-3: state, truncation, append, durable
         except OSError as e:
