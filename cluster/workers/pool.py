@@ -86,6 +86,7 @@ class ShareWorkerPool:
         self._draining: list[_Worker] = []
         self._totals = {k: 0 for k in (*OUTCOMES, "errors", "ack_errors")}
         self._stats: dict = {}
+        self._last_error: str | None = None
         self._started_s = 0.0
         self._next_id = 0
         self._stop = threading.Event()
@@ -135,7 +136,7 @@ class ShareWorkerPool:
     def stats(self) -> dict:
         """lag (records; None: unknown), rate (records/s), workers (serving; draining apart),
         handler_time_ms (per record), accepted/released/rejected/errors/ack_errors (totals),
-        desired (what the policy asked for) and why."""
+        desired (what the policy asked for) and why, last_error (a worker's, with its name)."""
         with self._lock:
             return dict(self._stats)
 
@@ -193,6 +194,8 @@ class ShareWorkerPool:
     def _account(self, w: _Worker, now: dict) -> tuple[int, float]:
         before = w.seen
         w.seen = now
+        if now.get("last_error") and now["last_error"] != before.get("last_error"):
+            self._last_error = f"{w.name}: {now['last_error']}"
         for k in self._totals:
             self._totals[k] += now.get(k, 0) - before.get(k, 0)
         records = sum(now[k] - before.get(k, 0) for k in OUTCOMES)
@@ -228,7 +231,7 @@ class ShareWorkerPool:
                  "handler_time_ms": None if handler_time_s is None else round(handler_time_s * 1000, 3),
                  **self._totals,
                  "desired": decision.desired if decision else None, "reason": decision.reason if decision else "stopped",
-                 "lag_estimated": self.lag.estimated}
+                 "lag_estimated": self.lag.estimated, "last_error": self._last_error}
         with self._lock:
             self._stats = stats
         self.history.append(stats)
