@@ -29,7 +29,7 @@ from cluster.workers.policy import Observation, PolicyConfig, ScalingPolicy
 from cluster.workers.worker import ShareWorker
 
 log = logging.getLogger("kray.workers")
-STATS_TIMEOUT_S = 5.0
+STATS_TIMEOUT_S_MAX = 1.0  # a worker still starting answers a later tick (its counts are cumulative)
 HISTORY_MAX = 10_000
 OUTCOMES = ("accepted", "released", "rejected")
 
@@ -79,6 +79,7 @@ class ShareWorkerPool:
         self.actor_options = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_concurrency": 4, "max_restarts": 0}
         if memory:
             self.actor_options["memory"] = memory
+        self._actor_class = None  # ShareWorker made remote once, on start
         self.policy = ScalingPolicy(self.config)
         self.lag = ShareGroupLag(bootstrap_servers, group, self.topics, properties=self.client_config)
         self.history: deque[dict] = deque(maxlen=HISTORY_MAX)  # one stats() per tick, for plots
@@ -99,6 +100,7 @@ class ShareWorkerPool:
         if self._thread is not None:
             raise RuntimeError("this ShareWorkerPool is already started")
         self._started_s = time.monotonic()
+        self._actor_class = ray.remote(ShareWorker).options(**self.actor_options)
         for _ in range(self.config.min_workers):
             self._add_worker()
         self._tick()
@@ -165,7 +167,7 @@ class ShareWorkerPool:
     def _add_worker(self) -> None:
         name = f"{self.group}-{self._next_id}"
         self._next_id += 1
-        actor = ray.remote(ShareWorker).options(**self.actor_options).remote(
+        actor = self._actor_class.remote(
             self.bootstrap_servers, self.group, self.topics, self.handler, batch=self.batch, poison=self.poison,
             client_config=self.client_config, max_poll_records=self.max_poll_records, name=name)
         self._workers.append(_Worker(name, actor, actor.run.remote(), time.monotonic()))
@@ -180,7 +182,8 @@ class ShareWorkerPool:
         """Records finished and handler seconds since the last tick, over every worker."""
         workers = list(self._workers) + list(self._draining)
         refs = [w.actor.stats.remote() for w in workers]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=STATS_TIMEOUT_S) if refs else ([], [])
+        timeout_s = min(STATS_TIMEOUT_S_MAX, self.interval_s / 2)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
         records, handler_s = 0, 0.0
         for w, ref in zip(workers, refs):
             if ref in ready:
