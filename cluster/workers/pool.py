@@ -215,8 +215,9 @@ class ShareWorkerPool:
             if w.run in done:
                 try:
                     self._account(w, ray.get(w.run))
-                except Exception as e:
+                except Exception as e:  # e.g. a consumer that cannot start: the next tick starts another
                     self._totals["errors"] += 1
+                    self._last_error = f"{w.name} stopped: {e}"
                     log.warning("worker %s stopped: %s", w.name, e)
                 with self._lock:
                     (self._workers if w in self._workers else self._draining).remove(w)

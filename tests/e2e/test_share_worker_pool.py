@@ -123,6 +123,31 @@ def test_each_record_is_acknowledged_as_its_handler_ended(bootstrap):
     assert stats["workers"] == 0 and stats["lag"] == 0
 
 
+def test_a_batch_handler_gets_each_poll_and_its_outcome_acknowledges_the_whole_batch(bootstrap):
+    topic, group = queue(bootstrap, 200, partitions=2)
+    deliveries = Deliveries.remote()
+
+    def handle(records):
+        keys = [int(r.key()) for r in records]
+        poison = any(k % 50 == 49 for k in keys)
+        for r, k in zip(records, keys):
+            deliveries.add.remote(k, r.delivery_count(), len(records) if not poison else "rejected")
+        if poison:
+            raise ValueError("a batch with a broken record")
+
+    with ShareWorkerPool(bootstrap, group, [topic], handle, batch=True, poison=(ValueError,), min_workers=1,
+                         max_workers=1, max_poll_records=10, **FAST) as pool:
+        wait_for(lambda: settled(pool, 200), 30, "200 records accepted or rejected")
+    seen = ray.get(deliveries.get.remote())
+    counts = Counter(key for key, _, _ in seen)
+    assert set(counts) == set(range(200)) and max(counts.values()) == 1, "a record came back"
+    rejected = {key for key, _, outcome in seen if outcome == "rejected"}
+    assert {49, 99, 149, 199} <= rejected and pool.stats()["rejected"] == len(rejected)
+    # a poll holds at most max_poll_records per partition: Kray applies ShareFetch's MaxRecords to each
+    # share-partition (Kafka to the whole request, so Kafka's polls would be smaller still)
+    assert all(1 <= size <= 10 * 2 for _, _, size in seen if size != "rejected"), "a poll larger than the limit"
+
+
 def test_a_backlog_scales_the_pool_up_and_a_drained_queue_scales_it_down(bootstrap):
     topic, group = queue(bootstrap, 0, partitions=4)
     deliveries = Deliveries.remote()
