@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from cluster.admin import AdminError, KafkaConnection
 from protocol.errors import ErrorCode
-from protocol.messages import (DescribeShareGroupOffsetsRequest, FindCoordinatorRequest, ListOffsetsRequest,
-                               MetadataRequest)
+from protocol.messages import (DescribeConfigsRequest, DescribeShareGroupOffsetsRequest, FindCoordinatorRequest,
+                               ListOffsetsRequest, MetadataRequest)
 
 KEY_TYPE_GROUP = 0
 LATEST = -1
+RESOURCE_GROUP = 32
 
 
 class ShareGroupLag:
@@ -100,6 +101,19 @@ class ShareGroupLag:
                     if not p.error_code:
                         lag += max(0, p.offset - start_offsets[t.name][p.partition_index])
         return lag
+
+    def record_lock_duration_ms(self) -> int | None:
+        """The group's share.record.lock.duration.ms (DescribeConfigs: the group's own or the
+        broker's default); None when it cannot be read."""
+        try:
+            with self._connect(self.bootstrap_servers) as conn:
+                r = conn.send(DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+                    resource_type=RESOURCE_GROUP, resource_name=self.group,
+                    configuration_keys=["share.record.lock.duration.ms"])])).results[0]
+        except (AdminError, OSError):
+            return None
+        found = [c.value for c in r.configs if c.name == "share.record.lock.duration.ms"] if not r.error_code else []
+        return int(found[0]) if found and found[0] and found[0].isdigit() else None
 
     def close(self) -> None:
         if self._coordinator is not None:

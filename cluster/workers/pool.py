@@ -50,11 +50,13 @@ class ShareWorkerPool:
                  min_workers: int = 1, max_workers: int = 4, num_cpus: float = 1, num_gpus: float = 0,
                  memory: int | None = None, client_config: dict[str, str] | None = None,
                  lag_target_s: float = 30.0, max_poll_records: int = 10, interval_s: float = 2.0,
-                 drain_timeout_s: float = 60.0, **policy: Any):
+                 drain_timeout_s: float = 60.0, record_lock_duration_ms: int | None = None, **policy: Any):
         """`handler(record)` per record, or `handler(records)` per polled batch with `batch=True`.
         `poison`: exception types that REJECT (archive) instead of RELEASE. `client_config`:
         librdkafka settings for the workers' ShareConsumers (security, for example), also used for
-        the lag reads. `policy`: more PolicyConfig fields (scale_up_cooldown_s, scale_down_window_s, ...)."""
+        the lag reads. `record_lock_duration_ms`: the group's lock duration (read with
+        DescribeConfigs on start when not given), within which a worker finishes a poll's records or
+        releases them. `policy`: more PolicyConfig fields (scale_up_cooldown_s, scale_down_window_s, ...)."""
         if isinstance(topics, str):
             topics = [topics]
         if not topics:
@@ -76,6 +78,7 @@ class ShareWorkerPool:
         self.handler, self.batch, self.poison = handler, batch, poison
         self.client_config = dict(client_config or {})
         self.max_poll_records, self.interval_s, self.drain_timeout_s = max_poll_records, interval_s, drain_timeout_s
+        self.record_lock_duration_ms = record_lock_duration_ms
         self.actor_options = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_concurrency": 4, "max_restarts": 0}
         if memory:
             self.actor_options["memory"] = memory
@@ -85,7 +88,7 @@ class ShareWorkerPool:
         self.history: deque[dict] = deque(maxlen=HISTORY_MAX)  # one stats() per tick, for plots
         self._workers: list[_Worker] = []
         self._draining: list[_Worker] = []
-        self._totals = {k: 0 for k in (*OUTCOMES, "errors", "ack_errors")}
+        self._totals = {k: 0 for k in (*OUTCOMES, "errors", "ack_errors", "lock_released")}
         self._stats: dict = {}
         self._last_error: str | None = None
         self._started_s = 0.0
@@ -100,6 +103,8 @@ class ShareWorkerPool:
         if self._thread is not None:
             raise RuntimeError("this ShareWorkerPool is already started")
         self._started_s = time.monotonic()
+        if self.record_lock_duration_ms is None:
+            self.record_lock_duration_ms = self.lag.record_lock_duration_ms()
         self._actor_class = ray.remote(ShareWorker).options(**self.actor_options)
         for _ in range(self.config.min_workers):
             self._add_worker()
@@ -138,6 +143,7 @@ class ShareWorkerPool:
     def stats(self) -> dict:
         """lag (records; None: unknown), rate (records/s), workers (serving; draining apart),
         handler_time_ms (per record), accepted/released/rejected/errors/ack_errors (totals),
+        lock_released (records released unhandled: their lock would have expired first),
         desired (what the policy asked for) and why, last_error (a worker's, with its name)."""
         with self._lock:
             return dict(self._stats)
@@ -169,7 +175,8 @@ class ShareWorkerPool:
         self._next_id += 1
         actor = self._actor_class.remote(
             self.bootstrap_servers, self.group, self.topics, self.handler, batch=self.batch, poison=self.poison,
-            client_config=self.client_config, max_poll_records=self.max_poll_records, name=name)
+            client_config=self.client_config, max_poll_records=self.max_poll_records, name=name,
+            record_lock_duration_ms=self.record_lock_duration_ms)
         self._workers.append(_Worker(name, actor, actor.run.remote(), time.monotonic()))
 
     def _drain(self, w: _Worker) -> None:
@@ -235,7 +242,8 @@ class ShareWorkerPool:
                  "handler_time_ms": None if handler_time_s is None else round(handler_time_s * 1000, 3),
                  **self._totals,
                  "desired": decision.desired if decision else None, "reason": decision.reason if decision else "stopped",
-                 "lag_estimated": self.lag.estimated, "last_error": self._last_error}
+                 "lag_estimated": self.lag.estimated, "record_lock_duration_ms": self.record_lock_duration_ms,
+                 "last_error": self._last_error}
         with self._lock:
             self._stats = stats
         self.history.append(stats)

@@ -7,8 +7,12 @@ until the group's delivery count limit archives it).
 No RENEW: confluent-kafka 2.16's AcknowledgeType has ACCEPT, RELEASE and REJECT only, so a
 record's lock cannot be extended. Every record of a poll is acquired at once and must be
 acknowledged within the group's `share.record.lock.duration.ms` (Kafka's default 30 s): keep
-`max_poll_records` x handler time below it. A record acknowledged after its lock expired counts as
-an acknowledgement error (the broker already made it available again).
+`max_poll_records` x handler time below it. Given the lock duration, a worker RELEASEs, unhandled,
+the records of a poll it could not finish before their lock expires (counted as `lock_released`),
+so no handler works on a record someone else may already hold; the lock runs from the broker's
+acquisition, which may precede the poll (librdkafka fetches ahead), hence a margin. A record
+acknowledged after its lock expired counts as an acknowledgement error (the broker already made it
+available again).
 
 Draining (scale-down, stop): the worker stops polling, finishes and acknowledges the records it
 holds, commits, and closes the consumer, which leaves the group and releases what librdkafka had
@@ -24,19 +28,23 @@ import time
 from typing import Any, Callable
 
 POLL_TIMEOUT_S = 0.5
+LOCK_MARGIN_MAX_S = 1.0  # released this long (or a tenth of the lock) before the lock would expire
 
 
 class ShareWorker:
     def __init__(self, bootstrap_servers: str, group: str, topics: list[str], handler: Callable[[Any], Any], *,
                  batch: bool = False, poison: tuple[type[BaseException], ...] = (),
-                 client_config: dict[str, str] | None = None, max_poll_records: int = 10, name: str = "worker"):
+                 client_config: dict[str, str] | None = None, max_poll_records: int = 10, name: str = "worker",
+                 record_lock_duration_ms: int | None = None):
         self.bootstrap_servers, self.group, self.topics = bootstrap_servers, group, list(topics)
         self.handler, self.batch, self.poison = handler, batch, tuple(poison)
         self.client_config, self.max_poll_records, self.name = dict(client_config or {}), max_poll_records, name
+        self.record_lock_duration_ms = record_lock_duration_ms
         self._drain = threading.Event()
         self._lock = threading.Lock()
         self._counts = {"accepted": 0, "released": 0, "rejected": 0, "handler_s": 0.0, "errors": 0,
-                        "ack_errors": 0, "in_flight": 0}
+                        "ack_errors": 0, "in_flight": 0,
+                        "lock_released": 0}
         self._state = "starting"
         self._last_error: str | None = None
 
@@ -76,7 +84,7 @@ class ShareWorker:
                     else:
                         records.append(m)
                 if records:
-                    self._handle(consumer, records)
+                    self._handle(consumer, records, polled_s=time.monotonic())
             self._state = "draining"
             try:
                 consumer.commit_sync()
@@ -87,7 +95,18 @@ class ShareWorker:
             self._state = "stopped"
         return self.stats()
 
-    def _handle(self, consumer, records: list) -> None:
+    def _lock_left_s(self, polled_s: float) -> float:
+        """Seconds the records of a poll may still be worked on (infinite without a known lock)."""
+        if not self.record_lock_duration_ms:
+            return float("inf")
+        lock_s = self.record_lock_duration_ms / 1000
+        return lock_s - min(LOCK_MARGIN_MAX_S, lock_s / 10) - (time.monotonic() - polled_s)
+
+    def _expected_s(self) -> float:
+        done = sum(self._counts[k] for k in ("accepted", "released", "rejected"))
+        return self._counts["handler_s"] / done if done else 0.0
+
+    def _handle(self, consumer, records: list, polled_s: float) -> None:
         from confluent_kafka import AcknowledgeType
         with self._lock:
             self._counts["in_flight"] = len(records)
@@ -98,12 +117,18 @@ class ShareWorker:
         else:
             outcomes = []
             for m in records:
+                if self._lock_left_s(polled_s) < self._expected_s():
+                    outcomes.append((m, "lock_released"))  # its lock would expire first: someone else's now
+                    with self._lock:
+                        self._counts["lock_released"] += 1
+                    continue
                 outcome, took_s = self._call(m)
                 outcomes.append((m, outcome))
                 self._count(outcome, 1, took_s)
         for m, outcome in outcomes:
             consumer.acknowledge(m, {"accepted": AcknowledgeType.ACCEPT, "released": AcknowledgeType.RELEASE,
-                                     "rejected": AcknowledgeType.REJECT}[outcome])
+                                     "rejected": AcknowledgeType.REJECT,
+                                     "lock_released": AcknowledgeType.RELEASE}[outcome])
         with self._lock:
             self._counts["in_flight"] = 0
 

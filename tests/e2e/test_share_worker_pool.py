@@ -148,6 +148,26 @@ def test_a_batch_handler_gets_each_poll_and_its_outcome_acknowledges_the_whole_b
     assert all(1 <= size <= 10 * 2 for _, _, size in seen if size != "rejected"), "a poll larger than the limit"
 
 
+def test_a_slow_handler_releases_what_it_cannot_finish_within_the_lock(bootstrap):
+    """Ten records a poll at 0.6 s each outlast the 3 s lock: the worker releases the rest of the poll
+    before their locks expire, so no handler works on a record whose lock ran out."""
+    topic, group = queue(bootstrap, 12, partitions=1)
+    deliveries = Deliveries.remote()
+
+    def handle(record):
+        time.sleep(0.6)
+        deliveries.add.remote(int(record.key()), record.delivery_count(), "accepted")
+
+    with ShareWorkerPool(bootstrap, group, [topic], handle, min_workers=1, max_workers=1, max_poll_records=10,
+                         **FAST) as pool:
+        wait_for(lambda: settled(pool, 12), 40, "12 slow records")
+    stats = pool.stats()
+    assert stats["record_lock_duration_ms"] == LOCK_MS  # read from the broker (DescribeConfigs)
+    assert stats["lock_released"] > 0 and stats["ack_errors"] == 0
+    counts = Counter(key for key, _, _ in ray.get(deliveries.get.remote()))
+    assert set(counts) == set(range(12)) and max(counts.values()) == 1, "a record was handled twice"
+
+
 def test_a_backlog_scales_the_pool_up_and_a_drained_queue_scales_it_down(bootstrap):
     topic, group = queue(bootstrap, 0, partitions=4)
     deliveries = Deliveries.remote()
