@@ -61,3 +61,38 @@ def record_load_time(load_time_ms: float) -> None:
 def counter_deltas(before: dict[int, int], after: dict[int, int]) -> dict[int, int]:
     """What a core's cumulative counters gained between two readings."""
     return {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+
+
+@lru_cache(maxsize=None)
+def _pool_metrics():
+    from ray.util import metrics as m
+    tags = ("group",)
+    return {
+        "lag": m.Gauge("kray_share_worker_pool_lag", "A worker pool's share-group lag (records)", tag_keys=tags),
+        "rate": m.Gauge("kray_share_worker_pool_rate", "Records a worker pool finishes per second", tag_keys=tags),
+        "workers": m.Gauge("kray_share_worker_pool_workers", "Workers serving in a pool (draining ones apart)",
+                           tag_keys=tags),
+        "handler_time": m.Gauge("kray_share_worker_pool_handler_time_ms", "A pool's handler time per record "
+                                "(moving average)", tag_keys=tags),
+        "records": m.Counter("kray_share_worker_pool_record_count", "Records a pool's handler finished, by "
+                             "acknowledgement (accept, release, reject)", tag_keys=("group", "ack_type")),
+    }
+
+
+_pool_seen: dict[tuple[str, str], int] = {}
+
+
+def record_worker_pool(group: str, stats: dict) -> None:
+    """A ShareWorkerPool's stats() after a tick: gauges set, record counters advanced."""
+    m, tags = _pool_metrics(), {"group": group}
+    if stats.get("lag") is not None:
+        m["lag"].set(stats["lag"], tags=tags)
+    m["rate"].set(stats["rate"], tags=tags)
+    m["workers"].set(stats["workers"], tags=tags)
+    if stats.get("handler_time_ms") is not None:
+        m["handler_time"].set(stats["handler_time_ms"], tags=tags)
+    for outcome, ack_type in (("accepted", "accept"), ("released", "release"), ("rejected", "reject")):
+        gained = stats.get(outcome, 0) - _pool_seen.get((group, outcome), 0)
+        _pool_seen[(group, outcome)] = stats.get(outcome, 0)
+        if gained > 0:
+            m["records"].inc(gained, tags={"group": group, "ack_type": ack_type})

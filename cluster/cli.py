@@ -6,6 +6,7 @@
   kray chaos --hosts 3 --seed S [--duration 120] [--faults isolate,split,one-way,loss[,latency]] [--json F] [--markdown F]
   kray topics (--create|--list|--describe|--delete) --bootstrap-server HOST:PORT [--topic T] ...
   kray acls (--add|--remove|--list) --bootstrap-server HOST:PORT [--allow-principal User:alice] ...
+  kray share-workers --bootstrap-server HOST:PORT --group G --topic T --handler module:function [--max-workers N]
   (every tool: --command-config client.properties for a secured listener)
 """
 from __future__ import annotations
@@ -207,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     chaos.set_defaults(func=cmd_chaos, address=None)
 
     from cluster.tools import (acls, configs, console_share_consumer, consumer_groups, metadata_quorum, perf,
-                               share_groups, topics)
+                               share_groups, share_workers, topics)
     topics.add_parser(sub)
     acls.add_parser(sub)
     configs.add_parser(sub)
@@ -216,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     metadata_quorum.add_parser(sub)
     console_share_consumer.add_parser(sub)
     perf.add_parsers(sub)
+    share_workers.add_parser(sub)
 
     args = parser.parse_args(argv)
     if getattr(args, "command_config", None):  # the tools' client security, as Kafka's --command-config
