@@ -1,0 +1,171 @@
+"""The partition log's side of transactions with real consumers (issue 19): transactional batches
+and the coordinator's COMMIT/ABORT markers (WriteTxnMarkers, sent here over Kray's admin
+connection as the transaction coordinator would), read by confluent-kafka and kafka-python
+consumers with isolation.level=read_committed and read_uncommitted."""
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
+
+from cluster.admin import KafkaConnection
+from protocol.errors import ErrorCode
+from protocol.messages import ProduceRequest, WriteTxnMarkersRequest
+from protocol.record_batch import build_batch
+
+PRODUCE_VERSION = 9
+MARKERS_VERSION = 1
+# producer ids far above what InitProducerId hands out in a test session
+PID_BASE = 7_000_000_000
+
+
+class Transactions:
+    """Writes transactional batches and markers to one topic, as a producer and its coordinator do."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.conn = KafkaConnection(bootstrap)
+        self.topic = topic
+        self.sequences: dict[tuple[int, int], int] = {}
+
+    def close(self):
+        self.conn.close()
+
+    def send(self, pid: int, values: list[bytes], *, epoch: int = 0, transactional: bool = True,
+             partition: int = 0) -> tuple[int, int]:
+        """(error code, base offset) of one batch of `values`."""
+        seq = self.sequences.get((pid, epoch), 0)
+        now = int(time.time() * 1000)
+        records = build_batch([(b"k", v, [], now) for v in values], producer_id=pid, producer_epoch=epoch,
+                              base_sequence=seq, is_transactional=transactional)
+        request = ProduceRequest(transactional_id="txn-log" if transactional else None, acks=-1, timeout_ms=10000,
+                                 topic_data=[ProduceRequest.TopicProduceData(name=self.topic, partition_data=[
+                                     ProduceRequest.PartitionProduceData(index=partition, records=records)])])
+        answer = self.conn.send(request, PRODUCE_VERSION).responses[0].partition_responses[0]
+        if answer.error_code == 0:
+            self.sequences[(pid, epoch)] = seq + len(values)
+        return answer.error_code, answer.base_offset
+
+    def end(self, pid: int, committed: bool, *, epoch: int = 0, coordinator_epoch: int = 0,
+            topic: str | None = None, partitions=(0,)) -> list[int]:
+        """WriteTxnMarkers for one producer: the error code of each partition."""
+        request = WriteTxnMarkersRequest(markers=[WriteTxnMarkersRequest.WritableTxnMarker(
+            producer_id=pid, producer_epoch=epoch, transaction_result=committed, coordinator_epoch=coordinator_epoch,
+            topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=topic or self.topic,
+                                                                 partition_indexes=list(partitions))])])
+        response = self.conn.send(request, MARKERS_VERSION)
+        [marker] = response.markers
+        assert marker.producer_id == pid
+        return [p.error_code for t in marker.topics for p in t.partitions]
+
+
+@pytest.fixture()
+def topic(kray):
+    name = f"txn-log-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kray})
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    return name
+
+
+@pytest.fixture()
+def txns(kray, topic):
+    t = Transactions(kray, topic)
+    yield t
+    t.close()
+
+
+def confluent_values(kray, topic, isolation, *, expect: int, timeout_s: float = 20) -> list[bytes]:
+    c = Consumer({"bootstrap.servers": kray, "group.id": f"g-{uuid.uuid4().hex}", "isolation.level": isolation,
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        got, deadline = [], time.time() + timeout_s
+        while len(got) < expect and time.time() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m.value())
+        # nothing more comes (an aborted record would come right after the committed ones)
+        extra = c.poll(1.5)
+        if extra is not None and not extra.error():
+            got.append(extra.value())
+        return got
+    finally:
+        c.close()
+
+
+def test_read_committed_skips_aborted_and_sees_committed_once(kray, topic, txns):
+    pid = PID_BASE + 1
+    assert txns.send(pid, [b"aborted-1", b"aborted-2"])[0] == 0
+    assert txns.send(pid + 1, [b"committed-1"])[0] == 0
+    assert txns.send(pid, [b"aborted-3"])[0] == 0
+    assert txns.end(pid, committed=False) == [0]
+    assert txns.end(pid + 1, committed=True) == [0]
+    assert txns.send(-1, [b"plain"], transactional=False) == (0, 6)  # offsets: 4 data + 2 markers before
+    assert confluent_values(kray, topic, "read_committed", expect=2) == [b"committed-1", b"plain"]
+    assert confluent_values(kray, topic, "read_uncommitted", expect=5) == [
+        b"aborted-1", b"aborted-2", b"committed-1", b"aborted-3", b"plain"]
+    k = KafkaConsumer(bootstrap_servers=kray, isolation_level="read_committed", enable_auto_commit=False,
+                      consumer_timeout_ms=3000)
+    try:
+        k.assign([KafkaTopicPartition(topic, 0)])
+        k.seek_to_beginning()
+        assert [m.value for m in k] == [b"committed-1", b"plain"]
+    finally:
+        k.close()
+
+
+def test_read_committed_consumer_waits_at_the_open_transaction(kray, topic, txns):
+    pid = PID_BASE + 10
+    assert txns.send(-1, [b"before"], transactional=False)[0] == 0
+    assert txns.send(pid, [b"pending"])[0] == 0
+    assert txns.send(-1, [b"after"], transactional=False)[0] == 0
+    c = Consumer({"bootstrap.servers": kray, "group.id": f"g-{uuid.uuid4().hex}", "isolation.level": "read_committed",
+                  "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        got, deadline = [], time.time() + 5
+        while time.time() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m.value())
+        assert got == [b"before"]   # blocked at the last stable offset (1)
+        assert c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False) == (0, 1)
+        assert txns.end(pid, committed=True) == [0]
+        deadline = time.time() + 20
+        while len(got) < 3 and time.time() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m.value())
+        assert got == [b"before", b"pending", b"after"]
+        assert c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False) == (0, 4)
+    finally:
+        c.close()
+
+
+def test_markers_fence_old_epochs_and_name_bad_partitions(kray, topic, txns):
+    pid = PID_BASE + 20
+    assert txns.send(pid, [b"zombie-to-be"])[0] == 0
+    # the coordinator fences the producer: an abort with a bumped epoch, from coordinator epoch 3
+    assert txns.end(pid, committed=False, epoch=1, coordinator_epoch=3) == [0]
+    assert txns.send(pid, [b"zombie"], epoch=0)[0] == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert txns.end(pid, committed=True, epoch=0, coordinator_epoch=3) == [ErrorCode.INVALID_PRODUCER_EPOCH]
+    assert txns.end(pid, committed=True, epoch=1, coordinator_epoch=2) == [ErrorCode.TRANSACTION_COORDINATOR_FENCED]
+    assert txns.end(pid, committed=False, epoch=1, topic="no-such-topic") == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    assert txns.end(pid, committed=False, epoch=1, coordinator_epoch=3, partitions=(0, 5)) == [
+        0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    assert confluent_values(kray, topic, "read_committed", expect=0, timeout_s=3) == []
+
+
+def test_plain_write_during_an_open_transaction_is_refused(kray, topic, txns):
+    pid = PID_BASE + 30
+    assert txns.send(pid, [b"in-txn"])[0] == 0
+    assert txns.send(pid, [b"plain"], transactional=False)[0] == ErrorCode.INVALID_TXN_STATE
+    assert txns.end(pid, committed=True) == [0]
+    assert confluent_values(kray, topic, "read_committed", expect=1) == [b"in-txn"]
+
+
+def test_write_txn_markers_is_not_advertised_yet(kray):
+    with KafkaConnection(kray) as conn:
+        assert 27 not in conn.versions
