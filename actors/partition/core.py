@@ -43,7 +43,7 @@ from .control_records import build_marker_batch, read_marker
 from .txn_index import AbortedTxn
 from .log import (
     DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_BYTES, DEFAULT_SEGMENT_INDEX_BYTES,
-    DEFAULT_SEGMENT_MS, Log, OffsetOutOfRange,
+    DEFAULT_SEGMENT_MS, FileSlice, Log, OffsetOutOfRange,
 )
 from .producer_state import (
     DEFAULT_MAX_PRODUCER_IDS, DEFAULT_PRODUCER_ID_EXPIRATION_MS, Action, ProducerStateTable,
@@ -311,7 +311,8 @@ class PartitionCore:
             return self.fetch_error(ErrorCode.KAFKA_STORAGE_ERROR, f"log read failed: {exc}")
         aborted = None
         if read_committed:
-            aborted = [] if not len(records) else [
+            empty = records.size_bytes == 0 if isinstance(records, FileSlice) else not len(records)
+            aborted = [] if empty else [
                 (a.producer_id, a.first_offset)
                 for a in log.collect_aborted_txns(offset, min(upper, log.segment_upper_offset(offset)))]
         return FetchResult(ErrorCode.NONE, high_watermark, last_stable_offset, log.log_start_offset, records,
