@@ -445,6 +445,30 @@ class PartitionCore:
         self._log.close()
 
 
+def skipped_by_read_committed(headers, aborted: list[AbortedTxn]) -> list[tuple[int, int]]:
+    """The (base, last) offset ranges a read_committed reader does not deliver among ``headers``
+    (batches in offset order): control batches (markers), and the transactional batches of a
+    producer from the first offset of one of its ``aborted`` transactions until its marker, as
+    Kafka's consumers filter them. Adjacent ranges are merged."""
+    pending = sorted(aborted, key=lambda a: a.first_offset)
+    aborting: set[int] = set()
+    i, out = 0, []
+    for h in headers:
+        last = h.last_offset
+        while i < len(pending) and pending[i].first_offset <= last:
+            aborting.add(pending[i].producer_id)
+            i += 1
+        if h.is_control:
+            aborting.discard(h.producer_id)
+        elif not (h.is_transactional and h.producer_id in aborting):
+            continue
+        if out and out[-1][1] + 1 == h.base_offset:
+            out[-1] = (out[-1][0], last)
+        else:
+            out.append((h.base_offset, last))
+    return out
+
+
 def _invalid_client_batch(batch) -> tuple[int, str] | None:
     """LogValidator.validateBatch for client appends, plus what we do not support yet."""
     if batch.compression > COMPRESSION_ZSTD:

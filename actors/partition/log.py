@@ -390,6 +390,12 @@ class Log:
                 break
         return found
 
+    def headers_in(self, offset: int, where: FileSlice) -> list[BatchHeader]:
+        """The batch headers of ``where`` (a slice of the segment holding ``offset``, as
+        ``slice_spans`` answered it), read with one pread."""
+        segment = self._segments[self._segment_slot(offset)]
+        return [h for _, h in segment.scan(where.position, where.position + where.size_bytes, whole=False)]
+
     def segment_upper_offset(self, offset: int) -> int:
         """The first offset past the segment holding ``offset`` (a read stays within it)."""
         slot = self._segment_slot(offset)

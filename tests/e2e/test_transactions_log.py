@@ -6,8 +6,8 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, ShareConsumer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
@@ -169,3 +169,46 @@ def test_plain_write_during_an_open_transaction_is_refused(kray, topic, txns):
 def test_write_txn_markers_is_not_advertised_yet(kray):
     with KafkaConnection(kray) as conn:
         assert 27 not in conn.versions
+
+
+def share_values(kray, topic, isolation, *, expect: int, timeout_s: float = 30) -> list[bytes]:
+    group = f"sg-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kray})
+    for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("share.isolation.level", isolation, incremental_operation=AlterConfigOpType.SET)])]).values():
+        f.result(30)
+    c = ShareConsumer({"bootstrap.servers": kray, "group.id": group})
+    c.subscribe([topic])
+    got = []
+    try:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline and len(got) < expect:
+            for m in c.poll(1.0):
+                if m is not None and not m.error():
+                    got.append(m.value())
+        settle = time.time() + 3
+        while time.time() < settle:   # an aborted record would come with or right after the others
+            for m in c.poll(1.0):
+                if m is not None and not m.error():
+                    got.append(m.value())
+        return got
+    finally:
+        c.close()
+
+
+def test_read_committed_share_group_gets_only_committed_records(kray, topic, txns):
+    pid = PID_BASE + 40
+    assert txns.send(pid, [b"aborted-1", b"aborted-2"])[0] == 0
+    assert txns.send(pid + 1, [b"committed-1"])[0] == 0
+    assert txns.end(pid, committed=False) == [0]
+    assert txns.end(pid + 1, committed=True) == [0]
+    assert txns.send(-1, [b"plain"], transactional=False)[0] == 0
+    assert txns.send(pid + 2, [b"open"])[0] == 0           # holds the last stable offset
+    assert txns.send(-1, [b"after-open"], transactional=False)[0] == 0
+    assert sorted(share_values(kray, topic, "read_committed", expect=2)) == [b"committed-1", b"plain"]
+    assert sorted(share_values(kray, topic, "read_uncommitted", expect=6)) == sorted(
+        [b"aborted-1", b"aborted-2", b"committed-1", b"plain", b"open", b"after-open"])
+    assert txns.end(pid + 2, committed=True) == [0]
+    assert sorted(share_values(kray, topic, "read_committed", expect=4)) == sorted(
+        [b"committed-1", b"plain", b"open", b"after-open"])

@@ -230,3 +230,20 @@ def test_open_transactions_are_neither_expired_nor_evicted():
     assert table.entry(8) is None and table.entry(7) is not None and table.entry(9) is not None
     table.expire(NOW + 10**9, 1)
     assert table.ongoing_transactions == {7: 0}
+
+
+def test_read_committed_reader_skips_markers_and_aborted_batches_only(tmp_path):
+    from actors.partition.core import skipped_by_read_committed
+    core = open_core(tmp_path)
+    produce(core, txn_batch(7, 0, 2))                          # 0-1 aborted
+    produce(core, txn_batch(8, 0))                             # 2 committed
+    produce(core, build_batch([(b"k", b"plain", [], NOW)]))    # 3
+    produce(core, txn_batch(7, 2))                             # 4 aborted
+    marker(core, 7, committed=False)                           # 5
+    marker(core, 8, committed=True)                            # 6
+    produce(core, txn_batch(9, 0))                             # 7, open
+    upper = core.last_stable_offset
+    assert upper == 7
+    where, spans = core.log.slice_spans(0, 1 << 20, max_offset=upper)
+    skipped = skipped_by_read_committed(core.log.headers_in(0, where), core.log.collect_aborted_txns(0, upper))
+    assert skipped == [(0, 1), (4, 6)]   # aborted data, then its marker and the commit marker
