@@ -212,3 +212,52 @@ def test_read_committed_share_group_gets_only_committed_records(kray, topic, txn
     assert txns.end(pid + 2, committed=True) == [0]
     assert sorted(share_values(kray, topic, "read_committed", expect=4)) == sorted(
         [b"committed-1", b"plain", b"open", b"after-open"])
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_transactions_survive_a_restart(tmp_path, how):
+    """After a clean stop or a kill -9: an aborted transaction stays invisible to read_committed
+    readers, an open one still holds the last stable offset and its marker still ends it."""
+    from tests.kray_process import KrayProcess
+    server = KrayProcess(tmp_path / "data")
+    bootstrap = server.start()
+    topic, pid = "txn-restart", PID_BASE + 50
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+        t = Transactions(bootstrap, topic)
+        assert t.send(pid, [b"aborted"])[0] == 0
+        assert t.end(pid, committed=False) == [0]
+        assert t.send(pid + 1, [b"open"])[0] == 0
+        assert t.send(-1, [b"after-open"], transactional=False)[0] == 0
+        t.close()
+    finally:
+        if how == "kill":
+            server.kill()
+        else:
+            assert server.stop() == 0
+    server = KrayProcess(tmp_path / "data", port=server.port)
+    bootstrap = server.start()
+    try:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "restart", "isolation.level": "read_committed"})
+        try:
+            deadline = time.time() + 60
+            while True:   # the partition is led again once the watermark query answers
+                try:
+                    offsets = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=5, cached=False)
+                    break
+                except Exception:
+                    if time.time() > deadline:
+                        raise
+            assert offsets == (0, 2)   # read_committed latest: the open transaction's first offset
+        finally:
+            c.close()
+        t = Transactions(bootstrap, topic)
+        assert t.send(pid + 1, [b"open"]) == (0, 2)   # a retry is still known as the duplicate it is
+        t.sequences[(pid + 1, 0)] = 1
+        assert t.send(pid + 1, [b"still-plain"], transactional=False)[0] == ErrorCode.INVALID_TXN_STATE
+        assert t.end(pid + 1, committed=True) == [0]
+        t.close()
+        assert confluent_values(bootstrap, topic, "read_committed", expect=2) == [b"open", b"after-open"]
+    finally:
+        server.stop()
