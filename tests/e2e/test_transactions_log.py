@@ -13,52 +13,10 @@ from kafka import TopicPartition as KafkaTopicPartition
 
 from cluster.admin import KafkaConnection
 from protocol.errors import ErrorCode
-from protocol.messages import ProduceRequest, WriteTxnMarkersRequest
-from protocol.record_batch import build_batch
+from tests.cluster.raw import Transactions
 
-PRODUCE_VERSION = 9
-MARKERS_VERSION = 1
 # producer ids far above what InitProducerId hands out in a test session
 PID_BASE = 7_000_000_000
-
-
-class Transactions:
-    """Writes transactional batches and markers to one topic, as a producer and its coordinator do."""
-
-    def __init__(self, bootstrap: str, topic: str):
-        self.conn = KafkaConnection(bootstrap)
-        self.topic = topic
-        self.sequences: dict[tuple[int, int], int] = {}
-
-    def close(self):
-        self.conn.close()
-
-    def send(self, pid: int, values: list[bytes], *, epoch: int = 0, transactional: bool = True,
-             partition: int = 0) -> tuple[int, int]:
-        """(error code, base offset) of one batch of `values`."""
-        seq = self.sequences.get((pid, epoch), 0)
-        now = int(time.time() * 1000)
-        records = build_batch([(b"k", v, [], now) for v in values], producer_id=pid, producer_epoch=epoch,
-                              base_sequence=seq, is_transactional=transactional)
-        request = ProduceRequest(transactional_id="txn-log" if transactional else None, acks=-1, timeout_ms=10000,
-                                 topic_data=[ProduceRequest.TopicProduceData(name=self.topic, partition_data=[
-                                     ProduceRequest.PartitionProduceData(index=partition, records=records)])])
-        answer = self.conn.send(request, PRODUCE_VERSION).responses[0].partition_responses[0]
-        if answer.error_code == 0:
-            self.sequences[(pid, epoch)] = seq + len(values)
-        return answer.error_code, answer.base_offset
-
-    def end(self, pid: int, committed: bool, *, epoch: int = 0, coordinator_epoch: int = 0,
-            topic: str | None = None, partitions=(0,)) -> list[int]:
-        """WriteTxnMarkers for one producer: the error code of each partition."""
-        request = WriteTxnMarkersRequest(markers=[WriteTxnMarkersRequest.WritableTxnMarker(
-            producer_id=pid, producer_epoch=epoch, transaction_result=committed, coordinator_epoch=coordinator_epoch,
-            topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=topic or self.topic,
-                                                                 partition_indexes=list(partitions))])])
-        response = self.conn.send(request, MARKERS_VERSION)
-        [marker] = response.markers
-        assert marker.producer_id == pid
-        return [p.error_code for t in marker.topics for p in t.partitions]
 
 
 @pytest.fixture()
