@@ -247,3 +247,23 @@ def test_read_committed_reader_skips_markers_and_aborted_batches_only(tmp_path):
     where, spans = core.log.slice_spans(0, 1 << 20, max_offset=upper)
     skipped = skipped_by_read_committed(core.log.headers_in(0, where), core.log.collect_aborted_txns(0, upper))
     assert skipped == [(0, 1), (4, 6)]   # aborted data, then its marker and the commit marker
+
+
+def test_coordinator_replay_skips_transaction_markers(tmp_path):
+    """An internal partition that gets markers (e.g. __consumer_offsets under TxnOffsetCommit)
+    still replays: a coordinator reads its own records, never a marker as one."""
+    import asyncio
+    from actors.coordinator_log import CoordinatorLog
+    core = open_core(tmp_path)
+    produce(core, build_batch([(b"key-1", b"value-1", [], NOW)]))
+    marker(core, 7, committed=True)
+    produce(core, build_batch([(b"key-2", b"value-2", [], NOW)]))
+
+    class Partition:
+        async def await_committed(self, timeout_ms):
+            return True
+
+        async def fetch(self, offset, max_bytes, leader_epoch, isolation_level):
+            return core.fetch(offset, max_bytes, isolation_level=isolation_level)
+
+    assert asyncio.run(CoordinatorLog(Partition()).replay()) == [(0, b"key-1", b"value-1"), (2, b"key-2", b"value-2")]
