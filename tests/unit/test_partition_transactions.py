@@ -1,7 +1,6 @@
 """The partition log's side of transactions (KIP-98): transactional batches, COMMIT/ABORT markers,
 the last stable offset, the aborted-transaction index, read_committed fetch/ListOffsets, restart
 recovery and follower consistency. Pure: PartitionCore on a temporary directory, no Ray."""
-import pytest
 
 from actors.partition.control_records import build_marker_batch, read_marker
 from actors.partition.core import READ_COMMITTED, READ_UNCOMMITTED, PartitionConfig, PartitionCore
