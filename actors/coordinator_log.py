@@ -57,6 +57,9 @@ class CoordinatorLog:
             if len(records) == 0:
                 break
             for header in iter_batches(records):
+                if header.is_control:  # a transaction marker (WriteTxnMarkers) is no coordinator record
+                    offset = max(offset, header.last_offset + 1)
+                    continue
                 for r in decode_records(header):
                     if r.offset >= offset:
                         out.append((r.offset, r.key, r.value))

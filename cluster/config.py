@@ -360,10 +360,7 @@ def validate_group_configs(configs: dict[str, Any], broker: dict[str, Any]) -> d
                 raise ConfigError("share.auto.offset.reset must be latest, earliest or by_duration:<ISO-8601 "
                                   f"duration> such as by_duration:PT1H, not {value!r}")
         elif key == "share.isolation.level":
-            if value == "read_committed":
-                raise ConfigError("share.isolation.level=read_committed needs transactions, which Kray does not "
-                                  "have yet; use read_uncommitted")
-            if value != "read_uncommitted":
+            if value not in ("read_uncommitted", "read_committed"):
                 raise ConfigError(f"share.isolation.level must be read_uncommitted or read_committed, not {value!r}")
         elif key == "share.renew.acknowledge.enable":
             if isinstance(value, bool):
@@ -408,13 +405,15 @@ class ShareGroupLimits:
     delivery_count_limit: int
     max_record_locks: int
     renew_acknowledge_enable: bool
+    read_committed: bool = False    # share.isolation.level=read_committed
 
     @classmethod
     def from_kafka(cls, effective: dict[str, Any]) -> "ShareGroupLimits":
         return cls(record_lock_duration_ms=int(effective["share.record.lock.duration.ms"]),
                    delivery_count_limit=int(effective["share.delivery.count.limit"]),
                    max_record_locks=int(effective["share.partition.max.record.locks"]),
-                   renew_acknowledge_enable=bool(effective["share.renew.acknowledge.enable"]))
+                   renew_acknowledge_enable=bool(effective["share.renew.acknowledge.enable"]),
+                   read_committed=effective.get("share.isolation.level") == "read_committed")
 
     @classmethod
     def of_group(cls, overrides: dict[str, Any], broker: dict[str, Any]) -> "ShareGroupLimits":
@@ -423,7 +422,7 @@ class ShareGroupLimits:
     def as_list(self) -> list:
         """For the data-path frame (actors/partition/wire.py): a plain list."""
         return [self.record_lock_duration_ms, self.delivery_count_limit, self.max_record_locks,
-                self.renew_acknowledge_enable]
+                self.renew_acknowledge_enable, self.read_committed]
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ class Route:
     no_response: Callable[[Any], bool] | None = None  # e.g. Produce with acks=0
     # the request's class where it is not protocol/messages.py's (a version the generated class lacks)
     request_class: type | None = None
+    # served but left out of ApiVersions (an inter-broker API whose other side is not merged yet)
+    advertised: bool = True
 
 
 class Dispatcher:
@@ -37,7 +39,7 @@ class Dispatcher:
         self.routes = routes
 
     def advertised(self) -> list[tuple[int, int, int]]:
-        return sorted((key, r.min_version, r.max_version) for key, r in self.routes.items())
+        return sorted((key, r.min_version, r.max_version) for key, r in self.routes.items() if r.advertised)
 
     async def __call__(self, body: memoryview, connection=None) -> bytes | list | None:
         header, offset = decode_request_header(body)

@@ -157,6 +157,22 @@ class SocketPartition:
                                          key=wire.NO_PARTITION)
         return answers
 
+    async def send_txn_markers(self, markers: list, *, timeout_ms: int):
+        """WriteTxnMarkers' markers, each (partition, producer id, producer epoch, coordinator
+        epoch, committed), to partitions behind this client's listener, in one frame (written when
+        this returns): an awaitable of (error code, message) per marker, in order, or
+        PartitionNotHosted where the listener does not host the partition (nothing was done)."""
+        answer = await self._send(wire.TXN_MARKERS, [timeout_ms, [[key[0].bytes, key[1], *rest]
+                                                                  for key, *rest in markers]],
+                                  key=wire.NO_PARTITION)
+
+        async def results():
+            (answers,), _ = await answer
+            return [tuple(out) if status == wire.ANSWERED else
+                    PartitionNotHosted(f"no replica of {key} behind {self.address!r}")
+                    for (status, out), (key, *_) in zip(answers, markers)]
+        return results()
+
     async def release_acks_waits(self) -> int:
         """Answer the partition's waiting acks=all produces NOT_LEADER_OR_FOLLOWER now (this broker's
         session lapsed); how many were waiting."""
@@ -246,14 +262,16 @@ def fetch_args(offset, max_bytes, leader_epoch, isolation_level) -> list:
 def fetch_result(out: list) -> FetchResult | None:
     """A FETCH answer, its records a FileRegion of the segment; None when retention deleted the
     segment in between (ask again)."""
-    error, high_watermark, last_stable, log_start, message, path, position, size_bytes = out
+    error, high_watermark, last_stable, log_start, message, path, position, size_bytes, aborted = out
+    if aborted is not None:
+        aborted = [tuple(a) for a in aborted]
     if not size_bytes:
-        return FetchResult(error, high_watermark, last_stable, log_start, b"", message)
+        return FetchResult(error, high_watermark, last_stable, log_start, b"", message, aborted)
     try:
         records = FileRegion.open(path, position, size_bytes)
     except FileNotFoundError:
         return None
-    return FetchResult(error, high_watermark, last_stable, log_start, records, message)
+    return FetchResult(error, high_watermark, last_stable, log_start, records, message, aborted)
 
 
 def replica_fetch_args(replica_id, offset, max_bytes, leader_epoch, last_fetched_epoch) -> list:

@@ -27,6 +27,7 @@ from actors import controller_client, log_to_stderr
 from actors.partition.checkpoints import load_epochs, load_high_watermark, save_epochs, save_high_watermark
 from actors.partition.core import PartitionCore
 from actors.partition.fetcher import ReplicaFetchers
+from actors.partition import wire
 from actors.partition.log import flush_rolled, unlink_files
 from actors.partition.replication import (
     ACKS_ALL, AlterPartitionRequest, AlterPartitionResponse, BatchSpan, Effects, FetchAnswer, FetchRequest,
@@ -323,6 +324,24 @@ class PartitionActor:
         # a duplicate's offsets lie below the log end too: waiting for the log end covers every blob
         return results, (self.core.log_end_offset if acks == ACKS_ALL else None)
 
+    def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                      committed: bool) -> tuple[list, int | None]:
+        """WriteTxnMarkers' first step for this partition (as `append`): the transaction
+        coordinator's COMMIT/ABORT marker appended now, and the offset the high watermark must
+        pass before it is answered (markers are written as acks=all; None: answer now)."""
+        self.retention_wanted = True
+        error = self.replica.check_produce(ACKS_ALL)
+        if error:
+            return [self.core.error_result(error)], None
+        now = now_ms()
+        result = self.core.append_marker(producer_id, producer_epoch, coordinator_epoch, committed, now_ms=now,
+                                         leader_epoch=self.replica.leader_epoch)
+        if result.error_code:
+            return [result], None
+        self._apply(self.replica.on_leader_append(self.core.log_end_offset, now))
+        self._wake()
+        return [result], self.core.log_end_offset
+
     async def acknowledged(self, results: list, required_offset: int | None, timeout_ms: int) -> list:
         """`produce`'s second step: the results once acks=all's replication is done (or failed)."""
         if required_offset is None:
@@ -376,14 +395,18 @@ class PartitionActor:
             return answer, None
         return answer, self.core.log.slice(answer.read_from, max_bytes, min_one_batch=True)
 
-    async def wait_for_data(self, offset: int, timeout_ms: int, replica: bool = False) -> bool:
-        """True as soon as records at or beyond `offset` are readable (for a follower: written);
-        False after timeout_ms."""
+    async def wait_for_data(self, offset: int, timeout_ms: int, replica: int = wire.WAIT_CONSUMER) -> bool:
+        """True as soon as records at or beyond `offset` are readable (for a follower: written;
+        for a read_committed consumer: below the last stable offset); False after timeout_ms."""
         return await self._wait_until(lambda: self.has_data(offset, replica), timeout_ms)
 
-    def has_data(self, offset: int, replica: bool = False) -> bool:
-        """Records at or beyond `offset` are readable (for a follower's fetch: written)."""
-        return (self.core.log_end_offset if replica else self.core.high_watermark) > offset
+    def has_data(self, offset: int, replica: int = wire.WAIT_CONSUMER) -> bool:
+        """Records at or beyond `offset` are readable (`replica`: one of wire.WAIT_*; True is a
+        follower's fetch: written)."""
+        core = self.core
+        if replica == wire.WAIT_READ_COMMITTED:
+            return core.last_stable_offset > offset
+        return (core.log_end_offset if replica else core.high_watermark) > offset
 
     async def list_offsets(self, timestamp: int, leader_epoch: int, isolation_level: int):
         error = self.replica.validate_leader_epoch(leader_epoch)

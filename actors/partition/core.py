@@ -14,9 +14,18 @@ LogValidator) — the checks run on batch headers only, before anything is writt
 * CreateTime topics: the batch's maxTimestamp must be <= now + message.timestamp.after.max.ms and
   its baseTimestamp >= now - message.timestamp.before.max.ms, else INVALID_TIMESTAMP (32). Kafka
   checks every record; checking the header (max and first timestamps) avoids decoding bodies;
-* transactional batches -> INVALID_TXN_STATE (48) until transactions exist (what Kafka answers
-  when a transactional write is not part of a verified ongoing transaction);
-* idempotent batches go through the ProducerStateTable (duplicates answer the original offset).
+* a transactional batch without a producer id -> INVALID_RECORD (87); a transactional batch opens
+  its producer's transaction here (without KIP-890 verification, which is the coordinator's side,
+  as Kafka with verification off: a partition the coordinator was not told about still accepts it);
+* idempotent and transactional batches go through the ProducerStateTable (duplicates answer the
+  original offset; an older epoch INVALID_PRODUCER_EPOCH; a plain batch while the producer's
+  transaction is open INVALID_TXN_STATE).
+
+Transactions (KIP-98): the coordinator's COMMIT/ABORT markers are control batches appended by
+``append_marker`` (a follower derives the same state from the batches it appends). The last stable
+offset (LSO) is the first offset of the earliest transaction not yet complete and replicated, at
+most the high watermark and at least the log start offset; read_committed fetches stop there and
+carry the aborted transactions overlapping what they return, from the segments' .txnindex files.
 """
 
 from __future__ import annotations
@@ -30,9 +39,11 @@ from protocol.record_batch import (
     COMPRESSION_ZSTD, NO_TIMESTAMP, CorruptRecord, UnsupportedMagic, crc_is_valid, iter_batches,
 )
 
+from .control_records import build_marker_batch, read_marker
+from .txn_index import AbortedTxn
 from .log import (
     DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_BYTES, DEFAULT_SEGMENT_INDEX_BYTES,
-    DEFAULT_SEGMENT_MS, Log, OffsetOutOfRange,
+    DEFAULT_SEGMENT_MS, FileSlice, Log, OffsetOutOfRange,
 )
 from .producer_state import (
     DEFAULT_MAX_PRODUCER_IDS, DEFAULT_PRODUCER_ID_EXPIRATION_MS, Action, ProducerStateTable,
@@ -102,6 +113,7 @@ class FetchResult:
     log_start_offset: int = -1
     records: Any = b""
     error_message: str | None = None
+    aborted_transactions: list | None = None   # read_committed: [(producer id, first offset)...]
 
 
 class PartitionCore:
@@ -139,6 +151,18 @@ class PartitionCore:
     @property
     def log_start_offset(self) -> int:
         return self._log.log_start_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the first offset of the earliest transaction that is open (or whose
+        marker is not below the high watermark yet), capped by the high watermark, never below
+        the log start offset."""
+        log = self._log
+        high_watermark = log.high_watermark
+        first_unstable = self._producers.first_unstable_offset(high_watermark)
+        if first_unstable is None:
+            return high_watermark
+        return min(max(first_unstable, log.log_start_offset), high_watermark)
 
     @property
     def log_end_offset(self) -> int:
@@ -188,9 +212,10 @@ class PartitionCore:
                     f"{config.message_timestamp_after_max_ms}]")
 
         idempotent = batch.producer_id >= 0
+        transactional = batch.is_transactional
         if idempotent:
             verdict = self._producers.check(batch.producer_id, batch.producer_epoch,
-                                            batch.base_sequence, batch.last_sequence)
+                                            batch.base_sequence, batch.last_sequence, transactional)
             if verdict.action == Action.DUPLICATE:
                 dup = verdict.duplicate
                 return ProduceResult(ErrorCode.NONE, dup.first_offset,
@@ -214,41 +239,90 @@ class PartitionCore:
         if idempotent:
             self._producers.record(batch.producer_id, batch.producer_epoch, batch.base_sequence,
                                    batch.last_sequence, info.base_offset, info.last_offset,
-                                   info.max_timestamp_ms)
+                                   info.max_timestamp_ms, transactional)
         return ProduceResult(ErrorCode.NONE, info.base_offset, info.log_append_time_ms,
                              self._log.log_start_offset)
+
+    def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, committed: bool,
+                      *, now_ms: int, leader_epoch: int) -> ProduceResult:
+        """Write the transaction coordinator's COMMIT or ABORT marker for ``producer_id`` (one
+        partition of WriteTxnMarkers): a control batch ending the producer's transaction here;
+        an abort is indexed. A marker for a producer without an open transaction is written too
+        (Kafka does: the coordinator may resend after a failover). Errors: INVALID_PRODUCER_EPOCH,
+        TRANSACTION_COORDINATOR_FENCED, INVALID_RECORD (no producer id), KAFKA_STORAGE_ERROR."""
+        if producer_id < 0 or producer_epoch < 0:
+            return self.error_result(ErrorCode.INVALID_RECORD, "a transaction marker needs a producer id and epoch")
+        verdict = self._producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        if verdict.action == Action.REJECT:
+            return self.error_result(verdict.error_code, verdict.message)
+        batch = build_marker_batch(producer_id, producer_epoch, coordinator_epoch, committed, now_ms)
+        try:
+            info = self._log.append(batch, leader_epoch=leader_epoch, now_ms=now_ms,
+                                    log_append_time=self.config.log_append_time)
+        except OSError as exc:
+            return self.error_result(ErrorCode.KAFKA_STORAGE_ERROR, f"log write failed: {exc}")
+        if info.rolled and len(self._producers):
+            try:
+                write_snapshot(self.directory, info.base_offset, self._producers)
+            except OSError:
+                pass
+        self._complete_txn(producer_id, producer_epoch, coordinator_epoch, not committed, info.base_offset,
+                           info.max_timestamp_ms)
+        return ProduceResult(ErrorCode.NONE, info.base_offset, info.log_append_time_ms,
+                             self._log.log_start_offset)
+
+    def _complete_txn(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, aborted: bool,
+                      offset: int, timestamp_ms: int) -> None:
+        producers = self._producers
+        completed = producers.record_marker(producer_id, producer_epoch, coordinator_epoch, aborted, offset,
+                                            timestamp_ms)
+        if completed is not None and aborted:
+            self._log.add_aborted_txn(AbortedTxn(producer_id, completed.first_offset, offset,
+                                                 producers.last_stable_offset_at_abort(completed)))
 
     # --- fetch / offsets --------------------------------------------------------------------
 
     def fetch(self, offset: int, max_bytes: int, *, isolation_level: int = READ_UNCOMMITTED,
               min_one_batch: bool = True) -> FetchResult:
-        """Consumer fetch, bounded by the high watermark (= last stable offset: no transactions).
+        """Consumer fetch, bounded by the high watermark (read_uncommitted) or the last stable
+        offset (read_committed, which also gets the aborted transactions of the range).
         ``min_one_batch``: KIP-74, a first batch larger than max_bytes is still returned whole
         (Kafka does so for the first partition of a response only)."""
-        return self._fetch(self._log.read, offset, max_bytes, min_one_batch)
+        return self._fetch(self._log.read, offset, max_bytes, min_one_batch, isolation_level)
 
     def fetch_slice(self, offset: int, max_bytes: int, *, isolation_level: int = READ_UNCOMMITTED,
                     min_one_batch: bool = True) -> FetchResult:
         """``fetch`` answering where the records lie (a FileSlice of a segment) instead of the
         bytes: the node's gateway sends them from the file (sendfile), as Kafka does."""
-        return self._fetch(self._log.slice, offset, max_bytes, min_one_batch)
+        return self._fetch(self._log.slice, offset, max_bytes, min_one_batch, isolation_level)
 
-    def _fetch(self, read, offset: int, max_bytes: int, min_one_batch: bool) -> FetchResult:
+    def _fetch(self, read, offset: int, max_bytes: int, min_one_batch: bool, isolation_level: int) -> FetchResult:
         log = self._log
         high_watermark = log.high_watermark
+        last_stable_offset = self.last_stable_offset
+        read_committed = isolation_level == READ_COMMITTED
+        upper = last_stable_offset if read_committed else high_watermark
         try:
-            records = read(offset, max_bytes, max_offset=high_watermark, min_one_batch=min_one_batch)
+            records = read(offset, max_bytes, max_offset=upper, min_one_batch=min_one_batch)
         except OffsetOutOfRange as exc:
-            return FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, high_watermark, high_watermark,
+            return FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, high_watermark, last_stable_offset,
                                log.log_start_offset, b"", str(exc))
         except OSError as exc:
             return self.fetch_error(ErrorCode.KAFKA_STORAGE_ERROR, f"log read failed: {exc}")
-        return FetchResult(ErrorCode.NONE, high_watermark, high_watermark, log.log_start_offset, records)
+        aborted = None
+        if read_committed:
+            empty = records.size_bytes == 0 if isinstance(records, FileSlice) else not len(records)
+            aborted = [] if empty else [
+                (a.producer_id, a.first_offset)
+                for a in log.collect_aborted_txns(offset, min(upper, log.segment_upper_offset(offset)))]
+        return FetchResult(ErrorCode.NONE, high_watermark, last_stable_offset, log.log_start_offset, records,
+                           None, aborted)
 
     def list_offsets(self, timestamp: int, *, isolation_level: int = READ_UNCOMMITTED) -> tuple[int, int, int]:
         """ListOffsets for one partition: (error_code, offset, timestamp_ms).
 
-        -2 earliest / -4 earliest-local -> log start offset; -1 latest -> high watermark (= LSO);
+        -2 earliest / -4 earliest-local -> log start offset; -1 latest -> high watermark
+        (read_committed: the last stable offset, which also bounds the other lookups);
         -3 max timestamp -> first record carrying the max timestamp; -5 latest-tiered -> offset -1
         (no tiered storage, as Kafka answers when remote storage is off); t >= 0 -> first record
         with timestamp >= t. Results at/after the high watermark (not yet visible) and unknown
@@ -256,15 +330,16 @@ class PartitionCore:
         log = self._log
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return ErrorCode.NONE, log.log_start_offset, NO_TIMESTAMP
+        visible = self.last_stable_offset if isolation_level == READ_COMMITTED else log.high_watermark
         if timestamp == LATEST_TIMESTAMP:
-            return ErrorCode.NONE, log.high_watermark, NO_TIMESTAMP
+            return ErrorCode.NONE, visible, NO_TIMESTAMP
         if timestamp == MAX_TIMESTAMP:
             found = log.max_timestamp_offset()
         elif timestamp >= 0:
             found = log.offset_for_timestamp(timestamp)
         else:
             found = None
-        if found is None or found[0] >= log.high_watermark:
+        if found is None or found[0] >= visible:
             return ErrorCode.NONE, -1, NO_TIMESTAMP
         return ErrorCode.NONE, found[0], found[1]
 
@@ -319,14 +394,18 @@ class PartitionCore:
     def append_replicated(self, records, *, now_ms: int) -> list:
         """A follower appends what it fetched from its leader: whole batches, offsets and leader
         epochs as the leader wrote them, continuing exactly at the log end. Every batch's CRC is
-        checked first (CorruptRecord: nothing is written); idempotent producers are recorded, so
-        that this replica answers their retries correctly if it leads one day. Returns the
-        batches' headers."""
+        checked first (CorruptRecord: nothing is written); idempotent producers, transactions and
+        markers are recorded (aborts indexed), so that this replica answers retries, serves
+        read_committed fetches and fences markers as its leader did if it leads one day. Returns
+        the batches' headers."""
         view = records if isinstance(records, memoryview) else memoryview(records)
         headers = list(iter_batches(view))
+        markers = {}
         for header in headers:
             if not crc_is_valid(header):
                 raise CorruptRecord(f"replicated batch at offset {header.base_offset}: CRC mismatch")
+            if header.is_control and header.producer_id >= 0:
+                markers[header.base_offset] = read_marker(header)   # CorruptRecord before anything is written
         if not headers:
             return []
         info = self._log.append(view, leader_epoch=None, now_ms=now_ms, assign_offsets=False)
@@ -336,9 +415,15 @@ class PartitionCore:
             except OSError:
                 pass
         for h in headers:
-            if h.producer_id >= 0 and not h.is_control:
+            if h.producer_id < 0:
+                continue
+            if not h.is_control:
                 self._producers.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                                       h.base_offset, h.last_offset, h.max_timestamp)
+                                       h.base_offset, h.last_offset, h.max_timestamp, h.is_transactional)
+            elif markers[h.base_offset] is not None:
+                marker = markers[h.base_offset]
+                self._complete_txn(h.producer_id, h.producer_epoch, marker.coordinator_epoch, not marker.committed,
+                                   h.base_offset, h.max_timestamp)
         return headers
 
     def reset_to(self, offset: int, *, now_ms: int = NO_TIMESTAMP) -> None:
@@ -360,6 +445,30 @@ class PartitionCore:
         self._log.close()
 
 
+def skipped_by_read_committed(headers, aborted: list[AbortedTxn]) -> list[tuple[int, int]]:
+    """The (base, last) offset ranges a read_committed reader does not deliver among ``headers``
+    (batches in offset order): control batches (markers), and the transactional batches of a
+    producer from the first offset of one of its ``aborted`` transactions until its marker, as
+    Kafka's consumers filter them. Adjacent ranges are merged."""
+    pending = sorted(aborted, key=lambda a: a.first_offset)
+    aborting: set[int] = set()
+    i, out = 0, []
+    for h in headers:
+        last = h.last_offset
+        while i < len(pending) and pending[i].first_offset <= last:
+            aborting.add(pending[i].producer_id)
+            i += 1
+        if h.is_control:
+            aborting.discard(h.producer_id)
+        elif not (h.is_transactional and h.producer_id in aborting):
+            continue
+        if out and out[-1][1] + 1 == h.base_offset:
+            out[-1] = (out[-1][0], last)
+        else:
+            out.append((h.base_offset, last))
+    return out
+
+
 def _invalid_client_batch(batch) -> tuple[int, str] | None:
     """LogValidator.validateBatch for client appends, plus what we do not support yet."""
     if batch.compression > COMPRESSION_ZSTD:
@@ -373,8 +482,8 @@ def _invalid_client_batch(batch) -> tuple[int, str] | None:
         return ErrorCode.INVALID_RECORD, "clients are not allowed to write control records"
     if batch.producer_id >= 0 and batch.base_sequence < 0:
         return ErrorCode.INVALID_RECORD, f"invalid sequence number {batch.base_sequence}"
-    if batch.is_transactional:
-        return ErrorCode.INVALID_TXN_STATE, "transactional produce is not supported"
+    if batch.is_transactional and batch.producer_id < 0:
+        return ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id"
     return None
 
 
@@ -389,7 +498,9 @@ def _rebuild_producer_state(directory: Path, log: Log, config: PartitionConfig,
     max_producer_ids = config.max_producer_ids
     delete_snapshots_above(directory, log_end_offset)
     delete_snapshots_below(directory, log_start_offset)
-    loaded = load_latest_snapshot(directory, log_end_offset, max_producer_ids=max_producer_ids)
+    # a segment's aborted-transaction index is lost: replay the whole log (which re-adds them)
+    loaded = None if log.take_missing_txn_indexes() else load_latest_snapshot(
+        directory, log_end_offset, max_producer_ids=max_producer_ids)
     if loaded is None:
         snapshot_offset, table = -1, ProducerStateTable(max_producer_ids=max_producer_ids)
     else:
@@ -399,9 +510,34 @@ def _rebuild_producer_state(directory: Path, log: Log, config: PartitionConfig,
     start = max(snapshot_offset, log_start_offset)
     if start < log_end_offset:
         for header in log.iter_batch_headers(start):
-            if header.base_offset < snapshot_offset or header.producer_id < 0 or header.is_control:
+            if header.base_offset < snapshot_offset or header.producer_id < 0:
                 continue
-            table.record(header.producer_id, header.producer_epoch, header.base_sequence,
-                         header.last_sequence, header.base_offset, header.last_offset,
-                         header.max_timestamp)
+            if not header.is_control:
+                table.record(header.producer_id, header.producer_epoch, header.base_sequence,
+                             header.last_sequence, header.base_offset, header.last_offset,
+                             header.max_timestamp, header.is_transactional)
+                continue
+            marker = _read_marker_at(log, header)
+            if marker is None:
+                continue
+            completed = table.record_marker(header.producer_id, header.producer_epoch, marker.coordinator_epoch,
+                                            not marker.committed, header.base_offset, header.max_timestamp)
+            if completed is not None and completed.aborted:   # already indexed unless the index was lost
+                log.add_aborted_txn(AbortedTxn(completed.producer_id, completed.first_offset,
+                                               completed.last_offset, table.last_stable_offset_at_abort(completed)))
     return table
+
+
+def _read_marker_at(log: Log, header):
+    """The marker of a control batch met while replaying headers (whose bytes may not all have
+    been read): from the header's buffer if it holds the whole batch, else read again. A corrupt
+    one is skipped (recovery checked the CRCs of what may be torn)."""
+    try:
+        return read_marker(header)
+    except CorruptRecord:
+        pass
+    try:
+        data = memoryview(log.read(header.base_offset, header.size_bytes))
+        return read_marker(next(iter_batches(data)))
+    except (CorruptRecord, StopIteration, OffsetOutOfRange):
+        return None

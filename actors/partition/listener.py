@@ -77,8 +77,9 @@ async def _fetch(actor, args, blobs):
     offset, max_bytes, leader_epoch, isolation_level = _expect(args, 4, "fetch")
     r = await actor.fetch_slice(offset, max_bytes, leader_epoch, isolation_level)
     path, position, size_bytes = r.records if isinstance(r.records, FileSlice) else ("", 0, 0)
+    aborted = None if r.aborted_transactions is None else [list(a) for a in r.aborted_transactions]
     return [r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.error_message,
-            path, position, size_bytes], ()
+            path, position, size_bytes, aborted], ()
 
 
 async def _replica_fetch(actor, args, blobs):
@@ -94,7 +95,15 @@ async def _replica_fetch(actor, args, blobs):
 
 async def _wait_for_data(actor, args, blobs):
     offset, timeout_ms, replica = _expect(args, 3, "wait_for_data")
-    return [await actor.wait_for_data(offset, timeout_ms, bool(replica))], ()
+    return [await actor.wait_for_data(offset, timeout_ms, _wait_mode(replica))], ()
+
+
+def _wait_mode(replica) -> int:
+    """WAIT_FOR_DATA's "replica": a bool (older gateways) or one of wire.WAIT_*."""
+    mode = int(replica)
+    if mode not in (wire.WAIT_CONSUMER, wire.WAIT_REPLICA, wire.WAIT_READ_COMMITTED):
+        raise MalformedMessage(f"wait: unknown mode {replica!r}")
+    return mode
 
 
 async def _list_offsets(actor, args, blobs):
@@ -157,7 +166,7 @@ async def _wait_for_any(replica_for, wake, args):
     timeout_ms, wanted = _expect(args, 2, "wait_for_any")
     if not (isinstance(wanted, list) and all(isinstance(w, list) and len(w) == 4 for w in wanted)):
         raise MalformedMessage("wait_for_any: the partitions are not [[topic id, partition, offset, replica]...]")
-    wanted = [(wire.decode_key(t, p), offset, bool(replica)) for t, p, offset, replica in wanted]
+    wanted = [(wire.decode_key(t, p), offset, _wait_mode(replica)) for t, p, offset, replica in wanted]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_ms / 1000
     while True:
@@ -173,6 +182,31 @@ async def _wait_for_any(replica_for, wake, args):
             await asyncio.wait_for(woken.wait(), remaining)
         except asyncio.TimeoutError:
             return [False], ()
+
+
+async def _txn_markers(replica_for, args):
+    """TXN_MARKERS: every marker appended in the frame's order (one partition may get several:
+    one per producer), before any of them waits for acks=all; then the answers."""
+    timeout_ms, markers = _expect(args, 2, "txn_markers")
+    if not (isinstance(markers, list) and all(isinstance(m, list) and len(m) == 6 for m in markers)):
+        raise MalformedMessage("txn_markers: the markers are not [[topic id, partition, producer id, producer "
+                               "epoch, coordinator epoch, committed]...]")
+    appended = []
+    for topic_id, partition, producer_id, producer_epoch, coordinator_epoch, committed in markers:
+        replica = replica_for(wire.decode_key(topic_id, partition))
+        appended.append(None if replica is None else (replica, *replica.append_marker(
+            int(producer_id), int(producer_epoch), int(coordinator_epoch), bool(committed))))
+    waits = [replica.acknowledged(results, required, timeout_ms)
+             for replica, results, required in filter(None, appended) if required is not None]
+    done = iter(await asyncio.gather(*waits))
+    answers = []
+    for a in appended:
+        if a is None:
+            answers.append([wire.NOT_HOSTED, []])
+            continue
+        [r] = a[1] if a[2] is None else next(done)
+        answers.append([wire.ANSWERED, [r.error_code, r.error_message]])
+    return [answers], ()
 
 
 async def _release_waiters(actor, args, blobs):
@@ -195,10 +229,11 @@ async def start_listener(replica_for: Callable[[tuple[uuid.UUID, int]], Any], ad
     takes records (WAIT_FOR_ANY waits on it)."""
     async def handle(body: memoryview) -> list:
         api_key, correlation_id, key, args, blobs = wire.decode_request(body)
-        if api_key in (wire.MANY, wire.WAIT_FOR_ANY, wire.PRODUCE_MANY):
+        if api_key in (wire.MANY, wire.WAIT_FOR_ANY, wire.PRODUCE_MANY, wire.TXN_MARKERS):
             try:
                 out_args, _ = await (_many(replica_for, args) if api_key == wire.MANY
                                      else _produce_many(replica_for, args, blobs) if api_key == wire.PRODUCE_MANY
+                                     else _txn_markers(replica_for, args) if api_key == wire.TXN_MARKERS
                                      else _wait_for_any(replica_for, wake, args))
             except (TypeError, ValueError) as e:
                 raise MalformedMessage(f"{wire.API_NAMES[api_key]}: {e}") from None

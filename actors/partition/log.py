@@ -30,6 +30,7 @@ from protocol.record_batch import (
     patch_leader_epoch, set_log_append_time,
 )
 
+from .txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 from .segment import (
     DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, MAX_SEGMENT_BYTES, TIME_INDEX_SUFFIX, Segment, segment_file_name,
 )
@@ -154,7 +155,7 @@ class Log:
         known = set(bases)
         for path in directory.iterdir():
             stale = path.suffix in (".tmp", DELETED_SUFFIX) or (
-                path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and path.stem.isdigit()
+                path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX) and path.stem.isdigit()
                 and int(path.stem) not in known)
             if stale:
                 path.unlink()
@@ -176,7 +177,7 @@ class Log:
                 # a recovered segment lost its tail: the segments after it go too (as Kafka's
                 # recovery truncates the log at the first bad batch)
                 for later in bases[i:]:
-                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                         (directory / segment_file_name(later, suffix)).unlink(missing_ok=True)
                 break
             # every segment that holds offsets at or past the recovery point (Kafka's rule), and the last
@@ -372,6 +373,41 @@ class Log:
                 continue
             for _position, header in segment.scan(found[0], segment.size_bytes, whole=False):
                 yield header
+
+    # --- aborted transactions ---------------------------------------------------------------
+
+    def add_aborted_txn(self, entry: AbortedTxn) -> None:
+        """Index an abort in the segment holding its marker (``entry.last_offset``)."""
+        self._segments[self._segment_slot(entry.last_offset)].txn_index.append(entry)
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_offset), from the segment
+        holding ``fetch_offset`` on (markers lie after their data), stopping where an entry shows
+        the rest cannot overlap (Kafka's collectAbortedTransactions)."""
+        found: list[AbortedTxn] = []
+        for segment in self._segments[self._segment_slot(fetch_offset):]:
+            if segment.txn_index.collect(fetch_offset, upper_offset, found):
+                break
+        return found
+
+    def headers_in(self, offset: int, where: FileSlice) -> list[BatchHeader]:
+        """The batch headers of ``where`` (a slice of the segment holding ``offset``, as
+        ``slice_spans`` answered it), read with one pread."""
+        segment = self._segments[self._segment_slot(offset)]
+        return [h for _, h in segment.scan(where.position, where.position + where.size_bytes, whole=False)]
+
+    def segment_upper_offset(self, offset: int) -> int:
+        """The first offset past the segment holding ``offset`` (a read stays within it)."""
+        slot = self._segment_slot(offset)
+        return self._base_offsets[slot + 1] if slot + 1 < len(self._base_offsets) else self.log_end_offset
+
+    def take_missing_txn_indexes(self) -> bool:
+        """True when a segment holding records was opened without its .txnindex file (the
+        caller rebuilds every index from the log); the flags are cleared."""
+        missing = any(s.txn_index_missing and s.size_bytes for s in self._segments)
+        for segment in self._segments:
+            segment.txn_index_missing = False
+        return missing
 
     # --- timestamps -------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Idempotent-producer state for one partition (Kafka's ProducerStateManager, data batches only).
+"""Producer state for one partition (Kafka's ProducerStateManager): idempotence and transactions.
 
 Per producer id: the current epoch and metadata of the last 5 appended batches, which is what
 ``max.in.flight.requests.per.connection <= 5`` needs for duplicate detection. Rules (Kafka 4,
@@ -14,6 +14,16 @@ Per producer id: the current epoch and metadata of the last 5 appended batches, 
 * newer epoch (KIP-360 bump) -> must start at sequence 0, else OUT_OF_ORDER_SEQUENCE_NUMBER (45);
 * same epoch -> first seq must be last seq + 1 (wrapping INT32_MAX -> 0), else 45;
 * batches a follower replicates are recorded unchecked (their leader checked them).
+
+Transactions (KIP-98): a producer's first transactional batch opens its transaction at that
+batch's offset (``current_txn_first_offset``); a COMMIT or ABORT marker (control batch) ends it,
+takes the marker's producer epoch and remembers the coordinator epoch. While a transaction is open
+a non-transactional batch of that producer gets INVALID_TXN_STATE (48); a marker from an older
+producer epoch gets INVALID_PRODUCER_EPOCH (47), one from an older coordinator epoch than the last
+marker's TRANSACTION_COORDINATOR_FENCED (52). The first unstable offset is the first offset of the
+earliest transaction still open, or of one whose marker is not yet below the high watermark
+(Kafka's unreplicated transactions): the last stable offset never passes it. Producers with an
+open transaction are never expired or evicted (Kafka keeps them too).
 
 Producers stay known when the records they wrote are deleted (retention, DeleteRecords) until
 ``producer.id.expiration.ms`` after their last batch's timestamp, as in Kafka; Kray also caps a
@@ -46,11 +56,14 @@ INT32_MAX = 2**31 - 1
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER   # 45
 INVALID_PRODUCER_EPOCH = ErrorCode.INVALID_PRODUCER_EPOCH               # 47
+INVALID_TXN_STATE = ErrorCode.INVALID_TXN_STATE                         # 48
+TRANSACTION_COORDINATOR_FENCED = ErrorCode.TRANSACTION_COORDINATOR_FENCED  # 52
+NO_OFFSET = -1
 
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000   # producer.id.expiration.ms
 DEFAULT_MAX_PRODUCER_IDS = 200_000               # per partition; least recently written evicted
 SNAPSHOT_SUFFIX = ".snapshot"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2   # 2: + coordinator epoch and open transaction's first offset per producer
 MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024
 SNAPSHOTS_TO_KEEP = 2
 
@@ -70,6 +83,8 @@ class ProducerEntry:
     producer_epoch: int = NO_PRODUCER_EPOCH
     batches: deque = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
     last_timestamp_ms: int = -1
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = NO_OFFSET   # the open transaction's first offset, -1: none
 
     @property
     def last_seq(self) -> int:
@@ -82,6 +97,14 @@ class ProducerEntry:
             if batch.first_seq == first_seq and batch.last_seq == last_seq:
                 return batch
         return None
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction a marker ended (Kafka's CompletedTxn): its offsets and outcome."""
+    producer_id: int
+    first_offset: int
+    last_offset: int        # the marker's offset
+    aborted: bool
 
 
 class Action(IntEnum):
@@ -108,6 +131,8 @@ class ProducerStateTable:
     def __init__(self, *, max_producer_ids: int = DEFAULT_MAX_PRODUCER_IDS):
         self.max_producer_ids = max_producer_ids
         self._entries: dict[int, ProducerEntry] = {}   # insertion order == least recently written first
+        self._ongoing: dict[int, int] = {}              # producer id -> open transaction's first offset
+        self._unreplicated: dict[int, int] = {}         # first offset -> marker offset, marker not yet below HW
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -116,12 +141,22 @@ class ProducerStateTable:
         return self._entries.get(producer_id)
 
     def check(self, producer_id: int, producer_epoch: int, base_sequence: int,
-              last_sequence: int) -> Verdict:
+              last_sequence: int, transactional: bool = False) -> Verdict:
         """What a client's batch gets, in Kafka's order: a duplicate of a cached batch first,
-        then the epoch, then the sequence. Pure: ``record`` changes the table."""
+        then the epoch, then the sequence, then (non-transactional batch) no open transaction.
+        Pure: ``record`` changes the table."""
         entry = self._entries.get(producer_id)
         if entry is None:
             return APPEND
+        verdict = self._check_sequence(entry, producer_id, producer_epoch, base_sequence, last_sequence)
+        if verdict.action == Action.APPEND and not transactional and entry.current_txn_first_offset >= 0:
+            return Verdict(Action.REJECT, INVALID_TXN_STATE, None,
+                           f"expected a transactional write from producer {producer_id}: its transaction "
+                           f"from offset {entry.current_txn_first_offset} is open")
+        return verdict
+
+    def _check_sequence(self, entry: ProducerEntry, producer_id: int, producer_epoch: int,
+                        base_sequence: int, last_sequence: int) -> Verdict:
         duplicate = entry.find_duplicate(producer_epoch, base_sequence, last_sequence)
         if duplicate is not None:
             return Verdict(Action.DUPLICATE, 0, duplicate)
@@ -144,8 +179,9 @@ class ProducerStateTable:
         return APPEND
 
     def record(self, producer_id: int, producer_epoch: int, base_sequence: int, last_sequence: int,
-               first_offset: int, last_offset: int, timestamp_ms: int) -> None:
-        """Remember an appended batch (after ``check`` said APPEND, or when replaying the log)."""
+               first_offset: int, last_offset: int, timestamp_ms: int, transactional: bool = False) -> None:
+        """Remember an appended batch (after ``check`` said APPEND, or when replaying the log); a
+        transactional one opens the producer's transaction unless one is open."""
         entry = self._entries.pop(producer_id, None)
         if entry is None:
             entry = ProducerEntry(producer_id)
@@ -155,13 +191,86 @@ class ProducerStateTable:
         entry.batches.append(BatchMetadata(base_sequence, last_sequence, first_offset, last_offset,
                                            timestamp_ms))
         entry.last_timestamp_ms = timestamp_ms
-        self._entries[producer_id] = entry
+        if transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = first_offset
+            self._ongoing[producer_id] = first_offset
+        self._put(entry)
+
+    def _put(self, entry: ProducerEntry) -> None:
+        self._entries[entry.producer_id] = entry
         while len(self._entries) > self.max_producer_ids:
-            del self._entries[next(iter(self._entries))]
+            # the least recently written go first, never one with an open transaction
+            victim = next((pid for pid, e in self._entries.items() if e.current_txn_first_offset < 0), None)
+            if victim is None:
+                break
+            del self._entries[victim]
+
+    # --- transactions -----------------------------------------------------------------------
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> Verdict:
+        """What a COMMIT/ABORT marker from the transaction coordinator gets: an older producer
+        epoch than the producer's -> INVALID_PRODUCER_EPOCH; an older coordinator epoch than the
+        last marker's -> TRANSACTION_COORDINATOR_FENCED."""
+        entry = self._entries.get(producer_id)
+        if entry is None:
+            return APPEND
+        if producer_epoch < entry.producer_epoch:
+            return Verdict(Action.REJECT, INVALID_PRODUCER_EPOCH, None,
+                           f"marker epoch {producer_epoch} of producer {producer_id} is older than "
+                           f"the current epoch {entry.producer_epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            return Verdict(Action.REJECT, TRANSACTION_COORDINATOR_FENCED, None,
+                           f"marker from coordinator epoch {coordinator_epoch}, producer {producer_id} "
+                           f"has seen coordinator epoch {entry.coordinator_epoch}")
+        return APPEND
+
+    def record_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, aborted: bool,
+                      offset: int, timestamp_ms: int) -> CompletedTxn | None:
+        """Apply an appended marker at ``offset``: the producer's open transaction (if any) ends
+        and is returned; the marker's epochs become the producer's."""
+        entry = self._entries.pop(producer_id, None)
+        if entry is None:
+            entry = ProducerEntry(producer_id)
+        if producer_epoch != entry.producer_epoch:
+            entry.producer_epoch = producer_epoch
+            entry.batches.clear()
+        completed = None
+        if entry.current_txn_first_offset >= 0:
+            completed = CompletedTxn(producer_id, entry.current_txn_first_offset, offset, aborted)
+            self._ongoing.pop(producer_id, None)
+            self._unreplicated[completed.first_offset] = offset
+        entry.current_txn_first_offset = NO_OFFSET
+        entry.coordinator_epoch = coordinator_epoch
+        entry.last_timestamp_ms = timestamp_ms
+        self._put(entry)
+        return completed
+
+    def last_stable_offset_at_abort(self, completed: CompletedTxn) -> int:
+        """What an aborted transaction's index entry records as the last stable offset once it
+        ended: the first offset of the earliest transaction still open, else past the marker."""
+        return min(self._ongoing.values(), default=completed.last_offset + 1)
+
+    @property
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction."""
+        return dict(self._ongoing)
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the earliest transaction that is open, or ended by a marker not
+        yet below ``high_watermark``; None when every transaction is complete and replicated."""
+        unreplicated = self._unreplicated
+        if unreplicated:
+            for first_offset in [f for f, marker in unreplicated.items() if marker < high_watermark]:
+                del unreplicated[first_offset]
+        if not self._ongoing:
+            return min(unreplicated) if unreplicated else None
+        first = min(self._ongoing.values())
+        return min(first, min(unreplicated)) if unreplicated else first
 
     def expire(self, now_ms: int, expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> int:
         """Forget producers whose last batch timestamp is expiration_ms or more before now_ms."""
-        stale = [pid for pid, e in self._entries.items() if now_ms - e.last_timestamp_ms >= expiration_ms]
+        stale = [pid for pid, e in self._entries.items()
+                 if now_ms - e.last_timestamp_ms >= expiration_ms and e.current_txn_first_offset < 0]
         for pid in stale:
             del self._entries[pid]
         return len(stale)
@@ -171,7 +280,7 @@ class ProducerStateTable:
     def to_bytes(self) -> bytes:
         producers = [[e.producer_id, e.producer_epoch, e.last_timestamp_ms,
                       [[b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp_ms]
-                       for b in e.batches]]
+                       for b in e.batches], e.coordinator_epoch, e.current_txn_first_offset]
                      for e in self._entries.values()]
         body = msgpack.packb([SNAPSHOT_VERSION, producers])
         return crc32c(body).to_bytes(4, "big") + body
@@ -183,12 +292,16 @@ class ProducerStateTable:
             raise ValueError("producer snapshot CRC mismatch")
         try:
             version, producers = msgpack.unpackb(data[4:])
-            if version != SNAPSHOT_VERSION:
+            if version not in (1, SNAPSHOT_VERSION):
                 raise ValueError(f"unknown producer snapshot version {version}")
             table = cls(max_producer_ids=max_producer_ids)
-            for producer_id, epoch, last_timestamp_ms, batches in producers:
+            for producer_id, epoch, last_timestamp_ms, batches, *txn in producers:
                 entry = ProducerEntry(producer_id, epoch, last_timestamp_ms=last_timestamp_ms)
                 entry.batches.extend(BatchMetadata(*b) for b in batches)
+                if version >= 2:
+                    entry.coordinator_epoch, entry.current_txn_first_offset = txn
+                    if entry.current_txn_first_offset >= 0:
+                        table._ongoing[producer_id] = entry.current_txn_first_offset
                 table._entries[producer_id] = entry
         except (TypeError, ValueError, msgpack.UnpackException) as exc:
             raise ValueError(f"corrupt producer snapshot: {exc}") from None

@@ -28,6 +28,8 @@ from protocol.record_batch import (
     parse_header,
 )
 
+from .txn_index import TXN_INDEX_SUFFIX, TransactionIndex
+
 LOG_SUFFIX = ".log"
 DELETED_SUFFIX = ".deleted"  # a deleted segment's files until they are unlinked (Kafka's suffix)
 INDEX_SUFFIX = ".index"
@@ -135,6 +137,9 @@ class Segment:
         if truncate:
             self.offset_index.truncate_entries(0)
             self.time_index.truncate_entries(0)
+        # aborted transactions whose markers lie here; create/open replace it with the file's
+        self.txn_index = TransactionIndex(directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX))
+        self.txn_index_missing = False   # opened without its .txnindex file: rebuild from the log
         self.size_bytes = 0
         self.next_offset = base_offset
         self.max_timestamp_ms = NO_TIMESTAMP
@@ -149,8 +154,10 @@ class Segment:
     @classmethod
     def create(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
                max_index_bytes: int, now_ms: int = NO_TIMESTAMP) -> "Segment":
-        return cls(directory, base_offset, index_interval_bytes=index_interval_bytes,
-                   max_index_bytes=max_index_bytes, created_ms=now_ms, truncate=True)
+        segment = cls(directory, base_offset, index_interval_bytes=index_interval_bytes,
+                      max_index_bytes=max_index_bytes, created_ms=now_ms, truncate=True)
+        segment.txn_index = TransactionIndex.create(segment.txn_index.path)
+        return segment
 
     @classmethod
     def open(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
@@ -165,6 +172,13 @@ class Segment:
                       max_index_bytes=max_index_bytes)
         segment.created_ms = int(os.fstat(segment.fd).st_mtime * 1000)
         segment._load(recover, full_recovery=full_recovery)
+        txn_index = TransactionIndex.open(segment.txn_index.path)
+        if txn_index is None:
+            segment.txn_index = TransactionIndex.create(segment.txn_index.path)
+            segment.txn_index_missing = True
+        else:
+            txn_index.truncate_to(segment.next_offset)  # entries past a tail lost in a crash
+            segment.txn_index = txn_index
         return segment
 
     def _load(self, recover: bool, *, full_recovery: bool = False) -> None:
@@ -343,6 +357,7 @@ class Segment:
         self.offset_index.truncate_entries(bisect_left(self.offset_index.values, position))
         self.time_index.truncate_entries(
             bisect_left(self.time_index.values, found[1] - self.base_offset))
+        self.txn_index.truncate_to(offset)
         self._load(recover=False)
 
     # --- reading ----------------------------------------------------------------------------
@@ -494,7 +509,7 @@ class Segment:
 
     def delete(self) -> None:
         self.close()
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        for path in (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             path.unlink(missing_ok=True)
 
     def mark_deleted(self) -> list[Path]:
@@ -503,7 +518,7 @@ class Segment:
         unlinking 1 GiB of cached segments took ~0.27 s here). Returns the renamed paths."""
         self.close()
         renamed = []
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        for path in (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             target = path.with_name(path.name + DELETED_SUFFIX)
             try:
                 path.rename(target)

@@ -33,10 +33,12 @@ from protocol.errors import MalformedMessage
 
 PRODUCE = 32000          # [leader_epoch, acks, timeout_ms] + [records]
 FETCH = 32001            # [offset, max_bytes, leader_epoch, isolation_level] -> [error, high_watermark,
-                         # last_stable, log_start, message, segment path, position, size_bytes]: where the
-                         # records lie; the gateway (same node) sends them from the file
+                         # last_stable, log_start, message, segment path, position, size_bytes, aborted
+                         # transactions (read_committed: [[producer id, first offset]...], else None)]: where
+                         # the records lie; the gateway (same node) sends them from the file
 WAIT_FOR_DATA = 32002    # [offset, timeout_ms, replica]: True once records at or past offset are readable
-                         # (replica: written, for a follower's fetch)
+                         # (replica: WAIT_CONSUMER below the high watermark, WAIT_REPLICA written (a
+                         # follower's fetch), WAIT_READ_COMMITTED below the last stable offset)
 LIST_OFFSETS = 32003     # [timestamp, leader_epoch, isolation_level]
 SHARE_FETCH = 32004      # [group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit,
                          # limits] (limits: the group's, cluster/config.py ShareGroupLimits.as_list(), or None)
@@ -62,13 +64,17 @@ SHARE_STATE = 32012      # [api key 83-87, group id, [[topic id, partition, fiel
                          # actors/share_coordinator/wire.py); NOT_HOSTED where no coordinator of it is hosted
 RELEASE_WAITERS = 32013  # [] -> [count]: the partition's acks=all produces still waiting are answered
                          # NOT_LEADER_OR_FOLLOWER now (its broker's session with the controller lapsed)
-BATCHED = (FETCH, REPLICA_FETCH)  # what MANY may carry: calls without blobs that never wait
+TXN_MARKERS = 32014      # [timeout_ms, [[topic id, partition, producer id, producer epoch, coordinator epoch,
+                         # committed]...]] -> [[status, [error, message]]...]: WriteTxnMarkers' markers for the
+                         # partitions of one shard, appended in order, answered once replicated as acks=all
+BATCHED = (FETCH, REPLICA_FETCH)
+WAIT_CONSUMER, WAIT_REPLICA, WAIT_READ_COMMITTED = 0, 1, 2   # WAIT_FOR_DATA / WAIT_FOR_ANY's "replica"  # what MANY may carry: calls without blobs that never wait
 NO_PARTITION = (uuid.UUID(int=0), 0)
 API_NAMES = {PRODUCE: "produce", FETCH: "fetch", WAIT_FOR_DATA: "wait_for_data", LIST_OFFSETS: "list_offsets",
              SHARE_FETCH: "share_fetch", SHARE_WAIT: "share_wait", SHARE_ACKNOWLEDGE: "share_acknowledge",
              SHARE_RELEASE: "share_release", REPLICA_FETCH: "replica_fetch", MANY: "many",
              WAIT_FOR_ANY: "wait_for_any", PRODUCE_MANY: "produce_many", SHARE_STATE: "share_state",
-             RELEASE_WAITERS: "release_waiters"}
+             RELEASE_WAITERS: "release_waiters", TXN_MARKERS: "txn_markers"}
 
 ANSWERED, NOT_HOSTED = 0, 1  # response statuses
 

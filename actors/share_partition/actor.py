@@ -27,6 +27,9 @@ from actors.gateway.security.inter_broker import broker_transport
 from actors.share_partition.state_client import BrokerStateConnection, LocalStateConnection
 from actors.startup import start_unless_started, succeeded
 from protocol.errors import ErrorCode
+from protocol.record_batch import CorruptRecord
+from actors.partition import wire
+from actors.partition.core import READ_COMMITTED, READ_UNCOMMITTED, skipped_by_read_committed
 from actors.partition.log import FileSlice, OffsetOutOfRange
 
 # answers that mean the share coordinator is elsewhere now, or not there yet
@@ -303,10 +306,18 @@ class ShareLeaders:
             timestamp = start_offset_timestamp(group_configs.get("share.auto.offset.reset"), now_ms())
         except ValueError:  # configs are validated when set: not expected
             timestamp = LATEST_TIMESTAMP
-        error, offset, _ = core.list_offsets(timestamp)
+        isolation = READ_COMMITTED if group_configs.get("share.isolation.level") == "read_committed" \
+            else READ_UNCOMMITTED
+        error, offset, _ = core.list_offsets(timestamp, isolation_level=isolation)
         if error or offset < 0:  # by_duration: no record that recent
-            error, offset, _ = core.list_offsets(LATEST_TIMESTAMP)
+            error, offset, _ = core.list_offsets(LATEST_TIMESTAMP, isolation_level=isolation)
         return offset if error == 0 and offset >= 0 else core.high_watermark
+
+    def _readable_end(self, sp: SharePartition) -> int:
+        """Where acquisition stops: the high watermark, or the last stable offset for a
+        read_committed group (KIP-932 "Reading transactional records")."""
+        core = self.partition.core
+        return core.last_stable_offset if sp.read_committed else core.high_watermark
 
     async def get(self, group_id: str) -> SharePartition:
         sp = self.groups.get(group_id)
@@ -376,13 +387,15 @@ class ShareLeaders:
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
         while True:
             offset = sp.fetch_offset()
-            if offset is not None and offset < self.partition.core.high_watermark:
+            if offset is not None and offset < self._readable_end(sp):
                 return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
             waiter = self.acquirable
-            data = asyncio.ensure_future(self.partition.wait_for_data(sp.end_offset, int(remaining * 1000) + 1))
+            data = asyncio.ensure_future(self.partition.wait_for_data(
+                sp.end_offset, int(remaining * 1000) + 1,
+                wire.WAIT_READ_COMMITTED if sp.read_committed else wire.WAIT_CONSUMER))
             woken = asyncio.ensure_future(waiter.wait())
             try:
                 await asyncio.wait([data, woken], timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
@@ -397,14 +410,20 @@ class ShareLeaders:
         core = self.partition.core
         sp.on_log_start_offset(core.log_start_offset)
         offset = sp.fetch_offset()
-        if offset is None or offset >= core.high_watermark:
+        readable_end = self._readable_end(sp)
+        if offset is None or offset >= readable_end:
             return None, []
         wanted_bytes = int(max(max_records, 1) * self.bytes_per_record * READ_HEADROOM)
         try:  # where the batches lie and their offsets, from their headers: the bytes stay in the file
             where, spans = core.log.slice_spans(
                 offset, min(max(max_bytes, 1), SHARE_FETCH_BYTES_MAX, max(wanted_bytes, SHARE_FETCH_BYTES_MIN)),
-                max_offset=core.high_watermark)
-        except (OffsetOutOfRange, OSError) as e:
+                max_offset=readable_end)
+            aborted = ()
+            if sp.read_committed and spans:
+                aborted = skipped_by_read_committed(
+                    core.log.headers_in(offset, where),
+                    core.log.collect_aborted_txns(offset, min(readable_end, spans[-1][2] + 1)))
+        except (OffsetOutOfRange, OSError, CorruptRecord) as e:
             log.warning("share fetch of partition %s-%d at offset %d: %s", self.partition.topic_id,
                         self.partition.partition, offset, e)
             return None, []
@@ -415,7 +434,7 @@ class ShareLeaders:
         acquired = sp.acquire(member_id, [(base, last) for _, base, last, _ in spans],
                               max_records=max(max_records, 1), now_ms=now_ms(),
                               batch_size=batch_size if batch_size > 0 else None, fetch_offset=offset,
-                              record_limit=record_limit)
+                              aborted=aborted, record_limit=record_limit)
         if not acquired:
             return None, []
         first, last = acquired[0].first_offset, acquired[-1].last_offset

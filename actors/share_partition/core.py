@@ -307,13 +307,15 @@ class SharePartition:
     def __init__(self, group_id: str, topic_id: object, partition: int, *,
                  record_lock_duration_ms: int = DEFAULT_RECORD_LOCK_DURATION_MS,
                  delivery_count_limit: int = DEFAULT_DELIVERY_COUNT_LIMIT,
-                 max_record_locks: int = DEFAULT_MAX_RECORD_LOCKS, renew_acknowledge_enable: bool = True) -> None:
+                 max_record_locks: int = DEFAULT_MAX_RECORD_LOCKS, renew_acknowledge_enable: bool = True,
+                 read_committed: bool = False) -> None:
         self.group_id = group_id
         self.topic_id = topic_id
         self.partition = partition
         self._highest_limit = 0       # the highest delivery count limit ever in force (invariants)
         self.configure(record_lock_duration_ms=record_lock_duration_ms, delivery_count_limit=delivery_count_limit,
-                       max_record_locks=max_record_locks, renew_acknowledge_enable=renew_acknowledge_enable)
+                       max_record_locks=max_record_locks, renew_acknowledge_enable=renew_acknowledge_enable,
+                       read_committed=read_committed)
         self.metrics = ShareMetrics()
         self._ranges: list[_Range] = []
         self._firsts: list[int] = []
@@ -326,11 +328,13 @@ class SharePartition:
         self._baseline: tuple[int, list[StateBatch]] = (0, [])
 
     def configure(self, *, record_lock_duration_ms: int, delivery_count_limit: int, max_record_locks: int,
-                  renew_acknowledge_enable: bool) -> bool:
+                  renew_acknowledge_enable: bool, read_committed: bool = False) -> bool:
         """The group's limits now (share.record.lock.duration.ms, share.delivery.count.limit,
-        share.partition.max.record.locks, share.renew.acknowledge.enable); they apply from the next
-        operation on (see the module docstring). Returns True if any changed. Raises ValueError for
-        values no config validation lets through."""
+        share.partition.max.record.locks, share.renew.acknowledge.enable, share.isolation.level:
+        ``read_committed`` tells the shell to read up to the last stable offset and pass aborted
+        batches to ``acquire``); they apply from the next operation on (see the module
+        docstring). Returns True if any changed. Raises ValueError for values no config
+        validation lets through."""
         if record_lock_duration_ms <= 0:
             raise ValueError(f"record_lock_duration_ms must be > 0, got {record_lock_duration_ms}")
         if delivery_count_limit < DELIVERY_COUNT_LIMIT_MIN:
@@ -343,7 +347,9 @@ class SharePartition:
         (self.record_lock_duration_ms, self.delivery_count_limit, self.max_record_locks,
          self.renew_acknowledge_enable) = now
         self._highest_limit = max(self._highest_limit, delivery_count_limit)
-        return now != before
+        changed = now != before or bool(read_committed) != getattr(self, "read_committed", None)
+        self.read_committed = bool(read_committed)
+        return changed
 
     # ------------------------------------------------------------------ queries
 

@@ -3,14 +3,16 @@ reroute or refresh its metadata). With `security` (a client's settings, librdkaf
 request goes over Kray's admin connection, which logs in first (TLS, SASL); without, over a bare
 socket, sent at once (a request that must wait in a stalled broker's socket)."""
 import socket
+import time
 import uuid
 
 from protocol.headers import RequestHeader, encode_request
 from protocol.messages import (FetchRequest, FetchResponse, MetadataRequest, MetadataResponse, ProduceRequest,
-                               ProduceResponse)
+                               ProduceResponse, WriteTxnMarkersRequest)
 from protocol.record_batch import build_batch
 
 PRODUCE_VERSION = 9
+MARKERS_VERSION = 1
 FETCH_VERSION = 13
 METADATA_VERSION = 12
 
@@ -83,3 +85,45 @@ def _over_login(bootstrap: str, security: dict, timeout_s: float, request, versi
     properties = {k: str(v) for k, v in security.items() if k != "bootstrap.servers"}
     with KafkaConnection(bootstrap, client_id="raw", timeout_s=timeout_s, properties=properties) as conn:
         return conn.send(request, version)
+
+
+class Transactions:
+    """Writes transactional batches and markers (WriteTxnMarkers) to one topic over Kray's admin
+    connection, as a transactional producer and its transaction coordinator do: for tests of the
+    partition log's side of transactions without a coordinator."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        from cluster.admin import KafkaConnection
+        self.conn = KafkaConnection(bootstrap)
+        self.topic = topic
+        self.sequences: dict[tuple[int, int], int] = {}
+
+    def close(self):
+        self.conn.close()
+
+    def send(self, pid: int, values: list[bytes], *, epoch: int = 0, transactional: bool = True,
+             partition: int = 0) -> tuple[int, int]:
+        """(error code, base offset) of one batch of `values`."""
+        seq = self.sequences.get((pid, epoch), 0)
+        now = int(time.time() * 1000)
+        records = build_batch([(b"k", v, [], now) for v in values], producer_id=pid, producer_epoch=epoch,
+                              base_sequence=seq, is_transactional=transactional)
+        request = ProduceRequest(transactional_id="txn-log" if transactional else None, acks=-1, timeout_ms=10000,
+                                 topic_data=[ProduceRequest.TopicProduceData(name=self.topic, partition_data=[
+                                     ProduceRequest.PartitionProduceData(index=partition, records=records)])])
+        answer = self.conn.send(request, PRODUCE_VERSION).responses[0].partition_responses[0]
+        if answer.error_code == 0:
+            self.sequences[(pid, epoch)] = seq + len(values)
+        return answer.error_code, answer.base_offset
+
+    def end(self, pid: int, committed: bool, *, epoch: int = 0, coordinator_epoch: int = 0,
+            topic: str | None = None, partitions=(0,)) -> list[int]:
+        """WriteTxnMarkers for one producer: the error code of each partition."""
+        request = WriteTxnMarkersRequest(markers=[WriteTxnMarkersRequest.WritableTxnMarker(
+            producer_id=pid, producer_epoch=epoch, transaction_result=committed, coordinator_epoch=coordinator_epoch,
+            topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=topic or self.topic,
+                                                                 partition_indexes=list(partitions))])])
+        response = self.conn.send(request, MARKERS_VERSION)
+        [marker] = response.markers
+        assert marker.producer_id == pid
+        return [p.error_code for t in marker.topics for p in t.partitions]

@@ -305,3 +305,45 @@ def test_kray_acls_add_list_remove(secured, tmp_path):
                      command_config=properties).returncode == 0
     assert kray_acls(secured.sasl, "--list", "--topic", topic, "--group", group,
                      command_config=properties).stdout.strip() == ""
+
+
+def test_transactional_produce_and_markers_need_their_acls(secured, admin):
+    """A transactional produce needs WRITE on its transactional id (else nothing of it is written);
+    WriteTxnMarkers needs CLUSTER_ACTION, which only the brokers (and super users) have."""
+    from cluster.admin import KafkaConnection
+    from protocol.messages import ProduceRequest, WriteTxnMarkersRequest
+    from protocol.record_batch import build_batch
+
+    topic = new_topic(admin)
+    add_acls(admin, allow("User:alice", AclOperation.WRITE, ResourceType.TOPIC, topic))
+    pid = 8_000_000_001
+
+    def produce_txn(conn, transactional_id):
+        records = build_batch([(b"k", b"v", [], int(time.time() * 1000))], producer_id=pid, producer_epoch=0,
+                              base_sequence=0, is_transactional=True)
+        request = ProduceRequest(transactional_id=transactional_id, acks=-1, timeout_ms=10000, topic_data=[
+            ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                ProduceRequest.PartitionProduceData(index=0, records=records)])])
+        return conn.send(request, 9).responses[0].partition_responses[0].error_code
+
+    def end_txn(conn):
+        request = WriteTxnMarkersRequest(markers=[WriteTxnMarkersRequest.WritableTxnMarker(
+            producer_id=pid, producer_epoch=0, transaction_result=True, coordinator_epoch=0,
+            topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])])])
+        return conn.send(request, 1).markers[0].topics[0].partitions[0].error_code
+
+    alice = {k: v for k, v in secured.config("alice").items() if k != "bootstrap.servers"}
+    with KafkaConnection(secured.sasl, properties=alice) as conn:
+        assert produce_txn(conn, "alice-txn") == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        add_acls(admin, allow("User:alice", AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, "alice-txn"))
+        deadline, error = time.monotonic() + TIMEOUT_S, None
+        while time.monotonic() < deadline:   # the ACL reaches this broker's authorizer
+            error = produce_txn(conn, "alice-txn")
+            if error != KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                break
+            time.sleep(0.2)
+        assert error == 0
+        assert end_txn(conn) == KafkaError.CLUSTER_AUTHORIZATION_FAILED   # alice is not a broker
+    admin_properties = {k: v for k, v in secured.config("admin").items() if k != "bootstrap.servers"}
+    with KafkaConnection(secured.sasl, properties=admin_properties) as conn:
+        assert end_txn(conn) == 0

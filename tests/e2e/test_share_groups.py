@@ -194,8 +194,8 @@ def test_share_group_tools_describe_reset_and_delete(kray_share):
                   "--add-config", "share.auto.offset.reset=earliest")
     assert r.returncode == 0, r.stderr
     bad = kray_tool(kray_share, "configs", "--entity-type", "groups", "--entity-name", group, "--alter",
-                    "--add-config", "share.isolation.level=read_committed")
-    assert bad.returncode == 1 and "transactions" in bad.stderr
+                    "--add-config", "share.isolation.level=serializable")
+    assert bad.returncode == 1 and "share.isolation.level" in bad.stderr
     r = kray_tool(kray_share, "producer-perf-test", "--topic", topic, "--num-records", "3", "--throughput", "2.5",
                   "--payload-monotonic")
     assert r.returncode == 0 and "3 records sent" in r.stdout, r.stdout + r.stderr

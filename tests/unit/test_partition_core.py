@@ -150,7 +150,7 @@ def test_crc_mismatch_rejected_and_nothing_appended(tmp_path):
     ("count", ErrorCode.INVALID_RECORD),
     ("control", ErrorCode.INVALID_RECORD),
     ("no_sequence", ErrorCode.INVALID_RECORD),
-    ("transactional", ErrorCode.INVALID_TXN_STATE),
+    ("transactional_without_producer", ErrorCode.INVALID_RECORD),
     ("future_timestamp", ErrorCode.INVALID_TIMESTAMP),
     ("codec", ErrorCode.CORRUPT_MESSAGE),
     ("segment", ErrorCode.RECORD_LIST_TOO_LARGE),
@@ -175,8 +175,8 @@ def test_invalid_produce(tmp_path, case, code):
         data = bytearray(batch(1, is_control=True))
     elif case == "no_sequence":
         data = bytearray(batch(1, pid=3, epoch=0, seq=-1))
-    elif case == "transactional":
-        data = bytearray(batch(1, pid=3, epoch=0, seq=0, is_transactional=True))
+    elif case == "transactional_without_producer":
+        data = bytearray(batch(1, is_transactional=True))
     elif case == "future_timestamp":
         data = bytearray(batch(1, ts=NOW + 3_600_001))
     elif case == "codec":

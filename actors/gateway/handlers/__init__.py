@@ -28,6 +28,7 @@ from actors.gateway.handlers.share_admin import (handle_alter_share_group_offset
                                                  handle_describe_share_group_offsets)
 from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle_share_fetch
 from actors.gateway.handlers.share_state import handle_share_state
+from actors.gateway.handlers.txn_markers import handle_write_txn_markers
 from actors.gateway.handlers.topics import handle_create_partitions, handle_create_topics, handle_delete_topics
 
 ROUTES: dict[int, Route] = {
@@ -49,6 +50,9 @@ ROUTES: dict[int, Route] = {
     19: Route(handle_create_topics, 2, 7),
     20: Route(handle_delete_topics, 1, 6),
     22: Route(handle_init_producer_id, 0, 5),
+    # the partition leaders' side of transactions; not advertised until the transaction
+    # coordinator (issue 19) that sends it is merged: then drop advertised=False
+    27: Route(handle_write_txn_markers, 1, 2, advertised=False),
     36: Route(handle_sasl_authenticate, 0, 2),
     29: Route(handle_describe_acls, 1, 3),
     30: Route(handle_create_acls, 1, 3),

@@ -39,6 +39,7 @@ log = logging.getLogger("kray.gateway")
 
 
 NO_REPLICA = -1
+READ_COMMITTED = 1  # Fetch isolation_level
 REFUSED_FOLLOWER_LOG_INTERVAL_S = 60.0
 _refused_followers_logged: dict[tuple, float] = {}  # (host, principal) -> when last logged (monotonic)
 
@@ -127,21 +128,34 @@ def _fill(w: _Wanted, r, diverging) -> int:
     p.error_code, p.high_watermark = r.error_code, r.high_watermark
     p.last_stable_offset, p.log_start_offset = r.last_stable_offset, r.log_start_offset
     p.records = r.records
+    aborted = getattr(r, "aborted_transactions", None)
+    p.aborted_transactions = None if aborted is None else [
+        FetchResponse.AbortedTransaction(producer_id=producer_id, first_offset=first_offset)
+        for producer_id, first_offset in aborted]
     return len(r.records) if r.records is not None else 0
 
 
-def _wait_for_group(group: list[_Wanted], timeout_ms: int):
+def _wait_for_group(group: list[_Wanted], timeout_ms: int, isolation_level: int):
     if len(group) == 1:
         w = group[0]
-        return w.client.wait_for_data(w.offset, timeout_ms, w.replica_id != NO_REPLICA)
-    return group[0].client.wait_for_any([(w.client.key, w.offset, w.replica_id != NO_REPLICA) for w in group],
+        return w.client.wait_for_data(w.offset, timeout_ms, _wait_mode(w, isolation_level))
+    return group[0].client.wait_for_any([(w.client.key, w.offset, _wait_mode(w, isolation_level)) for w in group],
                                         timeout_ms)
 
 
-async def _wait_for_any(wanted: list[_Wanted], timeout_ms: int) -> bool:
+def _wait_mode(w: _Wanted, isolation_level: int) -> int:
+    """What a long poll waits for: a follower for written records, a read_committed consumer for
+    the last stable offset to pass its offset, another consumer for the high watermark."""
+    if w.replica_id != NO_REPLICA:
+        return wire.WAIT_REPLICA
+    return wire.WAIT_READ_COMMITTED if isolation_level == READ_COMMITTED else wire.WAIT_CONSUMER
+
+
+async def _wait_for_any(wanted: list[_Wanted], timeout_ms: int, isolation_level: int) -> bool:
     """Wait until one of the partitions has records past its offset: True; False when max wait
     passed without (then a second read would find what the first found)."""
-    tasks = [asyncio.ensure_future(_wait_for_group(group, timeout_ms)) for group in by_listener(wanted, lambda w: w.client)]
+    tasks = [asyncio.ensure_future(_wait_for_group(group, timeout_ms, isolation_level))
+             for group in by_listener(wanted, lambda w: w.client)]
     deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
     try:
         while tasks:
@@ -212,7 +226,7 @@ async def handle_fetch(ctx, header, request, connection=None) -> FetchResponse:
     if wanted and sum(sizes) < max(request.min_bytes, 1) and request.max_wait_ms > 0 and not answer_now:
         idle = [w for w, size in zip(wanted, sizes) if size == 0]
         if idle:
-            if await _wait_for_any(idle, request.max_wait_ms):
+            if await _wait_for_any(idle, request.max_wait_ms, isolation):
                 sizes = await _read_all(wanted, isolation)
     _trim_to_max_bytes(wanted, sizes, request.max_bytes)
     if step.session is None:

@@ -41,6 +41,10 @@ async def handle_produce(ctx, header, request, connection=None) -> ProduceRespon
     access = ctx.access(connection)
     names = {id(t): _topic_name(ctx, t, by_id) for t in request.topic_data}
     writable = access.allowed(AclOperation.WRITE, ResourceType.TOPIC, (n for n in names.values() if n is not None))
+    # a transactional produce needs WRITE on its transactional id, else nothing of it is written (Kafka
+    # answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition)
+    refused = request.transactional_id is not None and not access.allows(
+        AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
     for topic_data in request.topic_data:
         topic_response = ProduceResponse.TopicProduceResponse(name=topic_data.name, topic_id=topic_data.topic_id,
                                                               partition_responses=[])
@@ -50,7 +54,9 @@ async def handle_produce(ctx, header, request, connection=None) -> ProduceRespon
                                                              log_append_time_ms=-1, log_start_offset=-1)
             topic_response.partition_responses.append(presp)
             name = names[id(topic_data)]
-            if name is not None and name not in writable:  # nothing of it is appended
+            if refused:
+                presp.error_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            elif name is not None and name not in writable:  # nothing of it is appended
                 presp.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif request.acks not in VALID_ACKS:
                 presp.error_code = ErrorCode.INVALID_REQUIRED_ACKS

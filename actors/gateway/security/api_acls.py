@@ -88,6 +88,7 @@ _ROWS = [
                                    Check(Op.IDEMPOTENT_WRITE, Res.CLUSTER, "cluster", "idempotent only",
                                          alternatives=(_topics(Op.WRITE, "WRITE on any topic "
                                                                          "(authorize_by_resource_type)"),)))),
+    ApiAcls(27, "WriteTxnMarkers", (_cluster(Op.CLUSTER_ACTION),)),
     ApiAcls(29, "DescribeAcls", (_cluster(Op.DESCRIBE),)),
     ApiAcls(30, "CreateAcls", (_cluster(Op.ALTER),)),
     ApiAcls(31, "DeleteAcls", (_cluster(Op.ALTER),)),
