@@ -1,13 +1,16 @@
 """The transaction coordinator against a real `kray start` (issue 19), over raw Kafka requests: what a transactional
 producer's first steps get (FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn) and what an operator sees
-(DescribeTransactions, ListTransactions).
+(DescribeTransactions, ListTransactions, `kray transactions`).
 
 The transaction APIs are not advertised in ApiVersions until the partition log side (markers, read_committed) is
 merged, so the requests name their versions; a transaction that ends stays in Prepare* until the partition
 leaders write its markers (then Complete*), so the tests accept either where they end one.
 """
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -165,3 +168,26 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(kray,
         assert state.producer_epoch == p.producer_epoch + 1  # the abort bumped the epoch: the producer is fenced
         assert _add(conn, txn, p.producer_id, p.producer_epoch, [(topic, 1)]) == {(topic, 1): E.PRODUCER_FENCED}
 
+
+def test_kray_transactions_lists_and_describes(kray, topic):
+    txn = f"cli-{uuid.uuid4().hex[:6]}"
+    with _coordinator(kray, txn) as conn:
+        p = _init(conn, txn)
+        assert _add(conn, txn, p.producer_id, p.producer_epoch, [(topic, 0)]) == {(topic, 0): 0}
+    kray_bin = str(Path(sys.executable).parent / "kray")
+    listed = subprocess.run([kray_bin, "transactions", "--bootstrap-server", kray, "--list"], capture_output=True,
+                            text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert any(line.split()[:1] == [txn] and "Ongoing" in line.split() for line in listed.stdout.splitlines())
+    described = subprocess.run([kray_bin, "transactions", "--bootstrap-server", kray, "--describe",
+                                "--transactional-id", txn], capture_output=True, text=True, timeout=60)
+    assert described.returncode == 0, described.stderr
+    header, row = described.stdout.splitlines()[:2]
+    fields = dict(zip(header.split("\t"), row.split("\t")))
+    assert (fields["TransactionalId"], fields["ProducerId"], fields["TransactionState"]) == (
+        txn, str(p.producer_id), "Ongoing")
+    assert f"{topic}-0" in fields["TopicPartitions"]
+    missing = subprocess.run([kray_bin, "transactions", "--bootstrap-server", kray, "--describe",
+                              "--transactional-id", f"never-{uuid.uuid4().hex[:6]}"], capture_output=True, text=True,
+                             timeout=60)
+    assert missing.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in missing.stderr
