@@ -17,7 +17,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster.admin import KafkaConnection
 from protocol.errors import ErrorCode
-from protocol.messages import (AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
+from actors import internal_topics
+from protocol.messages import (AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest,
+                               EndTxnRequest,
                                FindCoordinatorRequest, InitProducerIdRequest, ListTransactionsRequest)
 
 KEY_TYPE_TRANSACTION = 1
@@ -167,6 +169,51 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(kray,
         assert state.transaction_state in ("PrepareAbort", "CompleteAbort")
         assert state.producer_epoch == p.producer_epoch + 1  # the abort bumped the epoch: the producer is fenced
         assert _add(conn, txn, p.producer_id, p.producer_epoch, [(topic, 1)]) == {(topic, 1): E.PRODUCER_FENCED}
+
+
+
+def test_brokers_batched_requests_verify_and_add_per_transaction(kray, topic):
+    """AddPartitionsToTxn v4+ (KIP-890 part 1): a partition leader asks whether its partition is in a transaction
+    (verify_only: nothing added; TRANSACTION_ABORTABLE when it is not); several transactions in one request."""
+    ongoing, other = f"verify-{uuid.uuid4().hex[:6]}", f"batched-{uuid.uuid4().hex[:6]}"
+    with _coordinator(kray, ongoing) as conn:
+        p = _init(conn, ongoing)
+        assert _add(conn, ongoing, p.producer_id, p.producer_epoch, [(topic, 0)]) == {(topic, 0): 0}
+    with _coordinator(kray, other) as conn:
+        q = _init(conn, other)
+    R = AddPartitionsToTxnRequest
+    request = R(transactions=[
+        R.AddPartitionsToTxnTransaction(transactional_id=ongoing, producer_id=p.producer_id,
+                                        producer_epoch=p.producer_epoch, verify_only=True, topics=[
+                                            R.AddPartitionsToTxnTopic(name=topic, partitions=[0, 1])]),
+        R.AddPartitionsToTxnTransaction(transactional_id=other, producer_id=q.producer_id,
+                                        producer_epoch=q.producer_epoch, verify_only=False, topics=[
+                                            R.AddPartitionsToTxnTopic(name=topic, partitions=[1])])])
+    with KafkaConnection(kray, client_id="txn-test") as conn:  # one broker: it coordinates both ids
+        r = conn.send(request, 5)
+        assert r.error_code == 0
+        results = {t.transactional_id: {(tr.name, pr.partition_index): pr.partition_error_code
+                                        for tr in t.topic_results for pr in tr.results_by_partition}
+                   for t in r.results_by_transaction}
+        assert results == {ongoing: {(topic, 0): 0, (topic, 1): E.TRANSACTION_ABORTABLE}, other: {(topic, 1): 0}}
+        assert [(t.topic, t.partitions) for t in _describe(conn, ongoing).topics] == [(topic, [0])]  # nothing added
+        assert [(t.topic, t.partitions) for t in _describe(conn, other).topics] == [(topic, [1])]
+
+
+def test_add_offsets_to_txn_adds_the_groups_offsets_partition(kray):
+    txn, group = f"offsets-{uuid.uuid4().hex[:6]}", "txn-readers"
+    with _coordinator(kray, txn) as conn:
+        p = _init(conn, txn)
+        r = conn.send(AddOffsetsToTxnRequest(transactional_id=txn, producer_id=p.producer_id,
+                                             producer_epoch=p.producer_epoch, group_id=group), 3)
+        assert r.error_code == 0
+        state = _describe(conn, txn)
+        assert state.transaction_state == "Ongoing"
+        assert [(t.topic, t.partitions) for t in state.topics] == [
+            (internal_topics.CONSUMER_OFFSETS, [internal_topics.group_partition(group, 50)])]
+        fenced = conn.send(AddOffsetsToTxnRequest(transactional_id=txn, producer_id=p.producer_id,
+                                                  producer_epoch=p.producer_epoch + 7, group_id=group), 3)
+        assert fenced.error_code == E.PRODUCER_FENCED
 
 
 def test_kray_transactions_lists_and_describes(kray, topic):
