@@ -1,13 +1,15 @@
 """The transaction coordinator's Ray shell: the leader actor of one `__transaction_state` partition.
 
 It is that partition's PartitionActor (the log, replicated like any other) plus the coordinator that writes it, so
-the coordinator moves with the partition's leadership and its appends stay in process. On first use in a leader
-term it replays the partition into a fresh TransactionCoordinatorCore (coordinator epoch = the leader epoch) and
+the coordinator moves with the partition's leadership and its appends stay in process. In each leader term it
+replays the partition into a fresh TransactionCoordinatorCore (coordinator epoch = the leader epoch) and
 resends the markers of the transactions a previous leader left in Prepare*. Each operation steps the core
 synchronously, appends the Step's records (acks=all, through CoordinatorLog), calls `on_appended`, then answers
 and hands the Step's markers to the MarkerSender (marker_sender.py: WriteTxnMarkers over the brokers' listeners),
 whose reports become Complete* records. A timer aborts transactions past their timeout and expires idle
-transactional ids. A failed append leaves the core ahead of the log: it is dropped and replayed on next use.
+transactional ids. A failed append leaves the core ahead of the log: it is dropped and replayed. The partition is
+replayed as soon as this replica leads it (and again soon after a drop), as Kafka loads on election: a transaction
+a dead coordinator left in Prepare* gets its markers without waiting for a client's request.
 
 The gateway calls the operations below with Ray calls (one per client request, as for the group coordinator).
 """
@@ -86,6 +88,13 @@ class TransactionCoordinatorActor(PartitionActor):
     def _leadership_changed(self, leading: bool) -> None:
         super()._leadership_changed(leading)
         self._drop()  # the next leader term replays the partition afresh
+        if leading:  # at once, as Kafka loads on election: the markers a previous leader left are sent again now
+            self._start_timer()
+            self.wake.set()
+
+    def _start_timer(self) -> None:
+        if self.timer is None:
+            self.timer = asyncio.ensure_future(self._timer_loop())
 
     def _drop(self) -> None:
         """Forget the core (memory may be ahead of the log, or another broker leads): replayed on next use."""
@@ -93,6 +102,7 @@ class TransactionCoordinatorActor(PartitionActor):
         if self.sender is not None:
             self.sender.close()
             self.sender = None
+        self.wake.set()  # the timer loop reloads it where this replica still leads
 
     async def _ready(self) -> TransactionCoordinatorCore:
         if self.replica.leader_epoch < 0:  # hosted just now (its shard restarted): not told its state yet
@@ -100,21 +110,20 @@ class TransactionCoordinatorActor(PartitionActor):
         if not self.replica.is_leader:
             raise CoordinatorLogError(E.NOT_COORDINATOR, "this replica does not lead the partition now")
         core = await self.host.ready()
-        if self.timer is None:
-            self.timer = asyncio.ensure_future(self._timer_loop())
+        self._start_timer()
         return core
 
     async def _build(self, records) -> TransactionCoordinatorCore:
         core = TransactionCoordinatorCore(self.txn_config, coordinator_epoch=self.replica.leader_epoch)
         for _offset, key, value in records:
             core.replay(key, value)
-        if self.image is None:
-            self.image = await controller_client.wait_for_metadata(self.controller, -1, 0)
+        resend = core.markers_to_resend()
+        if resend and self.image is None:  # where the partitions' leaders are (fetched when markers need it)
+            await self._refresh_metadata()
         if self.sender is not None:
             self.sender.close()
         self.sender = MarkerSender(self._leader_of, self._address_of, self._connect,
                                    self._markers_written_by(core), self._refresh_metadata)
-        resend = core.markers_to_resend()
         if resend:
             log.info("%s-%d: resending the markers of %d transactions left half-way", self.topic, self.partition,
                      len(resend))
@@ -135,6 +144,8 @@ class TransactionCoordinatorActor(PartitionActor):
                     self._drop()
                 return append_error(e.error_code)
             core.on_appended(transactional_ids(step.records))
+        if step.markers and self.image is None:
+            await self._refresh_metadata()
         if core is not self.shard:
             return E.NOT_COORDINATOR  # the partition moved (or reloaded) meanwhile: its new coordinator resends
         for markers in step.markers:
@@ -233,6 +244,8 @@ class TransactionCoordinatorActor(PartitionActor):
         """The partition's leader broker; None while it has none (or the image does not know its topic yet); GONE
         where its topic is missing from an image newer than the one it was first missing from (deleted)."""
         image, (name, index) = self.image, tp
+        if image is None:
+            return None  # no metadata yet: the next round refreshes it
         topic = image.topics.get(name)
         if topic is None:
             first_missing = self.unknown_topics.setdefault(name, image.version)
@@ -244,7 +257,7 @@ class TransactionCoordinatorActor(PartitionActor):
         return leader if leader in image.brokers else None
 
     def _address_of(self, broker_id: int) -> tuple[str, int] | None:
-        info = self.image.brokers.get(broker_id)
+        info = self.image.brokers.get(broker_id) if self.image is not None else None
         return None if info is None else (info.host, info.port)
 
     async def _connect(self, host: str, port: int) -> BrokerConnection:
@@ -266,6 +279,16 @@ class TransactionCoordinatorActor(PartitionActor):
         transaction.remove.expired.transaction.cleanup.interval.ms)."""
         next_expiry_ms = now_ms() + self.expire_interval_ms
         while True:
+            if self.shard is None and self.replica.is_leader:
+                try:  # elected, or dropped after a failed append: load now (and resend what was left half-way)
+                    await self._ready()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    log.info("%s-%d: loading the transaction coordinator: %s; retrying", self.topic,
+                             self.partition, e)
+                    await asyncio.sleep(TIMER_RETRY_S)
+                    continue
             core = self.shard
             deadline_ms = core.next_deadline_ms() if core is not None else None
             wait_ms = min(self.abort_interval_ms, next_expiry_ms - now_ms(),
