@@ -172,8 +172,8 @@ class MarkerSender:
             return
         try:
             written = self.progress.answer(request_id, response)
-        except RuntimeError as e:  # an answer no marker can take: log it, retry the partitions later
-            log.error("WriteTxnMarkers to broker %d: %s", broker, e)
+        except RuntimeError as e:  # an answer no marker can take (a bug, or a refusal): log it, retry later
+            self._log_once(("answer", broker), "WriteTxnMarkers to broker %d: %s (retrying with backoff)", broker, e)
             self.progress.failed(request_id)
             self._retry_later()
             return

@@ -207,3 +207,12 @@ def test_a_failed_append_is_answered_as_kafkas_coordinator_answers_it(append_err
     """The producer retries (COORDINATOR_NOT_AVAILABLE) or finds the coordinator again (NOT_COORDINATOR)."""
     from actors.transaction_coordinator.actor import append_error as mapped
     assert mapped(append_error) == answered
+
+
+def test_an_answer_no_marker_can_take_is_retried_until_the_broker_takes_it():
+    """A refusal Kafka's coordinator does not expect (here CLUSTER_AUTHORIZATION_FAILED: the broker's login was not
+    allowed yet) is not taken as written: the marker is sent again until the broker writes it."""
+    peers = {1: Peer(errors={("t", 0): [E.CLUSTER_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED]})}
+    reports, _ = asyncio.run(_run(peers, {("t", 0): 1}, [_markers(partitions=[("t", 0)])], lambda r: bool(r)))
+    assert reports == [MarkersWritten("tx", 7, 3, True)]
+    assert peers[1].written == [(7, True, "t", 0)] and len(peers[1].requests) == 3
