@@ -1,7 +1,7 @@
 """Kafka's internal topics and which of their partitions owns a key.
 
-`__consumer_offsets` shards the group coordinators and `__share_group_state` the share
-coordinators: a coordinator is the actor that follows the leadership of one partition. Keys map to
+`__consumer_offsets` shards the group coordinators, `__share_group_state` the share coordinators
+and `__transaction_state` the transaction coordinators: a coordinator is the actor that follows the leadership of one partition. Keys map to
 partitions as Kafka maps them (the Java String hash of the key, made non-negative, modulo the
 partition count), so operators can reason about placement the same way.
 """
@@ -9,18 +9,27 @@ from __future__ import annotations
 
 CONSUMER_OFFSETS = "__consumer_offsets"
 SHARE_GROUP_STATE = "__share_group_state"
+TRANSACTION_STATE = "__transaction_state"
+# created when the brokers are deployed; __transaction_state is created on first use (a transactional
+# id's FindCoordinator or InitProducerId), as Kafka creates it: most clusters never see a transaction
 NAMES = (CONSUMER_OFFSETS, SHARE_GROUP_STATE)
 
 PARTITION_COUNT_CONFIG = {CONSUMER_OFFSETS: "offsets.topic.num.partitions",
-                          SHARE_GROUP_STATE: "share.coordinator.state.topic.num.partitions"}
+                          SHARE_GROUP_STATE: "share.coordinator.state.topic.num.partitions",
+                          TRANSACTION_STATE: "transaction.state.log.num.partitions"}
 REPLICATION_FACTOR_CONFIG = {CONSUMER_OFFSETS: "offsets.topic.replication.factor",
-                             SHARE_GROUP_STATE: "share.coordinator.state.topic.replication.factor"}
+                             SHARE_GROUP_STATE: "share.coordinator.state.topic.replication.factor",
+                             TRANSACTION_STATE: "transaction.state.log.replication.factor"}
+# the topic's min.insync.replicas, capped by its replication factor (Kafka's transaction.state.log.min.isr: the
+# coordinator's records, appended with acks=all, survive a broker's loss)
+MIN_INSYNC_REPLICAS_CONFIG = {TRANSACTION_STATE: "transaction.state.log.min.isr"}
 # Kafka's configs for its internal topics: small segments, and never deleted by time or size: their
 # coordinators keep them short themselves (the group coordinator rewrites its live records and deletes
 # the rest, as Kafka's log cleaner compacts __consumer_offsets; the share coordinator prunes behind its
 # snapshots)
 TOPIC_CONFIGS = {CONSUMER_OFFSETS: {"segment.bytes": 104857600, "retention.ms": -1},
-                 SHARE_GROUP_STATE: {"segment.bytes": 104857600, "retention.ms": -1}}
+                 SHARE_GROUP_STATE: {"segment.bytes": 104857600, "retention.ms": -1},
+                 TRANSACTION_STATE: {"segment.bytes": 104857600, "retention.ms": -1}}
 
 
 def java_string_hash(text: str) -> int:
@@ -40,3 +49,17 @@ def partition_for(key: str, partition_count: int) -> int:
 
 def group_partition(group_id: str, partition_count: int) -> int:
     return partition_for(group_id, partition_count)
+
+
+def transaction_partition(transactional_id: str, partition_count: int) -> int:
+    """The `__transaction_state` partition of a transactional id (Kafka's partitionFor)."""
+    return partition_for(transactional_id, partition_count)
+
+
+def topic_configs(name: str, broker_config, replication_factor: int) -> dict:
+    """The configs an internal topic is created with (its min.insync.replicas capped by its replication)."""
+    configs = dict(TOPIC_CONFIGS[name])
+    if name in MIN_INSYNC_REPLICAS_CONFIG:
+        configs["min.insync.replicas"] = max(1, min(int(broker_config[MIN_INSYNC_REPLICAS_CONFIG[name]]),
+                                                    replication_factor))
+    return configs

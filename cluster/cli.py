@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     chaos.set_defaults(func=cmd_chaos, address=None)
 
     from cluster.tools import (acls, configs, console_share_consumer, consumer_groups, metadata_quorum, perf,
-                               share_groups, share_workers, topics)
+                               share_groups, share_workers, topics, transactions)
     topics.add_parser(sub)
     acls.add_parser(sub)
     configs.add_parser(sub)
@@ -218,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     console_share_consumer.add_parser(sub)
     perf.add_parsers(sub)
     share_workers.add_parser(sub)
+    transactions.add_parser(sub)
 
     args = parser.parse_args(argv)
     if getattr(args, "command_config", None):  # the tools' client security, as Kafka's --command-config

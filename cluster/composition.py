@@ -86,6 +86,9 @@ def partition_class(topic: str):
     if topic == internal_topics.SHARE_GROUP_STATE:
         from actors.share_coordinator.actor import ShareCoordinatorActor
         return ShareCoordinatorActor
+    if topic == internal_topics.TRANSACTION_STATE:
+        from actors.transaction_coordinator.actor import TransactionCoordinatorActor
+        return TransactionCoordinatorActor
     from actors.partition.actor import PartitionActor
     return PartitionActor
 

@@ -40,6 +40,14 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "offsets.topic.replication.factor": 3,
     "share.coordinator.state.topic.num.partitions": 50,
     "share.coordinator.state.topic.replication.factor": 3,
+    # transactions (Kafka 4's shipped defaults)
+    "transaction.state.log.num.partitions": 50,
+    "transaction.state.log.replication.factor": 3,
+    "transaction.state.log.min.isr": 2,
+    "transaction.max.timeout.ms": 900000,
+    "transactional.id.expiration.ms": 604800000,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 10000,
+    "transaction.remove.expired.transaction.cleanup.interval.ms": 3600000,
     "cluster.id": "",
     # replication and failover (Kafka 4's shipped defaults)
     "broker.heartbeat.interval.ms": 2000,

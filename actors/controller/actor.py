@@ -856,15 +856,15 @@ class ControllerActor:
 
     @answers_once_committed
     async def ensure_internal_topic(self, name: str) -> MetadataImage:
-        """Create `__consumer_offsets` or `__share_group_state` on first use; the leaders of its
-        partitions are its coordinators."""
+        """Create `__consumer_offsets`, `__share_group_state` or `__transaction_state` on first use;
+        the leaders of its partitions are its coordinators."""
         if name not in self.core.topics:
             config = self.core.broker_config
             partitions = int(config[internal_topics.PARTITION_COUNT_CONFIG[name]])
             replication = min(int(config[internal_topics.REPLICATION_FACTOR_CONFIG[name]]),
                               max(1, len(self.core.live_brokers())))
-            outcome = self.core.create_topic(name, partitions, replication, internal_topics.TOPIC_CONFIGS[name],
-                                             internal=True)
+            outcome = self.core.create_topic(name, partitions, replication,
+                                             internal_topics.topic_configs(name, config, replication), internal=True)
             self._persist(outcome)
             if outcome.error_code and outcome.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 raise RuntimeError(f"cannot create {name}: {outcome.message}")

@@ -1,7 +1,7 @@
 """From a frame body to a response frame: header, version checks, body decode, handler, encode.
 
 The table of handlers is the single source of what the gateway advertises in ApiVersions: an API
-that has no handler here is never advertised.
+that has no handler here is never advertised (nor one whose route says `advertised=False`).
 """
 from __future__ import annotations
 
@@ -29,8 +29,7 @@ class Route:
     no_response: Callable[[Any], bool] | None = None  # e.g. Produce with acks=0
     # the request's class where it is not protocol/messages.py's (a version the generated class lacks)
     request_class: type | None = None
-    # served but left out of ApiVersions (an inter-broker API whose other side is not merged yet)
-    advertised: bool = True
+    advertised: bool = True  # False: served, but left out of ApiVersions (an API whose whole path is not built yet)
 
 
 class Dispatcher:

@@ -227,6 +227,18 @@ class MarkerProgress:
             out.append((request_id, broker, request))
         return out, leaderless
 
+    def partition_gone(self, transactional_id: str, tp: TopicPartition) -> MarkersWritten | None:
+        """The partition's topic is deleted: its marker is not needed (Kafka skips it). The report, if that was the
+        transaction's last partition."""
+        entry = self.waiting.get(transactional_id)
+        if entry is None or tp not in entry[1]:
+            return None
+        entry[1].discard(tp)
+        if entry[1]:
+            return None
+        del self.waiting[transactional_id]
+        return _written(entry[0])
+
     def failed(self, request_id: int) -> None:
         """No answer to this request (connection lost, timeout): its partitions are sent again."""
         for markers, tp in self.in_flight.pop(request_id, ()):

@@ -21,6 +21,7 @@ from actors.gateway.handlers.groups import handle_delete_groups, handle_share_gr
 from actors.gateway.handlers.share_admin import (handle_alter_share_group_offsets, handle_delete_share_group_offsets,
                                                  handle_describe_share_group_offsets)
 from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle_share_fetch
+from actors.gateway.handlers.transactions import handle_add_offsets_to_txn
 from actors.gateway.security.authorizer import (KAFKA_STANDARD_AUTHORIZER, AccessControlEntry, AclBinding,
                                                 AclOperation, AclPermissionType, PatternType, ResourcePattern,
                                                 ResourceType)
@@ -31,7 +32,7 @@ from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader
 from tests.unit.test_security_acls import _image
 
-GROUP, TOPIC = "workers", "orders"
+GROUP, TOPIC, TRANSACTIONAL_ID = "workers", "orders", "tx"
 REFUSED = ErrorCode.GROUP_AUTHORIZATION_FAILED
 
 
@@ -41,7 +42,8 @@ def _acl(resource_type, name, operation):
 
 
 def _context(group_operation=None):
-    acls = [_acl(ResourceType.TOPIC, TOPIC, AclOperation.READ)]  # READ implies DESCRIBE
+    acls = [_acl(ResourceType.TOPIC, TOPIC, AclOperation.READ),  # READ implies DESCRIBE
+            _acl(ResourceType.TRANSACTIONAL_ID, TRANSACTIONAL_ID, AclOperation.WRITE)]
     if group_operation is not None:
         acls.append(_acl(ResourceType.GROUP, GROUP, group_operation))
     ctx = GatewayContext(broker_id=1, config={**BROKER_DEFAULTS, "authorizer.class.name": KAFKA_STANDARD_AUTHORIZER},
@@ -105,6 +107,9 @@ CASES = [
      lambda r: r.groups[0].error_code, AclOperation.DESCRIBE),
     ("AlterShareGroupOffsets", handle_alter_share_group_offsets, 91, 0, m.AlterShareGroupOffsetsRequest(
         group_id=GROUP, topics=[]),
+     lambda r: r.error_code, AclOperation.READ),
+    ("AddOffsetsToTxn", handle_add_offsets_to_txn, 25, 3, m.AddOffsetsToTxnRequest(
+        transactional_id=TRANSACTIONAL_ID, producer_id=1, producer_epoch=0, group_id=GROUP),
      lambda r: r.error_code, AclOperation.READ),
     ("DeleteShareGroupOffsets", handle_delete_share_group_offsets, 92, 0, m.DeleteShareGroupOffsetsRequest(
         group_id=GROUP, topics=[]),

@@ -30,9 +30,17 @@ from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle
 from actors.gateway.handlers.share_state import handle_share_state
 from actors.gateway.handlers.txn_markers import handle_write_txn_markers
 from actors.gateway.handlers.topics import handle_create_partitions, handle_create_topics, handle_delete_topics
+from actors.gateway.handlers.transactions import (handle_add_offsets_to_txn, handle_add_partitions_to_txn,
+                                                  handle_describe_transactions, handle_end_txn,
+                                                  handle_list_transactions, transactional_produce)
+
+# Transactions (issue 19) are served but not advertised until their whole path works (markers written by the
+# partition leaders, read_committed fetches): then drop `advertised=False` (WriteTxnMarkers and TxnOffsetCommit
+# are the log side's and the group coordinator's routes).
+TRANSACTIONS_ADVERTISED = False
 
 ROUTES: dict[int, Route] = {
-    0: Route(handle_produce, 3, 13, no_response=acks_zero),
+    0: Route(transactional_produce(handle_produce), 3, 13, no_response=acks_zero),
     1: Route(handle_fetch, 4, 17),
     2: Route(handle_list_offsets, 1, 11),
     3: Route(handle_metadata, 0, 13),  # the connection's listener: its addresses
@@ -50,6 +58,9 @@ ROUTES: dict[int, Route] = {
     19: Route(handle_create_topics, 2, 7),
     20: Route(handle_delete_topics, 1, 6),
     22: Route(handle_init_producer_id, 0, 5),
+    24: Route(handle_add_partitions_to_txn, 0, 5, advertised=TRANSACTIONS_ADVERTISED),
+    25: Route(handle_add_offsets_to_txn, 0, 4, advertised=TRANSACTIONS_ADVERTISED),
+    26: Route(handle_end_txn, 0, 5, advertised=TRANSACTIONS_ADVERTISED),
     # the partition leaders' side of transactions; not advertised until the transaction
     # coordinator (issue 19) that sends it is merged: then drop advertised=False
     27: Route(handle_write_txn_markers, 1, 2, advertised=False),
@@ -71,6 +82,8 @@ ROUTES: dict[int, Route] = {
     54: Route(handle_quorum_rpc, 0, 1),  # EndQuorumEpoch
     55: Route(handle_describe_quorum, 0, 2),
     60: Route(handle_describe_cluster, 0, 2),
+    65: Route(handle_describe_transactions, 0, 0, advertised=TRANSACTIONS_ADVERTISED),
+    66: Route(handle_list_transactions, 0, 2, advertised=TRANSACTIONS_ADVERTISED),
     68: Route(handle_consumer_group_heartbeat, 0, 1),
     69: Route(handle_consumer_group_describe, 0, 1),
     76: Route(handle_share_group_heartbeat, 1, 1),

@@ -1,7 +1,7 @@
 """FindCoordinator, ShareGroupHeartbeat, ShareGroupDescribe, ListGroups and DeleteGroups.
 
 A group's coordinator is the actor that follows the leadership of the `__consumer_offsets`
-partition its id hashes to; a share-partition's state lives with the share coordinator of the
+partition its id hashes to, a transactional id's that of its `__transaction_state` partition; a share-partition's state lives with the share coordinator of the
 `__share_group_state` partition "group:topicId:partition" hashes to. FindCoordinator names the
 node broker (gateway) of that partition's leader. The internal topics are created on first use.
 
@@ -89,8 +89,11 @@ async def _find_one(ctx, key: str, key_type: int):
         if key.count(":") != 2:
             return ErrorCode.INVALID_REQUEST, "a share coordinator key is group:topicId:partition", None
         topic, index_for = internal_topics.SHARE_GROUP_STATE, lambda n: state_partition_for_key(key, n)
+    elif key_type == KEY_TYPE_TRANSACTION:
+        topic = internal_topics.TRANSACTION_STATE
+        index_for = lambda n: internal_topics.transaction_partition(key, n)  # noqa: E731
     else:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "Kray has no transaction coordinator yet", None
+        return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}", None
     if not key:
         return ErrorCode.INVALID_REQUEST, "the coordinator key is empty", None
     try:

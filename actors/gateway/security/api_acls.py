@@ -88,6 +88,11 @@ _ROWS = [
                                    Check(Op.IDEMPOTENT_WRITE, Res.CLUSTER, "cluster", "idempotent only",
                                          alternatives=(_topics(Op.WRITE, "WRITE on any topic "
                                                                          "(authorize_by_resource_type)"),)))),
+    ApiAcls(24, "AddPartitionsToTxn", (Check(Op.WRITE, Res.TRANSACTIONAL_ID, "transactional_id", "v0-3 (clients)"),
+                                       _topics(Op.WRITE, "v0-3; internal topics are refused"),
+                                       _cluster(Op.CLUSTER_ACTION, "v4+ (brokers' verification)"))),
+    ApiAcls(25, "AddOffsetsToTxn", (Check(Op.WRITE, Res.TRANSACTIONAL_ID, "transactional_id"), _group(Op.READ))),
+    ApiAcls(26, "EndTxn", (Check(Op.WRITE, Res.TRANSACTIONAL_ID, "transactional_id"),)),
     ApiAcls(27, "WriteTxnMarkers", (_cluster(Op.CLUSTER_ACTION),)),
     ApiAcls(29, "DescribeAcls", (_cluster(Op.DESCRIBE),)),
     ApiAcls(30, "CreateAcls", (_cluster(Op.ALTER),)),
@@ -112,6 +117,10 @@ _ROWS = [
     ApiAcls(54, "EndQuorumEpoch", (_cluster(Op.CLUSTER_ACTION),)),
     ApiAcls(55, "DescribeQuorum", (_cluster(Op.DESCRIBE),)),
     ApiAcls(60, "DescribeCluster", (_cluster(Op.DESCRIBE, "cluster authorized operations asked"),)),
+    ApiAcls(65, "DescribeTransactions", (Check(Op.DESCRIBE, Res.TRANSACTIONAL_ID, "transactional_id"),
+                                         _topics(Op.DESCRIBE, "topics not described are left out"))),
+    ApiAcls(66, "ListTransactions", (Check(Op.DESCRIBE, Res.TRANSACTIONAL_ID, "transactional_id",
+                                           "ids not described are left out"),)),
     ApiAcls(68, "ConsumerGroupHeartbeat", (_group(Op.READ), _topics(Op.DESCRIBE, "subscribed topic names given"))),
     ApiAcls(69, "ConsumerGroupDescribe", (_group(Op.DESCRIBE),
                                           _topics(Op.DESCRIBE, "assignments of topics not described answer "

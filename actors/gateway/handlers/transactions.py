@@ -1,0 +1,236 @@
+"""The transaction APIs a client sends: InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn,
+EndTxn, DescribeTransactions, ListTransactions; and Produce's check of transactional records.
+
+A transactional id's coordinator is the actor that follows the leadership of the `__transaction_state` partition the
+id hashes to (created on first use); a broker that does not lead it answers NOT_COORDINATOR and the client finds
+it again. The coordinator steps its core, appends, then answers (actors/transaction_coordinator/actor.py);
+wire.py translates requests and Steps.
+
+With an authorizer, as Kafka's KafkaApis: InitProducerId, AddPartitionsToTxn v0-3, AddOffsetsToTxn, EndTxn and
+transactional Produce need WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); AddPartitionsToTxn
+v0-3 needs WRITE on each topic (internal topics are never added by a client: TOPIC_AUTHORIZATION_FAILED) and any
+failed partition fails the whole transaction's request (the others OPERATION_NOT_ATTEMPTED); v4+ comes from brokers
+(CLUSTER_ACTION); AddOffsetsToTxn needs READ on the group; DescribeTransactions DESCRIBE on each id (its topics the
+principal may not describe are left out); ListTransactions lists the ids the principal may describe.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from protocol.errors import ErrorCode
+from protocol.messages import (AddOffsetsToTxnResponse, AddPartitionsToTxnResponse, DescribeTransactionsResponse,
+                               EndTxnResponse, InitProducerIdResponse, ListTransactionsResponse, ProduceResponse)
+
+from actors import internal_topics
+from actors.gateway.handlers.groups import NotCoordinator, _internal_partition, coordinator_error
+from actors.gateway.security.authorizer import AclOperation, ResourceType
+from actors.transaction_coordinator import wire
+from actors.transaction_coordinator.core import ListResult, Step
+from actors.transaction_coordinator.states import STATE_NAMES
+
+log = logging.getLogger("kray.gateway")
+E = ErrorCode
+TRANSACTIONAL_ID, TOPIC, GROUP = ResourceType.TRANSACTIONAL_ID, ResourceType.TOPIC, ResourceType.GROUP
+WRITE, DESCRIBE, READ = AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.READ
+BATCH_ATTRIBUTES_AT = 21     # a v2 record batch's int16 attributes: base offset 8, length 4, epoch 4, magic 1, crc 4
+TRANSACTIONAL_FLAG = 0x10
+
+
+async def transaction_coordinator(ctx, transactional_id: str):
+    """The coordinator actor of `transactional_id` if this broker leads its `__transaction_state` partition; else
+    NotCoordinator (the client asks FindCoordinator again)."""
+    partition, actor = await _internal_partition(
+        ctx, internal_topics.TRANSACTION_STATE, lambda n: internal_topics.transaction_partition(transactional_id, n))
+    if ctx.fenced() or partition.leader != ctx.broker_id or actor is None:
+        raise NotCoordinator(f"broker {ctx.broker_id} is not the coordinator of transactional id "
+                             f"{transactional_id!r} (broker {partition.leader} is): find it with FindCoordinator")
+    return actor
+
+
+# ---- InitProducerId ------------------------------------------------------------------------------------------------
+
+async def handle_transactional_init_producer_id(ctx, header, request, connection=None) -> InitProducerIdResponse:
+    version = header.api_version
+    if not ctx.access(connection).allows(WRITE, TRANSACTIONAL_ID, request.transactional_id):
+        return wire.init_producer_id_response(version, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not request.transactional_id:
+        return wire.init_producer_id_response(version, E.INVALID_REQUEST)
+    checked = wire.init_producer_id_input(request, -1)
+    if isinstance(checked, ErrorCode):
+        return wire.init_producer_id_response(version, checked)
+    try:
+        coordinator = await transaction_coordinator(ctx, checked.transactional_id)
+        step = await coordinator.init_producer_id.remote(checked.transactional_id, checked.transaction_timeout_ms,
+                                                         checked.producer_id, checked.producer_epoch)
+    except Exception as e:
+        log.info("InitProducerId of %r: %s", request.transactional_id, e)
+        return wire.init_producer_id_response(version, ErrorCode(coordinator_error(e)))
+    return wire.init_producer_id_response(version, step)
+
+
+# ---- AddPartitionsToTxn --------------------------------------------------------------------------------------------
+
+def _known(ctx, topic: str, partition: int) -> bool:
+    state = ctx.metadata.topics.get(topic)
+    return state is not None and 0 <= partition < len(state.partitions)
+
+
+async def handle_add_partitions_to_txn(ctx, header, request, connection=None) -> AddPartitionsToTxnResponse:
+    version = header.api_version
+    access = ctx.access(connection)
+    if version >= 4 and not access.allows_cluster(AclOperation.CLUSTER_ACTION):  # only brokers send v4+
+        return AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=E.CLUSTER_AUTHORIZATION_FAILED,
+                                          results_by_transaction=[])
+    inputs = wire.add_partitions_inputs(request, version)
+    if any(tp for i in inputs for tp in i.partitions if not _known(ctx, *tp)):
+        await ctx.catch_up_metadata()  # a topic created just now: never refuse on metadata older than the client's
+    steps: list = [None] * len(inputs)
+    by_coordinator: dict[int, list[int]] = {}
+    for n, i in enumerate(inputs):
+        if not i.transactional_id:
+            steps[n] = {tp: E.INVALID_REQUEST for tp in i.partitions}
+            continue
+        if version < 4 and not access.allows(WRITE, TRANSACTIONAL_ID, i.transactional_id):
+            steps[n] = {tp: E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in i.partitions}
+            continue
+        topics = {t for t, _ in i.partitions}
+        internal = {t for t in topics if getattr(ctx.metadata.topics.get(t), "internal", False)}
+        writable = access.allowed(WRITE, TOPIC, topics - internal) if version < 4 else topics
+        refused = {tp: E.TOPIC_AUTHORIZATION_FAILED if tp[0] not in writable else E.UNKNOWN_TOPIC_OR_PARTITION
+                   for tp in i.partitions if tp[0] not in writable or not _known(ctx, *tp)}
+        if refused:  # one failed partition fails the transaction's request: the rest are not attempted
+            steps[n] = {tp: refused.get(tp, E.OPERATION_NOT_ATTEMPTED) for tp in i.partitions}
+            continue
+        index = internal_topics.transaction_partition(i.transactional_id, _transaction_state_partitions(ctx))
+        by_coordinator.setdefault(index, []).append(n)
+
+    async def ask(numbers: list[int]) -> None:
+        try:
+            coordinator = await transaction_coordinator(ctx, inputs[numbers[0]].transactional_id)
+            answers = await coordinator.add_partitions.remote([inputs[n] for n in numbers])
+        except Exception as e:
+            error = ErrorCode(coordinator_error(e))
+            answers = [{tp: error for tp in inputs[n].partitions} for n in numbers]
+        for n, answer in zip(numbers, answers):
+            steps[n] = answer
+    await asyncio.gather(*(ask(numbers) for numbers in by_coordinator.values()))
+    return wire.add_partitions_response(version, inputs, steps)
+
+
+def _transaction_state_partitions(ctx) -> int:
+    topic = ctx.metadata.topics.get(internal_topics.TRANSACTION_STATE)
+    return len(topic.partitions) if topic is not None else int(
+        ctx.config.get("transaction.state.log.num.partitions", 50))
+
+
+# ---- AddOffsetsToTxn, EndTxn ---------------------------------------------------------------------------------------
+
+async def handle_add_offsets_to_txn(ctx, header, request, connection=None) -> AddOffsetsToTxnResponse:
+    version = header.api_version
+    access = ctx.access(connection)
+    if not access.allows(WRITE, TRANSACTIONAL_ID, request.transactional_id):
+        return wire.add_offsets_response(version, Step(error=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+    if not access.allows(READ, GROUP, request.group_id):
+        return wire.add_offsets_response(version, Step(error=E.GROUP_AUTHORIZATION_FAILED))
+    if not request.transactional_id:
+        return wire.add_offsets_response(version, Step(error=E.INVALID_REQUEST))
+    try:
+        coordinator = await transaction_coordinator(ctx, request.transactional_id)
+        step = await coordinator.add_offsets.remote(request.transactional_id, request.producer_id,
+                                                    request.producer_epoch, request.group_id)
+    except Exception as e:
+        step = Step(error=ErrorCode(coordinator_error(e)))
+    return wire.add_offsets_response(version, step)
+
+
+async def handle_end_txn(ctx, header, request, connection=None) -> EndTxnResponse:
+    version = header.api_version
+    if not ctx.access(connection).allows(WRITE, TRANSACTIONAL_ID, request.transactional_id):
+        return wire.end_txn_response(version, Step(error=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+    if not request.transactional_id:
+        return wire.end_txn_response(version, Step(error=E.INVALID_REQUEST))
+    try:
+        coordinator = await transaction_coordinator(ctx, request.transactional_id)
+        step = await coordinator.end_txn.remote(request.transactional_id, request.producer_id,
+                                                request.producer_epoch, request.committed)
+    except Exception as e:
+        step = Step(error=ErrorCode(coordinator_error(e)))
+    return wire.end_txn_response(version, step)
+
+
+# ---- DescribeTransactions, ListTransactions ------------------------------------------------------------------------
+
+async def handle_describe_transactions(ctx, header, request, connection=None) -> DescribeTransactionsResponse:
+    access = ctx.access(connection)
+
+    async def describe(transactional_id: str):
+        if not access.allows(DESCRIBE, TRANSACTIONAL_ID, transactional_id):
+            return transactional_id, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
+        if not transactional_id:
+            return transactional_id, E.INVALID_REQUEST, None
+        try:
+            coordinator = await transaction_coordinator(ctx, transactional_id)
+            [result] = await coordinator.describe_transactions.remote([transactional_id])
+        except Exception as e:
+            return transactional_id, ErrorCode(coordinator_error(e)), None
+        return result
+    results = await asyncio.gather(*(describe(i) for i in request.transactional_ids))
+    response = wire.describe_transactions_response(list(results))
+    if access.enforced:  # topics the principal may not describe are left out, as Kafka does
+        named = {t.topic for s in response.transaction_states for t in (s.topics or ())}
+        allowed = access.allowed(DESCRIBE, TOPIC, named)
+        for state in response.transaction_states:
+            state.topics = [t for t in (state.topics or ()) if t.topic in allowed]
+    return response
+
+
+async def handle_list_transactions(ctx, header, request, connection=None) -> ListTransactionsResponse:
+    """The transactions of the coordinators this broker leads (an admin client lists every broker's)."""
+    topic = ctx.metadata.topics.get(internal_topics.TRANSACTION_STATE)
+    actors = [a for (name, index), a in ctx.metadata.coordinators.items()
+              if name == internal_topics.TRANSACTION_STATE and topic is not None and not ctx.fenced()
+              and topic.partitions[index].leader == ctx.broker_id]
+    states = list(request.state_filters or ())
+    pattern = request.transactional_id_pattern if header.api_version >= 2 else None
+    duration_ms = request.duration_filter if header.api_version >= 1 else -1
+    try:
+        results = await asyncio.gather(*(a.list_transactions.remote(states, list(request.producer_id_filters or ()),
+                                                                    duration_ms, pattern) for a in actors))
+    except Exception as e:
+        log.warning("listing transactions failed: %s", e)
+        results = [ListResult(ErrorCode(coordinator_error(e)), [], [])]
+    error = next((r.error for r in results if r.error), E.NONE)
+    unknown = sorted({s for r in results for s in r.unknown_state_filters}) or \
+        [s for s in states if s not in STATE_NAMES.values()]
+    listed = [t for r in results for t in r.transactions]
+    allowed = ctx.access(connection).allowed(DESCRIBE, TRANSACTIONAL_ID, (t.transactional_id for t in listed))
+    return wire.list_transactions_response(ListResult(error, [] if error else [
+        t for t in listed if t.transactional_id in allowed], unknown))
+
+
+# ---- Produce: transactional records --------------------------------------------------------------------------------
+
+def _transactional(records) -> bool:
+    """Whether a partition's records are a transactional batch (the first batch's attributes: Kafka takes one batch
+    per partition from a v2 producer)."""
+    if records is None or len(records) < BATCH_ATTRIBUTES_AT + 2:
+        return False
+    return bool(memoryview(records)[BATCH_ATTRIBUTES_AT + 1] & TRANSACTIONAL_FLAG)
+
+
+def transactional_produce(handle_produce):
+    """Produce, with Kafka's check first: transactional records need a transactional id the principal may WRITE,
+    else every partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is appended."""
+    async def handle(ctx, header, request, connection=None) -> ProduceResponse:
+        transactional = any(_transactional(p.records) for t in request.topic_data for p in t.partition_data)
+        if transactional and (request.transactional_id is None or not ctx.access(connection).allows(
+                WRITE, TRANSACTIONAL_ID, request.transactional_id)):
+            R = ProduceResponse
+            return R(throttle_time_ms=0, responses=[R.TopicProduceResponse(
+                name=t.name, topic_id=t.topic_id, partition_responses=[R.PartitionProduceResponse(
+                    index=p.index, error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, base_offset=-1,
+                    log_append_time_ms=-1, log_start_offset=-1) for p in t.partition_data])
+                for t in request.topic_data])
+        return await handle_produce(ctx, header, request, connection)
+    return handle
