@@ -739,11 +739,12 @@ class SharePartition:
         return out
 
     def dead_letters_written(self, first: int, last: int, *, copied: bool = True) -> int:
-        """The DLQ records of the Archiving records in [first, last] are durable (``copied``), or
-        none will be written (no usable DLQ topic): they are Archived. Returns how many; the
+        """The DLQ records of the Archiving records in [first, last] handed out by
+        take_dead_letters are durable (``copied``), or none will be written (no usable DLQ topic):
+        they are Archived (records that went Archiving meanwhile wait for their own write). Returns how many; the
         caller persists the state."""
         n = 0
-        for x, y in self._spans_where(first, last, lambda r: r.state is ARCHIVING):
+        for x, y in self._spans_where(first, last, lambda r: r.state is ARCHIVING and r.sending):
             n += self._update(x, y, Event.DEAD_LETTERED)
         if copied:
             self.metrics.dead_lettered_records += n

@@ -182,3 +182,15 @@ def test_dlq_topic_names_follow_kafkas_rules_and_the_prefix():
     assert dlq.topic_name_error("dlq." + "x" * 250, "dlq.") is not None
     assert dlq.topic_name_error("__consumer_offsets", "") is not None
     assert dlq.topic_name_error("anything", "") is None
+
+
+def test_records_going_archiving_while_a_write_is_under_way_wait_for_their_own():
+    sp = make()
+    acquire(sp)
+    ack(sp, 0, 0, REJECT)
+    ack(sp, 5, 5, REJECT)
+    assert sp.take_dead_letters(100) == [DeadLetter(0, 0, 1, "REJECT"), DeadLetter(5, 5, 1, "REJECT")]
+    ack(sp, 3, 3, REJECT)                     # between the two being written
+    assert sp.dead_letters_written(0, 5) == 2
+    sp.check_invariants()
+    assert sp.take_dead_letters(100) == [DeadLetter(3, 3, 1, "REJECT")]
