@@ -99,6 +99,17 @@ def test_rejected_records_reach_the_dlq_topic_with_their_coordinates(kray_dlq):
         h = dlq_headers(m)
         assert (h["__dlq.errors.group.id"], h["__dlq.errors.topic"], h["__dlq.errors.partition"]) == (group, topic, "0")
         assert (h["__dlq.errors.delivery.count"], h["__dlq.errors.reason"]) == ("1", "REJECT")
+    described = kray_tool(kray_dlq, "share-groups", "--describe", "--group", group)
+    assert described.returncode == 0, described.stderr
+    assert f"{group}\t{dlq}\t{len(rejected)}" in described.stdout.splitlines(), described.stdout
+
+
+def kray_tool(bootstrap, *args, timeout_s=60):
+    import subprocess
+    import sys
+    from pathlib import Path
+    return subprocess.run([str(Path(sys.executable).parent / "kray"), *args, "--bootstrap-server", bootstrap],
+                          capture_output=True, text=True, timeout=timeout_s)
 
 
 def test_copy_record_carries_the_key_value_and_headers(kray_dlq):
@@ -136,3 +147,18 @@ def test_a_topic_without_the_group_enable_config_is_refused_as_a_dlq(kray_dlq):
         with pytest.raises(KafkaException) as refused:
             set_group_configs(kray_dlq, f"g-{name}", {"errors.deadletterqueue.topic.name": bad})
         assert "INVALID_CONFIG" in str(refused.value) or "errors.deadletterqueue" in str(refused.value)
+
+
+def test_records_are_archived_without_a_copy_when_the_dlq_topic_is_no_longer_enabled(kray_dlq):
+    topic, dlq, group = setup(kray_dlq, 4)
+    admin = AdminClient({"bootstrap.servers": kray_dlq})
+    for f in admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, dlq, incremental_configs=[
+            ConfigEntry("errors.deadletterqueue.group.enable", "false",
+                        incremental_operation=AlterConfigOpType.SET)])]).values():
+        f.result(30)
+    assert consume(kray_dlq, group, topic, lambda *_: AcknowledgeType.REJECT, 4) == 4
+    c = ShareConsumer({"bootstrap.servers": kray_dlq, "group.id": group, "share.acknowledgement.mode": "explicit"})
+    c.subscribe([topic])
+    assert [m for m in c.poll(3.0) if m.error() is None] == [], "rejected records are archived all the same"
+    c.close()
+    assert read_all(kray_dlq, dlq, 0, timeout_s=2) == []
