@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -102,30 +103,38 @@ class DeadLetterWriter:
         return "written"
 
     def _originals(self, letters: Sequence[DeadLetter]) -> dict[int, Any]:
-        """The original records of `letters`, offset -> Record, read from this partition's log
-        (what retention or compaction removed is absent)."""
+        """The original records of `letters` (in offset order), offset -> Record, read from this
+        partition's log in one pass over the batches they span, each batch decoded once (what
+        retention or compaction removed is absent)."""
         core = self.partition.core
+        firsts = [letter.first_offset for letter in letters]
+        lo, hi = letters[0].first_offset, letters[-1].last_offset
+
+        def wanted(offset: int) -> bool:
+            k = bisect_right(firsts, offset) - 1
+            return k >= 0 and offset <= letters[k].last_offset
+
         out: dict[int, Any] = {}
-        for letter in letters:
-            offset = letter.first_offset
-            while offset <= letter.last_offset:
-                try:
-                    data = core.log.read(offset, DLQ_READ_BYTES, max_offset=core.high_watermark)
-                except (OffsetOutOfRange, OSError):
+        offset = lo
+        while offset <= hi:
+            try:
+                data = core.log.read(offset, DLQ_READ_BYTES, max_offset=core.high_watermark)
+            except (OffsetOutOfRange, OSError):
+                break
+            moved = False
+            for header in iter_batches(data):
+                if header.last_offset < offset:
+                    continue
+                k = bisect_right(firsts, header.last_offset) - 1  # the last letter starting in or before it
+                if not header.is_control and k >= 0 and letters[k].last_offset >= max(header.base_offset, lo):
+                    for record in decode_records(header):
+                        if wanted(record.offset):
+                            out[record.offset] = record
+                offset, moved = header.last_offset + 1, True
+                if offset > hi:
                     break
-                moved = False
-                for header in iter_batches(data):
-                    if header.last_offset < offset:
-                        continue
-                    if not header.is_control:
-                        for record in decode_records(header):
-                            if letter.first_offset <= record.offset <= letter.last_offset:
-                                out[record.offset] = record
-                    offset, moved = header.last_offset + 1, True
-                    if offset > letter.last_offset:
-                        break
-                if not moved:
-                    break
+            if not moved:
+                break
         return out
 
     async def _target(self, name: str) -> DlqTarget | str:
