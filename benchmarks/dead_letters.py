@@ -139,8 +139,12 @@ def summarize(runs: list[dict]) -> dict:
     out = {}
     for mode in MODES:
         rows = [r for r in runs if r["mode"] == mode]
-        med = lambda key: (round(statistics.median(v)) if (v := [r[key] for r in rows if r[key]]) else None)
-        out[mode] = {"reject_rate": med("reject_rate"), "dlq_rate": med("dlq_rate"), "runs": len(rows)}
+        values = lambda key: [r[key] for r in rows if r[key]]
+        out[mode] = {"runs": len(rows)}
+        for key in ("reject_rate", "dlq_rate"):
+            v = values(key)
+            out[mode][key] = round(statistics.median(v)) if v else None
+            out[mode][key + "_range"] = [min(v), max(v)] if v else None
     return out
 
 
@@ -152,10 +156,14 @@ def render(doc: dict) -> str:
              "confluent-kafka ShareConsumer (explicit acknowledgement) REJECTs every record. Rejected/s: first "
              "record polled to the last REJECT committed. DLQ/s: first record polled to the DLQ topic "
              f"({p['partitions']} partitions, RF 1) holding them all (acks=all writes). Median of "
-             f"{p['repeats']} runs.", "",
+             f"{p['repeats']} runs (min–max beside it: the machine is shared, so runs vary).", "",
              "| mode | rejected records/s | DLQ records/s |", "|---|---:|---:|"]
+    cell = lambda s, key: (f"{s[key]:,} ({s[key + '_range'][0]:,}–{s[key + '_range'][1]:,})" if s[key] else "–")
     for mode, s in doc["summary"].items():
-        lines.append(f"| {mode} | {s['reject_rate'] or '–'} | {s['dlq_rate'] or '–'} |")
+        lines.append(f"| {mode} | {cell(s, 'reject_rate')} | {cell(s, 'dlq_rate')} |")
+    loads = [r["loadavg"][0] for r in doc["runs"] if "loadavg" in r]
+    if loads:
+        lines += ["", f"1-minute load average during the runs: {min(loads)}–{max(loads)}."]
     return "\n".join(lines) + "\n"
 
 
