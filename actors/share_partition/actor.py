@@ -90,6 +90,7 @@ class ShareLeaders:
         self.image_check: tuple[float, asyncio.Future] | None = None  # (when asked, the controller's answer)
         self.dead_letters = DeadLetterWriter(partition_actor, broker_config, controller)
         self.dead_lettering: dict[str, asyncio.Task] = {}  # group id -> its dead-letter drain (KIP-1191)
+        self.dead_letter_errors: dict[str, str] = {}  # group id -> the failure last logged
 
     # ---- share coordinator -------------------------------------------------------------------
     def _coordinator_index(self, group_id: str) -> int:
@@ -268,12 +269,15 @@ class ShareLeaders:
             try:
                 outcome = await self.dead_letters.write(sp, letters, now_ms())
             except Exception as e:
-                log.warning("share group %s: writing %d dead letters of %s-%d failed (retrying): %s", group_id,
-                            sum(x.last_offset - x.first_offset + 1 for x in letters), self.partition.topic,
-                            self.partition.partition, e)
+                if str(e) != self.dead_letter_errors.get(group_id):  # said once while it keeps failing so
+                    self.dead_letter_errors[group_id] = str(e)
+                    log.warning("share group %s: writing %d dead letters of %s-%d failed (retrying every %g s): %s",
+                                group_id, sum(x.last_offset - x.first_offset + 1 for x in letters),
+                                self.partition.topic, self.partition.partition, DLQ_RETRY_S, e)
                 sp.dead_letters_failed(first, last)
                 await asyncio.sleep(DLQ_RETRY_S)
                 continue
+            self.dead_letter_errors.pop(group_id, None)
             n = sp.dead_letters_written(first, last, copied=outcome == "written")
             metrics.record_dead_letters(group_id, n if outcome == "written" else 0, n if outcome != "written" else 0)
             self._wake()
