@@ -16,7 +16,8 @@ A DLQ topic that cannot be used (KIP-1191): one that does not exist, unless
 replication factor bounded by the live brokers, ``errors.deadletterqueue.group.enable=true``), or
 one without ``errors.deadletterqueue.group.enable=true``: the records are archived without a DLQ
 record, and the reason is logged once per group and topic (and counted: kray_share_dead_letter_record_count
-with outcome=skipped).
+with outcome=skipped). A DLQ topic that refuses copied records as too large (its
+max.message.bytes) gets their coordinates-only records instead.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ DLQ_READ_BYTES = 1024 * 1024           # per log read of the originals (copy.rec
 DLQ_PRODUCE_TIMEOUT_MS = 30_000
 DLQ_TOPIC_REFRESH_S = 5.0              # how long what the controller said about a DLQ topic is used
 PRODUCE_VERSION = 9
+TOO_LARGE = (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE)
 
 
 @dataclass(frozen=True)
@@ -83,9 +85,28 @@ class DeadLetterWriter:
         if address is None:
             self.targets.pop(name, None)
             raise ConnectionError(f"{name}-{index} has no leader now")
-        originals = self._originals(letters) if sp.dead_letter_copy_record else None
+        copy = sp.dead_letter_copy_record
+        error = await self._produce(name, index, address, sp, letters, copy, now_ms)
+        if error in TOO_LARGE and copy:
+            # a copy the DLQ topic refuses as too large would stay ARCHIVING for ever: the
+            # coordinates-only records go instead (said once per group and topic)
+            if (sp.group_id, name) not in self.warned:
+                self.warned.add((sp.group_id, name))
+                log.warning("share group %s: %s refused copies of records of %s-%d as too large (%s); writing "
+                            "their coordinates only", sp.group_id, name, self.partition.topic,
+                            self.partition.partition, ErrorCode(error).name)
+            error = await self._produce(name, index, address, sp, letters, False, now_ms)
+        if error:
+            self.targets.pop(name, None)  # a leader moved, or the topic went: ask again
+            raise RuntimeError(f"producing to {name}-{index}: {ErrorCode(error).name}")
+        return "written"
+
+    async def _produce(self, name: str, index: int, address, sp: SharePartition, letters: Sequence[DeadLetter],
+                       copy: bool, now_ms: int) -> int:
+        """One Produce (acks=all) of the DLQ records of `letters`: its error code."""
+        originals = self._originals(letters) if copy else None
         records = dead_letter_records(sp.group_id, self.partition.topic, self.partition.partition, letters,
-                                      copy_record=sp.dead_letter_copy_record, originals=originals, now_ms=now_ms)
+                                      copy_record=copy, originals=originals, now_ms=now_ms)
         request = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=DLQ_PRODUCE_TIMEOUT_MS, topic_data=[
             ProduceRequest.TopicProduceData(name=name, partition_data=[ProduceRequest.PartitionProduceData(
                 index=index, records=_batches(records))])])
@@ -95,12 +116,7 @@ class DeadLetterWriter:
         except Exception:
             self.targets.pop(name, None)
             raise
-        answer = response.responses[0].partition_responses[0]
-        if answer.error_code:
-            self.targets.pop(name, None)  # a leader moved, or the topic went: ask again
-            raise RuntimeError(f"producing to {name}-{index}: {ErrorCode(answer.error_code).name} "
-                               f"{answer.error_message or ''}")
-        return "written"
+        return response.responses[0].partition_responses[0].error_code
 
     def _originals(self, letters: Sequence[DeadLetter]) -> dict[int, Any]:
         """The original records of `letters` (in offset order), offset -> Record, read from this

@@ -32,12 +32,12 @@ def set_group_configs(bootstrap, group, configs):
         f.result(30)
 
 
-def setup(bootstrap, records, copy=False, dlq_enabled=True, headers=None):
+def setup(bootstrap, records, copy=False, dlq_enabled=True, headers=None, dlq_configs=None, value_bytes=None):
     """A one-partition topic with `records` records, its DLQ topic and a group using it."""
     name = uuid.uuid4().hex[:8]
     topic, dlq, group = f"q-{name}", f"dlq.q-{name}", f"g-{name}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    dlq_configs = {"errors.deadletterqueue.group.enable": "true"} if dlq_enabled else {}
+    dlq_configs = ({"errors.deadletterqueue.group.enable": "true"} if dlq_enabled else {}) | (dlq_configs or {})
     for f in admin.create_topics([NewTopic(topic, 1, 1), NewTopic(dlq, 1, 1, config=dlq_configs)]).values():
         f.result(30)
     set_group_configs(bootstrap, group, {"share.auto.offset.reset": "earliest",
@@ -45,7 +45,7 @@ def setup(bootstrap, records, copy=False, dlq_enabled=True, headers=None):
                                          "errors.deadletterqueue.copy.record.enable": "true" if copy else "false"})
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i in range(records):
-        p.produce(topic, key=b"k%d" % i, value=b"v%d" % i, headers=headers)
+        p.produce(topic, key=b"k%d" % i, value=b"x" * value_bytes if value_bytes else b"v%d" % i, headers=headers)
     assert p.flush(30) == 0
     return topic, dlq, group
 
@@ -119,6 +119,14 @@ def test_copy_record_carries_the_key_value_and_headers(kray_dlq):
     letters = sorted(read_all(kray_dlq, dlq, 3), key=lambda m: int(dlq_headers(m)["__dlq.errors.offset"]))
     assert [(m.key(), m.value()) for m in letters] == [(b"k1", b"v1"), (b"k3", b"v3"), (b"k5", b"v5")]
     assert all(("trace", b"t-1") in m.headers() for m in letters)
+
+
+def test_a_copy_too_large_for_the_dlq_topic_goes_as_its_coordinates(kray_dlq):
+    topic, dlq, group = setup(kray_dlq, 2, copy=True, dlq_configs={"max.message.bytes": "1000"}, value_bytes=4000)
+    assert consume(kray_dlq, group, topic, lambda *_: AcknowledgeType.REJECT, 2) == 2
+    letters = read_all(kray_dlq, dlq, 2)
+    assert [(m.key(), m.value()) for m in letters] == [(None, None)] * 2
+    assert sorted(dlq_headers(m)["__dlq.errors.offset"] for m in letters) == ["0", "1"]
 
 
 def test_records_exhausting_their_deliveries_go_to_the_dlq_and_none_is_left_unarchived(kray_dlq):
