@@ -165,3 +165,11 @@ def test_a_topic_without_the_group_enable_config_is_refused_as_a_dead_letter_top
     # a DLQ topic that does not exist yet may be named (it is created, or used once it exists)
     assert core.alter_group_configs("h", {"errors.deadletterqueue.topic.name": "dlq.later"},
                                     incremental=True).error_code == 0
+
+
+def test_describe_shows_the_dead_letter_configs():
+    configs = _describe({"errors.deadletterqueue.topic.name": "dlq.orders"})
+    name, copy = configs["errors.deadletterqueue.topic.name"], configs["errors.deadletterqueue.copy.record.enable"]
+    assert (name.value, name.config_source) == ("dlq.orders", CONFIG_SOURCE_GROUP)
+    assert (copy.value, copy.config_source) == ("false", CONFIG_SOURCE_DEFAULT)
+    assert _describe({})["errors.deadletterqueue.topic.name"].value == ""
