@@ -23,7 +23,7 @@ Also the DLQ topic naming rules (Kafka's legal topic names, the broker's
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping
 
 from actors.share_partition.core import DeadLetter
 
@@ -82,7 +82,3 @@ def dead_letter_records(group_id: str, topic: str, partition: int, letters: Iter
             else:
                 out.append((original.key, original.value, list(original.headers) + headers, original.timestamp_ms))
     return out
-
-
-def records_count(letters: Sequence[DeadLetter]) -> int:
-    return sum(letter.last_offset - letter.first_offset + 1 for letter in letters)

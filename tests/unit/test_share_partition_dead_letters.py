@@ -3,7 +3,7 @@ builder: which records go Archiving, when they become Archived, what a new leade
 what a DLQ record holds. Manual clock, no Ray.
 """
 from actors.share_partition import SharePartition
-from actors.share_partition.core import ARCHIVED, ARCHIVING, AVAILABLE, DeadLetter
+from actors.share_partition.core import ARCHIVING, AVAILABLE, DeadLetter
 from actors.share_partition import dead_letters as dlq
 from protocol.record_batch import Record
 from protocol.errors import ErrorCode
