@@ -25,6 +25,10 @@ def _metrics():
                                 "acknowledgement requests applied"),
         "record_acks": m.Counter("kray_record_acknowledgement_count", "Records acknowledged, by type",
                                  tag_keys=("ack_type",)),
+        "dead_letters": m.Counter("kray_share_dead_letter_record_count", "Records a share group archived "
+                                  "through its dead-letter topic (KIP-1191), by outcome: written (durable in "
+                                  "the DLQ topic) or skipped (no usable DLQ topic)",
+                                  tag_keys=("group", "outcome")),
         "load_time": m.Histogram("kray_share_partition_load_time_ms", "Time to load a share-partition's state "
                                  "from the share coordinator", boundaries=[1, 5, 10, 50, 100, 500, 1000, 5000]),
     }
@@ -52,6 +56,13 @@ def record_acknowledgements(requests: int, records_by_type: dict[int, int]) -> N
     for ack_type, count in records_by_type.items():
         if count > 0:
             _metrics()["record_acks"].inc(count, tags={"ack_type": ACK_TYPE_NAMES.get(ack_type, str(ack_type))})
+
+
+def record_dead_letters(group_id: str, written: int, skipped: int) -> None:
+    if written > 0:
+        _metrics()["dead_letters"].inc(written, tags={"group": group_id, "outcome": "written"})
+    if skipped > 0:
+        _metrics()["dead_letters"].inc(skipped, tags={"group": group_id, "outcome": "skipped"})
 
 
 def record_load_time(load_time_ms: float) -> None:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.share_partition.dead_letters import topic_name_error
+
 DEFAULT_LOCAL_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "local.toml"
 
 BROKER_DEFAULTS: dict[str, Any] = {
@@ -104,6 +106,10 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "group.share.assignors": "simple",
     "group.share.initialize.retry.interval.ms": 30000,
     "share.coordinator.snapshot.update.records.per.snapshot": 500,
+    # KIP-1191 (Kafka 4.4): share groups' dead-letter topics: whether a missing one is created, and
+    # the prefix every one's name must start with ("" allows any name)
+    "errors.deadletterqueue.auto.create.topics.enable": False,
+    "errors.deadletterqueue.topic.name.prefix": "dlq.",
     # listeners and security (Kafka's names and shipped defaults; actors/gateway/security/settings.py
     # reads them; each ssl.*/sasl.* key may also be set per listener as listener.name.<name>.<key>)
     "advertised.listeners": "",  # empty: the addresses of `listeners`
@@ -187,14 +193,16 @@ TOPIC_CONFIG_SOURCES: dict[str, str] = {
     "min.insync.replicas": "min.insync.replicas",
     "cleanup.policy": "",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "errors.deadletterqueue.group.enable": "",  # KIP-1191: true lets a share group use the topic as its DLQ
 }
-TOPIC_CONFIG_FIXED_DEFAULTS: dict[str, Any] = {"segment.index.bytes": 10485760, "cleanup.policy": "delete"}
+TOPIC_CONFIG_FIXED_DEFAULTS: dict[str, Any] = {"segment.index.bytes": 10485760, "cleanup.policy": "delete",
+                                               "errors.deadletterqueue.group.enable": False}
 
 INT_TOPIC_CONFIGS = {"segment.bytes", "segment.index.bytes", "index.interval.bytes", "retention.ms",
                      "retention.bytes", "max.message.bytes", "min.insync.replicas"}
 ENUM_TOPIC_CONFIGS = {"message.timestamp.type": {"CreateTime", "LogAppendTime"},
                       "cleanup.policy": {"delete"}}
-BOOL_TOPIC_CONFIGS = {"unclean.leader.election.enable"}
+BOOL_TOPIC_CONFIGS = {"unclean.leader.election.enable", "errors.deadletterqueue.group.enable"}
 
 
 class ConfigError(ValueError):
@@ -328,9 +336,14 @@ GROUP_CONFIG_SOURCES: dict[str, str] = {
     "share.partition.max.record.locks": "group.share.partition.max.record.locks",
     "share.renew.acknowledge.enable": "",
     "share.assignment.interval.ms": "group.share.assignment.interval.ms",
+    "errors.deadletterqueue.topic.name": "",          # KIP-1191: "" = no dead-letter topic
+    "errors.deadletterqueue.copy.record.enable": "",  # KIP-1191: copy key, value and headers too
 }
 GROUP_CONFIG_FIXED_DEFAULTS = {"share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted",
-                               "share.renew.acknowledge.enable": True}  # Kafka 4.3's default: RENEW allowed
+                               "share.renew.acknowledge.enable": True,  # Kafka 4.3's default: RENEW allowed
+                               "errors.deadletterqueue.topic.name": "",
+                               "errors.deadletterqueue.copy.record.enable": False}
+BOOL_GROUP_CONFIGS = {"share.renew.acknowledge.enable", "errors.deadletterqueue.copy.record.enable"}
 # integer group configs: (the least value Kafka's GroupConfig takes whatever the broker says, the broker
 # configs of their bounds with {} for min/max)
 GROUP_CONFIG_INT_BOUNDS: dict[str, tuple[int, str]] = {
@@ -370,7 +383,12 @@ def validate_group_configs(configs: dict[str, Any], broker: dict[str, Any]) -> d
         elif key == "share.isolation.level":
             if value not in ("read_uncommitted", "read_committed"):
                 raise ConfigError(f"share.isolation.level must be read_uncommitted or read_committed, not {value!r}")
-        elif key == "share.renew.acknowledge.enable":
+        elif key == "errors.deadletterqueue.topic.name":
+            value = str(value).strip()
+            error = topic_name_error(value, str(broker.get("errors.deadletterqueue.topic.name.prefix", "dlq.")))
+            if error:
+                raise ConfigError(f"{key}: {error}")
+        elif key in BOOL_GROUP_CONFIGS:
             if isinstance(value, bool):
                 pass
             elif str(value).strip().lower() in ("true", "false"):
@@ -414,6 +432,8 @@ class ShareGroupLimits:
     max_record_locks: int
     renew_acknowledge_enable: bool
     read_committed: bool = False    # share.isolation.level=read_committed
+    dead_letter_topic: str = ""              # errors.deadletterqueue.topic.name (KIP-1191)
+    dead_letter_copy_record: bool = False    # errors.deadletterqueue.copy.record.enable
 
     @classmethod
     def from_kafka(cls, effective: dict[str, Any]) -> "ShareGroupLimits":
@@ -421,7 +441,9 @@ class ShareGroupLimits:
                    delivery_count_limit=int(effective["share.delivery.count.limit"]),
                    max_record_locks=int(effective["share.partition.max.record.locks"]),
                    renew_acknowledge_enable=bool(effective["share.renew.acknowledge.enable"]),
-                   read_committed=effective.get("share.isolation.level") == "read_committed")
+                   read_committed=effective.get("share.isolation.level") == "read_committed",
+                   dead_letter_topic=str(effective.get("errors.deadletterqueue.topic.name") or ""),
+                   dead_letter_copy_record=bool(effective.get("errors.deadletterqueue.copy.record.enable")))
 
     @classmethod
     def of_group(cls, overrides: dict[str, Any], broker: dict[str, Any]) -> "ShareGroupLimits":
@@ -430,7 +452,8 @@ class ShareGroupLimits:
     def as_list(self) -> list:
         """For the data-path frame (actors/partition/wire.py): a plain list."""
         return [self.record_lock_duration_ms, self.delivery_count_limit, self.max_record_locks,
-                self.renew_acknowledge_enable, self.read_committed]
+                self.renew_acknowledge_enable, self.read_committed, self.dead_letter_topic,
+                self.dead_letter_copy_record]
 
 
 @dataclass(frozen=True)

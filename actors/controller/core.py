@@ -245,6 +245,11 @@ class ControllerCore:
             typed = validate_group_configs({k: v for k, v in configs.items() if v is not None}, self.broker_config)
         except ConfigError as e:
             return Outcome(ErrorCode.INVALID_CONFIG, str(e))
+        dlq_topic = typed.get("errors.deadletterqueue.topic.name")
+        if dlq_topic and dlq_topic in self.topics and not self.effective_configs(self.topics[dlq_topic]).get(
+                "errors.deadletterqueue.group.enable"):
+            return Outcome(ErrorCode.INVALID_CONFIG, f"topic {dlq_topic!r} cannot be a dead-letter topic: its "
+                                                     "errors.deadletterqueue.group.enable is not true (KIP-1191)")
         merged = dict(self.group_configs.get(group_id, {})) if incremental else {}
         merged.update(typed)
         for key in [k for k, v in configs.items() if v is None]:

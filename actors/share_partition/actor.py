@@ -24,6 +24,7 @@ from actors.share_coordinator.core import state_partition_for
 from actors.share_partition.core import LATEST_TIMESTAMP, SharePartition, start_offset_timestamp
 from cluster.config import ShareGroupLimits
 from actors.gateway.security.inter_broker import broker_transport
+from actors.share_partition.dead_letter_writer import DLQ_BATCH_RECORDS_MAX, DeadLetterWriter
 from actors.share_partition.state_client import BrokerStateConnection, LocalStateConnection
 from actors.startup import start_unless_started, succeeded
 from protocol.errors import ErrorCode
@@ -49,6 +50,7 @@ STATE_WRITE_TIMEOUT_S = 30.0
 # cut off answers nothing, and its partitions have new leaders after broker.session.timeout.ms,
 # long before STATE_WRITE_TIMEOUT_S.
 STATE_MOVE_CHECK_S = 2.0
+DLQ_RETRY_S = 1.0  # after a failed dead-letter write, before the records are written again
 
 
 def now_ms() -> int:
@@ -89,6 +91,9 @@ class ShareLeaders:
         self.timer: asyncio.Task | None = None
         self.background: set[asyncio.Task] = set()
         self.image_check: tuple[float, asyncio.Future] | None = None  # (when asked, the controller's answer)
+        self.dead_letters = DeadLetterWriter(partition_actor, broker_config, controller)
+        self.dead_lettering: dict[str, asyncio.Task] = {}  # group id -> its dead-letter drain (KIP-1191)
+        self.dead_letter_errors: dict[str, str] = {}  # group id -> the failure last logged
 
     # ---- share coordinator -------------------------------------------------------------------
     def _coordinator_index(self, group_id: str) -> int:
@@ -237,7 +242,49 @@ class ShareLeaders:
             dirty = sp.take_dirty()  # the coordinator moved: once more, the whole state to where it is now
             if dirty is None:
                 break
+        if not error:
+            self._dead_letter_soon(group_id, sp)  # Archiving records are durable as such: write their DLQ records
         return error, message
+
+    # ---- dead letters (KIP-1191) ----------------------------------------------------------------
+    def _dead_letter_soon(self, group_id: str, sp: SharePartition) -> None:
+        """Start writing the group's Archiving records to its DLQ topic, unless that is under way."""
+        if sp.archiving_count() and group_id not in self.dead_lettering:
+            self.dead_lettering[group_id] = asyncio.ensure_future(self._drain_dead_letters(group_id, sp))
+
+    async def _drain_dead_letters(self, group_id: str, sp: SharePartition) -> None:
+        """Batch after batch: write the DLQ records, then (durable) archive the records and persist
+        that; a failed write hands the records out again after DLQ_RETRY_S. Other records of the
+        partition are acquired and acknowledged meanwhile: only the Archiving ones wait. Stops when
+        this share-partition is no longer led here (its new leader writes what is still Archiving)."""
+        try:
+            await self._drain_dead_letter_batches(group_id, sp)
+        finally:  # at once, so that no record goes Archiving between the last empty take and this
+            if self.dead_lettering.get(group_id) is asyncio.current_task():
+                del self.dead_lettering[group_id]
+
+    async def _drain_dead_letter_batches(self, group_id: str, sp: SharePartition) -> None:
+        while self.groups.get(group_id) is sp:
+            letters = sp.take_dead_letters(DLQ_BATCH_RECORDS_MAX)
+            if not letters:
+                return
+            first, last = letters[0].first_offset, letters[-1].last_offset
+            try:
+                outcome = await self.dead_letters.write(sp, letters, now_ms())
+            except Exception as e:
+                if str(e) != self.dead_letter_errors.get(group_id):  # said once while it keeps failing so
+                    self.dead_letter_errors[group_id] = str(e)
+                    log.warning("share group %s: writing %d dead letters of %s-%d failed (retrying every %g s): %s",
+                                group_id, sum(x.last_offset - x.first_offset + 1 for x in letters),
+                                self.partition.topic, self.partition.partition, DLQ_RETRY_S, e)
+                sp.dead_letters_failed(first, last)
+                await asyncio.sleep(DLQ_RETRY_S)
+                continue
+            self.dead_letter_errors.pop(group_id, None)
+            n = sp.dead_letters_written(first, last, copied=outcome == "written")
+            metrics.record_dead_letters(group_id, n if outcome == "written" else 0, n if outcome != "written" else 0)
+            self._wake()
+            await self._persist(group_id, sp)  # Archived (a failed write: the next one carries it)
 
     def _persist_soon(self, group_id: str, sp: SharePartition) -> None:
         task = asyncio.ensure_future(self._persist(group_id, sp))
@@ -332,6 +379,7 @@ class ShareLeaders:
             raise
         self.groups.setdefault(group_id, sp)
         self._ensure_timer()
+        self._dead_letter_soon(group_id, self.groups[group_id])  # what a previous leader left Archiving
         return self.groups[group_id]
 
     # ---- operations ---------------------------------------------------------------------------
@@ -507,6 +555,9 @@ class ShareLeaders:
     def close(self) -> None:
         if self.timer:
             self.timer.cancel()
+        for task in list(self.dead_lettering.values()):
+            task.cancel()
+        self.dead_letters.close()
         for opening in self.state_connections.values():
             if succeeded(opening):
                 opening.result().close()

@@ -77,6 +77,16 @@ KIP-932 decisions (section names of the KIP):
 * RENEW with ``share.renew.acknowledge.enable=false`` (Kafka 4.3, KIP-1222's group switch): the
   batch is refused with INVALID_RECORD_STATE and changes nothing.
 
+* Dead-letter queues (KIP-1191, Kafka 4.4): with a DLQ topic configured for the group
+  (``dead_letter_topic``), a record REJECTed, or whose delivery attempt ends at the delivery limit
+  (release, lock expiry, member leaving), goes to Archiving (3) instead of Archived. Archiving is
+  persisted like any state, is not terminal (it holds the SPSO back and counts in flight until its
+  DLQ record is durable) and cannot be acquired or acknowledged. The shell takes the Archiving
+  records to write with ``take_dead_letters()`` and reports ``dead_letters_written()`` (durable:
+  -> Archived) or ``dead_letters_failed()`` (handed out again). A new leader loads Archiving
+  records as they were persisted and writes them again: at-least-once into the DLQ. Records
+  below the SPSO (the log start overtook them) are archived without a DLQ record.
+
 Not done (later Kafka behaviour beyond KIP-932): delivering a record on its last attempt alone /
 throttling batches of much-redelivered records; decrementing the delivery count when a session
 closes with records it may never have handed over (Kafka 4.1+; here a closed session counts as a
@@ -97,7 +107,7 @@ from protocol.errors import ErrorCode
 
 __all__ = [
     "AckOutcome", "AckType", "Acquired", "Event", "IllegalTransition", "RecordState",
-    "ShareMetrics", "SharePartition", "StateBatch", "TRANSITIONS", "next_state",
+    "DeadLetter", "ShareMetrics", "SharePartition", "StateBatch", "TRANSITIONS", "next_state",
     "parse_iso_duration_ms", "start_offset_timestamp",
 ]
 
@@ -140,11 +150,13 @@ class RecordState(IntEnum):
     AVAILABLE = 0
     ACQUIRED = 1
     ACKNOWLEDGED = 2
+    ARCHIVING = 3       # KIP-1191: Archived once its dead-letter record is durable
     ARCHIVED = 4
 
 
-AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = (
-    RecordState.AVAILABLE, RecordState.ACQUIRED, RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVING, ARCHIVED = (
+    RecordState.AVAILABLE, RecordState.ACQUIRED, RecordState.ACKNOWLEDGED, RecordState.ARCHIVING,
+    RecordState.ARCHIVED)
 TERMINAL = frozenset({ACKNOWLEDGED, ARCHIVED})
 
 
@@ -166,6 +178,7 @@ class Event(Enum):
     LOCK_EXPIRED = "lock_expired"
     MEMBER_RELEASED = "member_released"
     ARCHIVE = "archive"          # leader's own: log start moved, compacted away, aborted txn
+    DEAD_LETTERED = "dead_lettered"  # leader's own: the DLQ record is durable (or none will be written)
 
 
 ACK_EVENTS = {AckType.GAP: Event.GAP, AckType.ACCEPT: Event.ACCEPT, AckType.RELEASE: Event.RELEASE,
@@ -186,7 +199,16 @@ TRANSITIONS: dict[tuple[RecordState, Event], tuple[tuple[RecordState, int], tupl
     (ACQUIRED, Event.LOCK_EXPIRED): ((AVAILABLE, 0), (ARCHIVED, 0)),
     (ACQUIRED, Event.MEMBER_RELEASED): ((AVAILABLE, 0), (ARCHIVED, 0)),
     (ACQUIRED, Event.ARCHIVE): ((ARCHIVED, 0), (ARCHIVED, 0)),
+    (ARCHIVING, Event.DEAD_LETTERED): ((ARCHIVED, 0), (ARCHIVED, 0)),
 }
+
+# With a DLQ topic, these events go to Archiving where the table says Archived (KIP-1191): a
+# rejection, or a delivery attempt ending at the delivery limit. Gaps and the leader's own
+# archiving (log start, aborted transactions) never make dead letters.
+DEAD_LETTER_EVENTS = frozenset({Event.REJECT, Event.RELEASE, Event.LOCK_EXPIRED, Event.MEMBER_RELEASED})
+# the __dlq.errors.reason header values
+REASON_REJECT = "REJECT"
+REASON_DELIVERY_COUNT_LIMIT = "DELIVERY_COUNT_LIMIT"
 
 # Below the SPSO a record can never be delivered again: whatever ends its acquisition archives it.
 _ARCHIVE_BELOW_START = frozenset({Event.ACCEPT, Event.RELEASE, Event.REJECT, Event.GAP,
@@ -198,12 +220,15 @@ class IllegalTransition(RuntimeError):
 
 
 def next_state(state: RecordState, event: Event, delivery_count: int,
-               delivery_count_limit: int) -> tuple[RecordState, int] | None:
-    """The one place transitions are decided: (new state, new delivery count), or None if illegal."""
+               delivery_count_limit: int, dead_letters: bool = False) -> tuple[RecordState, int] | None:
+    """The one place transitions are decided: (new state, new delivery count), or None if illegal.
+    ``dead_letters``: the group has a DLQ topic (Archived becomes Archiving for DEAD_LETTER_EVENTS)."""
     rule = TRANSITIONS.get((state, event))
     if rule is None:
         return None
     to, delta = rule[1] if delivery_count >= delivery_count_limit else rule[0]
+    if to is ARCHIVED and dead_letters and event in DEAD_LETTER_EVENTS:
+        to = ARCHIVING
     return to, delivery_count + delta
 
 
@@ -212,6 +237,14 @@ class Acquired(NamedTuple):
     first_offset: int
     last_offset: int
     delivery_count: int
+
+
+class DeadLetter(NamedTuple):
+    """A run of Archiving records handed to the shell to write to the DLQ topic."""
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+    reason: str
 
 
 class StateBatch(NamedTuple):
@@ -246,22 +279,29 @@ class ShareMetrics:
     log_start_archived_records: int = 0
     aborted_archived_records: int = 0
     stale_archived_records: int = 0
+    dead_lettered_records: int = 0            # Archiving -> Archived with a durable DLQ record
+    dead_letter_skipped_records: int = 0      # Archiving -> Archived without one (no usable DLQ topic)
 
 
 class _Range:
-    __slots__ = ("first", "last", "state", "count", "owner", "deadline_ms")
+    # reason: why an Archiving range is one (None when loaded: see DeadLetter's reason); sending:
+    # an Archiving range handed out by take_dead_letters whose write has not ended yet
+    __slots__ = ("first", "last", "state", "count", "owner", "deadline_ms", "reason", "sending")
 
     def __init__(self, first: int, last: int, state: RecordState, count: int,
-                 owner: str | None = None, deadline_ms: int | None = None) -> None:
+                 owner: str | None = None, deadline_ms: int | None = None,
+                 reason: str | None = None, sending: bool = False) -> None:
         self.first, self.last, self.state, self.count = first, last, state, count
         self.owner, self.deadline_ms = owner, deadline_ms
+        self.reason, self.sending = reason, sending
 
     def same(self, other: _Range) -> bool:
         return (self.state == other.state and self.count == other.count
-                and self.owner == other.owner and self.deadline_ms == other.deadline_ms)
+                and self.owner == other.owner and self.deadline_ms == other.deadline_ms
+                and self.reason == other.reason and self.sending == other.sending)
 
     def with_bounds(self, first: int, last: int) -> _Range:
-        return _Range(first, last, self.state, self.count, self.owner, self.deadline_ms)
+        return _Range(first, last, self.state, self.count, self.owner, self.deadline_ms, self.reason, self.sending)
 
     def as_tuple(self) -> tuple:
         return (self.first, self.last, int(self.state), self.count, self.owner, self.deadline_ms)
@@ -308,14 +348,16 @@ class SharePartition:
                  record_lock_duration_ms: int = DEFAULT_RECORD_LOCK_DURATION_MS,
                  delivery_count_limit: int = DEFAULT_DELIVERY_COUNT_LIMIT,
                  max_record_locks: int = DEFAULT_MAX_RECORD_LOCKS, renew_acknowledge_enable: bool = True,
-                 read_committed: bool = False) -> None:
+                 read_committed: bool = False, dead_letter_topic: str = "",
+                 dead_letter_copy_record: bool = False) -> None:
         self.group_id = group_id
         self.topic_id = topic_id
         self.partition = partition
         self._highest_limit = 0       # the highest delivery count limit ever in force (invariants)
         self.configure(record_lock_duration_ms=record_lock_duration_ms, delivery_count_limit=delivery_count_limit,
                        max_record_locks=max_record_locks, renew_acknowledge_enable=renew_acknowledge_enable,
-                       read_committed=read_committed)
+                       read_committed=read_committed, dead_letter_topic=dead_letter_topic,
+                       dead_letter_copy_record=dead_letter_copy_record)
         self.metrics = ShareMetrics()
         self._ranges: list[_Range] = []
         self._firsts: list[int] = []
@@ -328,24 +370,27 @@ class SharePartition:
         self._baseline: tuple[int, list[StateBatch]] = (0, [])
 
     def configure(self, *, record_lock_duration_ms: int, delivery_count_limit: int, max_record_locks: int,
-                  renew_acknowledge_enable: bool, read_committed: bool = False) -> bool:
+                  renew_acknowledge_enable: bool, read_committed: bool = False, dead_letter_topic: str = "",
+                  dead_letter_copy_record: bool = False) -> bool:
         """The group's limits now (share.record.lock.duration.ms, share.delivery.count.limit,
         share.partition.max.record.locks, share.renew.acknowledge.enable, share.isolation.level:
         ``read_committed`` tells the shell to read up to the last stable offset and pass aborted
-        batches to ``acquire``); they apply from the next operation on (see the module
-        docstring). Returns True if any changed. Raises ValueError for values no config
-        validation lets through."""
+        batches to ``acquire``; errors.deadletterqueue.topic.name and .copy.record.enable); they
+        apply from the next operation on (see the module docstring). Returns True if any changed.
+        Raises ValueError for values no config validation lets through."""
         if record_lock_duration_ms <= 0:
             raise ValueError(f"record_lock_duration_ms must be > 0, got {record_lock_duration_ms}")
         if delivery_count_limit < DELIVERY_COUNT_LIMIT_MIN:
             raise ValueError(f"delivery_count_limit must be >= {DELIVERY_COUNT_LIMIT_MIN}, got {delivery_count_limit}")
         if max_record_locks <= 0:
             raise ValueError(f"max_record_locks must be > 0, got {max_record_locks}")
-        now = (record_lock_duration_ms, delivery_count_limit, max_record_locks, bool(renew_acknowledge_enable))
+        now = (record_lock_duration_ms, delivery_count_limit, max_record_locks, bool(renew_acknowledge_enable),
+               dead_letter_topic or "", bool(dead_letter_copy_record))
         before = (getattr(self, "record_lock_duration_ms", None), getattr(self, "delivery_count_limit", None),
-                  getattr(self, "max_record_locks", None), getattr(self, "renew_acknowledge_enable", None))
+                  getattr(self, "max_record_locks", None), getattr(self, "renew_acknowledge_enable", None),
+                  getattr(self, "dead_letter_topic", None), getattr(self, "dead_letter_copy_record", None))
         (self.record_lock_duration_ms, self.delivery_count_limit, self.max_record_locks,
-         self.renew_acknowledge_enable) = now
+         self.renew_acknowledge_enable, self.dead_letter_topic, self.dead_letter_copy_record) = now
         self._highest_limit = max(self._highest_limit, delivery_count_limit)
         changed = now != before or bool(read_committed) != getattr(self, "read_committed", None)
         self.read_committed = bool(read_committed)
@@ -673,6 +718,58 @@ class SharePartition:
         self._durable_version += 1
         return True
 
+    # ------------------------------------------------------------------ dead letters (KIP-1191)
+
+    def take_dead_letters(self, max_records: int) -> list[DeadLetter]:
+        """Archiving records not being written yet, at most ``max_records``, in offset order; they
+        are marked as being written until ``dead_letters_written`` or ``dead_letters_failed``.
+        A loaded range has no reason: delivery count at the limit says DELIVERY_COUNT_LIMIT, else
+        REJECT (a record rejected on its last attempt is named by its count)."""
+        out: list[DeadLetter] = []
+        remaining = max_records
+        for x, y in self._spans_where(self._start, self._end - 1,
+                                      lambda r: r.state is ARCHIVING and not r.sending):
+            if remaining <= 0:
+                break
+            y = min(y, x + remaining - 1)
+            i, j = self._split(x), self._split(y + 1)
+            for k in range(i, j):
+                r = self._ranges[k]
+                r.sending = True
+                reason = r.reason or (REASON_DELIVERY_COUNT_LIMIT if r.count >= self.delivery_count_limit
+                                      else REASON_REJECT)
+                out.append(DeadLetter(r.first, r.last, r.count, reason))
+            self._coalesce(i, j)
+            remaining -= y - x + 1
+        return out
+
+    def dead_letters_written(self, first: int, last: int, *, copied: bool = True) -> int:
+        """The DLQ records of the Archiving records in [first, last] handed out by
+        take_dead_letters are durable (``copied``), or none will be written (no usable DLQ topic):
+        they are Archived (records that went Archiving meanwhile wait for their own write). Returns how many; the
+        caller persists the state."""
+        n = 0
+        for x, y in self._spans_where(first, last, lambda r: r.state is ARCHIVING and r.sending):
+            n += self._update(x, y, Event.DEAD_LETTERED)
+        if copied:
+            self.metrics.dead_lettered_records += n
+        else:
+            self.metrics.dead_letter_skipped_records += n
+        self._settle()
+        return n
+
+    def dead_letters_failed(self, first: int, last: int) -> None:
+        """Writing the DLQ records of [first, last] failed: the next take_dead_letters hands them out again."""
+        for x, y in self._spans_where(first, last, lambda r: r.state is ARCHIVING and r.sending):
+            i, j = self._split(x), self._split(y + 1)
+            for k in range(i, j):
+                self._ranges[k].sending = False
+            self._coalesce(i, j)
+
+    def archiving_count(self) -> int:
+        """Records waiting for their DLQ record (Archiving), being written or not."""
+        return sum(r.last - r.first + 1 for r in self._ranges if r.state is ARCHIVING)
+
     # ------------------------------------------------------------------ internals
 
     def _expire(self, now_ms: int) -> int:
@@ -717,7 +814,7 @@ class SharePartition:
         for k in range(i, j):
             r = self._ranges[k]
             ev = Event.ARCHIVE if (r.last < self._start and event in _ARCHIVE_BELOW_START) else event
-            result = next_state(r.state, ev, r.count, limit)
+            result = next_state(r.state, ev, r.count, limit, bool(self.dead_letter_topic))
             if result is None:
                 raise IllegalTransition(f"{r.state.name} --{ev.name}--> ? for offsets {r.first}-{r.last}")
             to, count = result
@@ -733,11 +830,14 @@ class SharePartition:
             size = r.last - r.first + 1
             if ev is Event.ACQUIRE:
                 self.metrics.acquired_records += size
-            elif to is ARCHIVED and ev in (Event.RELEASE, Event.LOCK_EXPIRED, Event.MEMBER_RELEASED):
+            elif to in (ARCHIVED, ARCHIVING) and ev in (Event.RELEASE, Event.LOCK_EXPIRED, Event.MEMBER_RELEASED):
                 self.metrics.delivery_limit_archived_records += size
             if ev not in (Event.ACQUIRE, Event.RENEW) or to in TERMINAL:
                 self._durable_version += 1
-            self._ranges[k] = _Range(r.first, r.last, to, count, owner, deadline)
+            reason = None
+            if to is ARCHIVING:
+                reason = REASON_REJECT if ev is Event.REJECT else REASON_DELIVERY_COUNT_LIMIT
+            self._ranges[k] = _Range(r.first, r.last, to, count, owner, deadline, reason)
             n += size
         self._coalesce(i, j)
         return n
@@ -839,6 +939,8 @@ class SharePartition:
                 fail("Available at the delivery limit")
             if r.state is ACQUIRED and not 1 <= r.count <= self._highest_limit:
                 fail("bad delivery count")
+            if r.sending and r.state is not ARCHIVING:
+                fail("only Archiving ranges are being dead-lettered")
             if r.first < self._start and (r.last >= self._start or r.state is not ACQUIRED):
                 fail("below the SPSO only Acquired ranges")
             if r.state is ACQUIRED and (self._deadline_floor is None or r.deadline_ms < self._deadline_floor):

@@ -9,10 +9,12 @@ from datetime import datetime, timezone
 from cluster.admin import COMMAND_CONFIG_HELP, AdminError, KafkaConnection
 from protocol.errors import ErrorCode
 from protocol.messages import (AlterShareGroupOffsetsRequest, DeleteGroupsRequest, DeleteShareGroupOffsetsRequest,
-                               DescribeShareGroupOffsetsRequest, FindCoordinatorRequest, ListGroupsRequest,
+                               DescribeConfigsRequest, DescribeShareGroupOffsetsRequest, FindCoordinatorRequest, ListGroupsRequest,
                                ListOffsetsRequest, MetadataRequest, ShareGroupDescribeRequest)
 
 KEY_TYPE_GROUP = 0
+RESOURCE_GROUP = 32
+DLQ_TOPIC_CONFIG = "errors.deadletterqueue.topic.name"
 EARLIEST, LATEST = -2, -1
 
 
@@ -121,7 +123,27 @@ def _describe(conn, args) -> int:
             start = p.start_offset if p.start_offset >= 0 else "-"
             lag = p.lag if p.lag >= 0 else "-"
             print(f"{args.group}\t{t.topic_name}\t{p.partition_index}\t{start}\t{lag}")
+    _describe_dead_letters(conn, args.group)
     return 0
+
+
+def _describe_dead_letters(conn, group: str) -> None:
+    """The group's dead-letter topic (KIP-1191) and how many records it holds (its partitions'
+    end minus start offsets: every group writing to that topic counts), when it has one."""
+    r = conn.send(DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=RESOURCE_GROUP, resource_name=group, configuration_keys=[DLQ_TOPIC_CONFIG])]))
+    found = [c.value for res in r.results if not res.error_code for c in res.configs if c.name == DLQ_TOPIC_CONFIG]
+    if not found or not found[0]:
+        return
+    dlq = found[0]
+    try:
+        starts, ends = _offsets(conn, dlq, EARLIEST), _offsets(conn, dlq, LATEST)
+        records = sum(end - starts[i] for i, end in ends.items())
+    except AdminError:
+        records = "-"  # not created yet
+    print()
+    print("GROUP\tDLQ-TOPIC\tDLQ-RECORDS")
+    print(f"{group}\t{dlq}\t{records}")
 
 
 def _delete(conn, group) -> int:
@@ -174,6 +196,34 @@ def _list_offsets(conn, topic: str, indexes: list[int], timestamp: int) -> dict[
     return {p.partition_index: p.offset for p in r.topics[0].partitions}
 
 
+def _topic_offsets(metadata, topic, timestamp: int) -> dict[int, int]:
+    """partition -> offset of one topic (from Metadata) for a ListOffsets timestamp, asked of each
+    partition's leader; no record at or after that time: the end of the partition, as
+    kafka-share-groups does."""
+    by_leader: dict = {}
+    for p in topic.partitions:
+        by_leader.setdefault(p.leader_id, []).append(p.partition_index)
+    brokers = {b.node_id: b for b in metadata.brokers}
+    found: dict[int, int] = {}
+    for leader, indexes in by_leader.items():
+        b = brokers[leader]
+        with KafkaConnection(f"{b.host}:{b.port}", client_id="kray-share-groups") as leader_conn:
+            mine = _list_offsets(leader_conn, topic.name, indexes, timestamp)
+            mine |= _list_offsets(leader_conn, topic.name, [i for i, o in mine.items() if o < 0], LATEST)
+        found |= mine
+    return found
+
+
+def _offsets(conn, topic: str, timestamp: int) -> dict[int, int]:
+    """partition -> offset for `timestamp` of every partition of `topic`; AdminError if it does not exist."""
+    metadata = conn.send(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                         allow_auto_topic_creation=False))
+    t = metadata.topics[0]
+    if t.error_code:
+        raise AdminError(f"topic {topic}: {ErrorCode(t.error_code).name}")
+    return _topic_offsets(metadata, t, timestamp)
+
+
 def _reset_offsets(conn, coordinator, args) -> int:
     if not args.topic:
         return _fail("--reset-offsets needs --topic TOPIC")
@@ -184,17 +234,8 @@ def _reset_offsets(conn, coordinator, args) -> int:
     for topic in metadata.topics:
         if topic.error_code:
             return _fail(f"topic {topic.name}: {ErrorCode(topic.error_code).name}")
-        by_leader: dict = {}
-        for p in topic.partitions:
-            by_leader.setdefault(p.leader_id, []).append(p.partition_index)
-        brokers = {b.node_id: b for b in metadata.brokers}
-        for leader, indexes in by_leader.items():
-            b = brokers[leader]
-            with KafkaConnection(f"{b.host}:{b.port}", client_id="kray-share-groups") as leader_conn:
-                found = _list_offsets(leader_conn, topic.name, indexes, timestamp)
-                # no record at or after that time: the end of the partition, as kafka-share-groups does
-                found |= _list_offsets(leader_conn, topic.name, [i for i, o in found.items() if o < 0], LATEST)
-            plan += [(topic.name, i, offset) for i, offset in found.items()]
+        found = _topic_offsets(metadata, topic, timestamp)
+        plan += [(topic.name, i, offset) for i, offset in found.items()]
     print("GROUP\tTOPIC\tPARTITION\tNEW-START-OFFSET")
     for name, index, offset in sorted(plan):
         print(f"{args.group}\t{name}\t{index}\t{offset}")

@@ -89,7 +89,7 @@ def test_values_in_force_are_held_to_bounds_changed_since():
     limits = ShareGroupLimits.of_group(overrides | {"share.renew.acknowledge.enable": False}, broker)
     assert limits == ShareGroupLimits(record_lock_duration_ms=30000, delivery_count_limit=6, max_record_locks=200,
                                       renew_acknowledge_enable=False)
-    assert limits.as_list() == [30000, 6, 200, False, False]
+    assert limits.as_list() == [30000, 6, 200, False, False, "", False]   # no dead-letter topic (KIP-1191)
     assert ShareGroupLimits.of_group({"share.isolation.level": "read_committed"}, broker).read_committed
     # a broker default changed in the broker's config is what a group without overrides gets
     assert ShareGroupLimits.of_group({}, BROKER | {"group.share.delivery.count.limit": 3}).delivery_count_limit == 3
@@ -133,3 +133,44 @@ def test_describe_shows_each_config_with_its_source():
     configs = _describe({}, BROKER | {"group.share.partition.max.record.locks": 3000})
     locks = configs["share.partition.max.record.locks"]
     assert (locks.value, locks.config_source) == ("3000", CONFIG_SOURCE_STATIC_BROKER)
+
+
+def test_dead_letter_queue_configs_of_kip_1191():
+    defaults = group_config_defaults(BROKER)
+    assert defaults["errors.deadletterqueue.topic.name"] == ""           # no DLQ
+    assert defaults["errors.deadletterqueue.copy.record.enable"] is False
+    assert BROKER["errors.deadletterqueue.topic.name.prefix"] == "dlq."
+    assert BROKER["errors.deadletterqueue.auto.create.topics.enable"] is False
+    assert validate_group_configs({"errors.deadletterqueue.topic.name": "dlq.orders",
+                                   "errors.deadletterqueue.copy.record.enable": "true"}, BROKER) == \
+        {"errors.deadletterqueue.topic.name": "dlq.orders", "errors.deadletterqueue.copy.record.enable": True}
+    for bad in ("orders", "dlq.with space", "dlq." + "x" * 250):
+        with pytest.raises(ConfigError, match="errors.deadletterqueue.topic.name"):
+            validate_group_configs({"errors.deadletterqueue.topic.name": bad}, BROKER)
+    # an empty prefix allows any legal name
+    anything = BROKER | {"errors.deadletterqueue.topic.name.prefix": ""}
+    assert validate_group_configs({"errors.deadletterqueue.topic.name": "orders"}, anything)
+    limits = ShareGroupLimits.of_group({"errors.deadletterqueue.topic.name": "dlq.orders"}, BROKER)
+    assert (limits.dead_letter_topic, limits.dead_letter_copy_record) == ("dlq.orders", False)
+
+
+def test_a_topic_without_the_group_enable_config_is_refused_as_a_dead_letter_topic():
+    from actors.controller.core import BrokerInfo
+    core = ControllerCore(dict(BROKER_DEFAULTS), "cluster-1")
+    core.register_broker(BrokerInfo(1, "127.0.0.1", 9093, None, "node-1"))
+    assert core.create_topic("dlq.plain", 1, 1, {}).error_code == 0
+    assert core.create_topic("dlq.ok", 1, 1, {"errors.deadletterqueue.group.enable": "true"}).error_code == 0
+    out = core.alter_group_configs("g", {"errors.deadletterqueue.topic.name": "dlq.plain"}, incremental=True)
+    assert out.error_code == ErrorCode.INVALID_CONFIG and "errors.deadletterqueue.group.enable" in out.message
+    assert core.alter_group_configs("g", {"errors.deadletterqueue.topic.name": "dlq.ok"}, incremental=True).error_code == 0
+    # a DLQ topic that does not exist yet may be named (it is created, or used once it exists)
+    assert core.alter_group_configs("h", {"errors.deadletterqueue.topic.name": "dlq.later"},
+                                    incremental=True).error_code == 0
+
+
+def test_describe_shows_the_dead_letter_configs():
+    configs = _describe({"errors.deadletterqueue.topic.name": "dlq.orders"})
+    name, copy = configs["errors.deadletterqueue.topic.name"], configs["errors.deadletterqueue.copy.record.enable"]
+    assert (name.value, name.config_source) == ("dlq.orders", CONFIG_SOURCE_GROUP)
+    assert (copy.value, copy.config_source) == ("false", CONFIG_SOURCE_DEFAULT)
+    assert _describe({})["errors.deadletterqueue.topic.name"].value == ""

@@ -382,7 +382,7 @@ def test_load_rules():
     with pytest.raises(ValueError):
         sp.load(0, [(0, 5, 0, 1), (5, 6, 2, 1)])
     with pytest.raises(ValueError):
-        sp.load(0, [(0, 5, 3, 1)])
+        sp.load(0, [(0, 5, 5, 1)])  # no such state (3 is Archiving: KIP-1191)
     with pytest.raises(ValueError):
         sp.load(-1, [])
 
@@ -453,7 +453,16 @@ def test_transition_table():
     for state in (K, X):
         assert all(next_state(state, ev, 1, 5) is None for ev in Event)
     assert next_state(A, Event.ACCEPT, 1, 5) is None
-    assert all(key[0] in (A, Q) for key in TRANSITIONS)
+    assert all(key[0] in (A, Q) for key in TRANSITIONS if key[0] is not RecordState.ARCHIVING)
+    # KIP-1191: with a DLQ topic, a rejection or an attempt ending at the limit goes to Archiving,
+    # which only its durable DLQ record moves on (to Archived)
+    W = RecordState.ARCHIVING
+    assert next_state(Q, Event.REJECT, 1, 5, dead_letters=True) == (W, 1)
+    assert next_state(Q, Event.RELEASE, 5, 5, dead_letters=True) == (W, 5)
+    assert next_state(Q, Event.RELEASE, 4, 5, dead_letters=True) == (A, 4)
+    assert next_state(Q, Event.GAP, 1, 5, dead_letters=True) == (X, 1)
+    assert next_state(W, Event.DEAD_LETTERED, 1, 5) == (X, 1)
+    assert [ev for ev in Event if next_state(W, ev, 1, 5) is not None] == [Event.DEAD_LETTERED]
     sp = make()
     sp.acquire("m1", [(0, 4)], max_records=5, now_ms=0)
     sp.acknowledge("m1", [(0, 4, [ACCEPT])], now_ms=0)
