@@ -2,9 +2,8 @@
 producer's first steps get (FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn) and what an operator sees
 (DescribeTransactions, ListTransactions, `kray transactions`).
 
-The transaction APIs are not advertised in ApiVersions until the partition log side (markers, read_committed) is
-merged, so the requests name their versions; a transaction that ends stays in Prepare* until the partition
-leaders write its markers (then Complete*), so the tests accept either where they end one.
+The requests name their versions; a transaction that ends is in Prepare* until the partition leaders have
+written its markers (then Complete*), so the tests accept either where they end one.
 """
 import subprocess
 import sys

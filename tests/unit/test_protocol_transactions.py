@@ -140,10 +140,15 @@ def test_transaction_log_value_tagged_fields_are_v1_only():
 
 # ---- ApiVersions -------------------------------------------------------------------------------------------------
 
-def test_generated_transaction_apis_are_not_advertised():
+# the transaction APIs advertised once both sides of issue 19 were in: the coordinator's (24-26, 65, 66) and
+# the partition leaders' markers (27); TxnOffsetCommit (28) and DescribeProducers (61) are not built yet
+TRANSACTION_ROUTES = [(24, 0, 5), (25, 0, 4), (26, 0, 5), (27, 1, 2), (65, 0, 0), (66, 0, 2)]
+
+
+def test_only_the_built_transaction_apis_are_advertised():
     advertised = Dispatcher(None, ROUTES).advertised()
-    assert advertised == ADVERTISED_BEFORE_ISSUE_19
-    assert not {key for key, _, _, _ in TRANSACTION_APIS} & {key for key, _, _ in advertised}
+    assert advertised == sorted(ADVERTISED_BEFORE_ISSUE_19 + TRANSACTION_ROUTES)
+    assert not {28, 61} & {key for key, _, _ in advertised}
 
 
 def test_generator_gives_a_tagged_field_without_versions_its_tagged_versions():

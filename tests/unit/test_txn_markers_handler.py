@@ -76,6 +76,5 @@ def test_unknown_topic():
     assert errors(response) == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION] * 3
 
 
-def test_served_but_not_advertised_until_the_coordinator_merges():
-    assert 27 in ROUTES
-    assert 27 not in [key for key, _, _ in Dispatcher(None, ROUTES).advertised()]
+def test_advertised_with_the_coordinator_that_sends_it():
+    assert (27, 1, 2) in Dispatcher(None, ROUTES).advertised()

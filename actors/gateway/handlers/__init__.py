@@ -34,10 +34,9 @@ from actors.gateway.handlers.transactions import (handle_add_offsets_to_txn, han
                                                   handle_describe_transactions, handle_end_txn,
                                                   handle_list_transactions, transactional_produce)
 
-# Transactions (issue 19) are served but not advertised until their whole path works (markers written by the
-# partition leaders, read_committed fetches): then drop `advertised=False` (WriteTxnMarkers and TxnOffsetCommit
-# are the log side's and the group coordinator's routes).
-TRANSACTIONS_ADVERTISED = False
+# Transactions (issue 19): the coordinator's APIs and the partition leaders' markers are advertised;
+# TxnOffsetCommit (28, sendOffsetsToTransaction) and DescribeProducers (61) are not built yet.
+TRANSACTIONS_ADVERTISED = True
 
 ROUTES: dict[int, Route] = {
     0: Route(transactional_produce(handle_produce), 3, 13, no_response=acks_zero),
@@ -61,9 +60,8 @@ ROUTES: dict[int, Route] = {
     24: Route(handle_add_partitions_to_txn, 0, 5, advertised=TRANSACTIONS_ADVERTISED),
     25: Route(handle_add_offsets_to_txn, 0, 4, advertised=TRANSACTIONS_ADVERTISED),
     26: Route(handle_end_txn, 0, 5, advertised=TRANSACTIONS_ADVERTISED),
-    # the partition leaders' side of transactions; not advertised until the transaction
-    # coordinator (issue 19) that sends it is merged: then drop advertised=False
-    27: Route(handle_write_txn_markers, 1, 2, advertised=False),
+    # the partition leaders' side of transactions, sent by the transaction coordinators
+    27: Route(handle_write_txn_markers, 1, 2),
     36: Route(handle_sasl_authenticate, 0, 2),
     29: Route(handle_describe_acls, 1, 3),
     30: Route(handle_create_acls, 1, 3),
