@@ -18,57 +18,24 @@ retriable error and resend whole state over a new connection).
 from __future__ import annotations
 
 import uuid
-from typing import Any, Awaitable, Callable
+from typing import Awaitable
 
+from actors.broker_connection import BrokerConnection
 from actors.partition import wire as data_wire
 from actors.pipelined import ConnectionClosed, PipelinedConnection
 from actors.share_coordinator import wire
-from protocol.apis import API_BY_KEY
 from protocol.errors import ErrorCode
-from protocol.headers import RequestHeader, encode_request, response_header_version
-from protocol.primitives import read_tagged_fields
 
 RESPONSE_BYTES_MAX = 64 * 1024 * 1024
-CLIENT_ID = "kray-share-partition-leader"
 WRITE_VERSION = 1
 
 StateConnectionError = ConnectionClosed
 
 
-class BrokerStateConnection:
+class BrokerStateConnection(BrokerConnection):
     """Kafka's share-state APIs to another broker's inter-broker listener."""
-
-    def __init__(self, connection: PipelinedConnection):
-        self.connection = connection
-
-    @classmethod
-    async def open(cls, host: str, port: int, timeout_s: float, ssl_context=None,
-                   login: Callable[[PipelinedConnection], Awaitable[None]] | None = None) -> "BrokerStateConnection":
-        """Connect (TLS with `ssl_context`, where the listener uses it) and log in with `login` (where
-        it uses SASL): see inter_broker.broker_transport."""
-        connection = await PipelinedConnection.open_tcp(host, port, timeout_s=timeout_s,
-                                                        response_bytes_max=RESPONSE_BYTES_MAX,
-                                                        ssl_context=ssl_context)
-        if login is not None:
-            try:
-                await login(connection)
-            except BaseException:
-                connection.close()
-                raise
-        return cls(connection)
-
-    @property
-    def usable(self) -> bool:
-        return self.connection.usable
-
-    async def call(self, request: Any, version: int, timeout_s: float) -> Any:
-        api_key = request.API_KEY
-        body = await self.connection.call(lambda correlation_id: [encode_request(
-            RequestHeader(api_key, version, correlation_id, CLIENT_ID), request.encode(version))], timeout_s)
-        offset = 0  # the body follows the correlation id, and in flexible versions tagged fields
-        if response_header_version(api_key, version) == 1:
-            offset = read_tagged_fields(body, 0)[1]
-        return API_BY_KEY[api_key].response.decode(body[offset:], version)
+    CLIENT_ID = "kray-share-partition-leader"
+    RESPONSE_BYTES_MAX = RESPONSE_BYTES_MAX
 
     def send_write(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int, leader_epoch: int,
                    start_offset: int, batches: list, timeout_s: float) -> Awaitable[tuple[int, str | None]]:
@@ -80,19 +47,12 @@ class BrokerStateConnection:
             delivery_complete_count=-1, state_batches=[
                 W.StateBatch(first_offset=b[0], last_offset=b[1], delivery_state=b[2], delivery_count=b[3])
                 for b in batches])])])
-        answer = self.connection.send(lambda correlation_id: [encode_request(
-            RequestHeader(wire.WRITE, WRITE_VERSION, correlation_id, CLIENT_ID), request.encode(WRITE_VERSION))],
-            timeout_s)
+        answer = self.send(request, WRITE_VERSION, timeout_s)
 
         async def result():
-            body = await answer
-            offset = read_tagged_fields(body, 0)[1] if response_header_version(wire.WRITE, WRITE_VERSION) == 1 else 0
-            p = API_BY_KEY[wire.WRITE].response.decode(body[offset:], WRITE_VERSION).results[0].partitions[0]
+            p = self.decode(wire.WRITE, WRITE_VERSION, await answer).results[0].partitions[0]
             return p.error_code, p.error_message
         return result()
-
-    def close(self) -> None:
-        self.connection.close()
 
 
 class LocalStateConnection:

@@ -27,7 +27,7 @@ from protocol.errors import ErrorCode
 
 from .core import (AddOffsets, AddPartitions, EndTxn, InitProducerId, ListResult, MarkersWritten, Step,
                    TransactionCoordinatorCore, TxnConfig, epoch_exhausted)
-from .marker_sender import GONE, MARKER_REQUEST_TIMEOUT_S, BrokerConnection, MarkerSender
+from .marker_sender import GONE, MARKER_REQUEST_TIMEOUT_S, MarkerConnection, MarkerSender
 from .records import decode_record
 
 log = logging.getLogger("kray.transaction_coordinator")
@@ -260,11 +260,11 @@ class TransactionCoordinatorActor(PartitionActor):
         info = self.image.brokers.get(broker_id) if self.image is not None else None
         return None if info is None else (info.host, info.port)
 
-    async def _connect(self, host: str, port: int) -> BrokerConnection:
+    async def _connect(self, host: str, port: int) -> MarkerConnection:
         if self.transport is None:
             self.transport = broker_transport(self.config)
         ssl_context, login = self.transport
-        return await BrokerConnection.open(host, port, MARKER_REQUEST_TIMEOUT_S, ssl_context, login)
+        return await MarkerConnection.open(host, port, MARKER_REQUEST_TIMEOUT_S, ssl_context, login)
 
     async def _refresh_metadata(self) -> None:
         try:

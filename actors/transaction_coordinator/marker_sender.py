@@ -20,74 +20,41 @@ import logging
 import time
 from typing import Any, Awaitable, Callable
 
-from actors.pipelined import PipelinedConnection
-from protocol.apis import API_BY_KEY
-from protocol.headers import RequestHeader, encode_request, response_header_version
-from protocol.primitives import read_tagged_fields
+from actors.broker_connection import BrokerConnection
 
 from .core import Markers, MarkersWritten
 from .wire import MarkerProgress
 
-__all__ = ["GONE", "WRITE_TXN_MARKERS", "WRITE_TXN_MARKERS_VERSION", "BrokerConnection", "MarkerSender"]
+__all__ = ["GONE", "WRITE_TXN_MARKERS", "WRITE_TXN_MARKERS_VERSION", "MarkerConnection", "MarkerSender"]
 
 log = logging.getLogger("kray.transaction_coordinator")
 WRITE_TXN_MARKERS = 27
 WRITE_TXN_MARKERS_VERSION = 1       # v2 adds transaction_version (KIP-890 part 2), which Kray does not use
-CLIENT_ID = "kray-transaction-coordinator"
 MARKER_REQUEST_TIMEOUT_S = 30.0     # Kafka's request.timeout.ms for the marker channel
 MARKER_RETRY_BACKOFF_MIN_S = 0.1
 MARKER_RETRY_BACKOFF_MAX_S = 5.0
-RESPONSE_BYTES_MAX = 16 * 1024 * 1024
 FAILURE_LOG_INTERVAL_S = 30.0       # a peer that keeps failing is logged this often, not every round
 GONE = -2                           # leader_of: the partition's topic is deleted
 
 TopicPartition = tuple[str, int]
 
 
-class BrokerConnection:
-    """Kafka requests to one broker's listener over one pipelined connection."""
-
-    def __init__(self, connection: PipelinedConnection):
-        self.connection = connection
-
-    @classmethod
-    async def open(cls, host: str, port: int, timeout_s: float, ssl_context=None,
-                   login: Callable[[PipelinedConnection], Awaitable[None]] | None = None) -> "BrokerConnection":
-        connection = await PipelinedConnection.open_tcp(host, port, timeout_s=timeout_s,
-                                                        response_bytes_max=RESPONSE_BYTES_MAX, ssl_context=ssl_context)
-        if login is not None:
-            try:
-                await login(connection)
-            except BaseException:
-                connection.close()
-                raise
-        return cls(connection)
-
-    @property
-    def usable(self) -> bool:
-        return self.connection.usable
-
-    async def call(self, request: Any, version: int, timeout_s: float) -> Any:
-        api_key = request.API_KEY
-        body = await self.connection.call(lambda correlation_id: [encode_request(
-            RequestHeader(api_key, version, correlation_id, CLIENT_ID), request.encode(version))], timeout_s)
-        offset = read_tagged_fields(body, 0)[1] if response_header_version(api_key, version) == 1 else 0
-        return API_BY_KEY[api_key].response.decode(body[offset:], version)
-
-    def close(self) -> None:
-        self.connection.close()
+class MarkerConnection(BrokerConnection):
+    """WriteTxnMarkers (and any Kafka request) to one broker's inter-broker listener."""
+    CLIENT_ID = "kray-transaction-coordinator"
+    RESPONSE_BYTES_MAX = 16 * 1024 * 1024
 
 
 class MarkerSender:
     def __init__(self, leader_of: Callable[[TopicPartition], int | None],
                  address_of: Callable[[int], tuple[str, int] | None],
-                 connect: Callable[[str, int], Awaitable[BrokerConnection]],
+                 connect: Callable[[str, int], Awaitable[MarkerConnection]],
                  on_written: Callable[[MarkersWritten], Awaitable[None]],
                  refresh_metadata: Callable[[], Awaitable[None]] | None = None):
         self.leader_of, self.address_of, self.connect = leader_of, address_of, connect
         self.on_written, self.refresh_metadata = on_written, refresh_metadata
         self.progress = MarkerProgress()
-        self.connections: dict[tuple[str, int], BrokerConnection] = {}
+        self.connections: dict[tuple[str, int], MarkerConnection] = {}
         self.wake = asyncio.Event()
         self.backoff_s = MARKER_RETRY_BACKOFF_MIN_S
         self.retrying = False

@@ -90,7 +90,7 @@ async def _run(peers: dict[int, Peer], leaders: dict, markers: list[Markers], un
         reports.append(report)
 
     async def connect(host, port):
-        return await ms.BrokerConnection.open(host, port, 5.0)
+        return await ms.MarkerConnection.open(host, port, 5.0)
     sender = ms.MarkerSender(lambda tp: leaders.get(tp), addresses.get, connect, written)
     try:
         for m in markers:
@@ -172,7 +172,7 @@ def test_a_fenced_producer_cancels_its_markers_without_a_report():
         async def written(report):
             reports.append(report)
         sender = ms.MarkerSender({("t", 0): 1}.get, addresses.get,
-                                 lambda h, p: ms.BrokerConnection.open(h, p, 5.0), written)
+                                 lambda h, p: ms.MarkerConnection.open(h, p, 5.0), written)
         sender.start(_markers(partitions=[("t", 0)]))
         for _ in range(100):
             if peers[1].requests and not sender.pending():
