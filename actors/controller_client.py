@@ -11,8 +11,8 @@ session, a metadata long poll its own wait plus a little, an admin command
 controller.socket.timeout.ms.
 
 A retried command may have landed before its timeout: the controller's commands are idempotent or
-answer as Kafka's do on a retry (a topic created twice answers TOPIC_ALREADY_EXISTS; AlterPartition
-carries a proposal id the controller decides once).
+answer as Kafka's do on a retry (a CreateTopics carries a creation id its retries are recognized by;
+AlterPartition carries a proposal id the controller decides once).
 """
 from __future__ import annotations
 

@@ -874,9 +874,10 @@ class ControllerActor:
     @answers_once_committed
     async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, Any], validate_only: bool = False,
-                     assignments: dict[int, list[int]] | None = None) -> tuple[int, str | None, dict | None]:
-        outcome = self.core.create_topic(name, num_partitions, replication_factor, configs,
-                                         assignments=assignments, validate_only=validate_only)
+                     assignments: dict[int, list[int]] | None = None,
+                     creation_id: str | None = None) -> tuple[int, str | None, dict | None]:
+        outcome = self.core.create_topic(name, num_partitions, replication_factor, configs, assignments=assignments,
+                                         validate_only=validate_only, creation_id=creation_id)
         self._persist(outcome)
         topic = self.core.topics.get(name)
         if outcome.error_code or topic is None:

@@ -54,6 +54,7 @@ class TopicState:
     partitions: list[PartitionState]
     configs: dict[str, Any]  # overrides only; effective = defaults | configs
     internal: bool = False
+    creation_id: str | None = None  # the CreateTopics that made it: its retries are answered as its success
 
 
 @dataclass
@@ -148,11 +149,17 @@ class ControllerCore:
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, Any], *, internal: bool = False,
                      assignments: dict[int, list[int]] | None = None,
-                     validate_only: bool = False) -> Outcome:
+                     validate_only: bool = False, creation_id: str | None = None) -> Outcome:
+        """`creation_id`, unique per topic of a CreateTopics request, makes the creation idempotent:
+        a retry of it (its answer lost to a timeout or a controller failover, after the record was
+        committed) finds the topic it made and succeeds, where another request's answers
+        TOPIC_ALREADY_EXISTS."""
         problem = topic_name_error(name)
         if problem:
             return Outcome(ErrorCode.INVALID_TOPIC_EXCEPTION, problem + "; use letters, digits, '.', '_' or '-'")
         if name in self.topics:
+            if creation_id is not None and self.topics[name].creation_id == creation_id:
+                return Outcome()
             return Outcome(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         collides = next((t for t in self.topics if t.replace(".", "_") == name.replace(".", "_")), None)
         if collides:
@@ -183,11 +190,14 @@ class ControllerCore:
         if validate_only:
             return Outcome()
         topic_id = uuid.uuid4()
-        return self._commit([{
+        record = {
             "type": "topic", "name": name, "topic_id": topic_id.bytes, "internal": internal, "configs": typed,
             "partitions": [{"index": i, "replicas": placement[i], "leader": placement[i][0], "leader_epoch": 0,
                             "isr": placement[i]} for i in range(num_partitions)],
-        }])
+        }
+        if creation_id is not None:
+            record["creation_id"] = creation_id
+        return self._commit([record])
 
     def delete_topic(self, name: str) -> Outcome:
         topic = self.topics.get(name)
@@ -321,7 +331,7 @@ class ControllerCore:
         elif kind == "topic":
             topic = TopicState(record["name"], uuid.UUID(bytes=record["topic_id"]),
                                [_partition_state(p) for p in record["partitions"]],
-                               dict(record["configs"]), record["internal"])
+                               dict(record["configs"]), record["internal"], record.get("creation_id"))
             self.topics[topic.name] = topic
             self.topics_by_id[topic.topic_id] = topic
             self._track_partitions(topic, topic.partitions)

@@ -51,8 +51,9 @@ class RayController:
     """Typed wrappers around the controller actor's methods, each attempt bounded by a timeout
     (actors/controller_client.py). Commands wait `controller.socket.timeout.ms` per attempt; while
     Ray restarts the controller they are retried (with backoff, for up to CONTROLLER_RETRY_S)
-    instead of failing the client's request; a create that did land before a crash then answers
-    TOPIC_ALREADY_EXISTS, as in Kafka."""
+    instead of failing the client's request. A create that did land before its answer was lost is
+    recognized by its creation id and answers success (Kafka answers TOPIC_ALREADY_EXISTS to a
+    retry of its own creation); a retry of a deletion answers UNKNOWN_TOPIC_OR_PARTITION, as in Kafka."""
 
     def __init__(self, handle, config: dict | None = None):
         self.handle = handle
@@ -63,8 +64,10 @@ class RayController:
                                             retry_for_s=CONTROLLER_RETRY_S)
 
     async def create_topic(self, name, num_partitions, replication_factor, configs, validate_only, assignments):
+        # one creation id for every attempt: a retry of a creation that landed answers its success
         return await self._call("create_topic", name, num_partitions, replication_factor, configs, validate_only,
-                                assignments, timeout_s=max(self.timeout_s, PARTITIONS_COMMAND_TIMEOUT_S))
+                                assignments, uuid.uuid4().hex,
+                                timeout_s=max(self.timeout_s, PARTITIONS_COMMAND_TIMEOUT_S))
 
     async def delete_topic(self, name):
         return await self._call("delete_topic", name)

@@ -40,6 +40,29 @@ def test_create_topic_validation_errors():
     assert "v" not in core.topics
 
 
+def test_a_retried_creation_succeeds_where_another_request_finds_the_topic_exists(tmp_path):
+    """A CreateTopics whose answer was lost (a timeout, a controller failover after the commit) is
+    retried with the same creation id: it answers success, also on a controller that took over and
+    replayed the log; another request for the same name answers TOPIC_ALREADY_EXISTS."""
+    core = core_with_brokers(1)
+    created = core.create_topic("t", 2, 1, {}, creation_id="request-1")
+    assert created.error_code == 0
+    log = MetadataLog(tmp_path / "m.log")
+    log.append([{"type": "broker", "broker_id": 0, "host": "127.0.0.1", "port": 9092, "rack": None,
+                 "node_id": "node-0"}] + created.records)
+    log.close()
+    replayed = core_with_brokers(0)
+    for r in MetadataLog(tmp_path / "m.log").replay():
+        replayed.apply(r)
+    replayed.finish_replay()
+    for controller in (core, replayed):
+        retry = controller.create_topic("t", 2, 1, {}, creation_id="request-1")
+        assert (retry.error_code, retry.records) == (0, [])
+        assert controller.create_topic("t", 2, 1, {}, creation_id="request-2").error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+        assert controller.create_topic("t", 2, 1, {}).error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+    assert replayed.topics["t"].topic_id == core.topics["t"].topic_id
+
+
 def test_defaults_come_from_broker_config():
     core = core_with_brokers(1)
     core.broker_config["num.partitions"] = 4
