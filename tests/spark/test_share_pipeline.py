@@ -109,12 +109,12 @@ def test_example_pipeline_aggregates_every_order_once(bootstrap, spark):
     queue(bootstrap, 0, partitions=3, topic=source, group=group)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(sink, 3, 1)])[sink].result(30)
-    expected = example.seed_orders(bootstrap, 20_000, topic=source)
+    expected = example.seed_orders(bootstrap, 8_000, topic=source)
     committed = example.run(spark, bootstrap, group=group, source=source, sink=sink, readers=2,
                             # idle counts from the start: the readers' first join (the first test of the
                             # module) took over 4 s once on a loaded CI machine, and the run ended with 0
-                            max_records=5_000, timeout_s=2.0, stop_after_idle_s=10.0, log=lambda *_: None)
-    assert committed == 20_000
+                            max_records=2_000, timeout_s=2.0, stop_after_idle_s=10.0, log=lambda *_: None)
+    assert committed == 8_000
     totals: dict[str, list[int]] = {}
     for m in read_topic(bootstrap, sink, 3):
         v = json.loads(m.value())
