@@ -296,3 +296,27 @@ def test_a_fenced_producer_or_an_ended_transaction_writes_nothing(tmp_path):
         asyncio.run(log.append([(b"k", b"late")], TxnWrite(PID, 3, lambda: False)))
     assert e.value.error_code == ErrorCode.INVALID_TXN_STATE
     assert core.log_end_offset == 1
+
+
+# ---- the gateway's checks before the coordinator -------------------------------------------------------------------
+
+def test_the_handler_checks_the_transactional_id_and_each_topic_before_any_coordinator():
+    """As Kafka's handleTxnOffsetCommitRequest; the gateway here has no coordinator, so a request that went past
+    the checks would fail instead of answering them."""
+    from actors.gateway.handlers.transactions import handle_txn_offset_commit
+    from actors.gateway.security.authorizer import AclOperation
+    from protocol import messages as m
+    from protocol.headers import RequestHeader
+    from tests.unit.test_security_group_apis import GROUP, TOPIC, _connection, _context
+    R = m.TxnOffsetCommitRequest
+
+    def answer(transactional_id, topics):
+        request = R(transactional_id=transactional_id, group_id=GROUP, producer_id=1, producer_epoch=0, member_id="",
+                    topics=[R.TxnOffsetCommitRequestTopic(name=t, partitions=[R.TxnOffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=5, committed_metadata="")]) for t in topics])
+        response = asyncio.run(asyncio.wait_for(handle_txn_offset_commit(
+            _context(AclOperation.READ), RequestHeader(28, 3, 1, "test"), request, _connection()), 10))
+        return [(t.name, t.partitions[0].error_code) for t in response.topics]
+    assert answer("someone-else", [TOPIC]) == [(TOPIC, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)]
+    assert answer("tx", ["secret"]) == [("secret", ErrorCode.TOPIC_AUTHORIZATION_FAILED)]
+    assert answer("tx", [TOPIC]) == [(TOPIC, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]  # READ on it, but no topic

@@ -1,0 +1,100 @@
+"""Exactly-once read-process-write with confluent-kafka against a real `kray start` (issue 19, TxnOffsetCommit): a
+read_committed consumer without auto-commit reads an input topic, a transactional producer writes the transformed
+records to an output topic and sends the consumer's positions in the same transaction
+(`send_offsets_to_transaction`). The group's committed offsets move only when the transaction commits; an aborted
+transaction leaves them at the previous commit and its output invisible to read_committed readers."""
+import time
+import uuid
+
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.e2e.test_transactions import read_values
+
+PARTITIONS = 2
+
+
+def new_topics(kray, *names) -> list[str]:
+    topics = [f"{n}-{uuid.uuid4().hex[:8]}" for n in names]
+    admin = AdminClient({"bootstrap.servers": kray})
+    for topic, future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics]).items():
+        future.result(30)
+    return topics
+
+
+def produce_input(kray, topic, values):
+    p = Producer({"bootstrap.servers": kray})
+    for i, v in enumerate(values):
+        p.produce(topic, value=v, partition=i % PARTITIONS)
+    assert p.flush(30) == 0
+
+
+def consume(consumer, count, timeout_s=30) -> list:
+    out, deadline = [], time.monotonic() + timeout_s
+    while len(out) < count and time.monotonic() < deadline:
+        for m in consumer.consume(count - len(out), timeout=0.5):
+            if m.error() is None:
+                out.append(m)
+    assert len(out) == count, f"read {len(out)} of {count}"
+    return out
+
+
+def group_offsets(kray, group, topic) -> dict[int, int]:
+    admin = AdminClient({"bootstrap.servers": kray})
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(PARTITIONS)])
+    result = admin.list_consumer_group_offsets([request])[group].result(30)
+    assert all(tp.error is None for tp in result.topic_partitions), result.topic_partitions
+    return {tp.partition: tp.offset for tp in result.topic_partitions}
+
+
+def test_read_process_write_commits_the_offsets_with_the_transaction_and_not_with_an_abort(kray):
+    source, sink = new_topics(kray, "eos-in", "eos-out")
+    group = f"eos-{uuid.uuid4().hex[:8]}"
+    produce_input(kray, source, [b"in-%d" % i for i in range(10)])
+    consumer = Consumer({"bootstrap.servers": kray, "group.id": group, "isolation.level": "read_committed",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.subscribe([source])
+    producer = Producer({"bootstrap.servers": kray, "transactional.id": f"eos-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(60)
+
+    def process(records, commit: bool):
+        producer.begin_transaction()
+        for m in records:
+            producer.produce(sink, value=b"out-" + m.value(), partition=m.partition())
+        positions = consumer.position(consumer.assignment())
+        producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+        if commit:
+            producer.commit_transaction(60)
+        else:
+            producer.abort_transaction(60)
+        return {tp.partition: tp.offset for tp in positions if tp.topic == source}
+
+    # a committed transaction: the group's offsets are the processed position, its output readable
+    processed = process(consume(consumer, 10), commit=True)
+    assert sum(processed.values()) == 10
+    assert group_offsets(kray, group, source) == {p: processed.get(p, -1) for p in range(PARTITIONS)}
+
+    # an open transaction with offsets sent: the committed offsets stay where they were until it ends
+    produce_input(kray, source, [b"more-%d" % i for i in range(4)])
+    records = consume(consumer, 4)
+    producer.begin_transaction()
+    producer.produce(sink, value=b"pending", partition=0)
+    producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                         consumer.consumer_group_metadata(), 30)
+    assert group_offsets(kray, group, source) == {p: processed.get(p, -1) for p in range(PARTITIONS)}
+    producer.abort_transaction(60)
+
+    # an aborted transaction: offsets unchanged, its output never seen by read_committed readers
+    process(records, commit=False)
+    assert group_offsets(kray, group, source) == {p: processed.get(p, -1) for p in range(PARTITIONS)}
+    consumer.close()
+
+    # a consumer of the group starting now resumes at the committed position: it reads the 4 records again
+    again = Consumer({"bootstrap.servers": kray, "group.id": group, "isolation.level": "read_committed",
+                      "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    again.subscribe([source])
+    assert sorted(m.value() for m in consume(again, 4)) == sorted(b"more-%d" % i for i in range(4))
+    again.close()
+    producer.flush(10)
+    out = read_values(kray, sink, "read_committed", expect=10)
+    assert sorted(out) == sorted(b"out-in-%d" % i for i in range(10))
