@@ -46,9 +46,11 @@ def test_pending_and_committed_transactional_offsets_are_replayed(broker):
 
     send_offsets(3)
     producer.commit_transaction(60)
+    await_committed(broker.bootstrap, group, topic, 3)  # (once the marker, written after EndTxn's answer, is in)
     send_offsets(4)
     producer.abort_transaction(60)
     send_offsets(5)  # left open across the restart
+    time.sleep(1)
     assert committed(broker.bootstrap, group, topic) == 3
 
     image = ray.get(broker.controller.wait_for_metadata.remote(-1, 0))
@@ -58,8 +60,12 @@ def test_pending_and_committed_transactional_offsets_are_replayed(broker):
     assert committed(broker.bootstrap, group, topic) == 3  # the commit replayed with its marker, 5 still pending
 
     producer.commit_transaction(60)  # its marker reaches the new coordinator, which holds the pending offset
-    deadline = time.monotonic() + 30
-    while committed(broker.bootstrap, group, topic) != 5:
-        assert time.monotonic() < deadline, "the open transaction's offset was not committed after the restart"
-        time.sleep(0.5)
+    await_committed(broker.bootstrap, group, topic, 5)
     consumer.close()
+
+
+def await_committed(bootstrap, group, topic, expected: int, timeout_s=30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (found := committed(bootstrap, group, topic)) != expected:
+        assert time.monotonic() < deadline, f"committed offset {found}, expected {expected}"
+        time.sleep(0.3)

@@ -6,6 +6,7 @@ transaction leaves them at the previous commit and its output invisible to read_
 import time
 import uuid
 
+import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -47,12 +48,22 @@ def group_offsets(kray, group, topic) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in result.topic_partitions}
 
 
-def test_read_process_write_commits_the_offsets_with_the_transaction_and_not_with_an_abort(kray):
+def await_group_offsets(kray, group, topic, expected: dict[int, int], timeout_s=15) -> None:
+    """The transaction coordinator writes the markers after it answers EndTxn (as Kafka's): the offsets move once
+    the marker reaches the group's __consumer_offsets partition, a moment later."""
+    deadline = time.monotonic() + timeout_s
+    while (found := group_offsets(kray, group, topic)) != expected:
+        assert time.monotonic() < deadline, f"committed offsets {found}, expected {expected}"
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])  # the member's generation, or its KIP-848 epoch
+def test_read_process_write_commits_the_offsets_with_the_transaction_and_not_with_an_abort(kray, protocol):
     source, sink = new_topics(kray, "eos-in", "eos-out")
     group = f"eos-{uuid.uuid4().hex[:8]}"
     produce_input(kray, source, [b"in-%d" % i for i in range(10)])
     consumer = Consumer({"bootstrap.servers": kray, "group.id": group, "isolation.level": "read_committed",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest", "group.protocol": protocol})
     consumer.subscribe([source])
     producer = Producer({"bootstrap.servers": kray, "transactional.id": f"eos-{uuid.uuid4().hex[:8]}"})
     producer.init_transactions(60)
@@ -72,7 +83,7 @@ def test_read_process_write_commits_the_offsets_with_the_transaction_and_not_wit
     # a committed transaction: the group's offsets are the processed position, its output readable
     processed = process(consume(consumer, 10), commit=True)
     assert sum(processed.values()) == 10
-    assert group_offsets(kray, group, source) == {p: processed.get(p, -1) for p in range(PARTITIONS)}
+    await_group_offsets(kray, group, source, {p: processed.get(p, -1001) for p in range(PARTITIONS)})
 
     # an open transaction with offsets sent: the committed offsets stay where they were until it ends
     produce_input(kray, source, [b"more-%d" % i for i in range(4)])
@@ -81,17 +92,18 @@ def test_read_process_write_commits_the_offsets_with_the_transaction_and_not_wit
     producer.produce(sink, value=b"pending", partition=0)
     producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
                                          consumer.consumer_group_metadata(), 30)
-    assert group_offsets(kray, group, source) == {p: processed.get(p, -1) for p in range(PARTITIONS)}
+    assert group_offsets(kray, group, source) == {p: processed.get(p, -1001) for p in range(PARTITIONS)}
     producer.abort_transaction(60)
 
     # an aborted transaction: offsets unchanged, its output never seen by read_committed readers
     process(records, commit=False)
-    assert group_offsets(kray, group, source) == {p: processed.get(p, -1) for p in range(PARTITIONS)}
+    time.sleep(1)  # (its abort marker written meanwhile)
+    assert group_offsets(kray, group, source) == {p: processed.get(p, -1001) for p in range(PARTITIONS)}
     consumer.close()
 
     # a consumer of the group starting now resumes at the committed position: it reads the 4 records again
     again = Consumer({"bootstrap.servers": kray, "group.id": group, "isolation.level": "read_committed",
-                      "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                      "enable.auto.commit": False, "auto.offset.reset": "earliest", "group.protocol": protocol})
     again.subscribe([source])
     assert sorted(m.value() for m in consume(again, 4)) == sorted(b"more-%d" % i for i in range(4))
     again.close()
