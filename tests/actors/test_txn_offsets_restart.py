@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, To
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from actors import internal_topics
-from tests.actors.restarts import host_of, kill_and_await_restart, leader_replica
+from tests.actors.restarts import host_of, inspect_replica, kill_and_await_restart, leader_replica
 from tests.coordinators import group_coordinator_partition
 
 
@@ -69,3 +69,38 @@ def await_committed(bootstrap, group, topic, expected: int, timeout_s=30) -> Non
     while (found := committed(bootstrap, group, topic)) != expected:
         assert time.monotonic() < deadline, f"committed offset {found}, expected {expected}"
         time.sleep(0.3)
+
+
+COMMITS = 1200
+
+
+def test_compaction_keeps_an_open_transactions_offsets(broker):
+    """The coordinator's compaction rewrites the committed offsets and deletes what is before them, but never past
+    the partition's last stable offset: an open transaction's offset records stay, and after a restart its offset
+    is still pending and commits with its transaction."""
+    topic, group = f"txc-{uuid.uuid4().hex[:6]}", f"txc-group-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"txc-{uuid.uuid4().hex[:6]}"})
+    producer.init_transactions(60)
+    for i in range(COMMITS):  # plain commits of the other partition, superseding each other, before and after
+        if i == COMMITS // 2:
+            producer.begin_transaction()
+            producer.produce(topic, value=b"x", partition=0)
+            producer.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], consumer.consumer_group_metadata(),
+                                                 60)
+        consumer.commit(offsets=[TopicPartition(topic, 1, i)], asynchronous=False)
+    image = ray.get(broker.controller.wait_for_metadata.remote(-1, 0))
+    coordinator = leader_replica(broker.controller, internal_topics.CONSUMER_OFFSETS,
+                                 group_coordinator_partition(image, group))
+    assert ray.get(coordinator.compact.remote()) is True
+    start, lso, end = inspect_replica(coordinator, lambda r: (r.core.log_start_offset, r.core.last_stable_offset,
+                                                               r.core.log_end_offset))
+    assert 0 < start <= lso < end - COMMITS // 2  # what came before the open transaction is deleted, nothing after
+
+    kill_and_await_restart(host_of(coordinator))
+    assert committed(broker.bootstrap, group, topic) == -1001  # partition 0: still pending, nothing committed
+    producer.commit_transaction(60)
+    await_committed(broker.bootstrap, group, topic, 7)
+    consumer.close()
