@@ -110,3 +110,27 @@ def test_read_process_write_commits_the_offsets_with_the_transaction_and_not_wit
     producer.flush(10)
     out = read_values(kray, sink, "read_committed", expect=10)
     assert sorted(out) == sorted(b"out-in-%d" % i for i in range(10))
+
+
+def test_kafka_python_sends_offsets_to_its_transaction(kray):
+    """kafka-python's transactional producer with a bare group id (no member, no generation: a simple group)."""
+    from kafka import KafkaProducer
+    from kafka.structs import OffsetAndMetadata
+    from kafka.structs import TopicPartition as KafkaTopicPartition
+    source, sink = new_topics(kray, "kp-in", "kp-out")
+    group = f"kp-{uuid.uuid4().hex[:8]}"
+    p = KafkaProducer(bootstrap_servers=kray, transactional_id=f"kp-{uuid.uuid4().hex[:8]}")
+    p.init_transactions()
+    for offset, commit in ((4, True), (9, False)):
+        p.begin_transaction()
+        p.send(sink, value=b"out-%d" % offset, partition=0)
+        p.send_offsets_to_transaction({KafkaTopicPartition(source, 0): OffsetAndMetadata(offset, "", -1)}, group)
+        if commit:
+            p.commit_transaction()
+            await_group_offsets(kray, group, source, {0: 4, 1: -1001})
+        else:
+            p.abort_transaction()
+    p.close()
+    time.sleep(1)  # (the abort marker written meanwhile)
+    assert group_offsets(kray, group, source) == {0: 4, 1: -1001}
+    assert read_values(kray, sink, "read_committed", expect=1) == [b"out-4"]
