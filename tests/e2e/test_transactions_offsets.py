@@ -134,3 +134,41 @@ def test_kafka_python_sends_offsets_to_its_transaction(kray):
     time.sleep(1)  # (the abort marker written meanwhile)
     assert group_offsets(kray, group, source) == {0: 4, 1: -1001}
     assert read_values(kray, sink, "read_committed", expect=1) == [b"out-4"]
+
+
+def test_txn_offset_commit_outside_the_transaction_or_from_a_zombie_is_refused(kray):
+    """Raw TxnOffsetCommit: the group's partition must be in the producer's transaction (AddOffsetsToTxn; KIP-890's
+    verification answers INVALID_TXN_STATE before v4, TRANSACTION_ABORTABLE from v4), and a producer whose epoch was
+    bumped by a successor is refused (INVALID_PRODUCER_EPOCH); nothing is committed."""
+    from protocol.errors import ErrorCode as E
+    from protocol.messages import AddOffsetsToTxnRequest, TxnOffsetCommitRequest as R
+    from tests.e2e.test_transactions_coordinator import _coordinator, _init
+    [source] = new_topics(kray, "raw-in")
+    tid, group = f"raw-{uuid.uuid4().hex[:8]}", f"raw-{uuid.uuid4().hex[:8]}"
+    conn = _coordinator(kray, tid)  # (one broker: also the group's coordinator)
+    first = _init(conn, tid)
+    assert first.error_code == 0
+
+    def commit(version, epoch=first.producer_epoch):
+        deadline = time.monotonic() + 30
+        while True:
+            r = conn.send(R(transactional_id=tid, group_id=group, producer_id=first.producer_id, producer_epoch=epoch,
+                            topics=[R.TxnOffsetCommitRequestTopic(name=source, partitions=[
+                                R.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=3,
+                                                                  committed_metadata="")])]), version)
+            error = r.topics[0].partitions[0].error_code
+            if error not in (E.COORDINATOR_NOT_AVAILABLE, E.COORDINATOR_LOAD_IN_PROGRESS, E.NOT_COORDINATOR) or \
+                    time.monotonic() > deadline:
+                return error
+            time.sleep(0.3)
+    assert commit(3) == E.INVALID_TXN_STATE
+    assert commit(4) == E.TRANSACTION_ABORTABLE
+    assert conn.send(AddOffsetsToTxnRequest(transactional_id=tid, producer_id=first.producer_id,
+                                            producer_epoch=first.producer_epoch, group_id=group), 3).error_code == 0
+    assert commit(3) == 0
+    successor = _init(conn, tid)  # fences the open transaction (aborted) and bumps the epoch
+    assert successor.error_code == 0 and successor.producer_epoch > first.producer_epoch
+    assert commit(3) == E.INVALID_PRODUCER_EPOCH
+    time.sleep(1)
+    assert group_offsets(kray, group, source) == {0: -1001, 1: -1001}
+    conn.close()
