@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
+from actors.partition.control_records import read_marker
 from protocol.errors import ErrorCode
 from protocol.record_batch import build_batch, decode_records, iter_batches
 
@@ -31,6 +34,24 @@ class CoordinatorLogError(RuntimeError):
         return type(self), (self.error_code, self.message)
 
 
+class TxnMarker(NamedTuple):
+    """A transaction's COMMIT or ABORT marker met in the log (`replay(transactions=True)`)."""
+    offset: int
+    producer_id: int
+    committed: bool
+
+
+class TxnWrite(NamedTuple):
+    """Records a coordinator writes inside a producer's transaction (TxnOffsetCommit): one transactional batch of
+    that producer id and epoch, its sequence the next the partition expects of the producer. `still_valid` is
+    asked just before the append, with nothing in between: False (the transaction ended meanwhile: its marker
+    is in the log) fails the append with INVALID_TXN_STATE, as a KIP-890 verification guard does, so that no
+    transactional record lands after its transaction's marker."""
+    producer_id: int
+    producer_epoch: int
+    still_valid: Callable[[], bool] = lambda: True
+
+
 class CoordinatorLog:
     def __init__(self, partition_actor, leader_epoch: int = -1):
         self.partition = partition_actor  # the PartitionActor instance in this process
@@ -39,9 +60,12 @@ class CoordinatorLog:
         self.waiting: list[tuple[list, asyncio.Future]] = []
         self.appending = False
 
-    async def replay(self) -> list[tuple[int, bytes | None, bytes | None]]:
+    async def replay(self, transactions: bool = False) -> list:
         """Every (offset, key, value) record of the partition, oldest first: once everything in
-        the log is committed (a new leader may hold records its followers have yet to confirm)."""
+        the log is committed (a new leader may hold records its followers have yet to confirm).
+        Control batches (transaction markers) are skipped; with `transactions`, each record is
+        (offset, key, value, producer id: its transactional batch's, else -1) and each marker a
+        TxnMarker, in log order."""
         if not await self.partition.await_committed(REPLAY_COMMIT_WAIT_MS):
             raise CoordinatorLogError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                                       "the coordinator's partition is not committed yet, or not led here")
@@ -58,24 +82,33 @@ class CoordinatorLog:
                 break
             for header in iter_batches(records):
                 if header.is_control:  # a transaction marker (WriteTxnMarkers) is no coordinator record
+                    if transactions and header.base_offset >= offset:
+                        marker = read_marker(header)
+                        if marker is not None:
+                            out.append(TxnMarker(header.base_offset, header.producer_id, marker.committed))
                     offset = max(offset, header.last_offset + 1)
                     continue
+                producer_id = header.producer_id if header.is_transactional else -1
                 for r in decode_records(header):
                     if r.offset >= offset:
-                        out.append((r.offset, r.key, r.value))
+                        out.append((r.offset, r.key, r.value, producer_id) if transactions
+                                   else (r.offset, r.key, r.value))
                 offset = max(offset, header.last_offset + 1)
             if offset >= result.high_watermark:
                 break
         self.next_offset = offset
         return out
 
-    async def append(self, records: list[tuple[bytes, bytes | None]]) -> list[int]:
+    async def append(self, records: list[tuple[bytes, bytes | None]], transaction: TxnWrite | None = None
+                     ) -> list[int]:
         """Append records; return their offsets. Group commit: while one append is in flight, the
-        records of later calls wait and go together in the next batch (one Ray call for many)."""
+        records of later calls wait and go together in the next append (one Ray call for many),
+        in the order of the calls: consecutive calls of no transaction (or of one producer's) share
+        a batch, and each transaction's records get a transactional batch of their own."""
         if not records:
             return []
         future = asyncio.get_running_loop().create_future()
-        self.waiting.append((records, future))
+        self.waiting.append((records, transaction, future))
         if not self.appending:
             self.appending = True
             asyncio.ensure_future(self._drain())
@@ -85,37 +118,69 @@ class CoordinatorLog:
         try:
             while self.waiting:
                 calls, self.waiting = self.waiting, []
+                runs: list[tuple[TxnWrite | None, list]] = []  # consecutive calls of one batch
+                for call in calls:
+                    txn = call[1]
+                    key = None if txn is None else (txn.producer_id, txn.producer_epoch)
+                    if runs and (None if runs[-1][0] is None else runs[-1][0][:2]) == key:
+                        runs[-1][1].append(call)
+                    else:
+                        runs.append((txn, [call]))
                 try:
-                    offsets = await self._append_now([r for records, _ in calls for r in records])
+                    outcomes = await self._append_now(runs)
                 except Exception as e:
-                    for _, future in calls:
-                        future.set_exception(e)
-                    continue
-                start = 0
-                for records, future in calls:
-                    future.set_result(offsets[start:start + len(records)])
-                    start += len(records)
+                    outcomes = [e] * len(runs)
+                for (_, run), outcome in zip(runs, outcomes):
+                    start = outcome if not isinstance(outcome, BaseException) else None
+                    for records, _, future in run:
+                        if start is None:
+                            future.set_exception(outcome)
+                        else:
+                            future.set_result(list(range(start, start + len(records))))
+                            start += len(records)
         finally:
             self.appending = False
 
-    async def _append_now(self, records: list[tuple[bytes, bytes | None]]) -> list[int]:
+    def _batch(self, txn: TxnWrite | None, records: list, now_ms: int) -> bytes:
+        rows = [(key, value, [], now_ms) for key, value in records]
+        if txn is None:
+            return build_batch(rows)
+        entry = self.partition.core.producers.entry(txn.producer_id)
+        sequence = entry.last_seq + 1 if entry is not None and entry.producer_epoch == txn.producer_epoch else 0
+        return build_batch(rows, producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
+                           base_sequence=sequence, is_transactional=True)
+
+    async def _append_now(self, runs: list) -> list:
+        """One blob per run, appended in one call: each run's base offset, or the exception it failed with."""
         now_ms = time.time_ns() // 1_000_000
-        batch = build_batch([(key, value, [], now_ms) for key, value in records])
-        [result] = await self.partition.produce([np.frombuffer(batch, dtype=np.uint8)], self.leader_epoch,
-                                                -1, APPEND_TIMEOUT_MS)
-        if result.error_code:
-            raise CoordinatorLogError(result.error_code, result.error_message)
-        self.next_offset = result.base_offset + len(records)
-        return list(range(result.base_offset, result.base_offset + len(records)))
+        blobs, refused = [], {}
+        for n, (txn, run) in enumerate(runs):
+            records = [r for records, _, _ in run for r in records]
+            if txn is not None and not all(t.still_valid() for _, t, _ in run):
+                refused[n] = CoordinatorLogError(ErrorCode.INVALID_TXN_STATE,
+                                                 f"the transaction of producer {txn.producer_id} ended meanwhile")
+                continue
+            blobs.append((n, len(records), np.frombuffer(self._batch(txn, records, now_ms), dtype=np.uint8)))
+        results = await self.partition.produce([b for _, _, b in blobs], self.leader_epoch, -1,
+                                               APPEND_TIMEOUT_MS) if blobs else []
+        outcomes: list = [refused.get(n) for n in range(len(runs))]
+        for (n, count, _), result in zip(blobs, results):
+            if result.error_code:
+                outcomes[n] = CoordinatorLogError(result.error_code, result.error_message)
+            else:
+                outcomes[n] = result.base_offset
+                self.next_offset = max(self.next_offset, result.base_offset + count)
+        return outcomes
 
 
 class ShardHost:
     """A coordinator shard loaded by replaying its partition: once, on first use, shared by the
     calls that wait for it; after a failed append (memory ahead of the log) it is rebuilt."""
 
-    def __init__(self, log: CoordinatorLog, build):
+    def __init__(self, log: CoordinatorLog, build, transactions: bool = False):
         self.log = log
         self.build = build  # async (records) -> shard
+        self.transactions = transactions  # replay(transactions=...)
         self.shard = None
         self.loading: asyncio.Future | None = None
 
@@ -128,7 +193,7 @@ class ShardHost:
 
     async def _load(self) -> None:
         try:
-            self.shard = await self.build(await self.log.replay())
+            self.shard = await self.build(await self.log.replay(self.transactions))
         finally:
             self.loading = None
 

@@ -18,12 +18,13 @@ import time
 import uuid
 
 from actors import controller_client, internal_topics, metrics
-from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost
+from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost, TxnMarker, TxnWrite
 from actors.group_coordinator.classic import Outcome
 from actors.group_coordinator.groups import Groups
 from actors.partition.actor import PartitionActor
 from actors.share_coordinator.core import state_partition_for
 from actors.share_partition.core import LATEST_TIMESTAMP, start_offset_timestamp
+from actors.transaction_coordinator.core import AddPartitions
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("kray.group_coordinator")
@@ -36,6 +37,7 @@ TIMERS_RETRY_S = 1.0  # timers whose records could not be written fire again aft
 UNINITIALIZED_START_OFFSET = -1  # the share-partition leader picks it by share.auto.offset.reset
 NO_LEADER_EPOCH = -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+TXN_OFFSET_COMMIT_ABORTABLE_VERSION = 4  # TxnOffsetCommit answers TRANSACTION_ABORTABLE from this version (KIP-890)
 
 
 def now_ms() -> int:
@@ -69,7 +71,7 @@ class GroupCoordinatorActor(PartitionActor):
         self.config = spec["broker_config"]
         self.controller = spec["controller"]
         self.group_log = CoordinatorLog(self)
-        self.host = ShardHost(self.group_log, self._build)
+        self.host = ShardHost(self.group_log, self._build, transactions=True)
         # members' session deadlines, carried from a shard dropped after a failed append into its
         # rebuilt successor (Groups.session_deadlines); None after a change of leadership
         self.carried_sessions: dict | None = None
@@ -83,6 +85,10 @@ class GroupCoordinatorActor(PartitionActor):
         self.waiting: dict[int, asyncio.Future] = {}  # JoinGroup / SyncGroup calls the rebalance has yet to answer
         self.wake = asyncio.Event()  # a call moved a deadline: the timer loop looks again
         self.live_record_count = 0  # at the last compaction
+        # transaction markers appended here while leading, not yet below the high watermark: a shard
+        # (re)built meanwhile replays the log only up to there, and takes these after it
+        self.recent_markers: list[TxnMarker] = []
+        self.markers_seen: dict[int, int] = {}  # producer id -> markers appended here (TxnWrite's guard)
         self.cleanable_ratio = float(self.config.get("log.cleaner.min.cleanable.ratio", 0.5))
 
     # ---- loading and background work -------------------------------------------------------
@@ -95,6 +101,7 @@ class GroupCoordinatorActor(PartitionActor):
         self.host.invalidate()  # the next leader term replays the partition afresh
         self.carried_sessions = None  # and gives its members fresh sessions, as a new coordinator does
         self.elected_ms = now_ms() if leading else None
+        self.recent_markers = []
         waiting, self.waiting = self.waiting, {}
         for future in waiting.values():  # the group lives elsewhere now: its members find the new coordinator
             if not future.done():
@@ -120,8 +127,16 @@ class GroupCoordinatorActor(PartitionActor):
         lost in the cut a whole new session at the heal, and a consumer returning with a new
         member id would wait that long in JoinGroup for its old self."""
         shard, loaded_ms = Groups(self.config), self.elected_ms or now_ms()
-        for _offset, key, value in records:
-            shard.replay(key, value, loaded_ms)
+        for entry in records:
+            if isinstance(entry, TxnMarker):
+                shard.complete_transaction(entry.producer_id, entry.committed)
+            else:
+                _offset, key, value, producer_id = entry
+                shard.replay(key, value, loaded_ms, producer_id)
+        replayed_to = self.group_log.next_offset
+        for marker in self.recent_markers:  # appended beyond what the replay read
+            if marker.offset >= replayed_to:
+                shard.complete_transaction(marker.producer_id, marker.committed)
         carried, self.carried_sessions = self.carried_sessions, None
         if carried is not None:  # ({}: the dropped shard had no members left; those the log has are gone)
             shard.carry_sessions(carried)
@@ -180,7 +195,9 @@ class GroupCoordinatorActor(PartitionActor):
         offsets = await self.group_log.append(live) if live else []
         if shard is not self.shard:
             return False
-        start = offsets[0] if offsets else self.group_log.next_offset
+        # never past an open transaction's first record: pending transactional offsets are not among the
+        # live records, their records must stay for a replay until their marker
+        start = min(offsets[0] if offsets else self.group_log.next_offset, self.core.last_stable_offset)
         error, log_start = await self.delete_records(start)
         log.info("compacted %s-%d: %d live records rewritten, log start %d", self.topic, self.partition, len(live),
                  log_start)
@@ -243,11 +260,11 @@ class GroupCoordinatorActor(PartitionActor):
     def _topics(self) -> dict[str, tuple[uuid.UUID, int]]:
         return {t.name: (t.topic_id, len(t.partitions)) for t in self.image.topics.values() if not t.internal}
 
-    async def _commit(self, records: list) -> int:
+    async def _commit(self, records: list, transaction: TxnWrite | None = None) -> int:
         if not records:
             return 0
         try:
-            await self.group_log.append(records)
+            await self.group_log.append(records, transaction)
         except CoordinatorLogError as e:
             log.warning("group record append failed (%s); reloading the shard from the log", e)
             if self.host.shard is not None:
@@ -341,10 +358,104 @@ class GroupCoordinatorActor(PartitionActor):
         return [error or e for e in errors]
 
     async def fetch_offsets(self, group_id: str, topics: list | None, member_id: str | None = None,
-                            member_epoch: int = -1):
+                            member_epoch: int = -1, require_stable: bool = False):
+        """(group error, [(topic, partition, (offset, leader epoch, metadata) or None, error)])."""
         shard = await self._ready()
-        error, rows = shard.fetch_offsets(group_id, topics, member_id=member_id, member_epoch=member_epoch)
-        return error, [(t, p, None if v is None else (v.offset, v.leader_epoch, v.metadata)) for t, p, v in rows]
+        error, rows = shard.fetch_offsets(group_id, topics, member_id=member_id, member_epoch=member_epoch,
+                                          require_stable=require_stable)
+        return error, [(t, p, None if v is None else (v.offset, v.leader_epoch, v.metadata), e)
+                       for t, p, v, e in rows]
+
+    # ---- transactional offsets (TxnOffsetCommit) ------------------------------------------------------------------
+    async def txn_commit_offsets(self, group_id: str, transactional_id: str, producer_id: int, producer_epoch: int,
+                                 member_id: str, instance_id: str | None, generation_or_epoch: int,
+                                 partitions: list, api_version: int) -> list[int]:
+        """TxnOffsetCommit: an error per partition. As Kafka's coordinator: the producer's epoch is checked
+        against the partition's producer state (INVALID_PRODUCER_EPOCH), the transaction is verified with its
+        coordinator (KIP-890 part 1: this __consumer_offsets partition must be in the producer's ongoing
+        transaction, which AddOffsetsToTxn put there) unless the partition already holds the producer's open
+        transaction, then the group's checks; the offsets are written as the producer's transactional batch and
+        stay pending until its marker."""
+        shard = await self._ready()
+        error = self._producer_error(producer_id, producer_epoch)
+        if not error and not self._in_open_transaction(producer_id, producer_epoch):
+            error = await self._verify_transaction(transactional_id, producer_id, producer_epoch, api_version)
+        if error:
+            return [error] * len(partitions)
+        if shard is not self.shard:  # reloaded while verifying
+            shard = await self._ready()
+        error = self._producer_error(producer_id, producer_epoch)  # (a marker may have bumped it meanwhile)
+        if error:
+            return [error] * len(partitions)
+        seen = self.markers_seen.get(producer_id, 0)
+        errors, records = shard.commit_transactional_offsets(group_id, producer_id, member_id, instance_id,
+                                                             generation_or_epoch, partitions, now_ms=now_ms())
+        if not records:
+            return errors
+        guard = TxnWrite(producer_id, producer_epoch, lambda: self.markers_seen.get(producer_id, 0) == seen)
+        error = await self._commit(records, guard)
+        return [error or e for e in errors]
+
+    def _producer_error(self, producer_id: int, producer_epoch: int) -> int:
+        if producer_id < 0 or producer_epoch < 0:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        entry = self.core.producers.entry(producer_id)
+        if entry is not None and entry.producer_epoch > producer_epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        return ErrorCode.NONE
+
+    def _in_open_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        entry = self.core.producers.entry(producer_id)
+        return entry is not None and entry.producer_epoch == producer_epoch and entry.current_txn_first_offset >= 0
+
+    async def _verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                  api_version: int) -> int:
+        """Ask the transactional id's coordinator whether this partition is in the producer's transaction
+        (AddPartitionsToTxn verify_only), with Kafka's mapping of its answer for TxnOffsetCommit."""
+        partition = (internal_topics.CONSUMER_OFFSETS, self.partition)
+        try:
+            coordinator = await self._transaction_coordinator(transactional_id)
+            if coordinator is None:
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            [step] = await coordinator.add_partitions.remote(
+                [AddPartitions(transactional_id, producer_id, producer_epoch, (partition,), True)])
+        except Exception as e:
+            log.info("verifying the transaction of %r failed: %s", transactional_id, e)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        error = (step.partition_errors or {}).get(partition, step.error)
+        if error == ErrorCode.PRODUCER_FENCED:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if error == ErrorCode.TRANSACTION_ABORTABLE and api_version < TXN_OFFSET_COMMIT_ABORTABLE_VERSION:
+            return ErrorCode.INVALID_TXN_STATE
+        return error
+
+    async def _transaction_coordinator(self, transactional_id: str):
+        for fresh in (False, True):
+            if fresh:
+                self.image = await controller_client.wait_for_metadata(self.controller, -1, 0)
+            topic = self.image.topics.get(internal_topics.TRANSACTION_STATE)
+            if topic is not None:
+                index = internal_topics.transaction_partition(transactional_id, len(topic.partitions))
+                actor = self.image.coordinators.get((internal_topics.TRANSACTION_STATE, index))
+                if actor is not None:
+                    return actor
+        return None
+
+    def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                      committed: bool) -> tuple[list, int | None]:
+        """A transaction's marker (WriteTxnMarkers) for this partition: as any partition's, and then the
+        producer's pending transactional offsets become committed offsets (COMMIT) or go (ABORT), at once, as
+        Kafka's coordinator replays the marker when it is written."""
+        results, required_offset = super().append_marker(producer_id, producer_epoch, coordinator_epoch, committed)
+        [result] = results
+        if result.error_code == 0:
+            self.markers_seen[producer_id] = self.markers_seen.get(producer_id, 0) + 1
+            high_watermark = self.core.high_watermark
+            self.recent_markers = [m for m in self.recent_markers if m.offset >= high_watermark]
+            self.recent_markers.append(TxnMarker(result.base_offset, producer_id, committed))
+            if self.shard is not None:
+                self.shard.complete_transaction(producer_id, committed)
+        return results, required_offset
 
     async def delete_offsets(self, group_id: str, partitions: list):
         shard = await self._ready()

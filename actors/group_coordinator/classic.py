@@ -606,20 +606,24 @@ class ClassicGroups:
     # ---- offsets ---------------------------------------------------------------------------------------------------
 
     def validate_offset_commit(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
-                               now_ms: int) -> int:
-        """Kafka's ClassicGroup.validateOffsetCommit; a commit from a member also counts as its heartbeat."""
+                               now_ms: int, transactional: bool = False) -> int:
+        """Kafka's ClassicGroup.validateOffsetCommit; a commit from a member also counts as its heartbeat. A
+        transactional commit (TxnOffsetCommit) without member id and generation (its versions before 3) is
+        accepted whatever the group's state, and one from a member is not held back by a rebalance."""
         group = self._groups.get(group_id)
         if group is None or group.state == DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and group.state == EMPTY:
             return ErrorCode.NONE  # the admin client, or a consumer that assigns partitions itself
+        if transactional and generation_id < 0 and not member_id and instance_id is None:
+            return ErrorCode.NONE
         try:
             member = self._member(group, member_id, instance_id, now_ms)
         except _Fail as e:
             return e.error_code
         if generation_id != group.generation:
             return ErrorCode.ILLEGAL_GENERATION
-        if group.state == COMPLETING_REBALANCE:
+        if group.state == COMPLETING_REBALANCE and not transactional:
             return ErrorCode.REBALANCE_IN_PROGRESS
         member.deadline_ms = now_ms + member.session_timeout_ms
         return ErrorCode.NONE

@@ -677,7 +677,7 @@ class ConsumerGroups:
         return ErrorCode.NONE, None
 
     def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int,
-                               api_version: int) -> tuple[int, str | None]:
+                               api_version: int, transactional: bool = False) -> tuple[int, str | None]:
         """Kafka's ConsumerGroup.validateOffsetCommit. An unknown group accepts a commit with a negative epoch (a
         simple / admin commit; the caller creates the group); otherwise GROUP_ID_NOT_FOUND (v9+) or
         ILLEGAL_GENERATION (older versions), as Kafka's OffsetMetadataManager answers."""
@@ -692,7 +692,7 @@ class ConsumerGroups:
             return ErrorCode.NONE, None
         if member_id not in group.members:
             return ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}."
-        if api_version < OFFSET_COMMIT_MIN_VERSION_FOR_CONSUMER_PROTOCOL:
+        if api_version < OFFSET_COMMIT_MIN_VERSION_FOR_CONSUMER_PROTOCOL and not transactional:
             return (ErrorCode.UNSUPPORTED_VERSION, "OffsetCommit version 9 or above must be used by members using "
                                                    "the modern group protocol")
         return self._check_member_epoch(group, member_id, member_epoch)

@@ -65,10 +65,12 @@ class Groups:
 
     # ---- loading ---------------------------------------------------------------------------------------------------
 
-    def replay(self, key_bytes, value_bytes, now_ms: int) -> None:
+    def replay(self, key_bytes, value_bytes, now_ms: int, producer_id: int = -1) -> None:
+        """Apply one record of the partition; `producer_id` is its transactional batch's (-1: not transactional),
+        which makes an offset commit pending until the producer's marker (`complete_transaction`)."""
         record_type = crec.record_type(key_bytes)
         if record_type in crec.OFFSET_COMMIT_TYPES:
-            self.offsets.replay(key_bytes, value_bytes)
+            self.offsets.replay(key_bytes, value_bytes, producer_id)
             return
         if record_type == crec.CLASSIC_GROUP_METADATA:
             self.classic.replay(key_bytes, value_bytes, now_ms)
@@ -206,9 +208,47 @@ class Groups:
             return [error] * len(partitions), []
         return self.offsets.commit(group_id, partitions, now_ms)
 
+    def commit_transactional_offsets(self, group_id: str, producer_id: int, member_id: str,
+                                     instance_id: str | None, generation_or_epoch: int,
+                                     partitions: list[tuple[str, int, int, int, str | None]], *,
+                                     now_ms: int) -> tuple[list[int], list[Record]]:
+        """Kafka's TxnOffsetCommit (OffsetMetadataManager.commitTransactionalOffset): an error code per partition
+        and the records, which the shell appends in `producer_id`'s transactional batch. The offsets stay pending
+        until the producer's marker reaches the partition (`complete_transaction`). A group that does not exist
+        is created as a simple group when the request has no generation, else ILLEGAL_GENERATION; a member's
+        generation (classic) or epoch (consumer) must be current (a stale consumer epoch is ILLEGAL_GENERATION,
+        as Kafka answers TxnOffsetCommit)."""
+        if not group_id:
+            return [ErrorCode.INVALID_GROUP_ID] * len(partitions), []
+        kind = self.group_type(group_id)
+        if kind is None:
+            if generation_or_epoch >= 0:
+                return [ErrorCode.ILLEGAL_GENERATION] * len(partitions), []
+            self.classic.create_simple(group_id, now_ms)
+            self._classic_created(group_id, existed=False)
+            error = ErrorCode.NONE
+        elif kind == CLASSIC:
+            error = self.classic.validate_offset_commit(group_id, member_id, instance_id, generation_or_epoch, now_ms,
+                                                        transactional=True)
+        elif kind == CONSUMER:
+            error, _ = self.consumer.validate_offset_commit(group_id, member_id, generation_or_epoch, 0,
+                                                            transactional=True)
+            if error == ErrorCode.STALE_MEMBER_EPOCH:
+                error = ErrorCode.ILLEGAL_GENERATION
+        else:
+            error = ErrorCode.GROUP_ID_NOT_FOUND
+        if error:
+            return [error] * len(partitions), []
+        return self.offsets.commit_transactional(group_id, producer_id, partitions, now_ms)
+
+    def complete_transaction(self, producer_id: int, committed: bool) -> list[tuple[str, str, int]]:
+        """A COMMIT or ABORT marker of `producer_id` was appended to (or replayed from) the partition."""
+        return self.offsets.complete_transaction(producer_id, committed)
+
     def fetch_offsets(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None, *,
-                      member_id: str | None = None, member_epoch: int = -1):
-        """(group error, [(topic, partition, committed value or None)])."""
+                      member_id: str | None = None, member_epoch: int = -1, require_stable: bool = False):
+        """(group error, [(topic, partition, committed value or None, error)]): with `require_stable`, a partition
+        with a pending transactional offset answers UNSTABLE_OFFSET_COMMIT (the client retries)."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, []
         kind = self.group_type(group_id)
@@ -218,7 +258,9 @@ class Groups:
             error, _ = self.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
             if error:
                 return error, []
-        return ErrorCode.NONE, self.offsets.fetch(group_id, topics)
+        if require_stable:
+            return ErrorCode.NONE, self.offsets.fetch_stable(group_id, topics)
+        return ErrorCode.NONE, [(t, p, v, ErrorCode.NONE) for t, p, v in self.offsets.fetch(group_id, topics)]
 
     def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
                        ) -> tuple[int, list[int], list[Record]]:

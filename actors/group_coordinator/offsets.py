@@ -4,6 +4,17 @@ Every change returns the `__consumer_offsets` records that make it durable (Kafk
 partition, keyed by group, topic and partition, so compaction keeps the latest); `replay` rebuilds the store.
 Retention (`offsets.retention.minutes`) applies to groups without members: an offset expires once the later of its
 commit and the moment its group became empty is older than the retention.
+
+Transactional offsets (TxnOffsetCommit, KIP-98's sendOffsetsToTransaction) are *pending* per producer id: written as
+the same OffsetCommit records, but inside the producer's transactional batch, and kept apart from the committed
+offsets until the transaction's COMMIT or ABORT marker reaches the partition (`complete_transaction`), as Kafka's
+OffsetMetadataManager keeps them. A COMMIT makes them the committed offsets, unless a partition's committed offset is
+newer than the pending one (a plain commit after the transactional one: Kafka compares the records' log offsets; Kray
+compares commit time, then the order the store saw them in, which is the log's order, and which survives the
+coordinator's rewrite of live records at compaction, when log offsets do not); an ABORT drops them. OffsetFetch with
+require_stable answers UNSTABLE_OFFSET_COMMIT for a partition with a pending offset. A tombstone (OffsetDelete, a
+deleted group or topic) removes the pending offsets of its partition too. Replay gets each record's producer id
+(-1 outside a transaction) and the markers, in log order.
 """
 from __future__ import annotations
 
@@ -30,18 +41,119 @@ class OffsetStore:
         self.metadata_max_bytes = int(c["offset.metadata.max.bytes"])
         self.check_interval_ms = int(c["offsets.retention.check.interval.ms"])
         self._offsets: dict[str, dict[TopicPartition, OffsetCommitValue]] = {}
+        # the order each committed offset was taken in (log order: see the module's note on commit)
+        self._order: dict[tuple[str, str, int], int] = {}
+        # producer id -> group -> partition -> (pending value, order taken)
+        self._pending: dict[int, dict[str, dict[TopicPartition, tuple[OffsetCommitValue, int]]]] = {}
+        self._open_by_group: dict[str, set[int]] = {}  # group -> producer ids with pending offsets in it
+        self._next_order = 0
+
+    def _take_order(self) -> int:
+        self._next_order += 1
+        return self._next_order
+
+    def _store(self, group_id: str, topic: str, partition: int, value: OffsetCommitValue, order: int) -> None:
+        self._offsets.setdefault(group_id, {})[(topic, partition)] = value
+        self._order[(group_id, topic, partition)] = order
+
+    def _forget(self, group_id: str, topic: str, partition: int) -> bool:
+        """Drop a partition's committed offset and its pending ones; True if there was either."""
+        stored = self._offsets.get(group_id, {})
+        found = stored.pop((topic, partition), None) is not None
+        self._order.pop((group_id, topic, partition), None)
+        if not stored:
+            self._offsets.pop(group_id, None)
+        for producer_id in list(self._open_by_group.get(group_id, ())):
+            by_group = self._pending.get(producer_id, {})
+            pending = by_group.get(group_id, {})
+            found = pending.pop((topic, partition), None) is not None or found
+            if not pending:
+                by_group.pop(group_id, None)
+                self._open_by_group[group_id].discard(producer_id)
+            if not by_group:
+                self._pending.pop(producer_id, None)
+        if not self._open_by_group.get(group_id, True):
+            del self._open_by_group[group_id]
+        return found
 
     def groups(self) -> set[str]:
-        return set(self._offsets)
+        """Groups with committed or pending offsets."""
+        return set(self._offsets) | set(self._open_by_group)
 
     def has_offsets(self, group_id: str) -> bool:
-        return bool(self._offsets.get(group_id))
+        """Committed offsets, or pending ones of an open transaction (Kafka keeps such a group)."""
+        return bool(self._offsets.get(group_id)) or group_id in self._open_by_group
+
+    # ---- transactional offsets ---------------------------------------------------------------------------------------
+
+    def has_pending(self, group_id: str, topic: str, partition: int) -> bool:
+        return any((topic, partition) in self._pending.get(p, {}).get(group_id, {})
+                   for p in self._open_by_group.get(group_id, ()))
+
+    def open_transactions(self, group_id: str | None = None) -> set[int]:
+        """Producer ids with pending offsets (in one group, or in any)."""
+        return set(self._pending) if group_id is None else set(self._open_by_group.get(group_id, ()))
+
+    def pending(self, producer_id: int) -> dict[str, dict[TopicPartition, OffsetCommitValue]]:
+        """A producer's pending offsets, by group and partition (a copy)."""
+        return {g: {tp: v for tp, (v, _) in by_tp.items()} for g, by_tp in self._pending.get(producer_id, {}).items()}
+
+    def _add_pending(self, producer_id: int, group_id: str, topic: str, partition: int,
+                     value: OffsetCommitValue) -> None:
+        self._pending.setdefault(producer_id, {}).setdefault(group_id, {})[(topic, partition)] = \
+            (value, self._take_order())
+        self._open_by_group.setdefault(group_id, set()).add(producer_id)
+
+    def commit_transactional(self, group_id: str, producer_id: int,
+                             partitions: Iterable[tuple[str, int, int, int, str | None]],
+                             now_ms: int) -> tuple[list[int], list[Record]]:
+        """TxnOffsetCommit's offsets (topic, partition, offset, leader epoch, metadata), pending for `producer_id`
+        until its transaction ends: an error code per partition (in order) and the records, which the shell writes
+        in the producer's transactional batch."""
+        errors, records = [], []
+        for topic, partition, offset, leader_epoch, metadata in partitions:
+            metadata = metadata or ""
+            if len(metadata.encode()) > self.metadata_max_bytes:
+                errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
+                continue
+            value = OffsetCommitValue(offset, leader_epoch, metadata, now_ms)
+            self._add_pending(producer_id, group_id, topic, partition, value)
+            records.append(crec.offset_commit(group_id, topic, partition, value))
+            errors.append(ErrorCode.NONE)
+        return errors, records
+
+    def complete_transaction(self, producer_id: int, committed: bool) -> list[tuple[str, str, int]]:
+        """The COMMIT or ABORT marker of `producer_id` reached the partition (appended now, or replayed): its
+        pending offsets become the committed ones, or are dropped. Returns the (group, topic, partition) whose
+        committed offset changed. Nothing to write: the marker is the record."""
+        by_group = self._pending.pop(producer_id, None)
+        if by_group is None:
+            return []  # a marker for a producer without pending offsets here (a resend, or none were sent)
+        changed = []
+        for group_id, by_tp in by_group.items():
+            open_ids = self._open_by_group.get(group_id)
+            if open_ids is not None:
+                open_ids.discard(producer_id)
+                if not open_ids:
+                    del self._open_by_group[group_id]
+            if not committed:
+                continue
+            for (topic, partition), (value, order) in by_tp.items():
+                existing = self._offsets.get(group_id, {}).get((topic, partition))
+                if existing is not None and (existing.commit_timestamp_ms, self._order.get(
+                        (group_id, topic, partition), 0)) > (value.commit_timestamp_ms, order):
+                    continue  # a plain commit newer than the transaction's offset stays
+                self._store(group_id, topic, partition, value, order)
+                changed.append((group_id, topic, partition))
+        return changed
 
     def topics(self, group_id: str) -> set[str]:
         return {t for t, _ in self._offsets.get(group_id, {})}
 
     def live_records(self) -> list[Record]:
-        """One record per committed offset, its current value: replaying them rebuilds the store (compaction)."""
+        """One record per committed offset, its current value: replaying them rebuilds the store (compaction).
+        Pending transactional offsets are not among them: their records stay in the log until their transaction
+        ends (the shell never deletes records past the partition's last stable offset)."""
         return [crec.offset_commit(g, t, p, v) for g, stored in self._offsets.items() for (t, p), v in stored.items()]
 
     def positions(self) -> list[tuple[str, str, int, int]]:
@@ -61,6 +173,7 @@ class OffsetStore:
                 continue
             value = OffsetCommitValue(offset, leader_epoch, metadata, now_ms)
             stored[(topic, partition)] = value
+            self._order[(group_id, topic, partition)] = self._take_order()
             records.append(crec.offset_commit(group_id, topic, partition, value))
             errors.append(ErrorCode.NONE)
         if not stored:
@@ -75,21 +188,37 @@ class OffsetStore:
             return [(t, p, v) for (t, p), v in sorted(stored.items())]
         return [(t, p, stored.get((t, p))) for t, partitions in topics for p in partitions]
 
+    def fetch_stable(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None
+                     ) -> list[tuple[str, int, OffsetCommitValue | None, int]]:
+        """`fetch` for OffsetFetch with require_stable: (topic, partition, value, error) where a partition with a
+        pending transactional offset answers UNSTABLE_OFFSET_COMMIT and no value (Kafka's fetchOffsets)."""
+        out = []
+        for t, p, v in self.fetch(group_id, topics):
+            if self.has_pending(group_id, t, p):
+                out.append((t, p, None, ErrorCode.UNSTABLE_OFFSET_COMMIT))
+            else:
+                out.append((t, p, v, ErrorCode.NONE))
+        return out
+
     def delete(self, group_id: str, partitions: Iterable[TopicPartition]) -> list[Record]:
-        stored = self._offsets.get(group_id, {})
-        records = [crec.offset_commit(group_id, t, p, None) for t, p in partitions if stored.pop((t, p), None)]
-        if not stored:
-            self._offsets.pop(group_id, None)
-        return records
+        """Tombstones for the partitions with a committed or a pending offset (both go)."""
+        return [crec.offset_commit(group_id, t, p, None) for t, p in partitions if self._forget(group_id, t, p)]
+
+    def _partitions(self, group_id: str) -> list[TopicPartition]:
+        """Every partition of a group with a committed or a pending offset."""
+        tps = dict.fromkeys(self._offsets.get(group_id, {}))
+        for producer_id in sorted(self._open_by_group.get(group_id, ())):
+            tps.update(dict.fromkeys(self._pending.get(producer_id, {}).get(group_id, {})))
+        return list(tps)
 
     def delete_group(self, group_id: str) -> list[Record]:
-        return self.delete(group_id, list(self._offsets.get(group_id, {})))
+        return self.delete(group_id, self._partitions(group_id))
 
     def on_topics_deleted(self, topic_names: set[str]) -> list[Record]:
         """A deleted topic's offsets go too (a topic created again under the name starts afresh)."""
         records = []
-        for group_id in list(self._offsets):
-            records += self.delete(group_id, [tp for tp in self._offsets[group_id] if tp[0] in topic_names])
+        for group_id in self.groups():
+            records += self.delete(group_id, [tp for tp in self._partitions(group_id) if tp[0] in topic_names])
         return records
 
     def expire(self, now_ms: int, empty_since_ms: Callable[[str], int | None],
@@ -106,22 +235,24 @@ class OffsetStore:
                 if subscribed is None:
                     continue
                 old = [tp for tp, v in self._offsets[group_id].items()
-                       if tp[0] not in subscribed and v.commit_timestamp_ms + self.retention_ms <= now_ms]
+                       if tp[0] not in subscribed and v.commit_timestamp_ms + self.retention_ms <= now_ms
+                       and not self.has_pending(group_id, *tp)]
                 records += self.delete(group_id, old)
                 continue
-            old = [tp for tp, v in self._offsets[group_id].items()
-                   if max(v.commit_timestamp_ms, since) + self.retention_ms <= now_ms]
+            old = [tp for tp, v in self._offsets[group_id].items()  # (never one a transaction will commit)
+                   if max(v.commit_timestamp_ms, since) + self.retention_ms <= now_ms
+                   and not self.has_pending(group_id, *tp)]
             records += self.delete(group_id, old)
         return records
 
-    def replay(self, key_bytes, value_bytes) -> str:
-        """Load one offset commit record; returns its group id."""
+    def replay(self, key_bytes, value_bytes, producer_id: int = -1) -> str:
+        """Load one offset commit record (`producer_id`: of its transactional batch, -1 outside a transaction);
+        returns its group id."""
         (group_id, topic, partition), value = crec.decode_offset_commit(key_bytes, value_bytes)
         if value is None:
-            stored = self._offsets.get(group_id, {})
-            stored.pop((topic, partition), None)
-            if not stored:
-                self._offsets.pop(group_id, None)
+            self._forget(group_id, topic, partition)
+        elif producer_id >= 0:
+            self._add_pending(producer_id, group_id, topic, partition, value)
         else:
-            self._offsets.setdefault(group_id, {})[(topic, partition)] = value
+            self._store(group_id, topic, partition, value, self._take_order())
         return group_id

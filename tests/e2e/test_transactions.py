@@ -4,7 +4,7 @@ records once, read_uncommitted consumers see everything, and a second producer w
 fences the first (KIP-98's zombie fencing). The coordinator's and the log's parts are tested on their own in
 test_transactions_coordinator.py and test_transactions_log.py.
 
-Not built yet: TxnOffsetCommit (sendOffsetsToTransaction, read-process-write with a consumer group)."""
+The read-process-write loop (sendOffsetsToTransaction) is in test_transactions_offsets.py."""
 import time
 import uuid
 

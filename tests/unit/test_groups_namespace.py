@@ -467,7 +467,7 @@ def test_live_records_rebuild_every_group_type_and_offset():
         assert g.group_type("gone") is None and g.fetch_offsets("gone", None) == (0, [])
         assert g.consumer.persisted_state() == h.groups.consumer.persisted_state()
         assert g.share.persisted_state() == h.groups.share.persisted_state()
-    assert [v.offset for _, _, v in live.fetch_offsets("cl", None)[1]] == [9, 6]
+    assert [v.offset for _, _, v, _ in live.fetch_offsets("cl", None)[1]] == [9, 6]
 
 
 # ---- sessions carried into a shard rebuilt after a failed append -----------------------------------------------------

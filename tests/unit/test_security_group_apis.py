@@ -21,7 +21,7 @@ from actors.gateway.handlers.groups import handle_delete_groups, handle_share_gr
 from actors.gateway.handlers.share_admin import (handle_alter_share_group_offsets, handle_delete_share_group_offsets,
                                                  handle_describe_share_group_offsets)
 from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle_share_fetch
-from actors.gateway.handlers.transactions import handle_add_offsets_to_txn
+from actors.gateway.handlers.transactions import handle_add_offsets_to_txn, handle_txn_offset_commit
 from actors.gateway.security.authorizer import (KAFKA_STANDARD_AUTHORIZER, AccessControlEntry, AclBinding,
                                                 AclOperation, AclPermissionType, PatternType, ResourcePattern,
                                                 ResourceType)
@@ -111,6 +111,12 @@ CASES = [
     ("AddOffsetsToTxn", handle_add_offsets_to_txn, 25, 3, m.AddOffsetsToTxnRequest(
         transactional_id=TRANSACTIONAL_ID, producer_id=1, producer_epoch=0, group_id=GROUP),
      lambda r: r.error_code, AclOperation.READ),
+    ("TxnOffsetCommit", handle_txn_offset_commit, 28, 3, m.TxnOffsetCommitRequest(
+        transactional_id=TRANSACTIONAL_ID, group_id=GROUP, producer_id=1, producer_epoch=0, member_id="",
+        topics=[m.TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
+            name=TOPIC, partitions=[m.TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
+                partition_index=0, committed_offset=5, committed_metadata="")])]),
+     lambda r: r.topics[0].partitions[0].error_code, AclOperation.READ),
     ("DeleteShareGroupOffsets", handle_delete_share_group_offsets, 92, 0, m.DeleteShareGroupOffsetsRequest(
         group_id=GROUP, topics=[]),
      lambda r: r.error_code, AclOperation.DELETE),

@@ -32,10 +32,11 @@ from actors.gateway.handlers.txn_markers import handle_write_txn_markers
 from actors.gateway.handlers.topics import handle_create_partitions, handle_create_topics, handle_delete_topics
 from actors.gateway.handlers.transactions import (handle_add_offsets_to_txn, handle_add_partitions_to_txn,
                                                   handle_describe_transactions, handle_end_txn,
-                                                  handle_list_transactions, transactional_produce)
+                                                  handle_list_transactions, handle_txn_offset_commit,
+                                                  transactional_produce)
 
-# Transactions (issue 19): the coordinator's APIs and the partition leaders' markers are advertised;
-# TxnOffsetCommit (28, sendOffsetsToTransaction) and DescribeProducers (61) are not built yet.
+# Transactions (issue 19): the coordinator's APIs, TxnOffsetCommit (sendOffsetsToTransaction) and the
+# partition leaders' markers are advertised; DescribeProducers (61) is not built yet.
 TRANSACTIONS_ADVERTISED = True
 
 ROUTES: dict[int, Route] = {
@@ -62,6 +63,7 @@ ROUTES: dict[int, Route] = {
     26: Route(handle_end_txn, 0, 5, advertised=TRANSACTIONS_ADVERTISED),
     # the partition leaders' side of transactions, sent by the transaction coordinators
     27: Route(handle_write_txn_markers, 1, 2),
+    28: Route(handle_txn_offset_commit, 0, 6, advertised=TRANSACTIONS_ADVERTISED),
     36: Route(handle_sasl_authenticate, 0, 2),
     29: Route(handle_describe_acls, 1, 3),
     30: Route(handle_create_acls, 1, 3),

@@ -30,6 +30,7 @@ log = logging.getLogger("kray.gateway")
 JOIN_GROUP_REQUIRES_KNOWN_MEMBER_ID = 4   # KIP-394: from this JoinGroup version a new member first gets an id
 OFFSET_COMMIT_TOPIC_IDS = 10              # OffsetCommit / OffsetFetch name topics by id from this version
 DESCRIBE_GROUPS_NOT_FOUND_ERROR = 6       # older DescribeGroups answer an unknown group as Dead, no error
+OFFSET_FETCH_REQUIRE_STABLE = 7           # OffsetFetch carries require_stable from this version (KIP-447)
 NO_OFFSET = -1
 
 
@@ -205,7 +206,8 @@ async def handle_offset_commit(ctx, header, request, connection=None) -> OffsetC
     return R(throttle_time_ms=0, topics=answers)
 
 
-async def _fetch_group(ctx, access, group_id: str, topics, by_id: bool, member_id=None, member_epoch=-1):
+async def _fetch_group(ctx, access, group_id: str, topics, by_id: bool, member_id=None, member_epoch=-1,
+                       require_stable: bool = False):
     """(group error, [(topic name or None, topic id, partition, (offset, epoch, metadata) or None, error)])."""
     if not access.allows(AclOperation.DESCRIBE, GROUP, group_id or ""):
         return GROUP_AUTHORIZATION_FAILED, []
@@ -223,15 +225,16 @@ async def _fetch_group(ctx, access, group_id: str, topics, by_id: bool, member_i
                 asked.append((name, list(t.partition_indexes)))
     try:
         coordinator = await group_coordinator(ctx, group_id or "")
-        error, rows = await coordinator.fetch_offsets.remote(group_id, asked, member_id, member_epoch)
+        error, rows = await coordinator.fetch_offsets.remote(group_id, asked, member_id, member_epoch,
+                                                             require_stable)
     except Exception as e:
         return coordinator_error(e), []
     if error:
         return error, []
     if asked is None:  # every committed topic: those the principal may not describe are left out
-        allowed = access.allowed(AclOperation.DESCRIBE, TOPIC, (t for t, _, _ in rows))
+        allowed = access.allowed(AclOperation.DESCRIBE, TOPIC, (row[0] for row in rows))
         rows = [row for row in rows if row[0] in allowed]
-    return 0, [(t, None, p, v, 0) for t, p, v in rows] + unknown
+    return 0, [(t, None, p, v, e) for t, p, v, e in rows] + unknown
 
 
 def _grouped(ctx, rows, by_id: bool):
@@ -250,8 +253,12 @@ async def handle_offset_fetch(ctx, header, request, connection=None) -> OffsetFe
     R = OffsetFetchResponse
     v = header.api_version
     access = ctx.access(connection)
+    # require_stable (v7+; librdkafka sets it for isolation.level=read_committed): a partition with a pending
+    # transactional offset answers UNSTABLE_OFFSET_COMMIT until the transaction ends
+    require_stable = v >= OFFSET_FETCH_REQUIRE_STABLE and bool(request.require_stable)
     if v < 8:
-        error, rows = await _fetch_group(ctx, access, request.group_id, request.topics, by_id=False)
+        error, rows = await _fetch_group(ctx, access, request.group_id, request.topics, by_id=False,
+                                         require_stable=require_stable)
         answer = R(throttle_time_ms=0, error_code=error, topics=[])
         for name, _, parts in _grouped(ctx, rows, by_id=False):
             answer.topics.append(R.OffsetFetchResponseTopic(name=name, partitions=[R.OffsetFetchResponsePartition(
@@ -263,7 +270,7 @@ async def handle_offset_fetch(ctx, header, request, connection=None) -> OffsetFe
         return answer
     by_id = v >= OFFSET_COMMIT_TOPIC_IDS
     fetched = await asyncio.gather(*(_fetch_group(ctx, access, g.group_id, g.topics, by_id, g.member_id,
-                                                  g.member_epoch)
+                                                  g.member_epoch, require_stable)
                                      for g in request.groups))
     return R(throttle_time_ms=0, groups=[
         R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error, topics=[

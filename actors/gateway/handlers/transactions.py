@@ -1,5 +1,10 @@
 """The transaction APIs a client sends: InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn,
-EndTxn, DescribeTransactions, ListTransactions; and Produce's check of transactional records.
+EndTxn, TxnOffsetCommit, DescribeTransactions, ListTransactions; and Produce's check of transactional records.
+
+TxnOffsetCommit (sendOffsetsToTransaction) goes to the group's coordinator, as OffsetCommit does: it checks the
+producer against the partition and the transaction's coordinator, the group's generation or member epoch, and keeps
+the offsets pending until the transaction's marker reaches the group's `__consumer_offsets` partition
+(actors/group_coordinator/offsets.py).
 
 A transactional id's coordinator is the actor that follows the leadership of the `__transaction_state` partition the
 id hashes to (created on first use); a broker that does not lead it answers NOT_COORDINATOR and the client finds
@@ -10,7 +15,8 @@ With an authorizer, as Kafka's KafkaApis: InitProducerId, AddPartitionsToTxn v0-
 transactional Produce need WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); AddPartitionsToTxn
 v0-3 needs WRITE on each topic (internal topics are never added by a client: TOPIC_AUTHORIZATION_FAILED) and any
 failed partition fails the whole transaction's request (the others OPERATION_NOT_ATTEMPTED); v4+ comes from brokers
-(CLUSTER_ACTION); AddOffsetsToTxn needs READ on the group; DescribeTransactions DESCRIBE on each id (its topics the
+(CLUSTER_ACTION); AddOffsetsToTxn needs READ on the group; TxnOffsetCommit WRITE on the transactional id, READ on
+the group and READ on each topic (TOPIC_AUTHORIZATION_FAILED for that topic alone); DescribeTransactions DESCRIBE on each id (its topics the
 principal may not describe are left out); ListTransactions lists the ids the principal may describe.
 """
 from __future__ import annotations
@@ -20,10 +26,12 @@ import logging
 
 from protocol.errors import ErrorCode
 from protocol.messages import (AddOffsetsToTxnResponse, AddPartitionsToTxnResponse, DescribeTransactionsResponse,
-                               EndTxnResponse, InitProducerIdResponse, ListTransactionsResponse, ProduceResponse)
+                               EndTxnResponse, InitProducerIdResponse, ListTransactionsResponse, ProduceResponse,
+                               TxnOffsetCommitResponse)
 
 from actors import internal_topics
-from actors.gateway.handlers.groups import NotCoordinator, _internal_partition, coordinator_error
+from actors.gateway.connection import in_request_order
+from actors.gateway.handlers.groups import NotCoordinator, _internal_partition, coordinator_error, group_coordinator
 from actors.gateway.security.authorizer import AclOperation, ResourceType
 from actors.transaction_coordinator import wire
 from actors.transaction_coordinator.core import ListResult, Step
@@ -157,6 +165,77 @@ async def handle_end_txn(ctx, header, request, connection=None) -> EndTxnRespons
     except Exception as e:
         step = Step(error=ErrorCode(coordinator_error(e)))
     return wire.end_txn_response(version, step)
+
+
+# ---- TxnOffsetCommit -----------------------------------------------------------------------------------------------
+
+TXN_OFFSET_COMMIT_TOPIC_IDS = 6   # TxnOffsetCommit names topics by id from this version
+
+
+async def handle_txn_offset_commit(ctx, header, request, connection=None) -> TxnOffsetCommitResponse:
+    """As Kafka's handleTxnOffsetCommitRequest: WRITE on the transactional id, else every partition answers
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED; READ on the group, else GROUP_AUTHORIZATION_FAILED; per topic READ
+    (TOPIC_AUTHORIZATION_FAILED) and existence (UNKNOWN_TOPIC_OR_PARTITION, by id UNKNOWN_TOPIC_ID); the rest go
+    to the group's coordinator."""
+    by_id = header.api_version >= TXN_OFFSET_COMMIT_TOPIC_IDS
+    R = TxnOffsetCommitResponse
+    answers = [R.TxnOffsetCommitResponseTopic(
+        name=t.name if not by_id else "", topic_id=t.topic_id if by_id else None,
+        partitions=[R.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=0)
+                    for p in t.partitions]) for t in request.topics]
+
+    def everyone(error):
+        for answer in answers:
+            for slot in answer.partitions:
+                slot.error_code = error
+        return R(throttle_time_ms=0, topics=answers)
+    access = ctx.access(connection)
+    if not access.allows(WRITE, TRANSACTIONAL_ID, request.transactional_id or ""):
+        return everyone(E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not access.allows(READ, GROUP, request.group_id or ""):
+        return everyone(E.GROUP_AUTHORIZATION_FAILED)
+    if not request.transactional_id:
+        return everyone(E.INVALID_REQUEST)
+    if not request.group_id:
+        return everyone(E.INVALID_GROUP_ID)
+
+    def name_of(topic):
+        if not by_id:
+            return topic.name
+        found = ctx.metadata.topic_by_id(topic.topic_id)
+        return found.name if found is not None else None
+    if any(not (name_of(t) and _known(ctx, name_of(t), p.partition_index))
+           for t in request.topics for p in t.partitions):
+        await ctx.catch_up_metadata()  # a topic created just now: never refuse on metadata older than the client's
+    names = [name_of(t) for t in request.topics]
+    readable = access.allowed(READ, TOPIC, (n for n in names if n is not None))
+    wanted, slots = [], []
+    for topic, answer, name in zip(request.topics, answers, names):
+        for p, slot in zip(topic.partitions, answer.partitions):
+            if name is None:
+                slot.error_code = E.UNKNOWN_TOPIC_ID
+            elif name not in readable:
+                slot.error_code = E.TOPIC_AUTHORIZATION_FAILED
+            elif not _known(ctx, name, p.partition_index):
+                slot.error_code = E.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                wanted.append((name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
+                               p.committed_metadata))
+                slots.append(slot)
+    if wanted:
+        async with in_request_order(connection):  # a connection's commits in request order, as OffsetCommit's
+            try:
+                coordinator = await group_coordinator(ctx, request.group_id)
+                errors = await coordinator.txn_commit_offsets.remote(
+                    request.group_id, request.transactional_id, request.producer_id, request.producer_epoch,
+                    request.member_id or "", request.group_instance_id, request.generation_id_or_member_epoch,
+                    wanted, header.api_version)
+            except Exception as e:
+                log.info("TxnOffsetCommit of %r for group %r: %s", request.transactional_id, request.group_id, e)
+                errors = [coordinator_error(e)] * len(wanted)
+        for slot, error in zip(slots, errors):
+            slot.error_code = error
+    return R(throttle_time_ms=0, topics=answers)
 
 
 # ---- DescribeTransactions, ListTransactions ------------------------------------------------------------------------

@@ -94,6 +94,8 @@ _ROWS = [
     ApiAcls(25, "AddOffsetsToTxn", (Check(Op.WRITE, Res.TRANSACTIONAL_ID, "transactional_id"), _group(Op.READ))),
     ApiAcls(26, "EndTxn", (Check(Op.WRITE, Res.TRANSACTIONAL_ID, "transactional_id"),)),
     ApiAcls(27, "WriteTxnMarkers", (_cluster(Op.CLUSTER_ACTION),)),
+    ApiAcls(28, "TxnOffsetCommit", (Check(Op.WRITE, Res.TRANSACTIONAL_ID, "transactional_id"), _group(Op.READ),
+                                    _topics(Op.READ))),
     ApiAcls(29, "DescribeAcls", (_cluster(Op.DESCRIBE),)),
     ApiAcls(30, "CreateAcls", (_cluster(Op.ALTER),)),
     ApiAcls(31, "DeleteAcls", (_cluster(Op.ALTER),)),
