@@ -245,6 +245,32 @@ class KrayHosts:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    # ---- what Kray's actors logged (the hosts' Ray worker logs) --------------------------------
+    def kray_log(self, since: float, *, limit: int = 200) -> list[str]:
+        """Kray's log lines on every host since `since` (epoch seconds), WARNING and above, and the
+        controller's INFO lines: what a failed test prints to say what the cluster did."""
+        lines = []
+        for host in self.plan.hosts:
+            logs = self.home(host.name) / "ray" / "session_latest" / "logs"
+            for path in sorted(logs.glob("worker-*.err")) if logs.exists() else ():
+                try:
+                    text = path.read_text(errors="replace")
+                except OSError:
+                    continue
+                for line in text.splitlines():
+                    stamp = line[:19]
+                    if not stamp[:2].isdigit() or not (" WARNING " in line or " ERROR " in line or
+                                                       " CRITICAL " in line or "INFO kray.controller" in line):
+                        continue
+                    try:
+                        at = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+                    except ValueError:
+                        continue
+                    if at >= since - 1:
+                        lines.append(f"{line[:23]} {host.name} {line[24:]}")
+        lines.sort()
+        return lines[-limit:]
+
     # ---- health: is the deployment whole (e.g. again, after a fault healed)? --------------------
     def health_problems(self, timeout_s: float = 10) -> list[str]:
         """What keeps the deployment from being whole, [] when it is: `kray start` running, no

@@ -30,6 +30,7 @@ the health check above makes any order work.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,15 @@ HEALTHY_BEFORE_TEST_S = 60   # a deployment found not whole before a test gets t
 ORDER = ("test_net_faults.py", "test_three_hosts.py", "test_latency.py", "test_partition_heal.py",
          "test_chaos_checked.py")
 HERE = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each test's call report on its item: the `hosts` fixture prints Kray's log after a failure."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.call_report = report
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -101,10 +111,16 @@ def shared_deployment():
 
 
 @pytest.fixture
-def hosts(shared_deployment):
-    """Kray on three hosts of their own, whole; healed and whole again after the test."""
+def hosts(shared_deployment, request):
+    """Kray on three hosts of their own, whole; healed and whole again after the test. A test
+    that failed prints what Kray logged meanwhile (warnings, the controllers' decisions)."""
     h = shared_deployment.whole()
+    started = time.time()
     yield h
+    report = getattr(request.node, "call_report", None)
+    if report is not None and report.failed:
+        print(f"\nKray's log on the hosts during the test (warnings and the controllers):\n" +
+              "\n".join(h.kray_log(started)))
     h.heal_all()
     problems = h.wait_healthy(HEALTHY_AFTER_TEST_S)
     if problems:
