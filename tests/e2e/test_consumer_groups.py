@@ -2,7 +2,8 @@
 confluent-kafka with the classic protocol (eager range and cooperative-sticky) and KIP-848's
 consumer protocol, kafka-python and aiokafka (classic). Members split a 6-partition topic, a third
 joins and one leaves; committed offsets are where a group resumes; static members come back
-without a rebalance.
+without a rebalance. That committed offsets survive a broker restart is in test_restart.py, on the
+restart its tests share.
 """
 from __future__ import annotations
 
@@ -255,37 +256,6 @@ def test_admin_client_lists_describes_and_resets_groups(kray):
     admin.delete_consumer_groups([group], request_timeout=10)[group].result()
     listed = admin.list_consumer_groups(request_timeout=10).result()
     assert group not in {g.group_id for g in listed.valid}
-
-
-def test_committed_offsets_survive_a_broker_restart(tmp_path):
-    from tests.kray_process import KrayProcess
-    server = KrayProcess(tmp_path / "data")
-    bootstrap = server.start()
-    try:
-        topic = make_topic(bootstrap, partitions=2)
-        group = f"g-{topic}"
-        c = confluent(bootstrap, group, topic, **{"group.protocol": "consumer"})
-        first = consume(c, PER_PARTITION)
-        c.commit(asynchronous=False)
-        c.close()
-        simple = Consumer({"bootstrap.servers": bootstrap, "group.id": f"assign-{topic}", "enable.auto.commit": False})
-        simple.commit(offsets=[TopicPartition(topic, 0, 7)], asynchronous=False)  # assign() users commit too
-        simple.close()
-    finally:
-        assert server.stop() == 0
-    server = KrayProcess(tmp_path / "data", port=server.port)
-    bootstrap = server.start()
-    try:
-        c = confluent(bootstrap, group, topic, **{"group.protocol": "consumer"})
-        rest = consume(c, PER_PARTITION)
-        c.close()
-        assert len(first) == len(rest) == PER_PARTITION
-        assert not {(m.partition(), m.offset()) for m in first} & {(m.partition(), m.offset()) for m in rest}
-        simple = Consumer({"bootstrap.servers": bootstrap, "group.id": f"assign-{topic}"})
-        assert simple.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 7
-        simple.close()
-    finally:
-        server.stop()
 
 
 def test_an_empty_group_moves_between_the_protocols_and_keeps_its_offsets(kray):
