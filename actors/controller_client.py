@@ -48,29 +48,65 @@ RESOLVE_TIMEOUT_S = 5.0
 RETRIED = (asyncio.TimeoutError, ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError, NoActiveController)
 
 
+_known_controllers: dict[tuple[str, int], Any] = {}  # (Ray cluster's GCS address, voter) -> handle, in this process
+
+
+def _cluster_key() -> str:
+    if not ray.is_initialized():  # (ray.get_runtime_context() would start a Ray of its own)
+        return ""
+    return ray.get_runtime_context().gcs_address or ""
+
+
+class _ProcessHandles:
+    """The controllers' handles this process knows, shared by every ActiveController in it (a
+    shard's hundreds of replicas resolve each controller once), per Ray cluster."""
+
+    def __init__(self):
+        self.cluster = _cluster_key()
+
+    def get(self, voter: int):
+        return _known_controllers.get((self.cluster, voter))
+
+    def __setitem__(self, voter: int, handle) -> None:
+        _known_controllers[(self.cluster, voter)] = handle
+
+    def __contains__(self, voter: int) -> bool:
+        return (self.cluster, voter) in _known_controllers
+
+    def pop(self, voter: int, default=None):
+        return _known_controllers.pop((self.cluster, voter), default)
+
+    def count(self, voters) -> int:
+        return sum(v in self for v in voters)
+
+
 class ActiveController:
     """A handle to whichever controller is active, for `call` and the helpers below
     (`getattr(handle, method).remote(*args)` is awaitable): with the metadata quorum each voting
     broker's node runs a controller (`controller-<id>`) and the one whose voter leads is active.
     A call goes to the last active one; a standby's NotController, or a dead controller, sends it
     to the others in turn; none active raises NoActiveController, which `call` retries. Picklable:
-    replicas and gateways get one in their spec, and resolve the controllers by name themselves."""
+    replicas and gateways get one in their spec, and resolve the controllers by name themselves,
+    off their event loop, once per process."""
 
     def __init__(self, voters: tuple[int, ...], handles: dict[int, Any] | None = None):
         self.voters = tuple(voters)
-        self._handles: dict[int, Any] = dict(handles or {})  # voter -> its controller's handle, as known
+        self._handles = _ProcessHandles()  # voter -> its controller's handle, as known in this process
+        for voter, handle in (handles or {}).items():
+            self._handles[voter] = handle
         self._active: int | None = None
         self._suspect: dict[int, float] = {}  # voter -> until when it is asked last (a call to it timed out)
         self._resolve_after = 0.0
 
     def __getstate__(self):
-        # the handles travel too (a replica or gateway that gets this in its spec calls at once,
-        # with no lookup in Ray's GCS, which is slow while a cluster starts hundreds of actors);
-        # one that fails is looked up again by name
-        return {"voters": self.voters, "handles": dict(self._handles)}
+        # no actor handle travels: Ray deserializes one on the receiving actor's event loop, and
+        # in a process that has not loaded that actor's class yet it asks Ray's GCS for it there;
+        # with the Ray head cut off that froze a shard (every replica it hosts) for the whole cut.
+        # The receiver looks the controllers up by name, in a thread, while the GCS answers.
+        return {"voters": self.voters}
 
     def __setstate__(self, state):
-        self.__init__(state["voters"], state.get("handles"))
+        self.__init__(state["voters"])
 
     def __getattr__(self, method: str):
         if method.startswith("_"):
@@ -85,16 +121,16 @@ class ActiveController:
         most every RESOLVE_AGAIN_S unless none is known): resolved while the GCS is reachable, they
         keep working when it is not (a cut-off Ray head), so a call can move to a standby that
         became active meanwhile."""
-        if len(self._handles) == len(self.voters) or (self._handles and time.monotonic() < self._resolve_after):
+        known = self._handles.count(self.voters)
+        if known == len(self.voters) or (known and time.monotonic() < self._resolve_after):
             return
         self._resolve_after = time.monotonic() + RESOLVE_AGAIN_S
-        from cluster import composition
         for voter in self.voters:
             if voter in self._handles:
                 continue
             try:
-                self._handles[voter] = await asyncio.wait_for(asyncio.to_thread(
-                    ray.get_actor, composition.controller_name(voter), composition.NAMESPACE), RESOLVE_TIMEOUT_S)
+                self._handles[voter] = await asyncio.wait_for(
+                    asyncio.shield(_lookup(self._handles.cluster, voter)), RESOLVE_TIMEOUT_S)
             except (ValueError, asyncio.TimeoutError):
                 continue
 
@@ -163,6 +199,22 @@ class ActiveController:
             except Exception:
                 continue
         return None
+
+
+_lookups: dict[tuple[int, str, int], asyncio.Future] = {}  # (event loop, cluster, voter) -> its lookup
+
+
+def _lookup(cluster: str, voter: int) -> asyncio.Future:
+    """`ray.get_actor` of a voter's controller in a thread, one at a time per voter in this process
+    (the replicas of a shard that start together share it)."""
+    from cluster import composition
+    key = (id(asyncio.get_running_loop()), cluster, voter)
+    lookup = _lookups.get(key)
+    if lookup is None or lookup.done():
+        lookup = _lookups[key] = asyncio.ensure_future(asyncio.to_thread(
+            ray.get_actor, composition.controller_name(voter), composition.NAMESPACE))
+        lookup.add_done_callback(lambda f: f.cancelled() or f.exception())  # (a caller may have timed out)
+    return lookup
 
 
 async def _answer(ref):

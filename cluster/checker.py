@@ -80,8 +80,20 @@ class Fault:
 # ---- the checks ----------------------------------------------------------------------------------
 def lost_acknowledged(acks: list[Ack], final: dict[int, dict[int, bytes]]) -> list[Ack]:
     """Acknowledged records not at their acknowledged offset in the final log (`final`:
-    partition -> offset -> value, as read back after the heal)."""
-    return [a for a in acks if final.get(a.partition, {}).get(a.offset) != a.value]
+    partition -> offset -> value, as read back after the heal). An acknowledgement without an
+    offset (librdkafka's idempotent producer reports a record delivered at an unknown offset when
+    the request that carried it timed out and a later request of the same producer succeeded: the
+    sequence says it was written) is lost only if its value is nowhere in its partition."""
+    values: dict[int, set[bytes]] = {}
+    lost = []
+    for a in acks:
+        log = final.get(a.partition, {})
+        if a.offset is None or a.offset < 0:
+            if a.value not in values.setdefault(a.partition, set(log.values())):
+                lost.append(a)
+        elif log.get(a.offset) != a.value:
+            lost.append(a)
+    return lost
 
 
 def divergent_offsets(replicas: dict[int, dict[int, dict[int, bytes]]],

@@ -349,7 +349,7 @@ def run_checked(hosts, *, seed: int, duration_s: float, faults: tuple[str, ...] 
             t.join(150)
         # let the consumers catch up with everything acknowledged, then stop them
         deadline = time.monotonic() + settle_s
-        acked = {(a.partition, a.offset) for a in h.acks}
+        acked = {(a.partition, a.offset) for a in h.acks if a.offset is not None}  # (None: see lost_acknowledged)
         while time.monotonic() < deadline:
             read = {(r.partition, r.offset) for r in list(h.reads)}
             delivered = {(e.partition, e.offset) for e in list(h.share) if e.kind == "accepted"}
@@ -378,7 +378,8 @@ def run_checked(hosts, *, seed: int, duration_s: float, faults: tuple[str, ...] 
         "share deliveries": sum(e.kind == "delivered" for e in h.share),
         "share acceptances acknowledged": sum(e.kind == "accepted" for e in h.share),
         "acknowledged records never accepted by the share group": len(
-            {(a.partition, a.offset) for a in h.acks} - {(e.partition, e.offset) for e in h.share if e.kind == "accepted"}),
+            {(a.partition, a.offset) for a in h.acks if a.offset is not None}
+            - {(e.partition, e.offset) for e in h.share if e.kind == "accepted"}),
         "replicas behind the HW at the end (partition, broker)": ", ".join(f"{p}/{b}" for p, b in behind) or "none",
         "high watermarks": ", ".join(f"{p}: {hw}" for p, hw in sorted(hws.items())),
     } | {f"client errors: {k}": v for k, v in sorted(h.errors.items())})

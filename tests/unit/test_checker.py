@@ -18,6 +18,14 @@ def test_an_acknowledged_record_is_lost_when_its_offset_is_gone_or_holds_another
     assert lost_acknowledged(acks[:2], final) == []
 
 
+def test_an_acknowledgement_without_an_offset_is_lost_only_if_its_record_is_nowhere_in_its_partition():
+    """librdkafka reports a record delivered at an unknown offset (None) when the request carrying it
+    timed out and a later one of the same idempotent producer succeeded."""
+    final = {0: {0: b"a", 1: b"b"}, 1: {0: b"c"}}
+    acks = [ack(0, None, b"b"), ack(0, None, b"c"), ack(1, None, b"c"), ack(2, None, b"d")]
+    assert lost_acknowledged(acks, final) == [acks[1], acks[3]]
+
+
 def test_replicas_diverge_only_below_the_high_watermark_and_a_missing_offset_is_not_a_fork():
     replicas = {0: {1: {0: b"a", 1: b"b", 2: b"c"}, 2: {0: b"a", 1: b"B", 2: b"C"}, 3: {0: b"a"}},
                 1: {1: {0: b"x"}, 2: {0: b"x", 1: b"y"}}}

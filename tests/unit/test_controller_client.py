@@ -68,3 +68,20 @@ def test_a_long_poll_waits_its_own_wait_plus_the_slack(monkeypatch):
     handle = Handle(wait_for_metadata=Method(["hang"]))
     with pytest.raises(ControllerUnreachable):
         asyncio.run(controller_client.wait_for_metadata(handle, 3, 0.05))
+
+
+def test_an_active_controller_travels_without_actor_handles_and_calls_with_the_ones_its_process_knows():
+    """Ray deserializes an actor handle on the receiving actor's event loop and, for an actor class
+    that process has not loaded, asks Ray's GCS there: a shard that got a new controller's handle
+    while the Ray head was cut off froze for the whole cut. So only the voters travel; the receiver
+    calls with the handles known in its process (or looks them up by name, off its loop)."""
+    import pickle
+    standby = controller_client.NotController("standing by")
+    known = Handle(describe=Method(["from-2"]))
+    sender = controller_client.ActiveController((1, 2, 3), {1: Handle(describe=Method([standby])), 2: known,
+                                                            3: Handle(describe=Method([standby]))})
+    state = sender.__getstate__()
+    assert state == {"voters": (1, 2, 3)}
+    received = pickle.loads(pickle.dumps(sender))
+    assert received.voters == (1, 2, 3) and received._handle(2) is known
+    assert asyncio.run(received._call("describe", ())) == ("from-2", ())
