@@ -268,10 +268,13 @@ def test_min_insync_replicas_refuses_acks_all_writes(cluster, client):
     try:
         _wait_for_isr(admin := AdminClient({"bootstrap.servers": gateway, **client}), topic, 0, [leader])
         # the leader replica hears of the shrunk ISR just after clients do: a write in between is appended
-        # and then refused (NOT_ENOUGH_REPLICAS_AFTER_APPEND); every acks=all write is refused either way
-        deadline = time.monotonic() + 10
+        # and then refused (NOT_ENOUGH_REPLICAS_AFTER_APPEND), or, when the news takes longer than the
+        # request's 5 s (a loaded CI machine: the leader's shard is told the state of every partition
+        # the two lost brokers held), times out; no acks=all write is acknowledged either way
+        deadline = time.monotonic() + 30
         while (code := produce_one(gateway, topic, 0, acks=-1, security=client)) != ErrorCode.NOT_ENOUGH_REPLICAS:
-            assert code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND and time.monotonic() < deadline, code
+            assert code in (ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT) \
+                and time.monotonic() < deadline, code
             time.sleep(0.2)
         assert produce_one(gateway, topic, 0, acks=1, security=client) == ErrorCode.NONE
     finally:
