@@ -18,7 +18,7 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
 from protocol.errors import ErrorCode
 from tests.cluster.raw import Transactions
 from tests.e2e.test_consumer_groups import PER_PARTITION, confluent, consume, make_topic
-from tests.e2e.test_transactions_log import PID_BASE, confluent_values
+from tests.e2e.test_transactions_log import PID_BASE, confluent_values, read_committed_watermarks
 from tests.kray_process import KrayProcess
 
 RECORDS = 5000
@@ -222,19 +222,7 @@ def test_transactions_survive_a_restart(restarted):
     one still holds the last stable offset and its marker still ends it."""
     restarted.before("transactions")
     bootstrap = restarted.bootstrap
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "restart", "isolation.level": "read_committed"})
-    try:
-        deadline = time.time() + 60
-        while True:   # the partition is led again once the watermark query answers
-            try:
-                offsets = c.get_watermark_offsets(TopicPartition(TXN_TOPIC, 0), timeout=5, cached=False)
-                break
-            except Exception:
-                if time.time() > deadline:
-                    raise
-        assert offsets == (0, 2)   # read_committed latest: the open transaction's first offset
-    finally:
-        c.close()
+    assert read_committed_watermarks(bootstrap, TXN_TOPIC) == (0, 2)   # latest: the open transaction's first offset
     t = Transactions(bootstrap, TXN_TOPIC)
     assert t.send(TXN_PID + 1, [b"open"]) == (0, 2)   # a retry is still known as the duplicate it is
     t.sequences[(TXN_PID + 1, 0)] = 1

@@ -194,19 +194,7 @@ def test_transactions_survive_a_restart(tmp_path):
     server = KrayProcess(tmp_path / "data", port=server.port)
     bootstrap = server.start()
     try:
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "restart", "isolation.level": "read_committed"})
-        try:
-            deadline = time.time() + 60
-            while True:   # the partition is led again once the watermark query answers
-                try:
-                    offsets = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=5, cached=False)
-                    break
-                except Exception:
-                    if time.time() > deadline:
-                        raise
-            assert offsets == (0, 2)   # read_committed latest: the open transaction's first offset
-        finally:
-            c.close()
+        assert read_committed_watermarks(bootstrap, topic) == (0, 2)   # latest: the open transaction's first offset
         t = Transactions(bootstrap, topic)
         assert t.send(pid + 1, [b"open"]) == (0, 2)   # a retry is still known as the duplicate it is
         t.sequences[(pid + 1, 0)] = 1
@@ -216,3 +204,19 @@ def test_transactions_survive_a_restart(tmp_path):
         assert confluent_values(bootstrap, topic, "read_committed", expect=2) == [b"open", b"after-open"]
     finally:
         server.stop()
+
+
+def read_committed_watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
+    """Partition 0's watermarks as a read_committed consumer sees them, asked until the partition is
+    led again after a restart (the query answers), for up to 60 s."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "restart", "isolation.level": "read_committed"})
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                return c.get_watermark_offsets(TopicPartition(topic, 0), timeout=5, cached=False)
+            except Exception:
+                if time.time() > deadline:
+                    raise
+    finally:
+        c.close()
