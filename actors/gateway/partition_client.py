@@ -18,6 +18,7 @@ from actors.gateway.file_region import FileRegion
 from actors.partition import wire
 from protocol.errors import ErrorCode
 from actors.partition.core import FetchResult, ProduceResult
+from actors.partition.producer_state import ActiveProducer
 from actors.pipelined import PipelinedConnection
 from actors.share_partition.actor import ShareFetchResult
 from actors.startup import start_unless_started, succeeded
@@ -195,6 +196,11 @@ class SocketPartition:
     async def list_offsets(self, timestamp, *, leader_epoch, isolation_level):
         out, _ = await self._call(wire.LIST_OFFSETS, [timestamp, leader_epoch, isolation_level])
         return tuple(out)
+
+    async def describe_producers(self) -> tuple[int, list[ActiveProducer]]:
+        """(error, the partition leader's active producers): DescribeProducers for one partition."""
+        (error, producers), _ = await self._call(wire.DESCRIBE_PRODUCERS, [])
+        return error, [ActiveProducer(*p) for p in producers]
 
     async def share_fetch(self, group_id, member_id, *, acks, max_records, batch_size, max_bytes, fetch,
                           record_limit=False, limits=None):

@@ -415,6 +415,14 @@ class PartitionActor:
         error, offset, ts = self.core.list_offsets(timestamp, isolation_level=isolation_level)
         return error, offset, ts, self.replica.leader_epoch if error == 0 and offset >= 0 else -1
 
+    def describe_producers(self) -> tuple[int, list]:
+        """DescribeProducers: (error, the producers this leader's state knows, as ActiveProducer tuples);
+        NOT_LEADER_OR_FOLLOWER where this replica does not lead (the gateway routes to leaders only)."""
+        error = self.replica.validate_leader_epoch()
+        if error:
+            return error, []
+        return ErrorCode.NONE, self.core.producers.active_producers()
+
     # ---- share groups: the share-partition leaders of this partition live here ----------------
     async def group_configs(self, group_id: str) -> dict:
         """The group's config overrides, asked of the controller (once per share-partition load)."""

@@ -111,6 +111,12 @@ async def _list_offsets(actor, args, blobs):
     return list(await actor.list_offsets(timestamp, leader_epoch, isolation_level)), ()
 
 
+async def _describe_producers(actor, args, blobs):
+    _expect(args, 0, "describe_producers")
+    error, producers = actor.describe_producers()
+    return [int(error), [list(p) for p in producers]], ()
+
+
 async def _share_fetch(actor, args, blobs):
     group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit, limits = \
         _expect(args, 9, "share_fetch")
@@ -218,7 +224,7 @@ HANDLERS = {wire.PRODUCE: _produce, wire.FETCH: _fetch, wire.WAIT_FOR_DATA: _wai
             wire.LIST_OFFSETS: _list_offsets, wire.SHARE_FETCH: _share_fetch, wire.SHARE_WAIT: _share_wait,
             wire.SHARE_ACKNOWLEDGE: _share_acknowledge, wire.SHARE_RELEASE: _share_release,
             wire.REPLICA_FETCH: _replica_fetch, wire.SHARE_STATE: _share_state,
-            wire.RELEASE_WAITERS: _release_waiters}
+            wire.RELEASE_WAITERS: _release_waiters, wire.DESCRIBE_PRODUCERS: _describe_producers}
 
 
 async def start_listener(replica_for: Callable[[tuple[uuid.UUID, int]], Any], address: str,

@@ -107,6 +107,19 @@ class CompletedTxn(NamedTuple):
     aborted: bool
 
 
+class ActiveProducer(NamedTuple):
+    """One producer as DescribeProducers shows it (Kafka's ``UnifiedLog.activeProducers``): its epoch, the last
+    sequence of its newest cached batch (-1 when none: e.g. a marker bumped its epoch), the timestamp of its last
+    batch or marker, the coordinator epoch of its last marker (-1: none yet) and the first offset of its open
+    transaction (-1: none)."""
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp_ms: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
 class Action(IntEnum):
     APPEND = 0
     DUPLICATE = 1
@@ -249,6 +262,11 @@ class ProducerStateTable:
         """What an aborted transaction's index entry records as the last stable offset once it
         ended: the first offset of the earliest transaction still open, else past the marker."""
         return min(self._ongoing.values(), default=completed.last_offset + 1)
+
+    def active_producers(self) -> list[ActiveProducer]:
+        """Every producer the table knows (not expired or evicted), least recently written first."""
+        return [ActiveProducer(e.producer_id, e.producer_epoch, e.last_seq, e.last_timestamp_ms, e.coordinator_epoch,
+                               e.current_txn_first_offset) for e in self._entries.values()]
 
     @property
     def ongoing_transactions(self) -> dict[int, int]:

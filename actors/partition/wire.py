@@ -67,6 +67,8 @@ RELEASE_WAITERS = 32013  # [] -> [count]: the partition's acks=all produces stil
 TXN_MARKERS = 32014      # [timeout_ms, [[topic id, partition, producer id, producer epoch, coordinator epoch,
                          # committed]...]] -> [[status, [error, message]]...]: WriteTxnMarkers' markers for the
                          # partitions of one shard, appended in order, answered once replicated as acks=all
+DESCRIBE_PRODUCERS = 32015  # [] -> [error, [[producer id, producer epoch, last sequence, last timestamp,
+                            # coordinator epoch, current txn start offset]...]]: the leader's producer state
 BATCHED = (FETCH, REPLICA_FETCH)
 WAIT_CONSUMER, WAIT_REPLICA, WAIT_READ_COMMITTED = 0, 1, 2   # WAIT_FOR_DATA / WAIT_FOR_ANY's "replica"  # what MANY may carry: calls without blobs that never wait
 NO_PARTITION = (uuid.UUID(int=0), 0)
@@ -74,7 +76,8 @@ API_NAMES = {PRODUCE: "produce", FETCH: "fetch", WAIT_FOR_DATA: "wait_for_data",
              SHARE_FETCH: "share_fetch", SHARE_WAIT: "share_wait", SHARE_ACKNOWLEDGE: "share_acknowledge",
              SHARE_RELEASE: "share_release", REPLICA_FETCH: "replica_fetch", MANY: "many",
              WAIT_FOR_ANY: "wait_for_any", PRODUCE_MANY: "produce_many", SHARE_STATE: "share_state",
-             RELEASE_WAITERS: "release_waiters", TXN_MARKERS: "txn_markers"}
+             RELEASE_WAITERS: "release_waiters", TXN_MARKERS: "txn_markers",
+             DESCRIBE_PRODUCERS: "describe_producers"}
 
 ANSWERED, NOT_HOSTED = 0, 1  # response statuses
 

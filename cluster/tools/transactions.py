@@ -1,7 +1,8 @@
 """`kray transactions`, after kafka-transactions.sh: list the transactions every broker coordinates, describe one
-transactional id's (its coordinator, producer id and epoch, state, timeout, start and partitions). Speaks
-ListTransactions, FindCoordinator and DescribeTransactions through Kray's own small client, at named versions (the
-transaction APIs are served before Kray advertises them)."""
+transactional id's (its coordinator, producer id and epoch, state, timeout, start and partitions), describe the
+producers a partition's leader knows (describe-producers). Speaks ListTransactions, FindCoordinator,
+DescribeTransactions, Metadata and DescribeProducers through Kray's own small client, at named versions (the
+transaction APIs were served before Kray advertised them)."""
 from __future__ import annotations
 
 import sys
@@ -9,14 +10,17 @@ import time
 
 from cluster.admin import COMMAND_CONFIG_HELP, AdminError, KafkaConnection
 from protocol.errors import ErrorCode
-from protocol.messages import (DescribeTransactionsRequest, FindCoordinatorRequest, ListTransactionsRequest,
-                               MetadataRequest)
+from protocol.messages import (DescribeProducersRequest, DescribeTransactionsRequest, FindCoordinatorRequest,
+                               ListTransactionsRequest, MetadataRequest)
 
 CLIENT_ID = "kray-transactions"
 KEY_TYPE_TRANSACTION = 1
 LIST_TRANSACTIONS_VERSION = 1
 DESCRIBE_TRANSACTIONS_VERSION = 0
 FIND_COORDINATOR_VERSION = 4
+DESCRIBE_PRODUCERS_VERSION = 0
+PRODUCERS_HEADERS = ("ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence", "LastTimestamp",
+                     "CurrentTransactionStartOffset")  # kafka-transactions.sh describe-producers' columns
 
 
 def add_parser(sub) -> None:
@@ -26,7 +30,11 @@ def add_parser(sub) -> None:
     actions = p.add_mutually_exclusive_group(required=True)
     actions.add_argument("--list", action="store_true", help="every transactional id the brokers coordinate")
     actions.add_argument("--describe", action="store_true", help="one transactional id's current transaction")
+    actions.add_argument("--describe-producers", action="store_true",
+                         help="the producers a partition's leader knows (with --topic and --partition)")
     p.add_argument("--transactional-id", help="with --describe: the transactional id")
+    p.add_argument("--topic", help="with --describe-producers: the topic")
+    p.add_argument("--partition", type=int, help="with --describe-producers: the partition")
     p.add_argument("--state", action="append", default=[],
                    help="with --list: only transactions in this state (Ongoing, PrepareCommit, ...; repeatable)")
     p.set_defaults(func=run)
@@ -40,8 +48,12 @@ def _fail(message: str) -> int:
 def run(args) -> int:
     if args.describe and not args.transactional_id:
         return _fail("--describe needs --transactional-id ID")
+    if args.describe_producers and (not args.topic or args.partition is None):
+        return _fail("--describe-producers needs --topic TOPIC and --partition N")
     try:
         with KafkaConnection(args.bootstrap_server, client_id=CLIENT_ID) as conn:
+            if args.describe_producers:
+                return _describe_producers(conn, args.topic, args.partition)
             return _list(conn, args.state) if args.list else _describe(conn, args.transactional_id)
     except AdminError as e:
         return _fail(str(e))
@@ -95,4 +107,36 @@ def _describe(conn: KafkaConnection, transactional_id: str) -> int:
     print("\t".join(map(str, (c.node_id, s.transactional_id, s.producer_id, s.producer_epoch, s.transaction_state,
                               s.transaction_timeout_ms, s.transaction_start_time_ms if started else "None",
                               duration, partitions))))
+    return 0
+
+
+def _describe_producers(conn: KafkaConnection, topic: str, partition: int) -> int:
+    """Ask the partition's leader (from Metadata), as kafka-transactions.sh describe-producers does."""
+    metadata = conn.send(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                         allow_auto_topic_creation=False))
+    [t] = metadata.topics
+    if t.error_code:
+        return _fail(f"topic {topic}: {ErrorCode(t.error_code).name}")
+    p = next((p for p in t.partitions if p.partition_index == partition), None)
+    if p is None:
+        return _fail(f"topic {topic} has no partition {partition}")
+    b = next((b for b in metadata.brokers if b.node_id == p.leader_id), None)
+    if b is None:
+        return _fail(f"partition {topic}-{partition} has no leader now ({p.leader_id}); try again")
+    leader = conn if (b.host, b.port) == conn.address else KafkaConnection(f"{b.host}:{b.port}", client_id=CLIENT_ID)
+    try:
+        [tr] = leader.send(DescribeProducersRequest(topics=[DescribeProducersRequest.TopicRequest(
+            name=topic, partition_indexes=[partition])]), DESCRIBE_PRODUCERS_VERSION).topics
+    finally:
+        if leader is not conn:
+            leader.close()
+    [r] = tr.partitions
+    if r.error_code:
+        return _fail(f"describing the producers of {topic}-{partition} on its leader (broker {b.node_id}) failed: "
+                     f"{ErrorCode(r.error_code).name}")
+    print("\t".join(PRODUCERS_HEADERS))
+    for s in sorted(r.active_producers, key=lambda s: s.producer_id):
+        start = s.current_txn_start_offset if s.current_txn_start_offset >= 0 else "None"
+        print("\t".join(map(str, (s.producer_id, s.producer_epoch, s.coordinator_epoch, s.last_sequence,
+                                  s.last_timestamp, start))))
     return 0

@@ -21,6 +21,7 @@ from actors.controller.quorum_shell.wire import VoteRequestV2
 from actors.gateway.handlers.metadata_quorum import handle_describe_quorum, handle_quorum_rpc
 from actors.gateway.handlers.produce import acks_zero, handle_produce
 from actors.gateway.handlers.producer_ids import handle_init_producer_id
+from actors.gateway.handlers.producers import handle_describe_producers
 from actors.gateway.handlers.sasl import handle_sasl_authenticate, handle_sasl_handshake
 from actors.gateway.handlers.scram_credentials import (handle_alter_user_scram_credentials,
                                                        handle_describe_user_scram_credentials)
@@ -35,8 +36,8 @@ from actors.gateway.handlers.transactions import (handle_add_offsets_to_txn, han
                                                   handle_list_transactions, handle_txn_offset_commit,
                                                   transactional_produce)
 
-# Transactions (issue 19): the coordinator's APIs, TxnOffsetCommit (sendOffsetsToTransaction) and the
-# partition leaders' markers are advertised; DescribeProducers (61) is not built yet.
+# Transactions (issue 19): the coordinator's APIs, TxnOffsetCommit (sendOffsetsToTransaction), the
+# partition leaders' markers and DescribeProducers (61) are advertised.
 TRANSACTIONS_ADVERTISED = True
 
 ROUTES: dict[int, Route] = {
@@ -82,6 +83,7 @@ ROUTES: dict[int, Route] = {
     54: Route(handle_quorum_rpc, 0, 1),  # EndQuorumEpoch
     55: Route(handle_describe_quorum, 0, 2),
     60: Route(handle_describe_cluster, 0, 2),
+    61: Route(handle_describe_producers, 0, 0, advertised=TRANSACTIONS_ADVERTISED),  # the partition leaders' state
     65: Route(handle_describe_transactions, 0, 0, advertised=TRANSACTIONS_ADVERTISED),
     66: Route(handle_list_transactions, 0, 2, advertised=TRANSACTIONS_ADVERTISED),
     68: Route(handle_consumer_group_heartbeat, 0, 1),
