@@ -278,6 +278,7 @@ def test_classic_apis_as_kafka_checks_them():
     assert needs(9) == {(Op.DESCRIBE, Res.GROUP), (Op.DESCRIBE, Res.TOPIC)}
     assert all(needs(k) == {(Op.READ, Res.GROUP)} for k in (11, 12, 13, 14))
     assert needs(20) == {(Op.DESCRIBE, Res.TOPIC), (Op.DELETE, Res.TOPIC)}
+    assert needs(61) == {(Op.READ, Res.TOPIC)}, "DescribeProducers: READ, not DESCRIBE"
     assert needs(42) == {(Op.DELETE, Res.GROUP)} and needs(47) == {(Op.DELETE, Res.GROUP), (Op.READ, Res.TOPIC)}
     assert needs(30) == needs(31) == {(Op.ALTER, Res.CLUSTER)} and needs(29) == {(Op.DESCRIBE, Res.CLUSTER)}
     assert needs(32) == {(Op.DESCRIBE_CONFIGS, r) for r in (Res.TOPIC, Res.CLUSTER, Res.GROUP)}

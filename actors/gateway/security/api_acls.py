@@ -119,6 +119,7 @@ _ROWS = [
     ApiAcls(54, "EndQuorumEpoch", (_cluster(Op.CLUSTER_ACTION),)),
     ApiAcls(55, "DescribeQuorum", (_cluster(Op.DESCRIBE),)),
     ApiAcls(60, "DescribeCluster", (_cluster(Op.DESCRIBE, "cluster authorized operations asked"),)),
+    ApiAcls(61, "DescribeProducers", (_topics(Op.READ),)),
     ApiAcls(65, "DescribeTransactions", (Check(Op.DESCRIBE, Res.TRANSACTIONAL_ID, "transactional_id"),
                                          _topics(Op.DESCRIBE, "topics not described are left out"))),
     ApiAcls(66, "ListTransactions", (Check(Op.DESCRIBE, Res.TRANSACTIONAL_ID, "transactional_id",
