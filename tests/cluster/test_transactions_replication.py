@@ -1,7 +1,9 @@
 """Transactions on replicated partitions (issue 19, the log side): markers replicate like any batch
 and are acknowledged once min.insync.replicas hold them; a follower derives open transactions, the
 aborted-transaction index and the coordinator epochs from the batches it appends, so that after
-its leader's node dies it serves read_committed readers and fences markers as the old leader did."""
+its leader's node dies it serves read_committed readers and fences markers as the old leader did, and
+DescribeProducers on the new leader shows the producers (epochs, sequences, coordinator epochs, open
+transactions) the old one showed."""
 import time
 import uuid
 
@@ -10,8 +12,10 @@ import ray
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cluster.admin import KafkaConnection
 from cluster.local import LocalCluster
 from protocol.errors import ErrorCode
+from protocol.messages import DescribeProducersRequest
 from tests.cluster.raw import Transactions
 
 FAST_LIVENESS = {"broker.session.timeout.ms": 3000, "broker.heartbeat.interval.ms": 500,
@@ -60,6 +64,17 @@ def _read_committed(bootstrap: str, topic: str, expect: int) -> list[bytes]:
         c.close()
 
 
+def _producers(bootstrap: str, topic: str) -> tuple[int, dict]:
+    """DescribeProducers v0 of partition 0 on one gateway: (error, producer id -> (epoch, last sequence,
+    coordinator epoch, current transaction start offset))."""
+    with KafkaConnection(bootstrap, client_id="describe-producers") as conn:
+        [t] = conn.send(DescribeProducersRequest(topics=[DescribeProducersRequest.TopicRequest(
+            name=topic, partition_indexes=[0])]), 0).topics
+    [p] = t.partitions
+    return p.error_code, {s.producer_id: (s.producer_epoch, s.last_sequence, s.coordinator_epoch,
+                                          s.current_txn_start_offset) for s in p.active_producers}
+
+
 def test_a_new_leader_keeps_the_transactions_its_old_leader_wrote(cluster):
     topic = f"txn-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
@@ -76,6 +91,10 @@ def test_a_new_leader_keeps_the_transactions_its_old_leader_wrote(cluster):
     assert t.send(PID + 2, [b"open"]) == (0, 4)
     assert t.send(-1, [b"plain"], transactional=False) == (0, 5)
     t.close()
+    producers = {PID: (0, 0, 2, -1), PID + 1: (0, 0, 2, -1), PID + 2: (0, 0, -1, 4)}  # no entry for the plain batch
+    assert _producers(gateways[old_leader], topic) == (0, producers)
+    follower = next(b for b in cluster.brokers if b != old_leader)
+    assert _producers(gateways[follower], topic) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, {})
 
     cluster.kill_node(old_leader)
     try:
@@ -87,6 +106,7 @@ def test_a_new_leader_keeps_the_transactions_its_old_leader_wrote(cluster):
         fenced = _wait(lambda: (lambda r: r if r != [ErrorCode.NOT_LEADER_OR_FOLLOWER] else None)(
             t.end(PID, committed=True, coordinator_epoch=1)), what="the new leader")
         assert fenced == [ErrorCode.TRANSACTION_COORDINATOR_FENCED]
+        assert _producers(gateways[new_leader], topic) == (0, producers)  # what the follower derived
         live = ",".join(g for b, g in gateways.items() if b != old_leader)
         c = Consumer({"bootstrap.servers": live, "group.id": "lso", "isolation.level": "read_committed",
                       "topic.metadata.refresh.interval.ms": 1000})
@@ -98,6 +118,7 @@ def test_a_new_leader_keeps_the_transactions_its_old_leader_wrote(cluster):
             c.close()
         assert t.end(PID + 2, committed=True, coordinator_epoch=2) == [0]
         t.close()
+        assert _producers(gateways[new_leader], topic) == (0, producers | {PID + 2: (0, 0, 2, -1)})
         assert _read_committed(live, topic, 3) == [b"committed", b"open", b"plain"]
     finally:
         cluster.restart_node(old_leader)
