@@ -43,12 +43,16 @@ class NoActiveController(RuntimeError):
 SUSPECT_S = 10.0  # a controller that did not answer in time is asked after the others for this long
 PROBE_AFTER_S = 1.0  # a call to the active controller unanswered this long: is another one active?
 PROBE_TIMEOUT_S = 1.0
+# a call still unanswered is probed again: soon while its controller does not say it is active (cut
+# off: an election may name another one any moment), rarely while it does (a long poll)
+PROBE_AGAIN_S_LONG = 5.0
 RESOLVE_AGAIN_S = 5.0
 RESOLVE_TIMEOUT_S = 5.0
 RETRIED = (asyncio.TimeoutError, ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError, NoActiveController)
 
 
 _known_controllers: dict[tuple[str, int], Any] = {}  # (Ray cluster's GCS address, voter) -> handle, in this process
+_known_active: dict[tuple[str, tuple[int, ...]], int] = {}  # (Ray cluster's GCS address, voters) -> the active one
 
 
 def _cluster_key() -> str:
@@ -94,9 +98,21 @@ class ActiveController:
         self._handles = _ProcessHandles()  # voter -> its controller's handle, as known in this process
         for voter, handle in (handles or {}).items():
             self._handles[voter] = handle
-        self._active: int | None = None
         self._suspect: dict[int, float] = {}  # voter -> until when it is asked last (a call to it timed out)
         self._resolve_after = 0.0
+
+    @property
+    def _active(self) -> int | None:
+        """The voter whose controller answered last as the active one, in this process (the
+        replicas of a shard share it: none of them asks a cut-off controller first once one knows)."""
+        return _known_active.get((self._handles.cluster, self.voters))
+
+    @_active.setter
+    def _active(self, voter: int | None) -> None:
+        if voter is None:
+            _known_active.pop((self._handles.cluster, self.voters), None)
+        else:
+            _known_active[(self._handles.cluster, self.voters)] = voter
 
     def __getstate__(self):
         # no actor handle travels: Ray deserializes one on the receiving actor's event loop, and
@@ -148,18 +164,14 @@ class ActiveController:
                 continue
             call = asyncio.ensure_future(_answer(getattr(handle, method).remote(*args)))
             try:
-                done, _ = await asyncio.wait({call}, timeout=PROBE_AFTER_S)
-                if not done:
-                    # slow: a long poll, or a controller that is gone (its node dead: a call to it
-                    # waits for a restart that can't happen) or cut off: is another one active?
-                    other = await self._find_active(exclude=voter)
-                    if other is not None:
-                        call.cancel()
-                        self._suspect[voter] = time.monotonic() + SUSPECT_S
-                        self._active = other
-                        tried.discard(other)
-                        continue
-                result = await call
+                other = await self._wait_or_find_active(call, voter)
+                if other is not None:
+                    call.cancel()
+                    self._suspect[voter] = time.monotonic() + SUSPECT_S
+                    self._active = other
+                    tried.discard(other)
+                    continue
+                result = call.result()
             except NotController:
                 continue
             except ray.exceptions.RayError as e:
@@ -188,17 +200,38 @@ class ActiveController:
         order.sort(key=lambda v: self._suspect.get(v, 0) > now)   # (stable: the active one first)
         return order[0] if order else None
 
-    async def _find_active(self, exclude: int) -> int | None:
-        for voter in self.voters:
-            handle = self._handle(voter) if voter != exclude else None
+    async def _wait_or_find_active(self, call: asyncio.Future, voter: int) -> int | None:
+        """None once `call` (to `voter`'s controller) is answered; another voter, as soon as its
+        controller says it is active while the call waits. A slow call is a long poll, or a
+        controller that is gone (its node dead: a call to it waits for a restart that can't happen)
+        or cut off, its voter deposed by an election that may end any moment: the others are asked
+        again until the call is answered, soon while its own controller does not say it is active."""
+        wait_s = PROBE_AFTER_S
+        while True:
+            done, _ = await asyncio.wait({call}, timeout=wait_s)
+            if done:
+                return None
+            other, still_active = await self._find_active(voter)
+            if call.done():
+                return None
+            if other is not None:
+                return other
+            wait_s = PROBE_AGAIN_S_LONG if still_active else PROBE_AFTER_S
+
+    async def _find_active(self, waiting_on: int) -> tuple[int | None, bool]:
+        """(another voter whose controller says it is active, or None; whether `waiting_on`'s says
+        so too), all asked at once, each for at most PROBE_TIMEOUT_S."""
+        async def active(voter: int) -> bool:
+            handle = self._handle(voter)
             if handle is None:
-                continue
+                return False
             try:
-                if await asyncio.wait_for(_answer(handle.is_active.remote()), PROBE_TIMEOUT_S):
-                    return voter
+                return bool(await asyncio.wait_for(_answer(handle.is_active.remote()), PROBE_TIMEOUT_S))
             except Exception:
-                continue
-        return None
+                return False
+        answers = dict(zip(self.voters, await asyncio.gather(*(active(v) for v in self.voters))))
+        other = next((v for v in self.voters if v != waiting_on and answers[v]), None)
+        return other, answers.get(waiting_on, False)
 
 
 _lookups: dict[tuple[int, str, int], asyncio.Future] = {}  # (event loop, cluster, voter) -> its lookup

@@ -68,6 +68,7 @@ RAY_HEALTH = {
 PARTITIONS = 3
 READ_TIMEOUT_S = 90
 ISR_TIMEOUT_S = 120
+READERS_WARM_TIMEOUT_S = 60  # the readers' first records of every partition, before a cut
 OVERRIDES = ("offsets.topic.num.partitions=6", "share.coordinator.state.topic.num.partitions=6")
 # the metadata quorum on the three hosts' brokers (each runs a voter and a controller), as
 # configs/multinode.toml has it; --no-quorum: one controller, on the Ray head (h1)
@@ -193,6 +194,10 @@ class Reading:
         finally:
             c.close()
 
+    def warm(self, partitions: int) -> bool:
+        """Whether both readers have received records of every partition."""
+        return all(len({p for p, _ in list(got.values())}) >= partitions for got in (self.consumed, self.shared))
+
     def finish(self, timeout_s: float = 30) -> None:
         self.stop.set()
         for t in self.threads:
@@ -255,7 +260,16 @@ def run_scenario(hosts, victim: int, cut_s: float, *, say: Callable[[str], None]
     isr_whole: dict[int, float] = {}
     moved: dict[int, float] = {}  # partition -> seconds from the cut until a live leader and an ISR without the victim
     try:
-        time.sleep(3)
+        # the cut comes when both readers are in steady state (each has received records of every
+        # partition): how a fault interrupts running readers, not how a reader starts under one
+        warm_deadline = time.monotonic() + READERS_WARM_TIMEOUT_S
+        while not reading.warm(partitions) and time.monotonic() < warm_deadline:
+            time.sleep(0.25)
+        readers_warm = reading.warm(partitions)
+        if not readers_warm:
+            say(f"the readers did not receive records of every partition within {READERS_WARM_TIMEOUT_S:.0f} s: "
+                "cutting anyway")
+        time.sleep(1)
         loads["cut"] = load1()
         hosts.isolate(victim)  # (its `ip` commands take a while: the cut counts from when they are all done)
         cut_at, cut_wall = time.monotonic(), _dt.datetime.now().strftime("%H:%M:%S")
@@ -315,7 +329,7 @@ def run_scenario(hosts, victim: int, cut_s: float, *, say: Callable[[str], None]
         "consumed": len(set(reading.consumed) & want), "share_consumed": len(set(reading.shared) & want),
         "reader_errors": reading.errors[:5],
         "ray_nodes_restarted": [f"h{h}" for h in joining if hosts.node_starts(h) > starts_before[h]],
-        "load_1min": loads, "console": said, "supervisors": supervised,
+        "readers_warm": readers_warm, "load_1min": loads, "console": said, "supervisors": supervised,
     }
     say(json.dumps({k: v for k, v in result.items() if k != "console"}))
     return result

@@ -42,6 +42,7 @@ from actors.controller.core import BrokerInfo, ControllerCore, Outcome, TopicSta
 from actors.controller.events import BrokerEvents
 from actors.controller.quorum_metadata import QuorumMetadataLog
 from actors.controller_client import ActiveController, NotController
+from actors.controller.quorum_shell.node import monotonic_ms
 from actors.controller.quorum_shell.settings import configured_voters, quorum_enabled
 from actors.controller.metadata_log import MetadataLog
 from actors.controller.nodes import (NodeView, proposed_broker_id, read_broker_id,
@@ -60,9 +61,15 @@ CHANGES_COALESCE_S = 0.02
 PARTITION_START_TIMEOUT_S = 60.0
 SHARDS_PER_BROKER_MAX = 64
 ADOPT_TIMEOUT_S = 10.0
+# a new active controller fences the broker whose voter led before no sooner than this many of its
+# heartbeat intervals after taking over (see _continue_predecessor_session)
+SUCCESSOR_GRACE_HEARTBEATS = 2
+BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT = 2000  # broker.heartbeat.interval.ms
 # a standby taking over: shards of a host cut off (the one whose controller it replaces, often)
-# answer nothing, and every broker waits meanwhile; they are hosted again when they answer
-ADOPT_TIMEOUT_S_STANDBY = 3.0
+# answer nothing, and every broker waits meanwhile (the takeover's wait delays fencing that host,
+# whose session starts when the new controller is active); a shard that answers later has its
+# replicas hosted again (idempotent) and told their state
+ADOPT_TIMEOUT_S_STANDBY = 1.0
 SUPERVISE_RETRY_S = 0.2
 SUPERVISE_RETRY_S_MAX = 5.0
 NODE_POLL_S = 1.0
@@ -306,6 +313,7 @@ class ControllerActor:
             except Exception as e:  # Ray's GCS is cut off from this node: the actors known from standing by
                 log.warning("Ray's named actors could not be listed (%s): adopting the %d known from standing by",
                             e, len(self.named_actors))
+        predecessor = await self._predecessor_heard()
         # (shards of a dead node take a while to not answer: the event loop keeps turning meanwhile)
         self._load(records, await asyncio.to_thread(self._adopt_running_actors, dict(self.named_actors),
                                                      ADOPT_TIMEOUT_S_STANDBY))
@@ -315,10 +323,48 @@ class ControllerActor:
             self._say(f"the controller on broker {self.voter_id} is active (its voter leads the metadata quorum)")
             self.leadership_watch = asyncio.ensure_future(self._watch_leadership())
         self._resume_supervision()
+        self._continue_predecessor_session(predecessor)
         # replicas whose shard did not answer in time (a host cut off) are hosted (idempotent) and
         # told their state once it answers: a leader cut off learns it follows now
         for topic in list(self.core.topics.values()):
             self._start_partitions(topic)
+
+    async def _predecessor_heard(self) -> tuple[int, int] | None:
+        """(the broker whose voter led before this one's, when this one last heard from it, by
+        time.monotonic in ms) from this controller's voter, None if it does not know."""
+        if self.voter_id is None:
+            return None
+        try:
+            answer = await asyncio.wait_for(self.log.own_status(), LEADERSHIP_CHECK_TIMEOUT_S)
+        except Exception as e:
+            log.info("controller of broker %d: its voter did not say who led before (%s)", self.voter_id, e)
+            return None
+        heard = answer[0].leader_heard if answer is not None else None
+        return None if heard is None or heard[0] == self.voter_id else heard
+
+    def _continue_predecessor_session(self, predecessor: tuple[int, int] | None) -> None:
+        """A new active controller gives every broker a fresh session (Kafka's does too), except the
+        one whose voter led before it: that broker's session continues from when this controller's
+        voter last heard from that leader, since the election means it went silent (its host cut
+        off, most often, with the old controller on it). So a cut-off host is fenced a session after
+        it went silent, not a session after the election and the takeover; but no sooner than
+        SUCCESSOR_GRACE_HEARTBEATS heartbeat intervals from now, time for a broker that lost only its
+        controller to find this one."""
+        if predecessor is None:
+            return
+        broker_id, heard_at_ms = predecessor
+        # (the voter runs in this node's gateway: time.monotonic is the same clock in both processes)
+        silent_ms = max(0, monotonic_ms() - heard_at_ms)
+        replication = self.core.replication
+        b = replication.brokers.get(broker_id)
+        if b is None or b.fenced or b.last_heartbeat_ms is None:
+            return
+        grace_ms = SUCCESSOR_GRACE_HEARTBEATS * int(self.core.broker_config.get(
+            "broker.heartbeat.interval.ms", BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT))
+        credited_ms = min(silent_ms, max(0, replication.broker_session_timeout_ms - grace_ms))
+        b.last_heartbeat_ms -= credited_ms
+        log.warning("broker %d, whose voter led before, was last heard from %d ms ago: its session counts %d ms "
+                    "of that", broker_id, silent_ms, credited_ms)
 
     async def _import_file_log(self) -> list[dict[str, Any]]:
         """A cluster's metadata kept before the quorum (a file on the controller's node), moved into
@@ -511,7 +557,7 @@ class ControllerActor:
         for broker_id, gateway in gateways.items():
             node_id = self.core.brokers[broker_id].node_id
             try:
-                node_id = ray.get(where[broker_id], timeout=max(0.5, deadline - time.monotonic()))
+                node_id = ray.get(where[broker_id], timeout=max(0.1, deadline - time.monotonic()))
             except Exception as e:  # cut off, or restarting: as registered
                 log.info("broker %d's gateway did not say where it runs: %s", broker_id, e)
             self.gateways[broker_id] = gateway
@@ -857,8 +903,12 @@ class ControllerActor:
     @answers_once_committed
     async def ensure_internal_topic(self, name: str) -> MetadataImage:
         """Create `__consumer_offsets`, `__share_group_state` or `__transaction_state` on first use;
-        the leaders of its partitions are its coordinators."""
-        if name not in self.core.topics:
+        the leaders of its partitions are its coordinators. The answer waits for a new topic's
+        replicas to listen, for an existing one's leaders only: a follower cut off from this
+        controller must not hold up where the coordinators are (a share-partition leader asks
+        while its state write waits)."""
+        created = name not in self.core.topics
+        if created:
             config = self.core.broker_config
             partitions = int(config[internal_topics.PARTITION_COUNT_CONFIG[name]])
             replication = min(int(config[internal_topics.REPLICATION_FACTOR_CONFIG[name]]),
@@ -868,7 +918,11 @@ class ControllerActor:
             self._persist(outcome)
             if outcome.error_code and outcome.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 raise RuntimeError(f"cannot create {name}: {outcome.message}")
-        await self._await_listening(self._start_partitions(self.core.topics[name]))
+        topic = self.core.topics[name]
+        keys = self._start_partitions(topic)
+        if not created:
+            keys = [key for key in keys if topic.partitions[key[1]].leader == key[2]]
+        await self._await_listening(keys)
         return self.image()
 
     @answers_once_committed

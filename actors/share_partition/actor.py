@@ -45,6 +45,11 @@ READ_HEADROOM = 1.25
 DEADLINE_POLL_S_MAX = 1.0
 NO_STATE_EPOCH = 0
 STATE_WRITE_TIMEOUT_S = 30.0
+# loading a share-partition's state: each step (the coordinator's whereabouts, the group's configs,
+# the coordinator's ReadShareGroupState) waits at most this long; a load that failed is tried
+# again at the next ShareFetch, with the coordinator looked up afresh (a handle to a coordinator
+# on a host cut off answers nothing, and may not answer long after the heal either)
+STATE_LOAD_STEP_TIMEOUT_S = 10.0
 # While a state write waits for its answer, how often the leaders look (in the controller's
 # metadata) whether the coordinator's partition still has the leader the write went to: a broker
 # cut off answers nothing, and its partitions have new leaders after broker.session.timeout.ms,
@@ -65,6 +70,14 @@ class ShareFetchResult:
     ack_error_message: str | None = None
     records: Any = None  # a FileSlice of the segment holding the acquired batches (sent from the file)
     acquired: list = field(default_factory=list)  # [(first_offset, last_offset, delivery_count)]
+
+
+async def _step(what: str, awaitable):
+    """One step of loading a share-partition's state, at most STATE_LOAD_STEP_TIMEOUT_S."""
+    try:
+        return await asyncio.wait_for(awaitable, STATE_LOAD_STEP_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"{what}: no answer within {STATE_LOAD_STEP_TIMEOUT_S:g} s") from None
 
 
 class ShareLeaders:
@@ -307,7 +320,10 @@ class ShareLeaders:
         started = time.monotonic()
         try:
             sp = await self._read_state(group_id)
-        except Exception:
+        except Exception as e:
+            log.warning("loading the share-partition state of %s on %s-%d failed after %.1f s: %s",
+                        group_id, self.partition.topic_id, self.partition.partition, time.monotonic() - started,
+                        e or type(e).__name__)
             self._forget_coordinator(group_id)
             raise
         metrics.record_load_time((time.monotonic() - started) * 1000)
@@ -315,10 +331,11 @@ class ShareLeaders:
 
     async def _read_state(self, group_id: str) -> SharePartition:
         core = self.partition.core
-        coordinator = await self._coordinator(group_id)
+        coordinator = await _step("the share coordinator's whereabouts", self._coordinator(group_id))
         p = self.partition
-        configs = await p.group_configs(group_id)
-        result = await coordinator.read_state.remote(group_id, p.topic_id, p.partition, p.leader_epoch)
+        configs = await _step("the group's configs", p.group_configs(group_id))
+        result = await _step("ReadShareGroupState", coordinator.read_state.remote(
+            group_id, p.topic_id, p.partition, p.leader_epoch))
         limits = ShareGroupLimits.of_group(configs, self.config)
         sp = SharePartition(group_id, p.topic_id, p.partition, **vars(limits))
         if result.error_code == 0 and result.start_offset >= 0:
@@ -333,12 +350,12 @@ class ShareLeaders:
         sp.load(start, [], log_start_offset=core.log_start_offset)
         if result.error_code == 0:  # initialized by the group coordinator without a start offset
             self.state_epochs[group_id] = result.state_epoch
-            error, message = await coordinator.write_state.remote(group_id, p.topic_id, p.partition, result.state_epoch,
-                                                            p.leader_epoch, start, [])
+            error, message = await _step("WriteShareGroupState", coordinator.write_state.remote(
+                group_id, p.topic_id, p.partition, result.state_epoch, p.leader_epoch, start, []))
         elif result.error_code == ErrorCode.INVALID_REQUEST:  # never initialized: do it here
             self.state_epochs[group_id] = NO_STATE_EPOCH
-            error, message = await coordinator.initialize_state.remote(group_id, p.topic_id, p.partition,
-                                                                 NO_STATE_EPOCH, start)
+            error, message = await _step("InitializeShareGroupState", coordinator.initialize_state.remote(
+                group_id, p.topic_id, p.partition, NO_STATE_EPOCH, start))
         else:
             error, message = result.error_code, result.error_message
         if error:

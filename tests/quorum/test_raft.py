@@ -424,3 +424,21 @@ def test_the_output_reports_leader_changes_and_status_describes_the_quorum():
     follower = follower_of(leader=1, epoch=4, node_id=2)
     follower.tick(10)                 # its fetch is out: nothing to do before the fetch timeout (from 0)
     assert follower.next_tick_ms() == FETCH_MS
+
+
+def test_a_new_leader_knows_when_it_last_heard_from_its_predecessor():
+    """What a new active controller continues its predecessor's broker session from."""
+    leader = leader_of(epoch=5, node_id=1)
+    follower = follower_of(leader=1, epoch=5, node_id=2)
+    assert follower.status().leader_heard is None
+    (request,) = sent(follower.tick(100), FetchRequest, 1)
+    follower.handle(fetch_answer(leader, request, 100), 150)
+    assert follower.status().leader_heard == (1, 150)
+    # the leader goes silent: the follower pre-votes, is elected, and still knows when it last heard
+    now = 150 + FETCH_MS
+    follower.tick(now)
+    follower.handle(vote(3, 5, pre_vote=True), now)
+    follower.tick(now)
+    follower.handle(vote(3, 6), now)
+    assert follower.role is Role.LEADER and follower.epoch == 6
+    assert follower.status().leader_heard == (1, 150)

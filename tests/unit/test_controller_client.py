@@ -35,6 +35,9 @@ class Handle:
 @pytest.fixture(autouse=True)
 def fast_backoff(monkeypatch):
     monkeypatch.setattr(controller_client, "RETRY_BACKOFF_S", 0.01)
+    # each test starts with a process that knows no controller (handles and the active one are per process)
+    monkeypatch.setattr(controller_client, "_known_controllers", {})
+    monkeypatch.setattr(controller_client, "_known_active", {})
 
 
 def test_an_answer_in_time():
@@ -85,3 +88,40 @@ def test_an_active_controller_travels_without_actor_handles_and_calls_with_the_o
     received = pickle.loads(pickle.dumps(sender))
     assert received.voters == (1, 2, 3) and received._handle(2) is known
     assert asyncio.run(received._call("describe", ())) == ("from-2", ())
+
+
+def test_a_call_to_a_cut_off_controller_moves_to_one_elected_while_it_waits(monkeypatch):
+    """The active controller's host is cut off: a call to it hangs, and at the first probe the
+    election is still on (no controller says it is active). The call must move to the controller
+    that becomes active later, not wait on the cut-off one until its timeout."""
+    monkeypatch.setattr(controller_client, "PROBE_AFTER_S", 0.05)
+    monkeypatch.setattr(controller_client, "PROBE_TIMEOUT_S", 0.05)
+    elected = {"at": None}
+
+    class IsActive:
+        def __init__(self, voter):
+            self.voter = voter
+
+        def remote(self):
+            async def answer():
+                if self.voter == 1:
+                    await asyncio.sleep(3600)  # cut off
+                return elected["at"] is not None and asyncio.get_running_loop().time() >= elected["at"] \
+                    and self.voter == 3
+            return answer()
+
+    cut_off = Handle(heartbeat=Method(["hang"]), is_active=IsActive(1))
+    standby = Handle(heartbeat=Method([controller_client.NotController("standing by")] * 10), is_active=IsActive(2))
+    new_active = Handle(heartbeat=Method(["from-3", "from-3"]), is_active=IsActive(3))
+    controller = controller_client.ActiveController((1, 2, 3), {1: cut_off, 2: standby, 3: new_active})
+    controller._active = 1
+
+    async def run():
+        elected["at"] = asyncio.get_running_loop().time() + 0.3  # after a few probes found no one
+        return await asyncio.wait_for(controller._call("heartbeat", (1,)), 2.0)
+
+    assert asyncio.run(run()) == ("from-3", (1,))
+    assert controller._active == 3 and new_active.heartbeat.attempts == 1 and cut_off.heartbeat.attempts == 1
+    # another ActiveController of this process (another replica of the shard) asks the new one first
+    other = controller_client.ActiveController((1, 2, 3))
+    assert asyncio.run(other._call("heartbeat", (2,))) == ("from-3", (2,)) and cut_off.heartbeat.attempts == 1

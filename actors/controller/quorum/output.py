@@ -93,3 +93,6 @@ class QuorumStatus:
     log_end_offset: int
     voters: tuple[ReplicaStatus, ...] = ()
     observers: tuple[ReplicaStatus, ...] = ()
+    # (a leader, the time in ms this node last had a fetch answered by it, by the clock its calls
+    # carry), None if it never had: a new leader's predecessor, and how long it has been silent
+    leader_heard: tuple[int, int] | None = None

@@ -166,6 +166,9 @@ class RaftCore:
         self._leadership: _Leadership | None = None
         self._fetching: _Fetching | None = None
         self._resignation: _Resignation | None = None
+        # (a leader, when this node last had a fetch answered by it): kept through elections, so a
+        # new leader can say how long its predecessor has been silent
+        self._leader_heard: tuple[int, int] | None = None
         self.epoch = election.epoch
         self.leader_id = election.leader_id
         self.voted_id = election.voted_id
@@ -228,7 +231,7 @@ class RaftCore:
             observers = tuple(ReplicaStatus(o, r.end_offset, r.last_fetch_ms, r.last_caught_up_ms)
                               for o, r in sorted(lead.observers.items()))
         return QuorumStatus(self.node_id, self.role.value, self.epoch, self.leader_id, self.voted_id,
-                            self.high_watermark, self.log.end_offset, voters, observers)
+                            self.high_watermark, self.log.end_offset, voters, observers, self._leader_heard)
 
     def next_tick_ms(self) -> int:
         """The latest time by which the shell should call `tick` (it may call it more often)."""
@@ -774,6 +777,7 @@ class RaftCore:
                     self.high_watermark = offset
         fetching.has_fetched = True
         fetching.fetch_deadline_ms = self._now + self.config.fetch_timeout_ms
+        self._leader_heard = (response.src, self._now)
 
 
 # by name, so that a test may patch one handler (tests/quorum/breaks.py)
