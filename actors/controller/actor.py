@@ -64,6 +64,10 @@ ADOPT_TIMEOUT_S = 10.0
 # a new active controller fences the broker whose voter led before no sooner than this many of its
 # heartbeat intervals after taking over (see _continue_predecessor_session)
 SUCCESSOR_GRACE_HEARTBEATS = 2
+# an active controller of the metadata quorum answers heartbeats only until this long after its
+# voter's last contact with a majority of the voters (followers fetch every replica.fetch.wait.max.ms)
+CONTROLLER_LEASE_MS = 1000
+LEASE_SKEW_MS = 500
 BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT = 2000  # broker.heartbeat.interval.ms
 # a standby taking over: shards of a host cut off (the one whose controller it replaces, often)
 # answer nothing, and every broker waits meanwhile (the takeover's wait delays fencing that host,
@@ -245,6 +249,7 @@ class ControllerActor:
         # get replica actors (a broker the log knows may name a dead Ray node)
         self.registered: set[int] = set()
         self.leadership_watch: asyncio.Task | None = None
+        self.lease_until_ms = 0  # (monotonic ms) heartbeats are answered until then: _renew_lease
         self.shutting_down = False
         self.gcs = GcsCalls()
         self.named_actors: dict[str, Any] = {}  # Kray's named actors by name (a standby keeps them)
@@ -313,7 +318,7 @@ class ControllerActor:
             except Exception as e:  # Ray's GCS is cut off from this node: the actors known from standing by
                 log.warning("Ray's named actors could not be listed (%s): adopting the %d known from standing by",
                             e, len(self.named_actors))
-        predecessor = await self._predecessor_heard()
+        predecessor = await self._predecessor_heard()  # (its answer renews the lease too)
         # (shards of a dead node take a while to not answer: the event loop keeps turning meanwhile)
         self._load(records, await asyncio.to_thread(self._adopt_running_actors, dict(self.named_actors),
                                                      ADOPT_TIMEOUT_S_STANDBY))
@@ -339,7 +344,10 @@ class ControllerActor:
         except Exception as e:
             log.info("controller of broker %d: its voter did not say who led before (%s)", self.voter_id, e)
             return None
-        heard = answer[0].leader_heard if answer is not None else None
+        if answer is None:
+            return None
+        self._renew_lease(answer[0])
+        heard = answer[0].leader_heard
         return None if heard is None or heard[0] == self.voter_id else heard
 
     def _continue_predecessor_session(self, predecessor: tuple[int, int] | None) -> None:
@@ -361,7 +369,12 @@ class ControllerActor:
             return
         grace_ms = SUCCESSOR_GRACE_HEARTBEATS * int(self.core.broker_config.get(
             "broker.heartbeat.interval.ms", BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT))
-        credited_ms = min(silent_ms, max(0, replication.broker_session_timeout_ms - grace_ms))
+        # the predecessor answered heartbeats until its lease ran out: at most CONTROLLER_LEASE_MS
+        # after its last contact with a majority, which may have come a little after this voter
+        # last heard from it (LEASE_SKEW_MS); its broker counts its session from a heartbeat's send
+        # time, so it stops leading before this controller names new leaders
+        credited_ms = min(max(0, silent_ms - CONTROLLER_LEASE_MS - LEASE_SKEW_MS),
+                          max(0, replication.broker_session_timeout_ms - grace_ms))
         b.last_heartbeat_ms -= credited_ms
         log.warning("broker %d, whose voter led before, was last heard from %d ms ago: its session counts %d ms "
                     "of that", broker_id, silent_ms, credited_ms)
@@ -402,6 +415,20 @@ class ControllerActor:
             elif answer[0].epoch != self.log.epoch:  # deposed and elected again: others' records not read
                 self._quorum_failed(f"the voter of broker {self.voter_id} leads epoch {answer[0].epoch}, not "
                                     f"{self.log.epoch} that the metadata was read in")
+            else:
+                self._renew_lease(answer[0])
+
+    def _renew_lease(self, status) -> None:
+        """Heartbeats are answered only while a majority of voters was in touch with this
+        controller's voter within CONTROLLER_LEASE_MS: a controller cut off from the others stops
+        renewing its own host's broker sessions at once, not when its voter resigns (1.5 quorum
+        fetch timeouts later), and a successor can count that broker's session from the lease's end."""
+        if len(status.voters) <= 1:  # a single voter: no one else could take over
+            self.lease_until_ms = float("inf")
+            return
+        contact_ms = status.majority_contact_ms(monotonic_ms())
+        if contact_ms is not None:
+            self.lease_until_ms = max(self.lease_until_ms, contact_ms + CONTROLLER_LEASE_MS)
 
     async def _keep_named_actors(self) -> None:
         """While standing by: keep handles to Kray's named actors (gateways, shards, controllers),
@@ -856,6 +883,9 @@ class ControllerActor:
         gateway (woken from a stall just before its raylet exits)."""
         if broker_id not in self.registered:
             return ErrorCode.STALE_BROKER_EPOCH
+        if self.voter_id is not None and monotonic_ms() >= self.lease_until_ms:
+            raise NotController(f"the controller on broker {self.voter_id} has not heard from a majority of the "
+                                f"voters within {CONTROLLER_LEASE_MS} ms")
         decision = self.core.replication.heartbeat(broker_id, broker_epoch, now_ms())
         self._persist(self.core.replication_outcome(decision.records))
         if any(r["type"] == "unfence_broker" for r in decision.records):

@@ -442,3 +442,14 @@ def test_a_new_leader_knows_when_it_last_heard_from_its_predecessor():
     follower.handle(vote(3, 6), now)
     assert follower.role is Role.LEADER and follower.epoch == 6
     assert follower.status().leader_heard == (1, 150)
+
+
+def test_a_leader_says_when_a_majority_was_last_in_touch_for_its_controllers_lease():
+    leader = leader_of(epoch=5, node_id=1, voters=(1, 2, 3, 4, 5))
+    assert leader.status().majority_contact_ms(1000) is None   # no follower has fetched yet
+    leader.handle(FetchRequest(2, 5, 0, 0, 0), 100)
+    assert leader.status().majority_contact_ms(1000) is None   # 2 of 5
+    leader.handle(FetchRequest(4, 5, 0, 0, 0), 200)
+    leader.handle(FetchRequest(3, 5, 0, 0, 0), 300)
+    assert leader.status().majority_contact_ms(1000) == 200     # itself at 1000, then 300, then 200
+    assert follower_of(leader=1, epoch=5, node_id=2).status().majority_contact_ms(1000) is None

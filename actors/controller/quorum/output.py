@@ -96,3 +96,14 @@ class QuorumStatus:
     # (a leader, the time in ms this node last had a fetch answered by it, by the clock its calls
     # carry), None if it never had: a new leader's predecessor, and how long it has been silent
     leader_heard: tuple[int, int] | None = None
+
+    def majority_contact_ms(self, now_ms: int) -> int | None:
+        """On a leader: the latest time by which a majority of the voters, this leader (at `now_ms`)
+        included, had been in touch (its followers' last fetches); None elsewhere or if no majority
+        has fetched in this epoch. Times by the clock the node's calls carry."""
+        if self.role != "leader" or not self.voters:
+            return None
+        times = sorted((now_ms if v.replica_id == self.node_id else v.last_fetch_ms for v in self.voters
+                        if v.replica_id == self.node_id or v.last_fetch_ms is not None), reverse=True)
+        majority = len(self.voters) // 2 + 1
+        return times[majority - 1] if len(times) >= majority else None
