@@ -17,10 +17,13 @@ AlterPartition carries a proposal id the controller decides once).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
 import ray
+
+log = logging.getLogger("kray.controller_client")
 
 CONTROLLER_SOCKET_TIMEOUT_MS_DEFAULT = 30000  # controller.socket.timeout.ms
 RETRY_BACKOFF_S = 0.1
@@ -136,18 +139,25 @@ class ActiveController:
         """Handles to every voter's controller, asked of Ray's GCS (off the event loop, bounded; at
         most every RESOLVE_AGAIN_S unless none is known): resolved while the GCS is reachable, they
         keep working when it is not (a cut-off Ray head), so a call can move to a standby that
-        became active meanwhile."""
+        became active meanwhile. A call waits for the lookups only while no handle is known: else it
+        goes on with the known ones, the others looked up beside it."""
         known = self._handles.count(self.voters)
         if known == len(self.voters) or (known and time.monotonic() < self._resolve_after):
             return
         self._resolve_after = time.monotonic() + RESOLVE_AGAIN_S
+        lookups = asyncio.ensure_future(self._look_up_missing())
+        if not known:
+            await lookups
+
+    async def _look_up_missing(self) -> None:
         for voter in self.voters:
             if voter in self._handles:
                 continue
             try:
                 self._handles[voter] = await asyncio.wait_for(
                     asyncio.shield(_lookup(self._handles.cluster, voter)), RESOLVE_TIMEOUT_S)
-            except (ValueError, asyncio.TimeoutError):
+            except (ValueError, asyncio.TimeoutError) as e:
+                log.info("the controller of voter %d could not be looked up (%s)", voter, type(e).__name__)
                 continue
 
     async def _call(self, method: str, args: tuple) -> Any:
@@ -177,9 +187,12 @@ class ActiveController:
             except ray.exceptions.RayError as e:
                 if isinstance(e, ray.exceptions.RayTaskError):
                     raise                           # the controller's own answer (an error of the command)
-                # restarting, gone, or never to run again (its node is gone: ActorUnschedulableError);
-                # a controller started again on a node that returned has a new handle
-                self._handles.pop(voter, None)
+                # gone, or never to run again (its node is gone: ActorUnschedulableError): a
+                # controller started again on a node that returned has a new handle. Unreachable
+                # for now (ActorUnavailableError: restarting, cut off) keeps its handle, which works
+                # again later without Ray's GCS (that a cut may have taken away with the Ray head)
+                if not isinstance(e, ray.exceptions.ActorUnavailableError):
+                    self._handles.pop(voter, None)
                 self._suspect[voter] = time.monotonic() + SUSPECT_S
                 continue
             except asyncio.CancelledError:   # the caller's timeout: cut off? ask the others first next time

@@ -934,9 +934,10 @@ class ControllerActor:
     async def ensure_internal_topic(self, name: str) -> MetadataImage:
         """Create `__consumer_offsets`, `__share_group_state` or `__transaction_state` on first use;
         the leaders of its partitions are its coordinators. The answer waits for a new topic's
-        replicas to listen, for an existing one's leaders only: a follower cut off from this
+        replicas to listen; for an existing topic it is the metadata as it is (a coordinator
+        whose leader is not ready yet answers so, and is asked again): a replica cut off from this
         controller must not hold up where the coordinators are (a share-partition leader asks
-        while its state write waits)."""
+        while its state load or write waits)."""
         created = name not in self.core.topics
         if created:
             config = self.core.broker_config
@@ -948,11 +949,9 @@ class ControllerActor:
             self._persist(outcome)
             if outcome.error_code and outcome.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 raise RuntimeError(f"cannot create {name}: {outcome.message}")
-        topic = self.core.topics[name]
-        keys = self._start_partitions(topic)
-        if not created:
-            keys = [key for key in keys if topic.partitions[key[1]].leader == key[2]]
-        await self._await_listening(keys)
+        keys = self._start_partitions(self.core.topics[name])
+        if created:
+            await self._await_listening(keys)
         return self.image()
 
     @answers_once_committed

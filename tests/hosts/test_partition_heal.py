@@ -3,7 +3,8 @@ shared by tests/hosts: conftest.py, with the metadata quorum): the host whose vo
 quorum, and so runs the active controller, cut off from every other host and every client for 60 s
 under an idempotent acks=all producer (3 partitions, replication factor 3, min.insync.replicas=2), then healed. Nothing
 acknowledged is lost; every partition gets a live leader and takes acks=all writes again during
-the cut (a controller on another host takes over); the cut-off broker comes back by itself (no
+the cut (a controller on another host takes over), and a consumer group member and a share
+consumer get its records again during the cut and read every acknowledged record; the cut-off broker comes back by itself (no
 call from the test) and every ISR is whole again after the heal. The measurements (benchmarks/partition_heal.py) are printed beside the
 goal (writes again within broker.session.timeout.ms + 3 s of the cut, ISRs whole within 5 s of
 the heal); the assertions leave room for a loaded machine.
@@ -29,17 +30,22 @@ ISR_AFTER_HEAL_MAX_S = 60
 # resumes within the test's bounds (with the default it resumes at the heal; Kafka's Java client
 # waits its request.timeout.ms, 30 s)
 PRODUCER = {"socket.timeout.ms": 10000}
+# the readers too: librdkafka's share consumer has one ShareFetch in flight across all brokers, and
+# one sent to the cut-off broker holds every partition up for socket.timeout.ms
+READERS = {"socket.timeout.ms": 10000}
 
 
 def test_the_active_controllers_host_cut_off_for_60_s_heals_by_itself(hosts):
     victim = quorum_leader(hosts.bootstrap)
     print(f"cutting off h{victim}: its voter leads the metadata quorum")
-    result = run_scenario(hosts, victim=victim, cut_s=CUT_S, say=print, producer_config=PRODUCER)
+    result = run_scenario(hosts, victim=victim, cut_s=CUT_S, say=print, producer_config=PRODUCER,
+                          reader_config=READERS)
     rows = result["partitions"]
-    print("\npartition (leader before): moved / acks=all resumed after the cut; ISR whole / longest gap after the heal")
+    print("\npartition (leader before): moved / acks=all resumed / consumed again / share-consumed again after "
+          "the cut; ISR whole / longest gap after the heal")
     for p, d in sorted(rows.items()):
-        print(f"  {p} ({d['leader_before']}): {d['moved_s']} s / {d['resumed_s']} s; "
-              f"{d['isr_whole_s']} s / {d['gap_after_heal_s']} s")
+        print(f"  {p} ({d['leader_before']}): {d['moved_s']} s / {d['resumed_s']} s / {d['consume_resumed_s']} s / "
+              f"{d['share_resumed_s']} s; {d['isr_whole_s']} s / {d['gap_after_heal_s']} s")
     print(f"load (1 min) {result['load_1min']}; Ray nodes restarted: {result['ray_nodes_restarted'] or 'none'}")
     print("kray start said:\n" + "\n".join(result["console"]))
     assert result["lost"] == 0, f"{result['lost']} acknowledged records lost"
@@ -52,6 +58,14 @@ def test_the_active_controllers_host_cut_off_for_60_s_heals_by_itself(hosts):
             f"partition {p}: no live leader and ISR without broker {victim} {RESUME_MAX_S} s after the cut"
         assert d["resumed_s"] is not None and d["resumed_s"] <= RESUME_MAX_S, \
             f"partition {p}: acks=all writes resumed {d['resumed_s']} s after the cut (goal {RESUME_GOAL_S} s)"
+        # readers are served during the cut too (a share-partition leader that moved loads its state
+        # from a share coordinator that moved as well)
+        for reader in ("consume", "share"):
+            assert d[f"{reader}_resumed_s"] is not None and d[f"{reader}_resumed_s"] <= RESUME_MAX_S, \
+                f"partition {p}: the {reader} reader got records again {d[f'{reader}_resumed_s']} s after the cut"
+    assert result["readers_warm"], "the readers had not received records of every partition before the cut"
+    assert result["consumed"] == result["share_consumed"] == result["acknowledged"], \
+        (result["consumed"], result["share_consumed"], result["acknowledged"], result["reader_errors"])
     met = all(d["resumed_s"] <= RESUME_GOAL_S and d["isr_whole_s"] <= 5 for d in rows.values())
     print(f"goal (resumed <= {RESUME_GOAL_S:g} s after the cut, ISR whole <= 5 s after the heal): "
           f"{'met' if met else 'missed'}")
