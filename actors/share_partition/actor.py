@@ -28,7 +28,7 @@ from actors.share_partition.dead_letter_writer import DLQ_BATCH_RECORDS_MAX, Dea
 from actors.share_partition.state_client import BrokerStateConnection, LocalStateConnection
 from actors.startup import start_unless_started, succeeded
 from protocol.errors import ErrorCode
-from protocol.record_batch import CorruptRecord
+from protocol.record_batch import CorruptRecord, iter_batches, record_keys
 from actors.partition import wire
 from actors.partition.core import READ_COMMITTED, READ_UNCOMMITTED, skipped_by_read_committed
 from actors.partition.log import FileSlice, OffsetOutOfRange
@@ -88,6 +88,7 @@ class ShareLeaders:
         self.sending: dict[str, asyncio.Lock] = {}
         self.acquirable = asyncio.Event()  # set when records may have become acquirable
         self.bytes_per_record = 1024.0  # running estimate from what the log returned
+        self.keys_decoded = 0  # record keys read for key-ordered groups (share.key.ordering.enable)
         self.timer: asyncio.Task | None = None
         self.background: set[asyncio.Task] = set()
         self.image_check: tuple[float, asyncio.Future] | None = None  # (when asked, the controller's answer)
@@ -479,16 +480,45 @@ class ShareLeaders:
             return None, []
         records_read = spans[-1][2] - spans[0][1] + 1
         self.bytes_per_record = 0.8 * self.bytes_per_record + 0.2 * (where.size_bytes / max(records_read, 1))
+        keys = None
+        if sp.key_ordering:  # share.key.ordering.enable: the keys of the batches not decoded yet
+            try:
+                keys = self._read_keys(sp, offset, spans)
+            except (OSError, CorruptRecord) as e:
+                log.warning("share fetch of partition %s-%d at offset %d: keys unreadable: %s",
+                            self.partition.topic_id, self.partition.partition, offset, e)
+                return None, []
         acquired = sp.acquire(member_id, [(base, last) for _, base, last, _ in spans],
                               max_records=max(max_records, 1), now_ms=now_ms(),
                               batch_size=batch_size if batch_size > 0 else None, fetch_offset=offset,
-                              aborted=aborted, record_limit=record_limit)
+                              aborted=aborted, record_limit=record_limit, keys=keys)
         if not acquired:
             return None, []
         first, last = acquired[0].first_offset, acquired[-1].last_offset
         kept = [span for span in spans if span[2] >= first and span[1] <= last]
         start, end = kept[0][0], kept[-1][0] + kept[-1][3]
         return FileSlice(where.path, start, end - start), [tuple(a) for a in acquired]
+
+    def _read_keys(self, sp: SharePartition, offset: int, spans) -> dict:
+        """offset -> key (None: a null key, a control record or an offset the batch lacks) of
+        every record of the batches in `spans` whose keys the share-partition has not cached: one
+        pread from the first such batch to the last, each decompressed if it must. Control batches
+        carry no user key."""
+        needed = [span for span in spans if not sp.keys_known(span[1], span[2])]
+        keys: dict = {}
+        if not needed:
+            return keys
+        start, end = needed[0][0], needed[-1][0] + needed[-1][3]
+        wanted = {span[1] for span in needed}
+        data = self.partition.core.log.bytes_in(offset, start, end - start)
+        for header in iter_batches(data):
+            if header.base_offset not in wanted:
+                continue
+            keys.update(dict.fromkeys(range(header.base_offset, header.last_offset + 1)))
+            if not header.is_control:
+                keys.update(record_keys(header))
+        self.keys_decoded += len(keys)
+        return keys
 
     async def share_acknowledge(self, group_id: str, member_id: str, acks,
                                 limits: list | None = None) -> tuple[int, str | None]:
