@@ -442,15 +442,20 @@ class ShareLeaders:
             if remaining <= 0:
                 return False
             waiter = self.acquirable
-            data = asyncio.ensure_future(self.partition.wait_for_data(
-                sp.end_offset, int(remaining * 1000) + 1,
-                wire.WAIT_READ_COMMITTED if sp.read_committed else wire.WAIT_CONSUMER))
-            woken = asyncio.ensure_future(waiter.wait())
+            # offset None: the in-flight window is full and nothing in it is acquirable (with key
+            # ordering: every Available record waits for its key). New records cannot change that
+            # (the log may well have more: waiting for data would return at once, a busy loop);
+            # only an acknowledgement, a release or an expiry can, and each of those wakes us.
+            waits = [asyncio.ensure_future(waiter.wait())]
+            if offset is not None:
+                waits.append(asyncio.ensure_future(self.partition.wait_for_data(
+                    sp.end_offset, int(remaining * 1000) + 1,
+                    wire.WAIT_READ_COMMITTED if sp.read_committed else wire.WAIT_CONSUMER)))
             try:
-                await asyncio.wait([data, woken], timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                data.cancel()
-                woken.cancel()
+                for w in waits:
+                    w.cancel()
 
     def _acquire(self, sp: SharePartition, member_id: str, max_records: int, batch_size: int, max_bytes: int,
                  record_limit: bool = False):
@@ -501,10 +506,12 @@ class ShareLeaders:
 
     def _read_keys(self, sp: SharePartition, offset: int, spans) -> dict:
         """offset -> key (None: a null key, a control record or an offset the batch lacks) of
-        every record of the batches in `spans` whose keys the share-partition has not cached: one
+        every record of the batches in `spans` whose keys the share-partition has not cached and
+        may need (up to its key horizon): one
         pread from the first such batch to the last, each decompressed if it must. Control batches
         carry no user key."""
-        needed = [span for span in spans if not sp.keys_known(span[1], span[2])]
+        horizon = sp.key_horizon()  # a full window acquires nothing new: the batches beyond wait
+        needed = [span for span in spans if span[1] <= horizon and not sp.keys_known(span[1], span[2])]
         keys: dict = {}
         if not needed:
             return keys

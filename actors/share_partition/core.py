@@ -372,6 +372,8 @@ class SharePartition:
         self.group_id = group_id
         self._keys: dict[int, bytes | None] = {}   # offset -> key of records read (key ordering)
         self._keys_floor = 0                        # no cached key below it
+        self._changes = 0                           # bumped by every change of ranges (memo stamps)
+        self._none_acquirable_at = -1               # _changes when no in-flight record was acquirable
         self.topic_id = topic_id
         self.partition = partition
         self._highest_limit = 0       # the highest delivery count limit ever in force (invariants)
@@ -419,6 +421,7 @@ class SharePartition:
         self.read_committed = bool(read_committed)
         if not key_ordering:
             self._keys.clear()          # keys are read again if it is turned on later
+        self._changes = getattr(self, "_changes", 0) + 1
         self.key_ordering = bool(key_ordering)
         return changed
 
@@ -462,7 +465,17 @@ class SharePartition:
             return True
         return max(first, self._start) in self._keys and last in self._keys
 
+    def key_horizon(self) -> int:
+        """With key ordering, the last offset whose key ``acquire`` may need now: the in-flight
+        window's, and as many beyond the SPEO as it has room for (``acquire`` rounds that up to
+        the end of the log batch holding it: pass the keys of every batch that starts at or below
+        it). Batches beyond it need not be decoded: nothing of theirs can be acquired yet."""
+        return self._end - 1 + max(self.max_record_locks - self.in_flight_count(), 0)
+
     def _first_acquirable_by_key(self) -> int | None:
+        room = self._end if self.in_flight_count() < self.max_record_locks else None
+        if self._none_acquirable_at == self._changes:
+            return room                 # nothing changed since the last scan found nothing
         blocked = self._held_keys(available_below=self._start)   # the keys of Acquired records
         keys = self._keys
         for k in range(bisect_left(self._firsts, self._start), len(self._ranges)):
@@ -475,7 +488,8 @@ class SharePartition:
                 key = keys[o]
                 if key is None or key not in blocked:
                     return o
-        return self._end if self.in_flight_count() < self.max_record_locks else None
+        self._none_acquirable_at = self._changes
+        return room
 
     def _held_keys(self, available_below: int | None = None) -> set:
         """Keys held now: those of Acquired records (below the SPSO too), and of Available records
@@ -538,6 +552,7 @@ class SharePartition:
         self._ranges, self._firsts = [], []
         self._deadline_floor, self._deadline_exact = None, True
         self._keys.clear()
+        self._changes += 1
         self._log_start = log_start_offset
         start = max(start_offset, log_start_offset)
         pos = start
@@ -605,6 +620,7 @@ class SharePartition:
         (the AcquiredRecords ranges then have gaps).
         Returns the AcquiredRecords ranges, in offset order."""
         self._expire(now_ms)
+        self._changes += 1              # keys may be learned
         if max_records <= 0 or not batches:
             return []
         prev_last = None
@@ -999,6 +1015,7 @@ class SharePartition:
         j = self._split(last + 1)
         n = 0
         limit = self.delivery_count_limit
+        self._changes += 1
         for k in range(i, j):
             r = self._ranges[k]
             ev = Event.ARCHIVE if (r.last < self._start and event in _ARCHIVE_BELOW_START) else event
@@ -1061,6 +1078,7 @@ class SharePartition:
                 k += 1
 
     def _append(self, r: _Range) -> None:
+        self._changes += 1
         self._ranges.append(r)
         self._firsts.append(r.first)
 

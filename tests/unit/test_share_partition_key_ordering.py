@@ -51,8 +51,8 @@ class Log:
             return []
         read = [b for b in self.batches if b[1] >= offset][:max_batches]
         keys = {}
-        for base, last, batch_keys in read:
-            if not sp.keys_known(base, last):
+        for base, last, batch_keys in read:     # as the shell: only up to the key horizon
+            if base <= sp.key_horizon() and not sp.keys_known(base, last):
                 keys.update({base + i: k for i, k in enumerate(batch_keys)})
         got = sp.acquire(member, [(b, l) for b, l, _ in read], max_records=max_records, now_ms=now_ms,
                          fetch_offset=offset, keys=keys, **kw)
