@@ -131,13 +131,13 @@ def run_once(bootstrap: str, broker, mode, args) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=30000)
+    ap.add_argument("--records", type=int, default=20000)
     ap.add_argument("--value-bytes", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--consumers", type=int, default=4)
     ap.add_argument("--compression", default="lz4")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--phase-timeout", type=float, default=40)
+    ap.add_argument("--phase-timeout", type=float, default=45)
     ap.add_argument("--kray-bin", default=None)
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--only", default=None, help="run only the modes whose name contains this (e.g. '10 keys')")
@@ -225,9 +225,11 @@ def plot(doc: dict, path: Path) -> None:
     groups = sorted({mode[2] for mode in MODES}, reverse=True)
     for i, (name, ordered) in enumerate((("plain sharing", False), ("key-ordered", True))):
         values = [doc["summary"][label((name, ordered, keys))]["rate"] or 0 for keys in groups]
-        ax.bar([x + (i - 0.5) * 0.4 for x in range(len(groups))], values, 0.4, label=name)
+        bars = ax.bar([x + (i - 0.5) * 0.4 for x in range(len(groups))], values, 0.4, label=name)
+        ax.bar_label(bars, [f"{v:,}" for v in values], fontsize=8)
     ax.set_xticks(list(range(len(groups))), [f"{k:,} keys" for k in groups])
-    ax.set_ylabel("records/s")
+    ax.set_yscale("log")
+    ax.set_ylabel("records/s (log scale)")
     ax.set_title(f"Share group, {doc['params']['consumers']} consumers: key-ordered vs plain sharing")
     ax.legend()
     fig.tight_layout()
