@@ -89,6 +89,7 @@ class ShareLeaders:
         self.acquirable = asyncio.Event()  # set when records may have become acquirable
         self.bytes_per_record = 1024.0  # running estimate from what the log returned
         self.keys_decoded = 0  # record keys read for key-ordered groups (share.key.ordering.enable)
+        self.pending_retried: dict[str, float] = {}  # group id -> when its pending keys last caused a write
         self.timer: asyncio.Task | None = None
         self.background: set[asyncio.Task] = set()
         self.image_check: tuple[float, asyncio.Future] | None = None  # (when asked, the controller's answer)
@@ -223,6 +224,7 @@ class ShareLeaders:
         return self.image_check[1]
 
     async def _persist(self, group_id: str, sp: SharePartition) -> tuple[int, str | None]:
+        version = sp.durable_version  # what this write makes durable (key ordering frees keys by it)
         dirty = sp.take_dirty()
         if dirty is None:
             return 0, None
@@ -240,9 +242,12 @@ class ShareLeaders:
             log.warning("writing share state of %s failed: %s", group_id, message)
             if error != ErrorCode.NOT_COORDINATOR or attempt:
                 break
+            version = sp.durable_version
             dirty = sp.take_dirty()  # the coordinator moved: once more, the whole state to where it is now
             if dirty is None:
                 break
+        if not error and sp.made_durable(version):
+            self._wake()  # key ordering: the next records of keys just done with may go out now
         if not error:
             self._dead_letter_soon(group_id, sp)  # Archiving records are durable as such: write their DLQ records
         return error, message
@@ -588,6 +593,11 @@ class ShareLeaders:
                         await self._persist(group_id, sp)
                     except Exception:
                         log.exception("persisting expired locks of %s failed", group_id)
+                elif sp.has_pending_keys() and time.monotonic() - self.pending_retried.get(group_id, 0) >= 1:
+                    # key ordering: keys may wait for a state write that failed (the next write
+                    # carries the whole state) while nothing else writes: write, at most once a second
+                    self.pending_retried[group_id] = time.monotonic()
+                    self._persist_soon(group_id, sp)
 
     def close(self) -> None:
         if self.timer:

@@ -93,7 +93,9 @@ KIP-932 decisions (section names of the KIP):
   no record with key K is Acquired. So one record per key is in the hands of a consumer at a time,
   and records of one key are processed in offset order across releases (the released record is
   Available again and still the lowest: it goes out before the next one), lock expiries and
-  members leaving. Acknowledged, Archiving and Archived records free their key. Records with a
+  members leaving. Acknowledged, Archiving and Archived records free their key once that state is
+  durable (the shell reports successful state writes with ``made_durable``), so that a new
+  leader never delivers a record again after a later record of its key went out. Records with a
   null key, and offsets the log lacks (gaps), are acquired as without the config. The locks are
   derived state: from the record states and the records' keys, nothing new is persisted; a new
   leader learns the keys again as it reads. The shell passes the keys of the log batches it read
@@ -232,6 +234,7 @@ REASON_DELIVERY_COUNT_LIMIT = "DELIVERY_COUNT_LIMIT"
 # Below the SPSO a record can never be delivered again: whatever ends its acquisition archives it.
 _ARCHIVE_BELOW_START = frozenset({Event.ACCEPT, Event.RELEASE, Event.REJECT, Event.GAP,
                                   Event.LOCK_EXPIRED, Event.MEMBER_RELEASED})
+_HOLDS_KEY = frozenset({AVAILABLE, ACQUIRED})   # key ordering: the states in which a record holds its key
 
 
 class IllegalTransition(RuntimeError):
@@ -373,6 +376,7 @@ class SharePartition:
         self._keys: dict[int, bytes | None] = {}   # offset -> key of records read (key ordering)
         self._keys_floor = 0                        # no cached key below it
         self._changes = 0                           # bumped by every change of ranges (memo stamps)
+        self._pending_keys: dict = {}               # key -> durable version once its record was done with
         self._none_acquirable_at = -1               # _changes when no in-flight record was acquirable
         self.topic_id = topic_id
         self.partition = partition
@@ -421,6 +425,7 @@ class SharePartition:
         self.read_committed = bool(read_committed)
         if not key_ordering:
             self._keys.clear()          # keys are read again if it is turned on later
+            self._pending_keys.clear()
         self._changes = getattr(self, "_changes", 0) + 1
         self.key_ordering = bool(key_ordering)
         return changed
@@ -492,10 +497,11 @@ class SharePartition:
         return room
 
     def _held_keys(self, available_below: int | None = None) -> set:
-        """Keys held now: those of Acquired records (below the SPSO too), and of Available records
-        below ``available_below`` (default: all of them: keys that are not free for any record)."""
+        """Keys held now: those of Acquired records (below the SPSO too), of Available records
+        below ``available_below`` (default: all of them: keys that are not free for any record),
+        and of records done with whose new state is not durable yet."""
         keys = self._keys
-        held = set()
+        held = set(self._pending_keys)
         for r in self._ranges:
             if r.state is ACQUIRED:
                 last = r.last
@@ -552,6 +558,7 @@ class SharePartition:
         self._ranges, self._firsts = [], []
         self._deadline_floor, self._deadline_exact = None, True
         self._keys.clear()
+        self._pending_keys.clear()      # what was loaded is durable
         self._changes += 1
         self._log_start = log_start_offset
         start = max(start_offset, log_start_offset)
@@ -597,6 +604,26 @@ class SharePartition:
     def invalidate_persisted(self) -> None:
         """Forget what the coordinator holds: the next ``take_dirty`` returns the full state."""
         self._baseline = (-1, [])
+
+    @property
+    def durable_version(self) -> int:
+        """A stamp of the durable state's changes so far: read it before ``take_dirty`` and pass it
+        to ``made_durable`` once that write succeeded."""
+        return self._durable_version
+
+    def made_durable(self, version: int) -> bool:
+        """A state write taken at ``durable_version`` ``version`` succeeded: the keys of records
+        done with up to then are free (key ordering). True if any key was freed."""
+        freed = [key for key, v in self._pending_keys.items() if v <= version]
+        for key in freed:
+            del self._pending_keys[key]
+        if freed:
+            self._changes += 1
+        return bool(freed)
+
+    def has_pending_keys(self) -> bool:
+        """Key ordering: some keys wait for a state write to succeed before they are free."""
+        return bool(self._pending_keys)
 
     # ------------------------------------------------------------------ acquisition
 
@@ -1039,6 +1066,8 @@ class SharePartition:
                 self.metrics.delivery_limit_archived_records += size
             if ev not in (Event.ACQUIRE, Event.RENEW) or to in TERMINAL:
                 self._durable_version += 1
+            if self.key_ordering and r.state in _HOLDS_KEY and to not in _HOLDS_KEY and self._keys:
+                self._note_freed_keys(r.first, r.last)
             reason = None
             if to is ARCHIVING:
                 reason = REASON_REJECT if ev is Event.REJECT else REASON_DELIVERY_COUNT_LIMIT
@@ -1046,6 +1075,15 @@ class SharePartition:
             n += size
         self._coalesce(i, j)
         return n
+
+    def _note_freed_keys(self, first: int, last: int) -> None:
+        """The records of [first, last] are done with: their keys are free once that is durable
+        (``made_durable``), not before (see the module docstring)."""
+        keys, pending, version = self._keys, self._pending_keys, self._durable_version
+        for o in range(first, last + 1):
+            key = keys.get(o)
+            if key is not None:
+                pending[key] = version
 
     def _split(self, offset: int) -> int:
         """Make ``offset`` start a range if a range covers it; return the index of the first

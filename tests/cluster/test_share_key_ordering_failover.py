@@ -2,9 +2,9 @@
 the node leading the partition (its share-partition leader with it) is hard-killed while
 confluent-kafka ShareConsumers consume a key-ordered group; the new leader rebuilds the state from
 the share coordinator and learns the keys again from the log. Per key, records are first processed
-in offset order across the move, and none is lost. A record whose acceptance the old leader had not
-made durable may be delivered again (at least once), and a record in a consumer's hands when its
-leader died may go to another consumer: those are redeliveries, not order violations."""
+in offset order across the move, none is lost, and no record is delivered (even again) after a
+later record of its key was: a key is free only once its record's new state is durable. Records in
+a consumer's hands when their leader died may be delivered again (at least once)."""
 import threading
 import time
 import uuid
@@ -56,6 +56,7 @@ def test_key_order_holds_across_a_killed_leader(cluster):
 
     lock = threading.Lock()
     first_accepted = defaultdict(list)   # key -> offsets in the order they were first accepted
+    last_delivered: dict = {}            # key -> the highest offset delivered so far
     accepted: set = set()
     violations: list = []
     stop = threading.Event()
@@ -70,6 +71,9 @@ def test_key_order_holds_across_a_killed_leader(cluster):
                 for m in got:
                     key, o = m.key(), m.offset()
                     with lock:
+                        if o < last_delivered.get(key, -1):
+                            violations.append(f"{key!r} at {o} delivered after {last_delivered[key]}")
+                        last_delivered[key] = max(o, last_delivered.get(key, -1))
                         if o not in accepted:
                             missing = [x for x in expected[key] if x < o and x not in accepted]
                             if missing:
