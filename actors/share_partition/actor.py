@@ -420,7 +420,12 @@ class ShareLeaders:
                 self._wake()
                 acks_durable = asyncio.ensure_future(self._persist(group_id, sp))
         if fetch:
-            # acquire while the acknowledgements are being written: the answer waits for both
+            if acks_durable is not None and sp.has_pending_keys():
+                # key ordering: the keys these acknowledgements free are free once they are durable;
+                # the answer waits for that write anyway, so acquire after it (the next records of
+                # those keys go out in this answer, not a round trip later)
+                await asyncio.wait([acks_durable])
+            # else acquire while the acknowledgements are being written: the answer waits for both
             result.records, result.acquired = self._acquire(sp, member_id, max_records, batch_size, max_bytes,
                                                             record_limit)
             if result.acquired:

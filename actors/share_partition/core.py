@@ -426,7 +426,8 @@ class SharePartition:
         if not key_ordering:
             self._keys.clear()          # keys are read again if it is turned on later
             self._pending_keys.clear()
-        self._changes = getattr(self, "_changes", 0) + 1
+        if changed:
+            self._changes = getattr(self, "_changes", 0) + 1
         self.key_ordering = bool(key_ordering)
         return changed
 
