@@ -88,7 +88,6 @@ class ShareLeaders:
         self.sending: dict[str, asyncio.Lock] = {}
         self.acquirable = asyncio.Event()  # set when records may have become acquirable
         self.bytes_per_record = 1024.0  # running estimate from what the log returned
-        self.keys_decoded = 0  # record keys read for key-ordered groups (share.key.ordering.enable)
         self.pending_retried: dict[str, float] = {}  # group id -> when its pending keys last caused a write
         self.timer: asyncio.Task | None = None
         self.background: set[asyncio.Task] = set()
@@ -425,7 +424,9 @@ class ShareLeaders:
                 # the answer waits for that write anyway, so acquire after it (the next records of
                 # those keys go out in this answer, not a round trip later)
                 await asyncio.wait([acks_durable])
-            # else acquire while the acknowledgements are being written: the answer waits for both
+                fetch = self.groups.get(group_id) is sp  # not forgotten meanwhile (state altered, moved)
+        if fetch:
+            # (else) acquire while the acknowledgements are being written: the answer waits for both
             result.records, result.acquired = self._acquire(sp, member_id, max_records, batch_size, max_bytes,
                                                             record_limit)
             if result.acquired:
@@ -534,7 +535,6 @@ class ShareLeaders:
             keys.update(dict.fromkeys(range(header.base_offset, header.last_offset + 1)))
             if not header.is_control:
                 keys.update(record_keys(header))
-        self.keys_decoded += len(keys)
         return keys
 
     async def share_acknowledge(self, group_id: str, member_id: str, acks,
