@@ -222,7 +222,10 @@ class ShareLeaders:
                 controller_client.ensure_internal_topic(self.controller, internal_topics.SHARE_GROUP_STATE)))
         return self.image_check[1]
 
-    async def _persist(self, group_id: str, sp: SharePartition) -> tuple[int, str | None]:
+    async def _persist(self, group_id: str, sp: SharePartition, wake_freed: bool = True) -> tuple[int, str | None]:
+        """Write what changed to the share coordinator. `wake_freed`: wake waiting fetches when the
+        write frees keys (key ordering); False when the caller acquires right after it and wakes
+        them itself if anything is left (so that they do not all race for the same records)."""
         version = sp.durable_version  # what this write makes durable (key ordering frees keys by it)
         dirty = sp.take_dirty()
         if dirty is None:
@@ -245,7 +248,7 @@ class ShareLeaders:
             dirty = sp.take_dirty()  # the coordinator moved: once more, the whole state to where it is now
             if dirty is None:
                 break
-        if not error and sp.made_durable(version):
+        if not error and sp.made_durable(version) and wake_freed:
             self._wake()  # key ordering: the next records of keys just done with may go out now
         if not error:
             self._dead_letter_soon(group_id, sp)  # Archiving records are durable as such: write their DLQ records
@@ -412,25 +415,32 @@ class ShareLeaders:
         self._configure(sp, limits)
         result = ShareFetchResult()
         acks_durable = None  # the write that makes this request's acknowledgements durable
+        acquire_after = False
         if acks:
             outcome = self._acknowledge(sp, member_id, acks)
             result.ack_error_code = outcome.error_code
             if outcome.changed:
                 self._wake()
-                acks_durable = asyncio.ensure_future(self._persist(group_id, sp))
-        if fetch:
-            if acks_durable is not None and sp.has_pending_keys():
                 # key ordering: the keys these acknowledgements free are free once they are durable;
                 # the answer waits for that write anyway, so acquire after it (the next records of
                 # those keys go out in this answer, not a round trip later)
-                await asyncio.wait([acks_durable])
-                fetch = self.groups.get(group_id) is sp  # not forgotten meanwhile (state altered, moved)
+                acquire_after = fetch and sp.has_pending_keys()
+                acks_durable = asyncio.ensure_future(self._persist(group_id, sp, wake_freed=not acquire_after))
+        if acquire_after:
+            await asyncio.wait([acks_durable])
+            fetch = self.groups.get(group_id) is sp  # not forgotten meanwhile (state altered, moved)
+            if not fetch:
+                self._wake()
         if fetch:
             # (else) acquire while the acknowledgements are being written: the answer waits for both
             result.records, result.acquired = self._acquire(sp, member_id, max_records, batch_size, max_bytes,
                                                             record_limit)
             if result.acquired:
                 self._persist_soon(group_id, sp)  # delivery counts; need not delay the answer
+            if acquire_after:  # what this fetch left acquirable goes to the others waiting
+                offset = sp.fetch_offset()
+                if offset is not None and offset < self._readable_end(sp):
+                    self._wake()
         if acks_durable is not None:
             error, message = await acks_durable
             if error and not result.ack_error_code:
