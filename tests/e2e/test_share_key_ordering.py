@@ -1,7 +1,7 @@
 """Key-ordered sharing (share.key.ordering.enable, issue 20) with confluent-kafka ShareConsumers
 against a real `kray start`: several unchanged consumers share a group; records of one key reach
-them one at a time and are processed in offset order across releases and a member leaving with
-records in hand; nothing is lost. The config is set and described like Kafka's group configs."""
+them one at a time and are processed in offset order across releases, a member leaving with
+records in hand and locks expiring; nothing is lost. The config is set and described like Kafka's group configs."""
 import threading
 import time
 import uuid
@@ -157,3 +157,47 @@ def test_key_ordering_is_a_described_group_config(kray_keys):
         ConfigEntry("share.key.ordering.enable", "sometimes", incremental_operation=AlterConfigOpType.SET)])])
     with pytest.raises(Exception, match="true or false"):
         list(bad.values())[0].result(30)
+
+
+def test_a_record_whose_lock_expired_goes_out_again_before_the_rest_of_its_key(kray_keys):
+    """A member takes one record of each key and sits on them (no acknowledgement, no poll): nobody
+    gets anything of those keys until their locks expire (LOCK_MS); then the same records go out
+    again (delivery count 2) before any later record of their keys."""
+    name = uuid.uuid4().hex[:8]
+    topic, group = f"q-{name}", f"g-{name}"
+    admin = AdminClient({"bootstrap.servers": kray_keys})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    set_group_configs(kray_keys, group, {"share.auto.offset.reset": "earliest", "share.key.ordering.enable": "true"})
+    p = Producer({"bootstrap.servers": kray_keys, "linger.ms": 20})
+    for i in range(30):
+        p.produce(topic, key=b"k%d" % (i % 3), value=b"%d" % i, partition=0)
+    assert p.flush(30) == 0
+
+    def member():
+        c = ShareConsumer({"bootstrap.servers": kray_keys, "group.id": group, "share.acknowledgement.mode": "explicit"})
+        c.subscribe([topic])
+        return c
+
+    sitter, worker = member(), member()
+    held, deadline = [], time.monotonic() + 30
+    while not held and time.monotonic() < deadline:
+        held = [(m.key(), m.offset()) for m in sitter.poll(0.5) if m.error() is None]
+    assert sorted(held) == [(b"k0", 0), (b"k1", 1), (b"k2", 2)], held   # one per key: the first of each
+    taken_at = time.monotonic()
+    deliveries = []   # (key, offset, delivery count, seconds after the sitter took its records)
+    deadline = time.monotonic() + 30
+    while len({(k, o) for k, o, _, _ in deliveries}) < 30 and time.monotonic() < deadline:
+        got = [m for m in worker.poll(0.5) if m.error() is None]
+        for m in got:
+            deliveries.append((m.key(), m.offset(), m.delivery_count(), time.monotonic() - taken_at))
+            worker.acknowledge(m, AcknowledgeType.ACCEPT)
+        if got:
+            worker.commit_sync()
+    worker.close()
+    sitter.close()
+    assert deliveries and min(t for *_, t in deliveries) >= LOCK_MS / 1000 * 0.9, \
+        "nothing of a held key went out before its lock expired"
+    for key in (b"k0", b"k1", b"k2"):
+        mine = [(o, n) for k, o, n, _ in deliveries if k == key]
+        assert mine[0] == (int(key[1:]), 2), f"{key!r}: the expired record first, delivery count 2: {mine[:3]}"
+        assert [o for o, _ in mine] == list(range(int(key[1:]), 30, 3)), f"{key!r} out of offset order"
