@@ -330,6 +330,16 @@ def test_random_operations_keep_per_key_order(seed):
         _check_key_order(sp, log)
     for key, accepted in processed.items():   # accepted again after a move: at least once, in order
         assert accepted == sorted(accepted), f"key {key} processed out of offset order: {accepted}"
+    # and nothing is stuck: a member that accepts everything it gets finishes the log
+    for _ in range(2 * log.end + 10):
+        if sp.start_offset >= log.end:
+            break
+        now += LOCK_MS
+        got = log.fetch(sp, "m9", now, max_records=rnd.randint(1, 40), max_batches=rnd.randint(1, 4))
+        for a in got:
+            ack(sp, "m9", a.first_offset, a.last_offset, ACCEPT, now_ms=now)
+        _check_key_order(sp, log)
+    assert sp.start_offset >= log.end, f"stuck at {sp.start_offset} of {log.end}: {sp.ranges()[:5]}"
 
 
 def test_key_ordering_is_a_group_config():
