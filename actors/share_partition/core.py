@@ -105,8 +105,8 @@ KIP-932 decisions (section names of the KIP):
   flight (the SPEO moves past it, and it counts against ``max_record_locks``), so AcquiredRecords
   then has gaps inside a batch whose bytes are sent whole (the client delivers only acquired
   offsets); where no key conflicts, whole batches are acquired as without the config. Records
-  Acquired while the config was off have no known key and hold none; records below the SPSO
-  (the log start overtook them) hold theirs only while their key is still cached.
+  Acquired while the config was off have no known key and hold none, nor do records below the
+  SPSO (the log start overtook them while they were Acquired).
 
 Not done (later Kafka behaviour beyond KIP-932): delivering a record on its last attempt alone /
 throttling batches of much-redelivered records; decrementing the delivery count when a session
@@ -374,6 +374,7 @@ class SharePartition:
                  dead_letter_copy_record: bool = False, key_ordering: bool = False) -> None:
         self.group_id = group_id
         self._keys: dict[int, bytes | None] = {}   # offset -> key of records read (key ordering)
+        self._key_counts: dict = {}                 # key -> how many offsets of self._keys have it
         self._keys_floor = 0                        # no cached key below it
         self._changes = 0                           # bumped by every change of ranges (memo stamps)
         self._pending_keys: dict = {}               # key -> durable version once its record was done with
@@ -425,6 +426,7 @@ class SharePartition:
         self.read_committed = bool(read_committed)
         if not key_ordering:
             self._keys.clear()          # keys are read again if it is turned on later
+            self._key_counts.clear()
             self._pending_keys.clear()
         if changed:
             self._changes = getattr(self, "_changes", 0) + 1
@@ -484,6 +486,12 @@ class SharePartition:
             return room                 # nothing changed since the last scan found nothing
         blocked = self._held_keys(available_below=self._start)   # the keys of Acquired records
         keys = self._keys
+        if (len(keys) == self._end - self._start and None not in self._key_counts
+                and all(key in blocked for key in self._key_counts)):
+            # every offset of the window has its key cached (the cache holds offsets of the window
+            # only), none is null, and every key is held: nothing Available is acquirable
+            self._none_acquirable_at = self._changes
+            return room
         for k in range(bisect_left(self._firsts, self._start), len(self._ranges)):
             r = self._ranges[k]
             if r.state is not AVAILABLE:
@@ -559,6 +567,8 @@ class SharePartition:
         self._ranges, self._firsts = [], []
         self._deadline_floor, self._deadline_exact = None, True
         self._keys.clear()
+        self._key_counts.clear()
+        self._keys_floor = max(start_offset, log_start_offset)
         self._pending_keys.clear()      # what was loaded is durable
         self._changes += 1
         self._log_start = log_start_offset
@@ -805,30 +815,34 @@ class SharePartition:
                         self._note_deadline(deadline)
                     self._end = o
         # keep the keys of the in-flight window only (the rest is decoded again when read again)
+        counts = self._key_counts
         for o, key in keys.items():
-            if self._start <= o < self._end:
+            if self._start <= o < self._end and o not in cached:
                 cached[o] = key
+                counts[key] = counts.get(key, 0) + 1
         return old_spans + new_spans
 
     def _prune_keys(self) -> None:
-        """Drop cached keys below the SPSO (keeping those of Acquired records below it)."""
+        """Drop cached keys below the SPSO: the cache holds offsets of [SPSO, SPEO) only."""
         start = self._start
         if start <= self._keys_floor:
             return
-        keys = self._keys
-        if not keys:
-            self._keys_floor = start
-            return
-        held_below = [(r.first, r.last) for r in self._ranges[:bisect_left(self._firsts, start)]]
+        keys, counts = self._keys, self._key_counts
         if start - self._keys_floor > len(keys):
-            kept = {o: k for o, k in keys.items()
-                    if o >= start or any(a <= o <= b for a, b in held_below)}
+            kept = {o: k for o, k in keys.items() if o >= start}
             keys.clear()
             keys.update(kept)
+            counts.clear()
+            for k in kept.values():
+                counts[k] = counts.get(k, 0) + 1
         else:
             for o in range(self._keys_floor, start):
-                if o in keys and not any(a <= o <= b for a, b in held_below):
-                    del keys[o]
+                if o in keys:
+                    k = keys.pop(o)
+                    if counts[k] == 1:
+                        del counts[k]
+                    else:
+                        counts[k] -= 1
         self._keys_floor = start
 
     def _acquired_output(self, spans, bases, batches, batch_size) -> list[Acquired]:
@@ -1203,3 +1217,10 @@ class SharePartition:
             fail("ranges do not reach the SPEO")
         if in_flight and in_flight[0].state in TERMINAL:
             fail("SPSO not advanced over a terminal prefix")
+        counts: dict = {}
+        for k in self._keys.values():
+            counts[k] = counts.get(k, 0) + 1
+        if counts != self._key_counts:
+            fail("key counts out of step with the cached keys")
+        if any(not self._start <= o < self._end for o in self._keys):
+            fail("keys cached outside [SPSO, SPEO)")
