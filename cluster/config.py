@@ -338,12 +338,15 @@ GROUP_CONFIG_SOURCES: dict[str, str] = {
     "share.assignment.interval.ms": "group.share.assignment.interval.ms",
     "errors.deadletterqueue.topic.name": "",          # KIP-1191: "" = no dead-letter topic
     "errors.deadletterqueue.copy.record.enable": "",  # KIP-1191: copy key, value and headers too
+    "share.key.ordering.enable": "",   # Kray's: one record per key acquired at a time, in offset order
 }
 GROUP_CONFIG_FIXED_DEFAULTS = {"share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted",
                                "share.renew.acknowledge.enable": True,  # Kafka 4.3's default: RENEW allowed
                                "errors.deadletterqueue.topic.name": "",
-                               "errors.deadletterqueue.copy.record.enable": False}
-BOOL_GROUP_CONFIGS = {"share.renew.acknowledge.enable", "errors.deadletterqueue.copy.record.enable"}
+                               "errors.deadletterqueue.copy.record.enable": False,
+                               "share.key.ordering.enable": False}
+BOOL_GROUP_CONFIGS = {"share.renew.acknowledge.enable", "errors.deadletterqueue.copy.record.enable",
+                      "share.key.ordering.enable"}
 # integer group configs: (the least value Kafka's GroupConfig takes whatever the broker says, the broker
 # configs of their bounds with {} for min/max)
 GROUP_CONFIG_INT_BOUNDS: dict[str, tuple[int, str]] = {
@@ -434,6 +437,7 @@ class ShareGroupLimits:
     read_committed: bool = False    # share.isolation.level=read_committed
     dead_letter_topic: str = ""              # errors.deadletterqueue.topic.name (KIP-1191)
     dead_letter_copy_record: bool = False    # errors.deadletterqueue.copy.record.enable
+    key_ordering: bool = False               # share.key.ordering.enable (Kray's)
 
     @classmethod
     def from_kafka(cls, effective: dict[str, Any]) -> "ShareGroupLimits":
@@ -443,7 +447,8 @@ class ShareGroupLimits:
                    renew_acknowledge_enable=bool(effective["share.renew.acknowledge.enable"]),
                    read_committed=effective.get("share.isolation.level") == "read_committed",
                    dead_letter_topic=str(effective.get("errors.deadletterqueue.topic.name") or ""),
-                   dead_letter_copy_record=bool(effective.get("errors.deadletterqueue.copy.record.enable")))
+                   dead_letter_copy_record=bool(effective.get("errors.deadletterqueue.copy.record.enable")),
+                   key_ordering=bool(effective.get("share.key.ordering.enable")))
 
     @classmethod
     def of_group(cls, overrides: dict[str, Any], broker: dict[str, Any]) -> "ShareGroupLimits":
@@ -453,7 +458,7 @@ class ShareGroupLimits:
         """For the data-path frame (actors/partition/wire.py): a plain list."""
         return [self.record_lock_duration_ms, self.delivery_count_limit, self.max_record_locks,
                 self.renew_acknowledge_enable, self.read_committed, self.dead_letter_topic,
-                self.dead_letter_copy_record]
+                self.dead_letter_copy_record, self.key_ordering]
 
 
 @dataclass(frozen=True)

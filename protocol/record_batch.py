@@ -429,6 +429,38 @@ def decode_records(header: BatchHeader, buf=None, *,
     return _parse_records(header, bytes(payload))
 
 
+def record_keys(header: BatchHeader, buf=None, *,
+                max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> list[tuple[int, bytes | None]]:
+    """(offset, key) of every record of one batch, decompressing it if it must, and reading no
+    further into a record than its key (a share-partition leader with key ordering needs keys only).
+    CorruptRecord on a malformed batch or record framing."""
+    mv = memoryview(header.buf if buf is None else buf)
+    start = header.offset_in_buf + RECORDS_POS
+    end = header.offset_in_buf + header.size_bytes
+    if end > len(mv):
+        raise CorruptRecord("truncated batch")
+    count = header.records_count
+    if count < 0:
+        raise CorruptRecord(f"negative record count {count}")
+    data = bytes(decompress(header.compression, mv[start:end], max_decompressed_bytes=max_decompressed_bytes))
+    base = header.base_offset
+    out: list[tuple[int, bytes | None]] = []
+    pos, end = 0, len(data)
+    for _ in range(count):
+        length, pos = _read_varint(data, pos, end)
+        record_end = pos + length
+        if length < 0 or record_end > end:
+            raise CorruptRecord(f"bad record length {length}")
+        _, pos = _read_varint(data, pos + 1, record_end, _VARLONG_MAX_SHIFT)   # attributes, timestamp delta
+        offset_delta, pos = _read_varint(data, pos, record_end)
+        key, _ = _read_bytes(data, pos, record_end, "key")
+        out.append((base + offset_delta, key))
+        pos = record_end
+    if pos != end:
+        raise CorruptRecord(f"{end - pos} trailing bytes after {count} records")
+    return out
+
+
 def _write_varint(out: bytearray, value: int) -> None:
     value = (value << 1) ^ (value >> 63)  # zigzag (64-bit covers int32 too)
     while value & ~0x7F:

@@ -396,6 +396,12 @@ class Log:
         segment = self._segments[self._segment_slot(offset)]
         return [h for _, h in segment.scan(where.position, where.position + where.size_bytes, whole=False)]
 
+    def bytes_in(self, offset: int, position: int, size_bytes: int) -> bytes:
+        """``size_bytes`` bytes at ``position`` of the segment holding ``offset`` (a part of a
+        slice ``slice_spans`` answered), read with one pread."""
+        segment = self._segments[self._segment_slot(offset)]
+        return os.pread(segment.fd, size_bytes, position)
+
     def segment_upper_offset(self, offset: int) -> int:
         """The first offset past the segment holding ``offset`` (a read stays within it)."""
         slot = self._segment_slot(offset)

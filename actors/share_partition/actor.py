@@ -28,7 +28,7 @@ from actors.share_partition.dead_letter_writer import DLQ_BATCH_RECORDS_MAX, Dea
 from actors.share_partition.state_client import BrokerStateConnection, LocalStateConnection
 from actors.startup import start_unless_started, succeeded
 from protocol.errors import ErrorCode
-from protocol.record_batch import CorruptRecord
+from protocol.record_batch import CorruptRecord, iter_batches, record_keys
 from actors.partition import wire
 from actors.partition.core import READ_COMMITTED, READ_UNCOMMITTED, skipped_by_read_committed
 from actors.partition.log import FileSlice, OffsetOutOfRange
@@ -101,6 +101,7 @@ class ShareLeaders:
         self.sending: dict[str, asyncio.Lock] = {}
         self.acquirable = asyncio.Event()  # set when records may have become acquirable
         self.bytes_per_record = 1024.0  # running estimate from what the log returned
+        self.pending_retried: dict[str, float] = {}  # group id -> when its pending keys last caused a write
         self.timer: asyncio.Task | None = None
         self.background: set[asyncio.Task] = set()
         self.image_check: tuple[float, asyncio.Future] | None = None  # (when asked, the controller's answer)
@@ -234,7 +235,11 @@ class ShareLeaders:
                 controller_client.ensure_internal_topic(self.controller, internal_topics.SHARE_GROUP_STATE)))
         return self.image_check[1]
 
-    async def _persist(self, group_id: str, sp: SharePartition) -> tuple[int, str | None]:
+    async def _persist(self, group_id: str, sp: SharePartition, wake_freed: bool = True) -> tuple[int, str | None]:
+        """Write what changed to the share coordinator. `wake_freed`: wake waiting fetches when the
+        write frees keys (key ordering); False when the caller acquires right after it and wakes
+        them itself if anything is left (so that they do not all race for the same records)."""
+        version = sp.durable_version  # what this write makes durable (key ordering frees keys by it)
         dirty = sp.take_dirty()
         if dirty is None:
             return 0, None
@@ -252,9 +257,12 @@ class ShareLeaders:
             log.warning("writing share state of %s failed: %s", group_id, message)
             if error != ErrorCode.NOT_COORDINATOR or attempt:
                 break
+            version = sp.durable_version
             dirty = sp.take_dirty()  # the coordinator moved: once more, the whole state to where it is now
             if dirty is None:
                 break
+        if not error and sp.made_durable(version) and wake_freed:
+            self._wake()  # key ordering: the next records of keys just done with may go out now
         if not error:
             self._dead_letter_soon(group_id, sp)  # Archiving records are durable as such: write their DLQ records
         return error, message
@@ -424,18 +432,32 @@ class ShareLeaders:
         self._configure(sp, limits)
         result = ShareFetchResult()
         acks_durable = None  # the write that makes this request's acknowledgements durable
+        acquire_after = False
         if acks:
             outcome = self._acknowledge(sp, member_id, acks)
             result.ack_error_code = outcome.error_code
             if outcome.changed:
                 self._wake()
-                acks_durable = asyncio.ensure_future(self._persist(group_id, sp))
+                # key ordering: the keys these acknowledgements free are free once they are durable;
+                # the answer waits for that write anyway, so acquire after it (the next records of
+                # those keys go out in this answer, not a round trip later)
+                acquire_after = fetch and sp.has_pending_keys()
+                acks_durable = asyncio.ensure_future(self._persist(group_id, sp, wake_freed=not acquire_after))
+        if acquire_after:
+            await asyncio.wait([acks_durable])
+            fetch = self.groups.get(group_id) is sp  # not forgotten meanwhile (state altered, moved)
+            if not fetch:
+                self._wake()
         if fetch:
-            # acquire while the acknowledgements are being written: the answer waits for both
+            # (else) acquire while the acknowledgements are being written: the answer waits for both
             result.records, result.acquired = self._acquire(sp, member_id, max_records, batch_size, max_bytes,
                                                             record_limit)
             if result.acquired:
                 self._persist_soon(group_id, sp)  # delivery counts; need not delay the answer
+            if acquire_after:  # what this fetch left acquirable goes to the others waiting
+                offset = sp.fetch_offset()
+                if offset is not None and offset < self._readable_end(sp):
+                    self._wake()
         if acks_durable is not None:
             error, message = await acks_durable
             if error and not result.ack_error_code:
@@ -458,15 +480,20 @@ class ShareLeaders:
             if remaining <= 0:
                 return False
             waiter = self.acquirable
-            data = asyncio.ensure_future(self.partition.wait_for_data(
-                sp.end_offset, int(remaining * 1000) + 1,
-                wire.WAIT_READ_COMMITTED if sp.read_committed else wire.WAIT_CONSUMER))
-            woken = asyncio.ensure_future(waiter.wait())
+            # offset None: the in-flight window is full and nothing in it is acquirable (with key
+            # ordering: every Available record waits for its key). New records cannot change that
+            # (the log may well have more: waiting for data would return at once, a busy loop);
+            # only an acknowledgement, a release or an expiry can, and each of those wakes us.
+            waits = [asyncio.ensure_future(waiter.wait())]
+            if offset is not None:
+                waits.append(asyncio.ensure_future(self.partition.wait_for_data(
+                    sp.end_offset, int(remaining * 1000) + 1,
+                    wire.WAIT_READ_COMMITTED if sp.read_committed else wire.WAIT_CONSUMER)))
             try:
-                await asyncio.wait([data, woken], timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                data.cancel()
-                woken.cancel()
+                for w in waits:
+                    w.cancel()
 
     def _acquire(self, sp: SharePartition, member_id: str, max_records: int, batch_size: int, max_bytes: int,
                  record_limit: bool = False):
@@ -496,16 +523,46 @@ class ShareLeaders:
             return None, []
         records_read = spans[-1][2] - spans[0][1] + 1
         self.bytes_per_record = 0.8 * self.bytes_per_record + 0.2 * (where.size_bytes / max(records_read, 1))
+        keys = None
+        if sp.key_ordering:  # share.key.ordering.enable: the keys of the batches not decoded yet
+            try:
+                keys = self._read_keys(sp, offset, spans)
+            except (OSError, CorruptRecord) as e:
+                log.warning("share fetch of partition %s-%d at offset %d: keys unreadable: %s",
+                            self.partition.topic_id, self.partition.partition, offset, e)
+                return None, []
         acquired = sp.acquire(member_id, [(base, last) for _, base, last, _ in spans],
                               max_records=max(max_records, 1), now_ms=now_ms(),
                               batch_size=batch_size if batch_size > 0 else None, fetch_offset=offset,
-                              aborted=aborted, record_limit=record_limit)
+                              aborted=aborted, record_limit=record_limit, keys=keys)
         if not acquired:
             return None, []
         first, last = acquired[0].first_offset, acquired[-1].last_offset
         kept = [span for span in spans if span[2] >= first and span[1] <= last]
         start, end = kept[0][0], kept[-1][0] + kept[-1][3]
         return FileSlice(where.path, start, end - start), [tuple(a) for a in acquired]
+
+    def _read_keys(self, sp: SharePartition, offset: int, spans) -> dict:
+        """offset -> key (None: a null key, a control record or an offset the batch lacks) of
+        every record of the batches in `spans` whose keys the share-partition has not cached and
+        may need (up to its key horizon): one
+        pread from the first such batch to the last, each decompressed if it must. Control batches
+        carry no user key."""
+        horizon = sp.key_horizon()  # a full window acquires nothing new: the batches beyond wait
+        needed = [span for span in spans if span[1] <= horizon and not sp.keys_known(span[1], span[2])]
+        keys: dict = {}
+        if not needed:
+            return keys
+        start, end = needed[0][0], needed[-1][0] + needed[-1][3]
+        wanted = {span[1] for span in needed}
+        data = self.partition.core.log.bytes_in(offset, start, end - start)
+        for header in iter_batches(data):
+            if header.base_offset not in wanted:
+                continue
+            keys.update(dict.fromkeys(range(header.base_offset, header.last_offset + 1)))
+            if not header.is_control:
+                keys.update(record_keys(header))
+        return keys
 
     async def share_acknowledge(self, group_id: str, member_id: str, acks,
                                 limits: list | None = None) -> tuple[int, str | None]:
@@ -568,6 +625,11 @@ class ShareLeaders:
                         await self._persist(group_id, sp)
                     except Exception:
                         log.exception("persisting expired locks of %s failed", group_id)
+                elif sp.has_pending_keys() and time.monotonic() - self.pending_retried.get(group_id, 0) >= 1:
+                    # key ordering: keys may wait for a state write that failed (the next write
+                    # carries the whole state) while nothing else writes: write, at most once a second
+                    self.pending_retried[group_id] = time.monotonic()
+                    self._persist_soon(group_id, sp)
 
     def close(self) -> None:
         if self.timer:

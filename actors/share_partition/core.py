@@ -87,6 +87,27 @@ KIP-932 decisions (section names of the KIP):
   records as they were persisted and writes them again: at-least-once into the DLQ. Records
   below the SPSO (the log start overtook them) are archived without a DLQ record.
 
+* Key-ordered sharing (Kray's group config ``share.key.ordering.enable``, default false; Pulsar's
+  Key_Shared within a partition): a record whose key is K is acquired only while it is the lowest
+  record with key K in the share-partition that is not yet done with (Available or Acquired), and
+  no record with key K is Acquired. So one record per key is in the hands of a consumer at a time,
+  and records of one key are processed in offset order across releases (the released record is
+  Available again and still the lowest: it goes out before the next one), lock expiries and
+  members leaving. Acknowledged, Archiving and Archived records free their key once that state is
+  durable (the shell reports successful state writes with ``made_durable``), so that a new
+  leader never delivers a record again after a later record of its key went out. Records with a
+  null key, and offsets the log lacks (gaps), are acquired as without the config. The locks are
+  derived state: from the record states and the records' keys, nothing new is persisted; a new
+  leader learns the keys again as it reads. The shell passes the keys of the log batches it read
+  to ``acquire`` (``keys``: offset -> key, ``None`` for a null key); the core keeps those of the
+  in-flight window (``keys_known`` tells the shell which batches it need not decode again) and
+  drops them as the SPSO passes. A record skipped because its key is held stays Available in
+  flight (the SPEO moves past it, and it counts against ``max_record_locks``), so AcquiredRecords
+  then has gaps inside a batch whose bytes are sent whole (the client delivers only acquired
+  offsets); where no key conflicts, whole batches are acquired as without the config. Records
+  Acquired while the config was off have no known key and hold none, nor do records below the
+  SPSO (the log start overtook them while they were Acquired).
+
 Not done (later Kafka behaviour beyond KIP-932): delivering a record on its last attempt alone /
 throttling batches of much-redelivered records; decrementing the delivery count when a session
 closes with records it may never have handed over (Kafka 4.1+; here a closed session counts as a
@@ -213,6 +234,7 @@ REASON_DELIVERY_COUNT_LIMIT = "DELIVERY_COUNT_LIMIT"
 # Below the SPSO a record can never be delivered again: whatever ends its acquisition archives it.
 _ARCHIVE_BELOW_START = frozenset({Event.ACCEPT, Event.RELEASE, Event.REJECT, Event.GAP,
                                   Event.LOCK_EXPIRED, Event.MEMBER_RELEASED})
+_HOLDS_KEY = frozenset({AVAILABLE, ACQUIRED})   # key ordering: the states in which a record holds its key
 
 
 class IllegalTransition(RuntimeError):
@@ -349,15 +371,21 @@ class SharePartition:
                  delivery_count_limit: int = DEFAULT_DELIVERY_COUNT_LIMIT,
                  max_record_locks: int = DEFAULT_MAX_RECORD_LOCKS, renew_acknowledge_enable: bool = True,
                  read_committed: bool = False, dead_letter_topic: str = "",
-                 dead_letter_copy_record: bool = False) -> None:
+                 dead_letter_copy_record: bool = False, key_ordering: bool = False) -> None:
         self.group_id = group_id
+        self._keys: dict[int, bytes | None] = {}   # offset -> key of records read (key ordering)
+        self._key_counts: dict = {}                 # key -> how many offsets of self._keys have it
+        self._keys_floor = 0                        # no cached key below it
+        self._changes = 0                           # bumped by every change of ranges (memo stamps)
+        self._pending_keys: dict = {}               # key -> durable version once its record was done with
+        self._none_acquirable_at = -1               # _changes when no in-flight record was acquirable
         self.topic_id = topic_id
         self.partition = partition
         self._highest_limit = 0       # the highest delivery count limit ever in force (invariants)
         self.configure(record_lock_duration_ms=record_lock_duration_ms, delivery_count_limit=delivery_count_limit,
                        max_record_locks=max_record_locks, renew_acknowledge_enable=renew_acknowledge_enable,
                        read_committed=read_committed, dead_letter_topic=dead_letter_topic,
-                       dead_letter_copy_record=dead_letter_copy_record)
+                       dead_letter_copy_record=dead_letter_copy_record, key_ordering=key_ordering)
         self.metrics = ShareMetrics()
         self._ranges: list[_Range] = []
         self._firsts: list[int] = []
@@ -371,11 +399,12 @@ class SharePartition:
 
     def configure(self, *, record_lock_duration_ms: int, delivery_count_limit: int, max_record_locks: int,
                   renew_acknowledge_enable: bool, read_committed: bool = False, dead_letter_topic: str = "",
-                  dead_letter_copy_record: bool = False) -> bool:
+                  dead_letter_copy_record: bool = False, key_ordering: bool = False) -> bool:
         """The group's limits now (share.record.lock.duration.ms, share.delivery.count.limit,
         share.partition.max.record.locks, share.renew.acknowledge.enable, share.isolation.level:
         ``read_committed`` tells the shell to read up to the last stable offset and pass aborted
-        batches to ``acquire``; errors.deadletterqueue.topic.name and .copy.record.enable); they
+        batches to ``acquire``; errors.deadletterqueue.topic.name and .copy.record.enable;
+        share.key.ordering.enable: ``key_ordering``, the shell passes record keys to ``acquire``); they
         apply from the next operation on (see the module docstring). Returns True if any changed.
         Raises ValueError for values no config validation lets through."""
         if record_lock_duration_ms <= 0:
@@ -392,8 +421,16 @@ class SharePartition:
         (self.record_lock_duration_ms, self.delivery_count_limit, self.max_record_locks,
          self.renew_acknowledge_enable, self.dead_letter_topic, self.dead_letter_copy_record) = now
         self._highest_limit = max(self._highest_limit, delivery_count_limit)
-        changed = now != before or bool(read_committed) != getattr(self, "read_committed", None)
+        changed = (now != before or bool(read_committed) != getattr(self, "read_committed", None)
+                   or bool(key_ordering) != getattr(self, "key_ordering", None))
         self.read_committed = bool(read_committed)
+        if not key_ordering:
+            self._keys.clear()          # keys are read again if it is turned on later
+            self._key_counts.clear()
+            self._pending_keys.clear()
+        if changed:
+            self._changes = getattr(self, "_changes", 0) + 1
+        self.key_ordering = bool(key_ordering)
         return changed
 
     # ------------------------------------------------------------------ queries
@@ -419,11 +456,73 @@ class SharePartition:
     def fetch_offset(self) -> int | None:
         """Where to read the log next: the first Available in-flight offset, else the SPEO while
         the in-flight window has room, else None (nothing can be acquired now). Call
-        ``expire_locks`` first so that expired locks count as Available."""
+        ``expire_locks`` first so that expired locks count as Available. With key ordering,
+        Available records whose key is held (by an Acquired record or an earlier Available one)
+        are passed over: the first Available offset whose key is free or not known yet."""
+        if self.key_ordering:
+            return self._first_acquirable_by_key()
         for k in range(bisect_left(self._firsts, self._start), len(self._ranges)):
             if self._ranges[k].state is AVAILABLE:
                 return self._ranges[k].first
         return self._end if self.in_flight_count() < self.max_record_locks else None
+
+    def keys_known(self, first: int, last: int) -> bool:
+        """True when the keys of the log batch [first, last] need not be passed to ``acquire``
+        again (key ordering: they are cached, or all of it is below the SPSO)."""
+        if last < self._start:
+            return True
+        return max(first, self._start) in self._keys and last in self._keys
+
+    def key_horizon(self) -> int:
+        """With key ordering, the last offset whose key ``acquire`` may need now: the in-flight
+        window's, and as many beyond the SPEO as it has room for (``acquire`` rounds that up to
+        the end of the log batch holding it: pass the keys of every batch that starts at or below
+        it). Batches beyond it need not be decoded: nothing of theirs can be acquired yet."""
+        return self._end - 1 + max(self.max_record_locks - self.in_flight_count(), 0)
+
+    def _first_acquirable_by_key(self) -> int | None:
+        room = self._end if self.in_flight_count() < self.max_record_locks else None
+        if self._none_acquirable_at == self._changes:
+            return room                 # nothing changed since the last scan found nothing
+        blocked = self._held_keys(available_below=self._start)   # the keys of Acquired records
+        keys = self._keys
+        if (len(keys) == self._end - self._start and None not in self._key_counts
+                and all(key in blocked for key in self._key_counts)):
+            # every offset of the window has its key cached (the cache holds offsets of the window
+            # only), none is null, and every key is held: nothing Available is acquirable
+            self._none_acquirable_at = self._changes
+            return room
+        for k in range(bisect_left(self._firsts, self._start), len(self._ranges)):
+            r = self._ranges[k]
+            if r.state is not AVAILABLE:
+                continue
+            for o in range(r.first, r.last + 1):
+                if o not in keys:
+                    return o            # read it to learn its key
+                key = keys[o]
+                if key is None or key not in blocked:
+                    return o
+        self._none_acquirable_at = self._changes
+        return room
+
+    def _held_keys(self, available_below: int | None = None) -> set:
+        """Keys held now: those of Acquired records (below the SPSO too), of Available records
+        below ``available_below`` (default: all of them: keys that are not free for any record),
+        and of records done with whose new state is not durable yet."""
+        keys = self._keys
+        held = set(self._pending_keys)
+        for r in self._ranges:
+            if r.state is ACQUIRED:
+                last = r.last
+            elif r.state is AVAILABLE and (available_below is None or r.first < available_below):
+                last = r.last if available_below is None else min(r.last, available_below - 1)
+            else:
+                continue
+            for o in range(r.first, last + 1):
+                key = keys.get(o)
+                if key is not None:
+                    held.add(key)
+        return held
 
     def next_deadline_ms(self) -> int | None:
         """Earliest acquisition-lock deadline, or None when nothing is Acquired."""
@@ -467,6 +566,11 @@ class SharePartition:
             prev_last = b.last_offset
         self._ranges, self._firsts = [], []
         self._deadline_floor, self._deadline_exact = None, True
+        self._keys.clear()
+        self._key_counts.clear()
+        self._keys_floor = max(start_offset, log_start_offset)
+        self._pending_keys.clear()      # what was loaded is durable
+        self._changes += 1
         self._log_start = log_start_offset
         start = max(start_offset, log_start_offset)
         pos = start
@@ -512,11 +616,32 @@ class SharePartition:
         """Forget what the coordinator holds: the next ``take_dirty`` returns the full state."""
         self._baseline = (-1, [])
 
+    @property
+    def durable_version(self) -> int:
+        """A stamp of the durable state's changes so far: read it before ``take_dirty`` and pass it
+        to ``made_durable`` once that write succeeded."""
+        return self._durable_version
+
+    def made_durable(self, version: int) -> bool:
+        """A state write taken at ``durable_version`` ``version`` succeeded: the keys of records
+        done with up to then are free (key ordering). True if any key was freed."""
+        freed = [key for key, v in self._pending_keys.items() if v <= version]
+        for key in freed:
+            del self._pending_keys[key]
+        if freed:
+            self._changes += 1
+        return bool(freed)
+
+    def has_pending_keys(self) -> bool:
+        """Key ordering: some keys wait for a state write to succeed before they are free."""
+        return bool(self._pending_keys)
+
     # ------------------------------------------------------------------ acquisition
 
     def acquire(self, member_id: str, batches: Sequence[tuple[int, int]], *, max_records: int,
                 now_ms: int, batch_size: int | None = None, fetch_offset: int | None = None,
-                aborted: Sequence[tuple[int, int]] = (), record_limit: bool = False) -> list[Acquired]:
+                aborted: Sequence[tuple[int, int]] = (), record_limit: bool = False,
+                keys: dict[int, bytes | None] | None = None) -> list[Acquired]:
         """Acquire for ``member_id`` what the log read returned.
 
         ``batches``: (base_offset, last_offset) of the log batches read, in offset order, from
@@ -528,8 +653,12 @@ class SharePartition:
         rounding up to the end of a log batch. ``batch_size``: split the
         returned ranges at log batch boundaries once they hold that many records (ShareFetch
         BatchSize). ``aborted``: offset ranges of aborted transactional batches (read_committed).
+        ``keys``: with key ordering, offset -> key (None: a null key) of the records of the
+        batches read whose keys ``keys_known`` does not have; records of a held key are skipped
+        (the AcquiredRecords ranges then have gaps).
         Returns the AcquiredRecords ranges, in offset order."""
         self._expire(now_ms)
+        self._changes += 1              # keys may be learned
         if max_records <= 0 or not batches:
             return []
         prev_last = None
@@ -551,6 +680,10 @@ class SharePartition:
             self._durable_version += 1
         self._settle()
         lo = max(base, self._start)
+        if self.key_ordering:
+            spans = self._acquire_by_key(member_id, batches, bases, lo, hi, max_records, now_ms, record_limit,
+                                         keys or {}, aborted)
+            return self._finish_acquire(spans, bases, batches, batch_size, aborted)
 
         # 1. Available in-flight records in [lo, min(hi, SPEO - 1)], at most max_records of them
         remaining = max_records
@@ -588,6 +721,9 @@ class SharePartition:
                 self.metrics.acquired_records += end - new_span[0] + 1
                 spans.append(new_span)
 
+        return self._finish_acquire(spans, bases, batches, batch_size, aborted)
+
+    def _finish_acquire(self, spans, bases, batches, batch_size, aborted) -> list[Acquired]:
         # 3. read_committed: records of aborted transactions are archived, not delivered
         for fa, la in aborted:
             for a, b in spans:
@@ -598,6 +734,116 @@ class SharePartition:
                         self.metrics.aborted_archived_records += n
         self._settle()
         return self._acquired_output(spans, bases, batches, batch_size)
+
+    def _acquire_by_key(self, member_id: str, batches, bases, lo: int, hi: int, max_records: int, now_ms: int,
+                        record_limit: bool, keys: dict, aborted) -> list[tuple[int, int]]:
+        """acquire's steps 1 and 2 with key ordering (see the module docstring): the records of
+        [lo, hi] in offset order, each acquired unless its key is held; returns the acquired spans."""
+        cached = self._keys
+
+        def key_of(o: int):
+            if aborted and any(fa <= o <= la for fa, la in aborted):
+                return None             # archived below, never delivered: holds no key
+            return keys[o] if o in keys else cached.get(o)
+
+        blocked = self._held_keys(available_below=lo)
+        remaining = max_records
+        spans: list[list[int]] = []
+
+        def take(o: int) -> None:
+            if spans and spans[-1][1] + 1 == o:
+                spans[-1][1] = o
+            else:
+                spans.append([o, o])
+
+        # 1. Available in-flight records in [lo, min(hi, SPEO - 1)]
+        in_flight_hi = min(hi, self._end - 1)
+        k = max(bisect_right(self._firsts, lo) - 1, 0)
+        while k < len(self._ranges) and remaining > 0:
+            r = self._ranges[k]
+            k += 1
+            if r.first > in_flight_hi:
+                break
+            if r.state is not AVAILABLE or r.last < lo:
+                continue
+            for o in range(max(r.first, lo), min(r.last, in_flight_hi) + 1):
+                key = key_of(o)
+                if key is not None:
+                    if key in blocked:
+                        continue
+                    blocked.add(key)
+                take(o)
+                remaining -= 1
+                if remaining == 0:
+                    break
+        old_spans = [(a, b) for a, b in spans]
+        for a, b in old_spans:
+            self._update(a, b, Event.ACQUIRE, member_id=member_id, now_ms=now_ms)
+
+        # 2. new records beyond the SPEO while the in-flight window has room; those of a held key
+        # join the window as Available (so that the next fetch knows they wait for their key)
+        new_spans: list[tuple[int, int]] = []
+        if hi >= self._end and remaining > 0:
+            room = self.max_record_locks - self.in_flight_count()
+            if room > 0:
+                x = self._end + room - 1
+                cap = min(hi, x if record_limit else _batch_end(bases, batches, x))
+                spans = []
+                o = self._end
+                while o <= cap and remaining > 0:
+                    key = key_of(o)
+                    if key is None or key not in blocked:
+                        if key is not None:
+                            blocked.add(key)
+                        take(o)
+                        remaining -= 1
+                    o += 1
+                new_spans = [(a, b) for a, b in spans]
+                deadline = now_ms + self.record_lock_duration_ms
+                pos, first_new = self._end, len(self._ranges)
+                for a, b in new_spans:
+                    if a > pos:
+                        self._append(_Range(pos, a - 1, AVAILABLE, 0))
+                    self._append(_Range(a, b, ACQUIRED, 1, member_id, deadline))
+                    self.metrics.acquired_records += b - a + 1
+                    pos = b + 1
+                if o > pos:
+                    self._append(_Range(pos, o - 1, AVAILABLE, 0))
+                if o > self._end:
+                    self._coalesce(first_new, first_new + 1)   # with the range before, if equal
+                    if new_spans:
+                        self._note_deadline(deadline)
+                    self._end = o
+        # keep the keys of the in-flight window only (the rest is decoded again when read again)
+        counts = self._key_counts
+        for o, key in keys.items():
+            if self._start <= o < self._end and o not in cached:
+                cached[o] = key
+                counts[key] = counts.get(key, 0) + 1
+        return old_spans + new_spans
+
+    def _prune_keys(self) -> None:
+        """Drop cached keys below the SPSO: the cache holds offsets of [SPSO, SPEO) only."""
+        start = self._start
+        if start <= self._keys_floor:
+            return
+        keys, counts = self._keys, self._key_counts
+        if start - self._keys_floor > len(keys):
+            kept = {o: k for o, k in keys.items() if o >= start}
+            keys.clear()
+            keys.update(kept)
+            counts.clear()
+            for k in kept.values():
+                counts[k] = counts.get(k, 0) + 1
+        else:
+            for o in range(self._keys_floor, start):
+                if o in keys:
+                    k = keys.pop(o)
+                    if counts[k] == 1:
+                        del counts[k]
+                    else:
+                        counts[k] -= 1
+        self._keys_floor = start
 
     def _acquired_output(self, spans, bases, batches, batch_size) -> list[Acquired]:
         out: list[Acquired] = []
@@ -811,6 +1057,7 @@ class SharePartition:
         j = self._split(last + 1)
         n = 0
         limit = self.delivery_count_limit
+        self._changes += 1
         for k in range(i, j):
             r = self._ranges[k]
             ev = Event.ARCHIVE if (r.last < self._start and event in _ARCHIVE_BELOW_START) else event
@@ -834,6 +1081,8 @@ class SharePartition:
                 self.metrics.delivery_limit_archived_records += size
             if ev not in (Event.ACQUIRE, Event.RENEW) or to in TERMINAL:
                 self._durable_version += 1
+            if self.key_ordering and r.state in _HOLDS_KEY and to not in _HOLDS_KEY and self._keys:
+                self._note_freed_keys(r.first, r.last)
             reason = None
             if to is ARCHIVING:
                 reason = REASON_REJECT if ev is Event.REJECT else REASON_DELIVERY_COUNT_LIMIT
@@ -841,6 +1090,15 @@ class SharePartition:
             n += size
         self._coalesce(i, j)
         return n
+
+    def _note_freed_keys(self, first: int, last: int) -> None:
+        """The records of [first, last] are done with: their keys are free once that is durable
+        (``made_durable``), not before (see the module docstring)."""
+        keys, pending, version = self._keys, self._pending_keys, self._durable_version
+        for o in range(first, last + 1):
+            key = keys.get(o)
+            if key is not None:
+                pending[key] = version
 
     def _split(self, offset: int) -> int:
         """Make ``offset`` start a range if a range covers it; return the index of the first
@@ -873,6 +1131,7 @@ class SharePartition:
                 k += 1
 
     def _append(self, r: _Range) -> None:
+        self._changes += 1
         self._ranges.append(r)
         self._firsts.append(r.first)
 
@@ -893,6 +1152,8 @@ class SharePartition:
             del self._ranges[k:j]
             del self._firsts[k:j]
             self._durable_version += 1
+        if self._keys_floor < self._start:
+            self._prune_keys()
 
     def _note_deadline(self, deadline_ms: int) -> None:
         if self._deadline_floor is None or deadline_ms < self._deadline_floor:
@@ -956,3 +1217,10 @@ class SharePartition:
             fail("ranges do not reach the SPEO")
         if in_flight and in_flight[0].state in TERMINAL:
             fail("SPSO not advanced over a terminal prefix")
+        counts: dict = {}
+        for k in self._keys.values():
+            counts[k] = counts.get(k, 0) + 1
+        if counts != self._key_counts:
+            fail("key counts out of step with the cached keys")
+        if any(not self._start <= o < self._end for o in self._keys):
+            fail("keys cached outside [SPSO, SPEO)")

@@ -89,7 +89,7 @@ def test_values_in_force_are_held_to_bounds_changed_since():
     limits = ShareGroupLimits.of_group(overrides | {"share.renew.acknowledge.enable": False}, broker)
     assert limits == ShareGroupLimits(record_lock_duration_ms=30000, delivery_count_limit=6, max_record_locks=200,
                                       renew_acknowledge_enable=False)
-    assert limits.as_list() == [30000, 6, 200, False, False, "", False]   # no dead-letter topic (KIP-1191)
+    assert limits.as_list() == [30000, 6, 200, False, False, "", False, False]   # no DLQ topic, no key order
     assert ShareGroupLimits.of_group({"share.isolation.level": "read_committed"}, broker).read_committed
     # a broker default changed in the broker's config is what a group without overrides gets
     assert ShareGroupLimits.of_group({}, BROKER | {"group.share.delivery.count.limit": 3}).delivery_count_limit == 3
