@@ -408,6 +408,11 @@ def test_a_write_to_a_coordinator_cut_off_goes_to_its_new_leader_without_waiting
         def archiving_count(self):  # no records waiting for their dead-letter record (KIP-1191)
             return 0
 
+        durable_version = 0  # no key ordering: a durable write frees no key
+
+        def made_durable(self, version):
+            return False
+
     async def run():
         received = asyncio.Event()
 
