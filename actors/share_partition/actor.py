@@ -17,9 +17,10 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from actors import controller_client, internal_topics, metrics
+from actors.share_coordinator import wire as state_wire
 from actors.share_coordinator.core import state_partition_for
 from actors.share_partition.core import LATEST_TIMESTAMP, SharePartition, start_offset_timestamp
 from cluster.config import ShareGroupLimits
@@ -62,6 +63,15 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class ReadState(NamedTuple):
+    """ReadShareGroupState's answer for one share-partition."""
+    error_code: int
+    error_message: str | None
+    state_epoch: int
+    start_offset: int
+    state_batches: list
+
+
 @dataclass
 class ShareFetchResult:
     error_code: int = 0
@@ -90,7 +100,6 @@ class ShareLeaders:
         self.groups: dict[str, SharePartition] = {}
         self.state_epochs: dict[str, int] = {}
         self.loading: dict[str, asyncio.Future] = {}
-        self.coordinators: dict[int, Any] = {}
         self.coordinator_indexes: dict[str, int] = {}  # group id -> its __share_group_state partition
         # coordinator index -> (its partition's key, where its state writes go: a Unix socket
         # address on this broker, or another broker's (host, port)); address -> its connection
@@ -118,21 +127,13 @@ class ShareLeaders:
                 group_id, self.partition.topic_id, self.partition.partition, count)
         return index
 
-    async def _coordinator(self, group_id: str):
-        index = self._coordinator_index(group_id)
-        if index not in self.coordinators:
-            self._learn(await controller_client.ensure_internal_topic(self.controller, internal_topics.SHARE_GROUP_STATE))
-        return self.coordinators[index]
-
     def _learn(self, image) -> None:
-        """The share coordinators' handles (Ray calls: loading state) and where each one's state
-        writes go: (its partition's key, this broker's listener of its shard) where it leads on
-        this broker, else (its partition's key, its broker's inter-broker listener address)."""
-        topic = image.topics.get(internal_topics.SHARE_GROUP_STATE)
-        for (name, i), handle in image.coordinators.items():
+        """Where each share coordinator's state requests go: (its partition's key, this broker's
+        listener of its shard) where it leads on this broker, else (its partition's key, its
+        broker's inter-broker listener address)."""
+        for name, i in image.coordinators:
             if name != internal_topics.SHARE_GROUP_STATE:
                 continue
-            self.coordinators.setdefault(i, handle)
             if i in self.state_routes:
                 continue
             route = self._route_in(image, i)
@@ -199,6 +200,17 @@ class ShareLeaders:
                                                    start_offset, batches, STATE_WRITE_TIMEOUT_S)
             return await answer
         return await self._answer_unless_moved(index, sent, write())
+
+    async def _state_call(self, group_id: str, api_key: int, item: list) -> list:
+        """A share-state operation of this share-partition (Read, Initialize, or a Write outside
+        the ordered writes of _write_state) on its coordinator over the brokers' listeners, as the
+        writes go: not a Ray call, which to a coordinator's shard this process never called would
+        wait for Ray's GCS to say where it runs (a cut-off Ray head: until the heal). Its result
+        as the frame's ([error, message, fields...])."""
+        key, connection = await self._state_route(group_id)
+        if isinstance(connection, LocalStateConnection):
+            return list(await connection.call_item(key, api_key, group_id, item, STATE_WRITE_TIMEOUT_S))
+        return await connection.call_item(api_key, group_id, item, STATE_WRITE_TIMEOUT_S)
 
     async def _answer_unless_moved(self, index: int, sent: dict, answer) -> tuple[int, str | None]:
         """A write's answer; or NOT_COORDINATOR as soon as the metadata shows that coordinator
@@ -317,7 +329,6 @@ class ShareLeaders:
         up again on the next write (a failed connection is replaced when next used; one that no
         coordinator is behind any more is closed once idle)."""
         index = self._coordinator_index(group_id)
-        self.coordinators.pop(index, None)
         route = self.state_routes.pop(index, None)
         if route is not None and route[1] not in {address for _, address in self.state_routes.values()}:
             opening = self.state_connections.get(route[1])
@@ -339,11 +350,11 @@ class ShareLeaders:
 
     async def _read_state(self, group_id: str) -> SharePartition:
         core = self.partition.core
-        coordinator = await _step("the share coordinator's whereabouts", self._coordinator(group_id))
         p = self.partition
         configs = await _step("the group's configs", p.group_configs(group_id))
-        result = await _step("ReadShareGroupState", coordinator.read_state.remote(
-            group_id, p.topic_id, p.partition, p.leader_epoch))
+        code, message, state_epoch, start_offset, batches = (await _step("ReadShareGroupState", self._state_call(
+            group_id, state_wire.READ, [p.topic_id.bytes, p.partition, p.leader_epoch])) + [-1, -1, []])[:5]
+        result = ReadState(code, message, state_epoch, start_offset, [tuple(b) for b in batches])
         limits = ShareGroupLimits.of_group(configs, self.config)
         sp = SharePartition(group_id, p.topic_id, p.partition, **vars(limits))
         if result.error_code == 0 and result.start_offset >= 0:
@@ -358,12 +369,13 @@ class ShareLeaders:
         sp.load(start, [], log_start_offset=core.log_start_offset)
         if result.error_code == 0:  # initialized by the group coordinator without a start offset
             self.state_epochs[group_id] = result.state_epoch
-            error, message = await _step("WriteShareGroupState", coordinator.write_state.remote(
-                group_id, p.topic_id, p.partition, result.state_epoch, p.leader_epoch, start, []))
+            error, message = (await _step("WriteShareGroupState", self._state_call(
+                group_id, state_wire.WRITE, state_wire.write_item(p.topic_id, p.partition, result.state_epoch,
+                                                                  p.leader_epoch, start, []))))[:2]
         elif result.error_code == ErrorCode.INVALID_REQUEST:  # never initialized: do it here
             self.state_epochs[group_id] = NO_STATE_EPOCH
-            error, message = await _step("InitializeShareGroupState", coordinator.initialize_state.remote(
-                group_id, p.topic_id, p.partition, NO_STATE_EPOCH, start))
+            error, message = (await _step("InitializeShareGroupState", self._state_call(
+                group_id, state_wire.INITIALIZE, [p.topic_id.bytes, p.partition, NO_STATE_EPOCH, start])))[:2]
         else:
             error, message = result.error_code, result.error_message
         if error:

@@ -54,6 +54,27 @@ class BrokerStateConnection(BrokerConnection):
             return p.error_code, p.error_message
         return result()
 
+    async def call_item(self, api_key: int, group_id: str, item: list, timeout_s: float) -> list:
+        """ReadShareGroupState or InitializeShareGroupState of the one share-partition `item` names
+        (a frame item: [topic id bytes, partition, fields...]); its result as the frame's
+        ([error, message, fields...])."""
+        topic_id, partition = uuid.UUID(bytes=item[0]), item[1]
+        if api_key == wire.READ:
+            R = wire.REQUESTS[wire.READ]
+            request = R(group_id=group_id, topics=[R.ReadStateData(topic_id=topic_id, partitions=[
+                R.PartitionData(partition=partition, leader_epoch=item[2])])])
+        elif api_key == wire.INITIALIZE:
+            R = wire.REQUESTS[wire.INITIALIZE]
+            request = R(group_id=group_id, topics=[R.InitializeStateData(topic_id=topic_id, partitions=[
+                R.PartitionData(partition=partition, state_epoch=item[2], start_offset=item[3])])])
+        else:
+            raise ValueError(f"share state API {api_key}: send_write writes")
+        p = self.decode(api_key, 0, await self.send(request, 0, timeout_s)).results[0].partitions[0]
+        if api_key == wire.READ:
+            return [p.error_code, p.error_message, p.state_epoch, p.start_offset,
+                    [[b.first_offset, b.last_offset, b.delivery_state, b.delivery_count] for b in p.state_batches]]
+        return [p.error_code, p.error_message]
+
 
 class LocalStateConnection:
     """SHARE_STATE frames to the shard of this broker that hosts the coordinator."""
@@ -85,6 +106,15 @@ class LocalStateConnection:
     async def call(self, coordinator_key: tuple[uuid.UUID, int], api_key: int, group_id: str, items: list,
                    timeout_s: float) -> list | None:
         return await self.send(coordinator_key, api_key, group_id, items, timeout_s)
+
+    async def call_item(self, coordinator_key: tuple[uuid.UUID, int], api_key: int, group_id: str, item: list,
+                        timeout_s: float) -> list:
+        """One item's result, as BrokerStateConnection.call_item (NOT_COORDINATOR where the shard
+        hosts no coordinator of `coordinator_key`)."""
+        results = await self.call(coordinator_key, api_key, group_id, [item], timeout_s)
+        if results is None:
+            return [ErrorCode.NOT_COORDINATOR, "the coordinator's shard does not host it now"]
+        return results[0]
 
     def send_write(self, coordinator_key: tuple[uuid.UUID, int], group_id: str, topic_id: uuid.UUID, partition: int,
                    state_epoch: int, leader_epoch: int, start_offset: int, batches: list,
