@@ -156,7 +156,7 @@ class ActiveController:
             try:
                 self._handles[voter] = await asyncio.wait_for(
                     asyncio.shield(_lookup(self._handles.cluster, voter)), RESOLVE_TIMEOUT_S)
-            except (ValueError, asyncio.TimeoutError) as e:
+            except Exception as e:  # not there (ValueError), the GCS unreachable (timeout), ...
                 log.info("the controller of voter %d could not be looked up (%s)", voter, type(e).__name__)
                 continue
 

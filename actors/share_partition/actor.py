@@ -46,10 +46,10 @@ READ_HEADROOM = 1.25
 DEADLINE_POLL_S_MAX = 1.0
 NO_STATE_EPOCH = 0
 STATE_WRITE_TIMEOUT_S = 30.0
-# loading a share-partition's state: each step (the coordinator's whereabouts, the group's configs,
-# the coordinator's ReadShareGroupState) waits at most this long; a load that failed is tried
-# again at the next ShareFetch, with the coordinator looked up afresh (a handle to a coordinator
-# on a host cut off answers nothing, and may not answer long after the heal either)
+# loading a share-partition's state: each step (the group's configs; each share-state request,
+# finding where its coordinator is included) waits at most this long; a load that failed is tried
+# again at the next ShareFetch, with the coordinator looked up afresh (one on a host cut off
+# answers nothing)
 STATE_LOAD_STEP_TIMEOUT_S = 10.0
 # While a state write waits for its answer, how often the leaders look (in the controller's
 # metadata) whether the coordinator's partition still has the leader the write went to: a broker
