@@ -39,6 +39,7 @@ import ray
 
 from actors import internal_topics, log_to_stderr
 from actors.controller.core import BrokerInfo, ControllerCore, Outcome, TopicState
+from actors.controller.elections import DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS
 from actors.controller.events import BrokerEvents
 from actors.controller.quorum_metadata import QuorumMetadataLog
 from actors.controller_client import ActiveController, NotController
@@ -68,7 +69,6 @@ SUCCESSOR_GRACE_HEARTBEATS = 2
 # voter's last contact with a majority of the voters (followers fetch every replica.fetch.wait.max.ms)
 CONTROLLER_LEASE_MS = 1000
 LEASE_SKEW_MS = 500
-BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT = 2000  # broker.heartbeat.interval.ms
 # a standby taking over: shards of a host cut off (the one whose controller it replaces, often)
 # answer nothing, and every broker waits meanwhile (the takeover's wait delays fencing that host,
 # whose session starts when the new controller is active); a shard that answers later has its
@@ -369,7 +369,7 @@ class ControllerActor:
         if b is None or b.fenced or b.last_heartbeat_ms is None:
             return
         grace_ms = SUCCESSOR_GRACE_HEARTBEATS * int(self.core.broker_config.get(
-            "broker.heartbeat.interval.ms", BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT))
+            "broker.heartbeat.interval.ms", DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS))
         # the predecessor answered heartbeats until its lease ran out: at most CONTROLLER_LEASE_MS
         # after its last contact with a majority, which may have come a little after this voter
         # last heard from it (LEASE_SKEW_MS); its broker counts its session from a heartbeat's send

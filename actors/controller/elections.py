@@ -46,6 +46,7 @@ from protocol.errors import ErrorCode
 
 NO_LEADER = -1
 DEFAULT_BROKER_SESSION_TIMEOUT_MS = 9000  # broker.session.timeout.ms
+DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS = 2000  # broker.heartbeat.interval.ms
 RECORD_TYPES = frozenset({"broker_registration", "unfence_broker", "fence_broker", "partition_change"})
 
 

@@ -30,7 +30,7 @@ import ray
 from actors import log_to_stderr
 from actors.controller.actor import MetadataImage
 from actors.controller.core import BrokerInfo
-from actors.controller.elections import DEFAULT_BROKER_SESSION_TIMEOUT_MS
+from actors.controller.elections import DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS, DEFAULT_BROKER_SESSION_TIMEOUT_MS
 from actors.controller.quorum import NotLeader
 from actors.controller.quorum_shell.settings import configured_voters, quorum_enabled
 from actors.controller.quorum_shell.voter import build_voter
@@ -44,7 +44,6 @@ from protocol.errors import ErrorCode
 
 log = logging.getLogger("kray.gateway")
 ANY_ADDRESS = ("0.0.0.0", "::", "")
-BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT = 2000  # broker.heartbeat.interval.ms
 SESSION_RECHECK_S = 0.05  # a session deadline is checked at most this late
 VOTERS_POLL_S = 0.5  # how often a voter looks for the other voters' listeners while one is missing
 VOTERS_REFRESH_S = 5.0  # ... and then, for a voter that moved
@@ -67,7 +66,7 @@ class GatewayActor:
         self.heartbeats: asyncio.Task | None = None
         self.session_watch: asyncio.Task | None = None
         self.heartbeat_interval_s = int(broker_config.get("broker.heartbeat.interval.ms",
-                                                          BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT)) / 1000
+                                                          DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS)) / 1000
         self.session_timeout_ms = int(broker_config.get("broker.session.timeout.ms", DEFAULT_BROKER_SESSION_TIMEOUT_MS))
         self.in_flight: set[asyncio.Task] = set()  # heartbeats awaiting their answer
         self.taking_up = asyncio.Lock()  # one re-registration or session resumption at a time

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from actors import controller_client, internal_topics, metrics
 from actors.share_coordinator import wire as state_wire
@@ -61,15 +61,6 @@ DLQ_RETRY_S = 1.0  # after a failed dead-letter write, before the records are wr
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class ReadState(NamedTuple):
-    """ReadShareGroupState's answer for one share-partition."""
-    error_code: int
-    error_message: str | None
-    state_epoch: int
-    start_offset: int
-    state_batches: list
 
 
 @dataclass
@@ -352,14 +343,14 @@ class ShareLeaders:
         core = self.partition.core
         p = self.partition
         configs = await _step("the group's configs", p.group_configs(group_id))
-        code, message, state_epoch, start_offset, batches = (await _step("ReadShareGroupState", self._state_call(
-            group_id, state_wire.READ, [p.topic_id.bytes, p.partition, p.leader_epoch])) + [-1, -1, []])[:5]
-        result = ReadState(code, message, state_epoch, start_offset, [tuple(b) for b in batches])
+        read_error, read_message, state_epoch, start_offset, batches = (await _step("ReadShareGroupState",
+            self._state_call(group_id, state_wire.READ, [p.topic_id.bytes, p.partition, p.leader_epoch]))
+            + [-1, -1, []])[:5]
         limits = ShareGroupLimits.of_group(configs, self.config)
         sp = SharePartition(group_id, p.topic_id, p.partition, **vars(limits))
-        if result.error_code == 0 and result.start_offset >= 0:
-            sp.load(result.start_offset, result.state_batches, log_start_offset=core.log_start_offset)
-            self.state_epochs[group_id] = result.state_epoch
+        if read_error == 0 and start_offset >= 0:
+            sp.load(start_offset, [tuple(b) for b in batches], log_start_offset=core.log_start_offset)
+            self.state_epochs[group_id] = state_epoch
             sp.take_dirty()
             return sp
         # The group coordinator resolves share.auto.offset.reset when it initializes the share-partition
@@ -367,17 +358,17 @@ class ShareLeaders:
         # skipped. When it could not (or the state was never initialized), it is resolved here, now.
         start = self._initial_offset(configs)
         sp.load(start, [], log_start_offset=core.log_start_offset)
-        if result.error_code == 0:  # initialized by the group coordinator without a start offset
-            self.state_epochs[group_id] = result.state_epoch
+        if read_error == 0:  # initialized by the group coordinator without a start offset
+            self.state_epochs[group_id] = state_epoch
             error, message = (await _step("WriteShareGroupState", self._state_call(
-                group_id, state_wire.WRITE, state_wire.write_item(p.topic_id, p.partition, result.state_epoch,
+                group_id, state_wire.WRITE, state_wire.write_item(p.topic_id, p.partition, state_epoch,
                                                                   p.leader_epoch, start, []))))[:2]
-        elif result.error_code == ErrorCode.INVALID_REQUEST:  # never initialized: do it here
+        elif read_error == ErrorCode.INVALID_REQUEST:  # never initialized: do it here
             self.state_epochs[group_id] = NO_STATE_EPOCH
             error, message = (await _step("InitializeShareGroupState", self._state_call(
                 group_id, state_wire.INITIALIZE, [p.topic_id.bytes, p.partition, NO_STATE_EPOCH, start])))[:2]
         else:
-            error, message = result.error_code, result.error_message
+            error, message = read_error, read_message
         if error:
             raise RuntimeError(f"cannot load the share-partition state of {group_id}: {message}")
         sp.take_dirty()
