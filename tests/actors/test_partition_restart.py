@@ -120,6 +120,12 @@ def produced(bootstrap, topic, partition) -> bool:
         return False
 
 
+# what a client may hear while a shard's partitions come back: its leader not yet named again, or
+# the partition not yet hosted by the restarted shard
+RESTARTING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._UNKNOWN_PARTITION,
+              KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE)
+
+
 def end_offset(consumer, topic, partition, deadline) -> int:
     """The partition's end offset, asked again after a retriable error (as a client would: the
     metadata may still name the restarted shard's old listener for a moment)."""
@@ -127,6 +133,6 @@ def end_offset(consumer, topic, partition, deadline) -> int:
         try:
             return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)[1]
         except KafkaException as e:
-            if e.args[0].code() != KafkaError.NOT_LEADER_FOR_PARTITION or time.monotonic() > deadline:
+            if e.args[0].code() not in RESTARTING or time.monotonic() > deadline:
                 raise
             time.sleep(0.5)

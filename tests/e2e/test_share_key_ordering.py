@@ -95,23 +95,31 @@ def test_per_key_order_across_releases_and_a_member_leaving(kray_keys):
             elif how == AcknowledgeType.RELEASE:
                 released.add((p, o))
 
+    leaver = CONSUMERS - 1
+    leaver_holds = threading.Event()
+
     def work(k):
+        if k != leaver:
+            # the others join once the leaver has records in hand, so that it surely leaves with some
+            # while the others are taking records (of other keys, and of its keys only after it left)
+            assert leaver_holds.wait(30), "the leaving member got no records in 30 s"
         c = ShareConsumer({"bootstrap.servers": kray_keys, "group.id": group,
                            "share.acknowledgement.mode": "explicit"})
         c.subscribe([topic])
-        polls = 0
         try:
             while time.monotonic() < stop:
                 with lock:
                     if len(done) >= RECORDS:
                         break
                 got = [m for m in c.poll(0.5) if m.error() is None]
-                polls += bool(got)
-                if k == CONSUMERS - 1 and polls == 3 and got:
+                if k == leaver and got:
                     # this member leaves with records in hand: the broker releases them when it
                     # goes, and they must go out again before anything later of their keys
                     for m in got:
                         check_receipt(m)
+                    leaver_holds.set()
+                    time.sleep(2)           # the others poll meanwhile
+                    for m in got:
                         finish(m, None)     # out of its hands before its session closes
                     leaver_left.set()
                     return
@@ -136,7 +144,7 @@ def test_per_key_order_across_releases_and_a_member_leaving(kray_keys):
 
     assert not violations, violations[:10]
     assert len(done) == RECORDS, f"{RECORDS - len(done)} records never processed"
-    assert leaver_left.is_set(), "the leaving member got records"
+    assert leaver_left.is_set(), "the leaving member never left with records in hand"
     assert released, "some records were released"
     for (p, key), offsets in expected.items():
         if key is not None:
