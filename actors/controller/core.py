@@ -112,7 +112,10 @@ class ControllerCore:
         return topic_config_defaults(self.broker_config) | topic.configs
 
     def controller_id(self) -> int:
-        return min(self.brokers) if self.brokers else -1
+        """The broker named as controller in Metadata and DescribeCluster: clients send it the
+        requests any broker forwards to the controller (as a KRaft broker names a live broker), so
+        a live one while there is one."""
+        return min(self.live_brokers() or self.brokers, default=-1)
 
     def live_brokers(self) -> list[int]:
         """Registered, unfenced brokers: where new replicas may go (Kafka places on unfenced ones)."""
