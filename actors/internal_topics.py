@@ -20,9 +20,11 @@ PARTITION_COUNT_CONFIG = {CONSUMER_OFFSETS: "offsets.topic.num.partitions",
 REPLICATION_FACTOR_CONFIG = {CONSUMER_OFFSETS: "offsets.topic.replication.factor",
                              SHARE_GROUP_STATE: "share.coordinator.state.topic.replication.factor",
                              TRANSACTION_STATE: "transaction.state.log.replication.factor"}
-# the topic's min.insync.replicas, capped by its replication factor (Kafka's transaction.state.log.min.isr: the
-# coordinator's records, appended with acks=all, survive a broker's loss)
-MIN_INSYNC_REPLICAS_CONFIG = {TRANSACTION_STATE: "transaction.state.log.min.isr"}
+# the topic's min.insync.replicas, capped by its replication factor (Kafka's transaction.state.log.min.isr and
+# share.coordinator.state.topic.min.isr: the coordinator's records, appended with acks=all, survive a broker's
+# loss; a share acknowledgement is confirmed only once two replicas hold it)
+MIN_INSYNC_REPLICAS_CONFIG = {TRANSACTION_STATE: "transaction.state.log.min.isr",
+                              SHARE_GROUP_STATE: "share.coordinator.state.topic.min.isr"}
 # Kafka's configs for its internal topics: small segments, and never deleted by time or size: their
 # coordinators keep them short themselves (the group coordinator rewrites its live records and deletes
 # the rest, as Kafka's log cleaner compacts __consumer_offsets; the share coordinator prunes behind its

@@ -42,6 +42,7 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "offsets.topic.replication.factor": 3,
     "share.coordinator.state.topic.num.partitions": 50,
     "share.coordinator.state.topic.replication.factor": 3,
+    "share.coordinator.state.topic.min.isr": 2,
     # transactions (Kafka 4's shipped defaults)
     "transaction.state.log.num.partitions": 50,
     "transaction.state.log.replication.factor": 3,
