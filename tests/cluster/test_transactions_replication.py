@@ -3,15 +3,19 @@ and are acknowledged once min.insync.replicas hold them; a follower derives open
 aborted-transaction index and the coordinator epochs from the batches it appends, so that after
 its leader's node dies it serves read_committed readers and fences markers as the old leader did, and
 DescribeProducers on the new leader shows the producers (epochs, sequences, coordinator epochs, open
-transactions) the old one showed."""
+transactions) the old one showed. And confluent-kafka's exactly-once read-process-write pipeline
+produces each input record once across the kill of its transaction coordinator's node."""
+import threading
 import time
 import uuid
+from collections import Counter
 
 import pytest
 import ray
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from actors import internal_topics
 from cluster.admin import KafkaConnection
 from cluster.local import LocalCluster
 from protocol.errors import ErrorCode
@@ -122,3 +126,162 @@ def test_a_new_leader_keeps_the_transactions_its_old_leader_wrote(cluster):
         assert _read_committed(live, topic, 3) == [b"committed", b"open", b"plain"]
     finally:
         cluster.restart_node(old_leader)
+
+
+# ---- an exactly-once pipeline across a node kill --------------------------------------------------------------------
+EOS_RECORDS = 3000
+EOS_BATCH = 100  # records per transaction
+
+
+def _transaction_coordinator(cluster, transactional_id: str) -> int:
+    """The broker leading the `__transaction_state` partition of `transactional_id`."""
+    image = cluster.metadata()
+    state = image.topics[internal_topics.TRANSACTION_STATE]
+    return state.partitions[internal_topics.transaction_partition(transactional_id, len(state.partitions))].leader
+
+
+class Pipeline(threading.Thread):
+    """confluent-kafka's exactly-once read-process-write loop, as its documentation writes it: a
+    read_committed group member without auto-commit, a transactional producer; per transaction up
+    to EOS_BATCH records copied from `source` to `sink` and the consumer's positions sent with
+    them. A transaction that fails is aborted (a fatal error: a new producer) and the member
+    starts again from the group's committed offsets (a new consumer), so that what the aborted
+    transaction read is read again. With `hold` set, the next transaction stops after its records
+    and offsets are sent, sets `holding` and waits for `resume` before it commits."""
+
+    def __init__(self, bootstrap: str, source: str, sink: str, group: str, transactional_id: str):
+        super().__init__(daemon=True)
+        self.bootstrap, self.source, self.sink, self.group = bootstrap, source, sink, group
+        self.transactional_id = transactional_id
+        self.committed_records = 0  # records of transactions whose commit_transaction returned
+        self.aborts: list[str] = []
+        self.hold, self.holding, self.resume, self.stop = (threading.Event() for _ in range(4))
+        self.failure: BaseException | None = None
+
+    def _consumer(self) -> Consumer:
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "isolation.level": "read_committed",
+                      "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        c.subscribe([self.source])
+        return c
+
+    def _producer(self) -> Producer:
+        p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.transactional_id})
+        p.init_transactions(60)
+        return p
+
+    def run(self) -> None:
+        try:
+            consumer, producer = self._consumer(), self._producer()
+            while not self.stop.is_set():
+                records = [m for m in consumer.consume(EOS_BATCH, timeout=0.5) if m.error() is None]
+                if not records:
+                    continue
+                try:
+                    producer.begin_transaction()
+                    for m in records:
+                        producer.produce(self.sink, key=m.key(), value=m.value(), partition=m.partition())
+                    producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                         consumer.consumer_group_metadata(), 30)
+                    if self.hold.is_set():
+                        self.hold.clear()
+                        self.holding.set()
+                        self.resume.wait(60)
+                    self._commit(producer)
+                    self.committed_records += len(records)
+                except KafkaException as e:
+                    error = e.args[0]
+                    self.aborts.append(str(error)[:120])
+                    if error.fatal():
+                        producer = self._producer()
+                    else:
+                        self._abort(producer)
+                    consumer.close()
+                    consumer = self._consumer()
+            consumer.close()
+        except BaseException as e:  # said by the test, not lost in the thread
+            self.failure = e
+
+    @staticmethod
+    def _commit(producer: Producer) -> None:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                producer.commit_transaction(30)
+                return
+            except KafkaException as e:  # retriable: the outcome is not known yet, ask again
+                if not e.args[0].retriable() or time.monotonic() > deadline:
+                    raise
+
+    @staticmethod
+    def _abort(producer: Producer) -> None:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                producer.abort_transaction(30)
+                return
+            except KafkaException as e:
+                if not e.args[0].retriable() or time.monotonic() > deadline:
+                    raise
+
+
+def test_a_read_process_write_pipeline_produces_exactly_once_across_a_node_kill(cluster):
+    """The node of the pipeline's transaction coordinator is killed while a transaction is open
+    (records and offsets sent, EndTxn not yet): the new coordinator, loaded from the replicated
+    `__transaction_state`, completes or aborts it; markers reach partition leaders that moved. A
+    read_committed reader of the output sees every input record exactly once."""
+    name = uuid.uuid4().hex[:6]
+    source, sink, group = f"eos-in-{name}", f"eos-out-{name}", f"eos-{name}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for f in admin.create_topics([NewTopic(t, 3, 3, config={"min.insync.replicas": "2"})
+                                  for t in (source, sink)]).values():
+        f.result(30)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 10})
+    for i in range(EOS_RECORDS):
+        p.produce(source, key=b"%d" % i, value=b"%d" % i, partition=i % 3)
+        p.poll(0)
+    assert p.flush(60) == 0
+    transactional_id = f"eos-{name}"
+    pipeline = Pipeline(cluster.bootstrap, source, sink, group, transactional_id)
+    pipeline.start()
+    down = None
+    try:
+        _wait(lambda: pipeline.committed_records >= EOS_RECORDS // 3 or pipeline.failure, 90,
+              "a third of the input through the pipeline")
+        assert pipeline.failure is None, pipeline.failure
+        victim = _transaction_coordinator(cluster, transactional_id)
+        pipeline.hold.set()
+        assert pipeline.holding.wait(60), "the pipeline opened no transaction"
+        at_kill = pipeline.committed_records
+        cluster.kill_node(victim)
+        down, killed_at = victim, time.monotonic()
+        pipeline.resume.set()
+        _wait(lambda: pipeline.committed_records >= EOS_RECORDS or pipeline.failure, 120,
+              "the whole input through the pipeline")
+        assert pipeline.failure is None, pipeline.failure
+        recovered_s = time.monotonic() - killed_at
+        cluster.restart_node(victim)
+        down = None
+    finally:
+        pipeline.stop.set()
+        pipeline.resume.set()
+        pipeline.join(60)
+        if down is not None:
+            cluster.restart_node(down)
+    out = Counter()
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"check-{name}",
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    c.assign([TopicPartition(sink, i, 0) for i in range(3)])
+    deadline, quiet_since = time.monotonic() + 60, time.monotonic()
+    while time.monotonic() < deadline and (len(out) < EOS_RECORDS or time.monotonic() - quiet_since < 3):
+        got = [m for m in c.consume(1000, timeout=0.5) if m.error() is None]
+        out.update(int(m.key()) for m in got)
+        quiet_since = time.monotonic() if got else quiet_since
+    c.close()
+    print(f"exactly-once pipeline across the kill of broker {victim} (its transaction coordinator): {at_kill} "
+          f"records committed before it, all {EOS_RECORDS} {recovered_s:.1f} s after it; aborted transactions "
+          f"{len(pipeline.aborts)} {pipeline.aborts[:3]}")
+    missing = sorted(set(range(EOS_RECORDS)) - set(out))
+    twice = sorted(k for k, n in out.items() if n > 1)
+    assert not missing, f"{len(missing)} input records missing from the output: {missing[:10]}"
+    assert not twice, f"{len(twice)} input records in the output more than once: {twice[:10]}"
+    assert set(out) == set(range(EOS_RECORDS))
