@@ -87,14 +87,21 @@ def fetch(bootstrap: str, topic: str, records: int, isolation: str) -> dict:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"f-{uuid.uuid4().hex[:8]}", "isolation.level": isolation,
                   "enable.auto.commit": False})
     c.assign([TopicPartition(topic, i, 0) for i in range(PARTITIONS)])
+    try:
+        return timed_read(lambda: c.consume(1000, timeout=0.5), records)
+    finally:
+        c.close()
+
+
+def timed_read(poll, records: int) -> dict:
+    """Poll until `records` records came (at most 120 s), timed from the first one."""
     got, started, deadline = 0, None, time.monotonic() + 120
     while got < records and time.monotonic() < deadline:
-        batch = [m for m in c.consume(1000, timeout=0.5) if m.error() is None]
+        batch = [m for m in poll() if m.error() is None]
         if batch and started is None:
             started = time.perf_counter()
         got += len(batch)
     elapsed = time.perf_counter() - started
-    c.close()
     return {"records": got, "s": round(elapsed, 3), "records_per_s": round(got / elapsed)}
 
 
@@ -109,15 +116,10 @@ def share(bootstrap: str, topic: str, records: int, isolation: str) -> dict:
         f.result(30)
     c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
     c.subscribe([topic])
-    got, started, deadline = 0, None, time.monotonic() + 120
-    while got < records and time.monotonic() < deadline:
-        batch = [m for m in c.poll(0.5) if m.error() is None]
-        if batch and started is None:
-            started = time.perf_counter()
-        got += len(batch)
-    elapsed = time.perf_counter() - started
-    c.close()
-    return {"records": got, "s": round(elapsed, 3), "records_per_s": round(got / elapsed)}
+    try:
+        return timed_read(lambda: c.poll(0.5), records)
+    finally:
+        c.close()
 
 
 def pipeline(bootstrap: str, source: str, records: int, transactional: bool) -> dict:

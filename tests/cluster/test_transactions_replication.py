@@ -186,7 +186,7 @@ class Pipeline(threading.Thread):
                         self.hold.clear()
                         self.holding.set()
                         self.resume.wait(60)
-                    self._commit(producer)
+                    self._retrying(producer.commit_transaction)
                     self.committed_records += len(records)
                 except KafkaException as e:
                     error = e.args[0]
@@ -194,7 +194,7 @@ class Pipeline(threading.Thread):
                     if error.fatal():
                         producer = self._producer()
                     else:
-                        self._abort(producer)
+                        self._retrying(producer.abort_transaction)
                     consumer.close()
                     consumer = self._consumer()
             consumer.close()
@@ -202,23 +202,13 @@ class Pipeline(threading.Thread):
             self.failure = e
 
     @staticmethod
-    def _commit(producer: Producer) -> None:
+    def _retrying(call) -> None:
+        """commit_transaction / abort_transaction, asked again while the error is retriable (the
+        outcome is not known yet: the coordinator moved, the call timed out)."""
         deadline = time.monotonic() + 120
         while True:
             try:
-                producer.commit_transaction(30)
-                return
-            except KafkaException as e:  # retriable: the outcome is not known yet, ask again
-                if not e.args[0].retriable() or time.monotonic() > deadline:
-                    raise
-
-    @staticmethod
-    def _abort(producer: Producer) -> None:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                producer.abort_transaction(30)
-                return
+                return call(30)
             except KafkaException as e:
                 if not e.args[0].retriable() or time.monotonic() > deadline:
                     raise
