@@ -248,6 +248,13 @@ class SocketPartition:
     async def share_release(self, group_id, member_id):
         await self._call(wire.SHARE_RELEASE, [group_id, member_id])
 
+    async def txn_coordinator(self, operation: str, args: list) -> list:
+        """A per-transaction request (`operation`: add_partitions, add_offsets, end_txn) to the
+        transaction coordinator this client's partition (of `__transaction_state`) hosts: its answer
+        (actors/transaction_coordinator/wire.py txn_answer), or PartitionNotHosted."""
+        (answer,), _ = await self._call(wire.TXN_COORDINATOR, [operation, args])
+        return answer
+
     async def send_share_state(self, api_key: int, group_id: str, items: list):
         """Kafka's share-state operation `api_key` (83-87) for the partitions in `items` (see
         actors/share_coordinator/wire.py), to the share coordinator this client's partition (of

@@ -3,7 +3,9 @@ gateway of its node, by calling the methods of the partition replica each frame 
 listener serves every replica its process hosts).
 
 SHARE_STATE frames go to the share coordinator a `__share_group_state` replica hosts (its
-`share_state`); a replica without one answers NOT_HOSTED, as for a partition not hosted here.
+`share_state`), TXN_COORDINATOR frames to the transaction coordinator a `__transaction_state`
+replica hosts (its `txn_operation`); a replica without one answers NOT_HOSTED, as for a partition
+not hosted here.
 
 Long polls (WAIT_FOR_DATA, SHARE_WAIT) wait here, in the partition actor, and answer with a
 flag only: whatever is read or acquired afterwards is asked for by a call whose answer is used,
@@ -215,6 +217,12 @@ async def _txn_markers(replica_for, args):
     return [answers], ()
 
 
+async def _txn_coordinator(actor, args, blobs):
+    _expect(args, 2, "txn_coordinator")
+    operation, operation_args = args
+    return [await actor.txn_operation(operation, operation_args)], ()
+
+
 async def _release_waiters(actor, args, blobs):
     _expect(args, 0, "release_waiters")
     return [actor.release_acks_waits()], ()
@@ -224,7 +232,10 @@ HANDLERS = {wire.PRODUCE: _produce, wire.FETCH: _fetch, wire.WAIT_FOR_DATA: _wai
             wire.LIST_OFFSETS: _list_offsets, wire.SHARE_FETCH: _share_fetch, wire.SHARE_WAIT: _share_wait,
             wire.SHARE_ACKNOWLEDGE: _share_acknowledge, wire.SHARE_RELEASE: _share_release,
             wire.REPLICA_FETCH: _replica_fetch, wire.SHARE_STATE: _share_state,
-            wire.RELEASE_WAITERS: _release_waiters, wire.DESCRIBE_PRODUCERS: _describe_producers}
+            wire.RELEASE_WAITERS: _release_waiters, wire.DESCRIBE_PRODUCERS: _describe_producers,
+            wire.TXN_COORDINATOR: _txn_coordinator}
+# what only a coordinator's replica answers (a plain replica of the partition answers NOT_HOSTED)
+COORDINATOR_OPERATIONS = {wire.SHARE_STATE: "share_state", wire.TXN_COORDINATOR: "txn_operation"}
 
 
 async def start_listener(replica_for: Callable[[tuple[uuid.UUID, int]], Any], address: str,
@@ -245,7 +256,7 @@ async def start_listener(replica_for: Callable[[tuple[uuid.UUID, int]], Any], ad
                 raise MalformedMessage(f"{wire.API_NAMES[api_key]}: {e}") from None
             return wire.encode_response(correlation_id, out_args)
         actor = replica_for(key)
-        if actor is None or (api_key == wire.SHARE_STATE and not hasattr(actor, "share_state")):
+        if actor is None or (api_key in COORDINATOR_OPERATIONS and not hasattr(actor, COORDINATOR_OPERATIONS[api_key])):
             return wire.encode_response(correlation_id, [], (), status=wire.NOT_HOSTED)
         try:
             out_args, out_blobs = await HANDLERS[api_key](actor, args, blobs)

@@ -69,6 +69,11 @@ TXN_MARKERS = 32014      # [timeout_ms, [[topic id, partition, producer id, prod
                          # partitions of one shard, appended in order, answered once replicated as acks=all
 DESCRIBE_PRODUCERS = 32015  # [] -> [error, [[producer id, producer epoch, last sequence, last timestamp,
                             # coordinator epoch, current txn start offset]...]]: the leader's producer state
+TXN_COORDINATOR = 32016  # [operation, args] -> [error, [[topic, partition, error]...] or None]: a client's
+                         # AddPartitionsToTxn ("add_partitions": [[transactional id, producer id, producer epoch,
+                         # [[topic, partition]...], verify only]...] -> one answer each), AddOffsetsToTxn
+                         # ("add_offsets") or EndTxn ("end_txn") for the transaction coordinator leading the
+                         # frame's partition (a __transaction_state one); NOT_HOSTED where none of it is hosted
 BATCHED = (FETCH, REPLICA_FETCH)
 WAIT_CONSUMER, WAIT_REPLICA, WAIT_READ_COMMITTED = 0, 1, 2   # WAIT_FOR_DATA / WAIT_FOR_ANY's "replica"  # what MANY may carry: calls without blobs that never wait
 NO_PARTITION = (uuid.UUID(int=0), 0)
@@ -77,7 +82,7 @@ API_NAMES = {PRODUCE: "produce", FETCH: "fetch", WAIT_FOR_DATA: "wait_for_data",
              SHARE_RELEASE: "share_release", REPLICA_FETCH: "replica_fetch", MANY: "many",
              WAIT_FOR_ANY: "wait_for_any", PRODUCE_MANY: "produce_many", SHARE_STATE: "share_state",
              RELEASE_WAITERS: "release_waiters", TXN_MARKERS: "txn_markers",
-             DESCRIBE_PRODUCERS: "describe_producers"}
+             DESCRIBE_PRODUCERS: "describe_producers", TXN_COORDINATOR: "txn_coordinator"}
 
 ANSWERED, NOT_HOSTED = 0, 1  # response statuses
 

@@ -11,7 +11,9 @@ transactional ids. A failed append leaves the core ahead of the log: it is dropp
 replayed as soon as this replica leads it (and again soon after a drop), as Kafka loads on election: a transaction
 a dead coordinator left in Prepare* gets its markers without waiting for a client's request.
 
-The gateway calls the operations below with Ray calls (one per client request, as for the group coordinator).
+The gateway sends the per-transaction requests (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) as TXN_COORDINATOR
+frames over its Unix socket to the shard that hosts this replica (`txn_operation`), as produce's records go: no Ray
+call on a transaction's path. InitProducerId and the admin APIs (rare) are Ray calls.
 """
 from __future__ import annotations
 
@@ -29,10 +31,16 @@ from .core import (AddOffsets, AddPartitions, EndTxn, InitProducerId, ListResult
                    TransactionCoordinatorCore, TxnConfig, epoch_exhausted)
 from .marker_sender import GONE, MARKER_REQUEST_TIMEOUT_S, MarkerConnection, MarkerSender
 from .records import decode_record
+from .wire import txn_answer
 
 log = logging.getLogger("kray.transaction_coordinator")
 E = ErrorCode
 TIMER_RETRY_S = 1.0
+# AddPartitionsToTxn / AddOffsetsToTxn for a transactional id whose previous transaction still has markers out
+# (Prepare*), or whose record is being appended, waits up to this long for that to end before answering
+# CONCURRENT_TRANSACTIONS: a producer starts its next transaction right after EndTxn's answer, and librdkafka
+# retries CONCURRENT_TRANSACTIONS only after retry.backoff.ms (100 ms), where the markers take a few ms
+CONCURRENT_WAIT_S = 1.0
 
 # Kafka's TransactionStateManager: how an append error reaches the client (retriable either way: the client finds
 # the coordinator again, or retries where it is)
@@ -79,6 +87,7 @@ class TransactionCoordinatorActor(PartitionActor):
         self.transport = None
         self.timer: asyncio.Task | None = None
         self.wake = asyncio.Event()
+        self.appended: dict[str, asyncio.Event] = {}  # transactional id -> set at the next append of its records
 
     # ---- loading, leadership -------------------------------------------------------------------------------------
     @property
@@ -135,6 +144,7 @@ class TransactionCoordinatorActor(PartitionActor):
     async def _commit(self, core: TransactionCoordinatorCore, step: Step) -> ErrorCode:
         """Append the step's records, mark them durable, hand its markers over; the error to answer."""
         if step.records:
+            ids = transactional_ids(step.records)
             try:
                 await self.txn_log.append(list(step.records))
             except CoordinatorLogError as e:
@@ -142,8 +152,10 @@ class TransactionCoordinatorActor(PartitionActor):
                             self.partition, e)
                 if core is self.shard:
                     self._drop()
+                self._appended(ids)
                 return append_error(e.error_code)
-            core.on_appended(transactional_ids(step.records))
+            core.on_appended(ids)
+            self._appended(ids)
         if step.markers and self.image is None:
             await self._refresh_metadata()
         if core is not self.shard:
@@ -153,6 +165,13 @@ class TransactionCoordinatorActor(PartitionActor):
         if step.records:
             self.wake.set()  # a transaction may have started: its timeout is a new deadline
         return E.NONE
+
+    def _appended(self, transactional_ids: list[str]) -> None:
+        """Wake the requests of these ids waiting in `_run_when_settled`."""
+        for transactional_id in transactional_ids:
+            waiting = self.appended.pop(transactional_id, None)
+            if waiting is not None:
+                waiting.set()
 
     async def _run(self, operation) -> Step:
         """`operation(core)` -> Step, committed; the Step answered (its error, or the append's)."""
@@ -193,7 +212,8 @@ class TransactionCoordinatorActor(PartitionActor):
         """One Step per transaction, each with an error for every partition of its input."""
         steps = []
         for i in inputs:
-            step = await self._run(lambda core, i=i: core.add_partitions(i, now_ms()))
+            step = await self._run_when_settled(i.transactional_id,
+                                                    lambda core, i=i: core.add_partitions(i, now_ms()))
             if step.partition_errors is None:
                 step = step._replace(partition_errors={tp: step.error for tp in i.partitions})
             steps.append(step)
@@ -202,11 +222,29 @@ class TransactionCoordinatorActor(PartitionActor):
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> Step:
         partition = internal_topics.group_partition(group_id, int(self.config["offsets.topic.num.partitions"]))
         request = AddOffsets(transactional_id, producer_id, producer_epoch, group_id, partition)
-        return await self._run(lambda core: core.add_offsets(request, now_ms()))
+        return await self._run_when_settled(transactional_id, lambda core: core.add_offsets(request, now_ms()))
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool) -> Step:
         request = EndTxn(transactional_id, producer_id, producer_epoch, committed)
         return await self._run(lambda core: core.end_txn(request, now_ms()))
+
+    async def txn_operation(self, operation: str, args: list) -> list:
+        """A TXN_COORDINATOR frame (actors/partition/wire.py) from this broker's gateway: the per-transaction
+        requests a client sends (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) over the data path instead of
+        a Ray call each; answered as wire.py's txn_answer."""
+        if operation == "add_partitions":
+            inputs = [AddPartitions(str(t), int(pid), int(epoch), tuple((str(topic), int(p)) for topic, p in tps),
+                                    bool(verify)) for t, pid, epoch, tps, verify in args]
+            return [txn_answer(step) for step in await self.add_partitions(inputs)]
+        if operation == "add_offsets":
+            transactional_id, producer_id, producer_epoch, group_id = args
+            return txn_answer(await self.add_offsets(str(transactional_id), int(producer_id), int(producer_epoch),
+                                                     str(group_id)))
+        if operation == "end_txn":
+            transactional_id, producer_id, producer_epoch, committed = args
+            return txn_answer(await self.end_txn(str(transactional_id), int(producer_id), int(producer_epoch),
+                                                 bool(committed)))
+        raise ValueError(f"unknown transaction coordinator operation {operation!r}")
 
     async def describe_transactions(self, ids: list[str]) -> list[tuple]:
         """(transactional id, error, TxnMetadata or None) each."""
@@ -239,6 +277,22 @@ class TransactionCoordinatorActor(PartitionActor):
                 log.warning("%s: writing its Complete record failed (%s); a reload resends its markers",
                             report.transactional_id, error.name)
         return written
+
+    async def _run_when_settled(self, transactional_id: str, operation) -> Step:
+        """`_run(operation)`; while it is answered CONCURRENT_TRANSACTIONS (the id's previous transaction still
+        has markers out, or one of its records is being appended), once more after each append of the id's records
+        (the Complete record among them), for at most CONCURRENT_WAIT_S."""
+        deadline = time.monotonic() + CONCURRENT_WAIT_S
+        while True:
+            step = await self._run(operation)
+            remaining = deadline - time.monotonic()
+            if step.error != E.CONCURRENT_TRANSACTIONS or step.records or remaining <= 0:
+                return step  # (records: a timed-out transaction being aborted, answered as it is)
+            appended = self.appended.setdefault(transactional_id, asyncio.Event())
+            try:
+                await asyncio.wait_for(appended.wait(), remaining)
+            except asyncio.TimeoutError:
+                return step
 
     def _leader_of(self, tp: tuple[str, int]) -> int | None:
         """The partition's leader broker; None while it has none (or the image does not know its topic yet); GONE

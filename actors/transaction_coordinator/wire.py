@@ -24,11 +24,26 @@ from .states import STATE_NAMES
 __all__ = ["INIT_PRODUCER_ID", "ADD_PARTITIONS_TO_TXN", "ADD_OFFSETS_TO_TXN", "END_TXN", "init_producer_id_input",
            "init_producer_id_response", "add_partitions_inputs", "add_partitions_response", "end_txn_input",
            "end_txn_response", "add_offsets_response", "describe_transactions_response",
-           "list_transactions_response", "write_txn_markers_requests", "marker_outcome", "MarkerProgress"]
+           "list_transactions_response", "write_txn_markers_requests", "marker_outcome", "MarkerProgress",
+           "txn_answer", "txn_step"]
 
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 22, 24, 25, 26
 E = ErrorCode
 TopicPartition = tuple[str, int]
+
+
+def txn_answer(step: Step) -> list:
+    """What the gateway needs of a Step, for a TXN_COORDINATOR frame's answer: [error, [[topic, partition,
+    error]...] or None]."""
+    errors = step.partition_errors
+    return [int(step.error), None if errors is None else [[t, p, int(e)] for (t, p), e in errors.items()]]
+
+
+def txn_step(answer: list) -> Step:
+    """The Step (its error and partition errors) a TXN_COORDINATOR frame answered."""
+    error, errors = answer
+    return Step(error=E(error), partition_errors=None if errors is None else {
+        (str(t), int(p)): E(e) for t, p, e in errors})
 
 
 def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:

@@ -1,5 +1,6 @@
 """actors/transaction_coordinator/wire.py: Kafka's transaction requests to the core's inputs, Steps to responses
 (encoded in every version), and the marker traffic to partition leaders."""
+import msgpack
 import pytest
 
 from actors.transaction_coordinator import wire
@@ -206,3 +207,13 @@ def test_a_missing_partition_in_the_answer_is_retried():
     (request_id, _, request), = progress.requests(LEADERS.get)[0]
     assert progress.answer(request_id, WriteTxnMarkersResponse(markers=[])) == []
     assert len(progress.requests(LEADERS.get)[0]) == 1
+
+
+def test_a_step_crosses_the_data_path_with_its_error_and_partition_errors():
+    """TXN_COORDINATOR frames (msgpack) carry what the gateway answers with: the error and each partition's."""
+    step = Step(records=((b"k", b"v"),), error=E.CONCURRENT_TRANSACTIONS,
+                partition_errors={("orders", 0): E.NONE, ("orders", 3): E.INVALID_PRODUCER_EPOCH})
+    back = wire.txn_step(msgpack.unpackb(msgpack.packb(wire.txn_answer(step))))
+    assert back.error == E.CONCURRENT_TRANSACTIONS and back.records == ()
+    assert back.partition_errors == step.partition_errors
+    assert wire.txn_step(msgpack.unpackb(msgpack.packb(wire.txn_answer(Step())))).partition_errors is None

@@ -9,7 +9,9 @@ the offsets pending until the transaction's marker reaches the group's `__consum
 A transactional id's coordinator is the actor that follows the leadership of the `__transaction_state` partition the
 id hashes to (created on first use); a broker that does not lead it answers NOT_COORDINATOR and the client finds
 it again. The coordinator steps its core, appends, then answers (actors/transaction_coordinator/actor.py);
-wire.py translates requests and Steps.
+wire.py translates requests and Steps. AddPartitionsToTxn, AddOffsetsToTxn and EndTxn, a transaction's own
+requests, reach it as TXN_COORDINATOR frames over the data path to its shard (no Ray call per transaction);
+InitProducerId, DescribeTransactions and ListTransactions are Ray calls.
 
 With an authorizer, as Kafka's KafkaApis: InitProducerId, AddPartitionsToTxn v0-3, AddOffsetsToTxn, EndTxn and
 transactional Produce need WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); AddPartitionsToTxn
@@ -32,6 +34,7 @@ from protocol.messages import (AddOffsetsToTxnResponse, AddPartitionsToTxnRespon
 from actors import internal_topics
 from actors.gateway.connection import in_request_order
 from actors.gateway.handlers.groups import NotCoordinator, _internal_partition, coordinator_error, group_coordinator
+from actors.gateway.partition_client import PartitionNotHosted
 from actors.gateway.security.authorizer import AclOperation, ResourceType
 from actors.transaction_coordinator import wire
 from actors.transaction_coordinator.core import ListResult, Step
@@ -54,6 +57,24 @@ async def transaction_coordinator(ctx, transactional_id: str):
         raise NotCoordinator(f"broker {ctx.broker_id} is not the coordinator of transactional id "
                              f"{transactional_id!r} (broker {partition.leader} is): find it with FindCoordinator")
     return actor
+
+
+async def coordinator_operation(ctx, transactional_id: str, operation: str, args: list):
+    """A per-transaction request to the coordinator of `transactional_id`, as a TXN_COORDINATOR frame to the shard
+    that hosts it (actors/partition/wire.py): its answer (wire.py txn_answer). NotCoordinator where this broker
+    does not lead the id's `__transaction_state` partition; the data path's failure (ConnectionError, TimeoutError)
+    is the caller's to answer as COORDINATOR_NOT_AVAILABLE (a retried request is answered alike by the core)."""
+    await _internal_partition(ctx, internal_topics.TRANSACTION_STATE, lambda n: 0)  # the topic exists
+    topic = ctx.metadata.topics[internal_topics.TRANSACTION_STATE]
+    index = internal_topics.transaction_partition(transactional_id, len(topic.partitions))
+    client = ctx.partition(topic.topic_id, index) if topic.partitions[index].leader == ctx.broker_id else None
+    try:
+        if client is None:
+            raise PartitionNotHosted(index)
+        return await client.txn_coordinator(operation, args)
+    except PartitionNotHosted:
+        raise NotCoordinator(f"broker {ctx.broker_id} is not the coordinator of transactional id {transactional_id!r} "
+                             f"(broker {topic.partitions[index].leader} is): find it with FindCoordinator") from None
 
 
 # ---- InitProducerId ------------------------------------------------------------------------------------------------
@@ -115,8 +136,10 @@ async def handle_add_partitions_to_txn(ctx, header, request, connection=None) ->
 
     async def ask(numbers: list[int]) -> None:
         try:
-            coordinator = await transaction_coordinator(ctx, inputs[numbers[0]].transactional_id)
-            answers = await coordinator.add_partitions.remote([inputs[n] for n in numbers])
+            answers = [wire.txn_step(a) for a in await coordinator_operation(
+                ctx, inputs[numbers[0]].transactional_id, "add_partitions",
+                [[i.transactional_id, i.producer_id, i.producer_epoch, [list(tp) for tp in i.partitions], i.verify_only]
+                 for i in (inputs[n] for n in numbers)])]
         except Exception as e:
             error = ErrorCode(coordinator_error(e))
             answers = [{tp: error for tp in inputs[n].partitions} for n in numbers]
@@ -144,9 +167,8 @@ async def handle_add_offsets_to_txn(ctx, header, request, connection=None) -> Ad
     if not request.transactional_id:
         return wire.add_offsets_response(version, Step(error=E.INVALID_REQUEST))
     try:
-        coordinator = await transaction_coordinator(ctx, request.transactional_id)
-        step = await coordinator.add_offsets.remote(request.transactional_id, request.producer_id,
-                                                    request.producer_epoch, request.group_id)
+        step = wire.txn_step(await coordinator_operation(ctx, request.transactional_id, "add_offsets", [
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id]))
     except Exception as e:
         step = Step(error=ErrorCode(coordinator_error(e)))
     return wire.add_offsets_response(version, step)
@@ -159,9 +181,8 @@ async def handle_end_txn(ctx, header, request, connection=None) -> EndTxnRespons
     if not request.transactional_id:
         return wire.end_txn_response(version, Step(error=E.INVALID_REQUEST))
     try:
-        coordinator = await transaction_coordinator(ctx, request.transactional_id)
-        step = await coordinator.end_txn.remote(request.transactional_id, request.producer_id,
-                                                request.producer_epoch, request.committed)
+        step = wire.txn_step(await coordinator_operation(ctx, request.transactional_id, "end_txn", [
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed]))
     except Exception as e:
         step = Step(error=ErrorCode(coordinator_error(e)))
     return wire.end_txn_response(version, step)
