@@ -189,3 +189,21 @@ def test_a_compacted_topic_refuses_records_without_a_key_per_record(tmp_path):
     assert other.produce(memoryview(build_batch([(None, b"v", [], NOW)])), now_ms=NOW,
                          leader_epoch=1).error_code == ErrorCode.NONE
     assert other.cleanable(NOW) is None
+
+
+def test_a_follower_copies_a_cleaned_log_with_its_gaps_and_recovers_it(tmp_path):
+    leader = open_core(tmp_path / "leader")
+    fill(leader)
+    assert leader.swap_cleaned(one_round(leader))
+    follower = open_core(tmp_path / "follower")
+    offset = 0
+    while offset < leader.log_end_offset:
+        data = bytes(leader.fetch(offset, 1 << 20).records)
+        headers = follower.append_replicated(memoryview(data), now_ms=NOW)
+        offset = headers[-1].next_offset
+    follower.log.high_watermark = follower.log_end_offset
+    expected = read_all(leader)
+    assert read_all(follower) == expected and follower.log_end_offset == leader.log_end_offset
+    follower.close()
+    os.unlink(tmp_path / "follower" / ".kray_cleanshutdown")   # unclean: every segment is checked
+    assert read_all(open_core(tmp_path / "follower")) == expected
