@@ -640,6 +640,9 @@ class Log:
             current = _read_offset(path)
             if current is None or current > offset:
                 _write_text_atomically(path, f"{offset}\n")
+        cleaned_to = read_cleaner_checkpoint(self.directory)
+        if cleaned_to > offset:   # what comes again past the truncation is dirty (Kafka's maybeTruncateCheckpoint)
+            _write_text_atomically(self.directory / CLEANER_OFFSET_CHECKPOINT, f"{offset}\n")
 
     # --- the log cleaner (compacted topics) --------------------------------------------------
 

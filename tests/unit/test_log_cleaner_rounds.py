@@ -207,3 +207,12 @@ def test_a_follower_copies_a_cleaned_log_with_its_gaps_and_recovers_it(tmp_path)
     follower.close()
     os.unlink(tmp_path / "follower" / ".kray_cleanshutdown")   # unclean: every segment is checked
     assert read_all(open_core(tmp_path / "follower")) == expected
+
+
+def test_a_truncation_below_the_cleaned_offset_makes_what_follows_dirty_again(tmp_path):
+    core = open_core(tmp_path)
+    fill(core)
+    assert core.swap_cleaned(one_round(core))
+    cleaned_to = core.cleanable(NOW).first_dirty_offset
+    core.truncate_to(cleaned_to - 10, now_ms=NOW)
+    assert core.cleanable(NOW).first_dirty_offset <= cleaned_to - 10
