@@ -216,3 +216,29 @@ def test_a_truncation_below_the_cleaned_offset_makes_what_follows_dirty_again(tm
     cleaned_to = core.cleanable(NOW).first_dirty_offset
     core.truncate_to(cleaned_to - 10, now_ms=NOW)
     assert core.cleanable(NOW).first_dirty_offset <= cleaned_to - 10
+
+
+def test_a_round_stops_at_the_last_stable_offset_and_drops_aborted_data(tmp_path):
+    core = open_core(tmp_path)
+    for n in range(20):
+        produce(core, [(f"k{n % KEYS}", f"{n}-" + "x" * 40)])
+    # producer 9's transaction is aborted, producer 8's stays open across later segments
+    produce(core, [("k0", "aborted" + "a" * 40)], producer_id=9, producer_epoch=0, base_sequence=0,
+            is_transactional=True)
+    assert core.append_marker(9, 0, 0, False, now_ms=NOW, leader_epoch=1).error_code == 0
+    core.log.high_watermark = core.log_end_offset
+    core.log.roll(now_ms=NOW)             # (only whole segments below the last stable offset are cleaned)
+    open_at = produce(core, [("k1", "open" + "o" * 40)], producer_id=8, producer_epoch=0, base_sequence=0,
+                      is_transactional=True).base_offset
+    for n in range(40):
+        produce(core, [(f"k{n % KEYS}", f"late-{n}-" + "y" * 40)])
+    assert core.last_stable_offset == open_at
+    before = read_all(core)
+    assert core.swap_cleaned(one_round(core))
+    after = read_all(core)
+    # everything from the last stable offset on is as it was, duplicates and all
+    assert [r for r in after if r[0] >= open_at] == [r for r in before if r[0] >= open_at]
+    # below it: the aborted record is gone and each key appears once
+    below = [r for r in after if r[0] < open_at]
+    assert not [r for r in below if r[2].startswith("aborted")]
+    assert len({r[1] for r in below}) == len(below)
