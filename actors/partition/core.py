@@ -93,6 +93,13 @@ class PartitionConfig:
         return is_compacted(self.cleanup_policy)
 
     @property
+    def roll_ms(self) -> int:
+        """How long a segment stays active: segment.ms, or max.compaction.lag.ms when shorter on a
+        compacted topic (the active segment is never cleaned: Kafka rolls it so that the cleaner
+        can honour the lag)."""
+        return min(self.segment_ms, self.max_compaction_lag_ms) if self.compacted else self.segment_ms
+
+    @property
     def deletes(self) -> bool:
         """Whether retention.ms / retention.bytes apply (cleanup.policy names delete)."""
         return "delete" in {p.strip() for p in self.cleanup_policy.split(",")}
@@ -147,7 +154,7 @@ class PartitionCore:
         directory = Path(directory)
         log = Log.open(directory, segment_bytes=config.segment_bytes,
                        index_interval_bytes=config.index_interval_bytes,
-                       max_index_bytes=config.segment_index_bytes, segment_ms=config.segment_ms,
+                       max_index_bytes=config.segment_index_bytes, segment_ms=config.roll_ms,
                        now_ms=now_ms)
         producers = _rebuild_producer_state(directory, log, config, now_ms)
         return cls(directory, log, producers, config)
@@ -442,7 +449,7 @@ class PartitionCore:
         log.segment_bytes = self.config.segment_bytes
         log.index_interval_bytes = self.config.index_interval_bytes
         log.max_index_bytes = self.config.segment_index_bytes
-        log.segment_ms = self.config.segment_ms
+        log.segment_ms = self.config.roll_ms
         self._producers.max_producer_ids = self.config.max_producer_ids
 
     def append_replicated(self, records, *, now_ms: int) -> list:

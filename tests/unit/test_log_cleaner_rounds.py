@@ -242,3 +242,21 @@ def test_a_round_stops_at_the_last_stable_offset_and_drops_aborted_data(tmp_path
     below = [r for r in after if r[0] < open_at]
     assert not [r for r in below if r[2].startswith("aborted")]
     assert len({r[1] for r in below}) == len(below)
+
+
+def test_max_compaction_lag_rolls_the_active_segment_so_it_can_be_cleaned(tmp_path):
+    core = open_core(tmp_path, segment_bytes=1 << 20, max_compaction_lag_ms=1000)
+    rows = [(b"k", b"1", [], NOW)]
+    core.produce(memoryview(build_batch(rows)), now_ms=NOW, leader_epoch=1)
+    core.produce(memoryview(build_batch([(b"k", b"2", [], NOW + 500)])), now_ms=NOW + 500, leader_epoch=1)
+    assert len(core.log.segment_base_offsets) == 1
+    core.produce(memoryview(build_batch([(b"k", b"3", [], NOW + 2000)])), now_ms=NOW + 2000, leader_epoch=1)
+    assert core.log.segment_base_offsets == [0, 2]
+    core.log.high_watermark = core.log_end_offset
+    dirt = core.cleanable(NOW + 2000)
+    assert dirt.max_lag_due and dirt.due(0.99)
+    # a topic that does not compact keeps segment.ms
+    plain = PartitionCore.open(tmp_path / "plain", PartitionConfig(max_compaction_lag_ms=1000), now_ms=NOW)
+    for t in (NOW, NOW + 2000):
+        plain.produce(memoryview(build_batch([(b"k", b"v", [], t)])), now_ms=t, leader_epoch=1)
+    assert plain.log.segment_base_offsets == [0]
