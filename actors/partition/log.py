@@ -136,7 +136,7 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def finish_cleaner_swap(directory: Path) -> list[tuple[int, int]]:
+def finish_cleaner_swap(directory: Path, *, check_replaced: bool = True) -> list[tuple[int, int]]:
     """Kafka's .cleaned/.swap protocol, one directory per round: a round's files in CLEANING_DIR
     were never committed (the old segments stand; they go); a SWAP_DIR was committed: its files
     move into the log directory (names no old file had) and the segments its manifest names are
@@ -150,6 +150,13 @@ def finish_cleaner_swap(directory: Path) -> list[tuple[int, int]]:
         return []
     manifest = swap / SWAP_MANIFEST
     replaced = [tuple(int(v) for v in line.split()) for line in manifest.read_text().splitlines() if line.strip()]
+    present = set(directory_segments(directory))
+    if check_replaced and not any(parse_segment_stem(p.stem) in present for p in swap.iterdir() if p.suffix == LOG_SUFFIX) and not all(
+            tuple(r) in present for r in replaced):
+        # nothing moved in yet and a replaced segment is gone (retention deleted it, or a
+        # truncation, after the round was planned): the round is void
+        shutil.rmtree(swap, ignore_errors=True)
+        return []
     moved = set()
     for path in swap.iterdir():
         if path.name == SWAP_MANIFEST:
@@ -633,7 +640,9 @@ class Log:
 
     def _lower_recovery_point(self, offset: int) -> None:
         """After a truncation (as Kafka's truncateTo): what lies at or past `offset` may be
-        rewritten and not flushed yet, so recovery must check it again."""
+        rewritten and not flushed yet, so recovery must check it again. A cleaning round
+        committed but not swapped in is void (its segments may hold what was truncated)."""
+        shutil.rmtree(self.directory / SWAP_DIR, ignore_errors=True)
         with self.recovery_lock:
             self.recovery_generation += 1
             path = self.directory / RECOVERY_POINT_CHECKPOINT
@@ -701,9 +710,13 @@ class Log:
         self.note_gaps()
         first = positions[0]
         old = self._segments[first:first + len(positions)]
+        # the new files first: once one is in, a crash is finished at open whatever else happened
+        for path in sorted(swap.iterdir()):
+            if path.name != SWAP_MANIFEST:
+                os.replace(path, self.directory / path.name)
         for segment in old:
             self._deleted += segment.mark_deleted()
-        finish_cleaner_swap(self.directory)
+        finish_cleaner_swap(self.directory, check_replaced=False)   # checked above
         knobs = dict(index_interval_bytes=self.index_interval_bytes, max_index_bytes=self.max_index_bytes)
         new = [Segment.open(self.directory, base, recover=False, generation=generation, allow_gaps=True, **knobs)
                for base, generation in result.created]

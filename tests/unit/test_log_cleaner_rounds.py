@@ -260,3 +260,25 @@ def test_max_compaction_lag_rolls_the_active_segment_so_it_can_be_cleaned(tmp_pa
     for t in (NOW, NOW + 2000):
         plain.produce(memoryview(build_batch([(b"k", b"v", [], t)])), now_ms=t, leader_epoch=1)
     assert plain.log.segment_base_offsets == [0]
+
+
+def test_a_committed_round_is_void_after_a_truncation_or_a_deleted_segment(tmp_path):
+    core = open_core(tmp_path)
+    fill(core)
+    one_round(core)                       # committed, not swapped in
+    core.truncate_to(core.log.segment_base_offsets[2], now_ms=NOW)
+    assert not (tmp_path / SWAP_DIR).exists()
+    expected = read_all(core)
+    core.close()
+    assert read_all(open_core(tmp_path)) == expected
+    # a replaced segment deleted while the process was down: the round is dropped at open
+    other = open_core(tmp_path / "b")
+    fill(other)
+    one_round(other)
+    first = other.log.segment_base_offsets[0]
+    other.close()
+    for path in (tmp_path / "b").glob(f"{first:020d}.*"):
+        path.unlink()
+    reopened = open_core(tmp_path / "b")
+    assert not (tmp_path / "b" / SWAP_DIR).exists()
+    assert reopened.log.segment_base_offsets[0] != first
