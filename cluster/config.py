@@ -79,6 +79,13 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "offsets.retention.check.interval.ms": 600000,
     "offset.metadata.max.bytes": 4096,
     "log.cleaner.min.cleanable.ratio": 0.5,
+    # the log cleaner of compacted topics (Kafka 4's shipped defaults; actors/partition/cleaner.py)
+    "log.cleaner.enable": True,
+    "log.cleaner.min.compaction.lag.ms": 0,
+    "log.cleaner.max.compaction.lag.ms": 9223372036854775807,
+    "log.cleaner.delete.retention.ms": 86400000,
+    "log.cleaner.io.max.bytes.per.second": 1.7976931348623157e308,
+    "log.cleaner.backoff.ms": 15000,
     "max.incremental.fetch.session.cache.slots": 1000,  # KIP-227 fetch sessions per broker
     # share groups (KIP-932), Kafka 4.2's shipped defaults
     "group.share.delivery.count.limit": 5,
@@ -193,6 +200,10 @@ TOPIC_CONFIG_SOURCES: dict[str, str] = {
     "message.timestamp.type": "log.message.timestamp.type",
     "min.insync.replicas": "min.insync.replicas",
     "cleanup.policy": "",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
     "errors.deadletterqueue.group.enable": "",  # KIP-1191: true lets a share group use the topic as its DLQ
 }
@@ -200,9 +211,11 @@ TOPIC_CONFIG_FIXED_DEFAULTS: dict[str, Any] = {"segment.index.bytes": 10485760, 
                                                "errors.deadletterqueue.group.enable": False}
 
 INT_TOPIC_CONFIGS = {"segment.bytes", "segment.index.bytes", "index.interval.bytes", "retention.ms",
-                     "retention.bytes", "max.message.bytes", "min.insync.replicas"}
-ENUM_TOPIC_CONFIGS = {"message.timestamp.type": {"CreateTime", "LogAppendTime"},
-                      "cleanup.policy": {"delete"}}
+                     "retention.bytes", "max.message.bytes", "min.insync.replicas", "min.compaction.lag.ms",
+                     "max.compaction.lag.ms", "delete.retention.ms"}
+FLOAT_TOPIC_CONFIGS = {"min.cleanable.dirty.ratio": (0.0, 1.0)}
+ENUM_TOPIC_CONFIGS = {"message.timestamp.type": {"CreateTime", "LogAppendTime"}}
+CLEANUP_POLICIES = {"delete", "compact"}   # cleanup.policy: a list of them (compact,delete)
 BOOL_TOPIC_CONFIGS = {"unclean.leader.election.enable", "errors.deadletterqueue.group.enable"}
 
 
@@ -315,6 +328,19 @@ def validate_topic_configs(configs: dict[str, Any]) -> dict[str, Any]:
                 value = int(value)
             except (TypeError, ValueError):
                 raise ConfigError(f"topic config {key} must be an integer, not {value!r}") from None
+        elif key in FLOAT_TOPIC_CONFIGS:
+            low, high = FLOAT_TOPIC_CONFIGS[key]
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"topic config {key} must be a number, not {value!r}") from None
+            if not low <= value <= high:
+                raise ConfigError(f"topic config {key} must be in [{low}, {high}], not {value}")
+        elif key == "cleanup.policy":
+            policies = [p.strip() for p in str(value).strip("[]").split(",") if p.strip()]
+            if not policies or any(p not in CLEANUP_POLICIES for p in policies):
+                raise ConfigError(f"topic config cleanup.policy must be a list of delete | compact, not {value!r}")
+            value = ",".join(dict.fromkeys(policies))
         elif key in BOOL_TOPIC_CONFIGS:
             if str(value).lower() not in ("true", "false"):
                 raise ConfigError(f"topic config {key} must be true or false, not {value!r}")
@@ -472,6 +498,11 @@ class TopicConfig:
     max_message_bytes: int
     log_append_time: bool
     min_insync_replicas: int
+    cleanup_policy: str = "delete"
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 9223372036854775807
+    delete_retention_ms: int = 86400000
 
     @classmethod
     def from_kafka(cls, effective: dict[str, Any]) -> "TopicConfig":
@@ -483,4 +514,9 @@ class TopicConfig:
             max_message_bytes=int(effective["max.message.bytes"]),
             log_append_time=effective["message.timestamp.type"] == "LogAppendTime",
             min_insync_replicas=int(effective["min.insync.replicas"]),
+            cleanup_policy=str(effective.get("cleanup.policy", "delete")),
+            min_cleanable_dirty_ratio=float(effective.get("min.cleanable.dirty.ratio", 0.5)),
+            min_compaction_lag_ms=int(effective.get("min.compaction.lag.ms", 0)),
+            max_compaction_lag_ms=int(effective.get("max.compaction.lag.ms", 9223372036854775807)),
+            delete_retention_ms=int(effective.get("delete.retention.ms", 86400000)),
         )

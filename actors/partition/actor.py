@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
-from actors import controller_client, log_to_stderr
+from actors import controller_client, internal_topics, log_to_stderr
 from actors.partition.checkpoints import load_epochs, load_high_watermark, save_epochs, save_high_watermark
 from actors.partition.core import PartitionCore
 from actors.partition.fetcher import ReplicaFetchers
@@ -292,6 +292,25 @@ class PartitionActor:
         deleted = log_.take_deleted()
         if deleted:
             self.hosted_by.in_background(unlink_files, deleted)
+
+    def cleanable(self, now: int):
+        """This replica's dirt (cleaner.Cleanable) when its topic is compacted, else None. Leaders
+        and followers clean their own copies (Kafka's rule); internal topics keep their
+        coordinators' own compaction for now."""
+        if self.topic in (internal_topics.CONSUMER_OFFSETS, internal_topics.SHARE_GROUP_STATE,
+                          internal_topics.TRANSACTION_STATE):
+            return None
+        return self.core.cleanable(now)
+
+    def plan_cleaning(self, dirt, now: int, io_max_bytes_per_second: float):
+        return self.core.plan_cleaning(dirt, now_ms=now, io_max_bytes_per_second=io_max_bytes_per_second)
+
+    def swap_cleaned(self, result) -> bool:
+        """Put a round's segments in place (on the shard's loop, between two calls: produce and
+        fetch never see half of it); the replaced files are unlinked on the I/O thread."""
+        swapped = self.core.swap_cleaned(result)
+        self._hand_over_files()
+        return swapped
 
     def retention_tick(self, now: int) -> None:
         """Periodic (the shard's timer, every log.retention.check.interval.ms): delete what

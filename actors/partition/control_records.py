@@ -40,7 +40,10 @@ def build_marker_batch(producer_id: int, producer_epoch: int, coordinator_epoch:
 
 def read_marker(header: BatchHeader, buf=None) -> TxnMarker | None:
     """The transaction marker a control batch holds; None for another control type (Kafka
-    ignores those, e.g. KRaft's LeaderChange). CorruptRecord when the record is malformed."""
+    ignores those, e.g. KRaft's LeaderChange), and for an empty one (the log cleaner emptied it:
+    a follower copies it as it is). CorruptRecord when the record is malformed."""
+    if header.records_count == 0:
+        return None
     records = decode_records(header, buf)
     if len(records) != 1 or records[0].key is None or len(records[0].key) < _CONTROL_KEY.size:
         raise CorruptRecord("a control batch must hold one record with a control key")

@@ -36,9 +36,13 @@ from typing import Any
 
 from protocol.errors import ErrorCode
 from protocol.record_batch import (
-    COMPRESSION_ZSTD, NO_TIMESTAMP, CorruptRecord, UnsupportedMagic, crc_is_valid, iter_batches,
+    COMPRESSION_ZSTD, NO_TIMESTAMP, CorruptRecord, UnsupportedMagic, crc_is_valid, iter_batches, record_keys,
 )
 
+from .cleaner import (
+    DEFAULT_DELETE_RETENTION_MS, DEFAULT_MAX_COMPACTION_LAG_MS, DEFAULT_MIN_CLEANABLE_DIRTY_RATIO,
+    DEFAULT_MIN_COMPACTION_LAG_MS, ProducerLast, is_compacted,
+)
 from .control_records import build_marker_batch, read_marker
 from .txn_index import AbortedTxn
 from .log import (
@@ -78,6 +82,27 @@ class PartitionConfig:
     message_timestamp_after_max_ms: int = 3_600_000               # message.timestamp.after.max.ms
     producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS  # producer.id.expiration.ms
     max_producer_ids: int = DEFAULT_MAX_PRODUCER_IDS
+    cleanup_policy: str = "delete"                                # cleanup.policy (delete | compact | both)
+    min_cleanable_dirty_ratio: float = DEFAULT_MIN_CLEANABLE_DIRTY_RATIO  # min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int = DEFAULT_MIN_COMPACTION_LAG_MS    # min.compaction.lag.ms
+    max_compaction_lag_ms: int = DEFAULT_MAX_COMPACTION_LAG_MS    # max.compaction.lag.ms
+    delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS        # delete.retention.ms
+
+    @property
+    def compacted(self) -> bool:
+        return is_compacted(self.cleanup_policy)
+
+    @property
+    def roll_ms(self) -> int:
+        """How long a segment stays active: segment.ms, or max.compaction.lag.ms when shorter on a
+        compacted topic (the active segment is never cleaned: Kafka rolls it so that the cleaner
+        can honour the lag)."""
+        return min(self.segment_ms, self.max_compaction_lag_ms) if self.compacted else self.segment_ms
+
+    @property
+    def deletes(self) -> bool:
+        """Whether retention.ms / retention.bytes apply (cleanup.policy names delete)."""
+        return "delete" in {p.strip() for p in self.cleanup_policy.split(",")}
 
     @classmethod
     def of(cls, config: Any) -> "PartitionConfig":
@@ -129,7 +154,7 @@ class PartitionCore:
         directory = Path(directory)
         log = Log.open(directory, segment_bytes=config.segment_bytes,
                        index_interval_bytes=config.index_interval_bytes,
-                       max_index_bytes=config.segment_index_bytes, segment_ms=config.segment_ms,
+                       max_index_bytes=config.segment_index_bytes, segment_ms=config.roll_ms,
                        now_ms=now_ms)
         producers = _rebuild_producer_state(directory, log, config, now_ms)
         return cls(directory, log, producers, config)
@@ -202,6 +227,16 @@ class PartitionCore:
         if invalid:
             code, message = invalid
             return self.error_result(code, message)
+        if config.compacted:
+            keyless = _records_without_key(batch)
+            if keyless:
+                result = self.error_result(
+                    ErrorCode.INVALID_RECORD,
+                    f"records rejected ({len(keyless)} of {batch.records_count}, at most "
+                    f"{RECORD_ERRORS_SHOWN} named): a compacted topic takes no record without a key")
+                result.record_errors = [(index, "a compacted topic takes no record without a key")
+                                        for index in keyless]
+                return result
         if not config.log_append_time and batch.max_timestamp != NO_TIMESTAMP:
             if (batch.max_timestamp - now_ms > config.message_timestamp_after_max_ms
                     or now_ms - batch.base_timestamp > config.message_timestamp_before_max_ms):
@@ -360,12 +395,38 @@ class PartitionCore:
         """Apply retention.ms / retention.bytes and expire idle producer ids. Returns the base
         offsets of deleted segments."""
         config = self.config
-        deleted = self._log.apply_retention(now_ms, retention_ms=config.retention_ms,
-                                            retention_bytes=config.retention_bytes)
+        deletes = config.deletes   # cleanup.policy=compact alone: no time or size retention (Kafka's rule)
+        deleted = self._log.apply_retention(now_ms, retention_ms=config.retention_ms if deletes else -1,
+                                            retention_bytes=config.retention_bytes if deletes else -1)
         self._producers.expire(now_ms, config.producer_id_expiration_ms)
         if deleted:
             self._after_log_start_moved()
         return deleted
+
+    # --- the log cleaner (cleanup.policy=compact) ---------------------------------------------
+
+    def cleanable(self, now_ms: int):
+        """This partition's dirt (cleaner.Cleanable), None unless its topic is compacted."""
+        config = self.config
+        if not config.compacted:
+            return None
+        return self._log.cleanable(last_stable_offset=self.last_stable_offset, now_ms=now_ms,
+                                   min_compaction_lag_ms=config.min_compaction_lag_ms,
+                                   max_compaction_lag_ms=config.max_compaction_lag_ms)
+
+    def plan_cleaning(self, dirt, *, now_ms: int, io_max_bytes_per_second: float):
+        """A round (log.CleaningPlan) for `build_cleaned`, keeping the last batch of every producer
+        this partition still knows (idempotence after a restart replays it)."""
+        active = {}
+        for entry in self._producers._entries.values():
+            last = entry.batches[-1].last_offset if entry.batches else None
+            active[entry.producer_id] = ProducerLast(last, entry.producer_epoch)
+        return self._log.plan_cleaning(dirt, active_producers=active, now_ms=now_ms,
+                                       delete_retention_ms=self.config.delete_retention_ms,
+                                       io_max_bytes_per_second=io_max_bytes_per_second)
+
+    def swap_cleaned(self, result) -> bool:
+        return self._log.swap_cleaned(result)
 
     def _after_log_start_moved(self) -> None:
         """Kafka keeps a producer's state when the records it wrote are deleted (retention,
@@ -388,7 +449,7 @@ class PartitionCore:
         log.segment_bytes = self.config.segment_bytes
         log.index_interval_bytes = self.config.index_interval_bytes
         log.max_index_bytes = self.config.segment_index_bytes
-        log.segment_ms = self.config.segment_ms
+        log.segment_ms = self.config.roll_ms
         self._producers.max_producer_ids = self.config.max_producer_ids
 
     def append_replicated(self, records, *, now_ms: int) -> list:
@@ -467,6 +528,19 @@ def skipped_by_read_committed(headers, aborted: list[AbortedTxn]) -> list[tuple[
         else:
             out.append((h.base_offset, last))
     return out
+
+
+RECORD_ERRORS_SHOWN = 1000  # per produced batch: a bound on the response, each names its record
+
+
+def _records_without_key(batch) -> list[int]:
+    """The indexes (in the batch) of its records without a key, at most RECORD_ERRORS_SHOWN;
+    a malformed batch answers none here (the append path judges it)."""
+    try:
+        keys = record_keys(batch)
+    except CorruptRecord:
+        return []
+    return [index for index, (_offset, key) in enumerate(keys) if key is None][:RECORD_ERRORS_SHOWN]
 
 
 def _invalid_client_batch(batch) -> tuple[int, str] | None:

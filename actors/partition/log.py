@@ -19,6 +19,7 @@ After an unclean shutdown every segment from the recovery point on is checked, n
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -32,12 +33,14 @@ from protocol.record_batch import (
 
 from .txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 from .segment import (
-    DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, MAX_SEGMENT_BYTES, TIME_INDEX_SUFFIX, Segment, segment_file_name,
+    DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, MAX_SEGMENT_BYTES, TIME_INDEX_SUFFIX, Segment, parse_segment_stem,
+    segment_file_name,
 )
 
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 CLEAN_SHUTDOWN_MARKER = ".kray_cleanshutdown"   # written by close(), consumed by open()
+OFFSET_GAPS_MARKER = "offset-gaps"  # present once the log has gaps (cleaned, or a follower's copy of a cleaned log)
 
 DEFAULT_SEGMENT_BYTES = 1024 * 1024 * 1024        # segment.bytes
 DEFAULT_INDEX_INTERVAL_BYTES = 4096               # index.interval.bytes
@@ -114,6 +117,71 @@ def flush_rolled(log: "Log", rolled: list[tuple[list[int], int]], generation: in
                 _write_text_atomically(log.directory / RECOVERY_POINT_CHECKPOINT, f"{recovery_point}\n")
 
 
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+CLEANING_DIR = "cleaner.tmp"     # the cleaner writes a round's new segments here: dropped if found at open
+SWAP_DIR = "cleaner.swap"        # the same, renamed once complete (the commit point): finished at open
+SWAP_MANIFEST = "replaces"       # in SWAP_DIR: the segments (base offset, generation) the new ones replace
+
+
+def _unlink_segment_files(directory: Path, base_offset: int, generation: int) -> None:
+    for suffix in SEGMENT_SUFFIXES:
+        (directory / segment_file_name(base_offset, suffix, generation)).unlink(missing_ok=True)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def finish_cleaner_swap(directory: Path, *, check_replaced: bool = True) -> list[tuple[int, int]]:
+    """Kafka's .cleaned/.swap protocol, one directory per round: a round's files in CLEANING_DIR
+    were never committed (the old segments stand; they go); a SWAP_DIR was committed: its files
+    move into the log directory (names no old file had) and the segments its manifest names are
+    deleted, then it goes. Idempotent: a crash in the middle is finished by the next open.
+    Returns the (base offset, generation) of the segments moved in."""
+    cleaning = directory / CLEANING_DIR
+    if cleaning.is_dir():
+        shutil.rmtree(cleaning, ignore_errors=True)
+    swap = directory / SWAP_DIR
+    if not swap.is_dir():
+        return []
+    manifest = swap / SWAP_MANIFEST
+    replaced = [tuple(int(v) for v in line.split()) for line in manifest.read_text().splitlines() if line.strip()]
+    present = set(directory_segments(directory))
+    if check_replaced and not any(parse_segment_stem(p.stem) in present for p in swap.iterdir() if p.suffix == LOG_SUFFIX) and not all(
+            tuple(r) in present for r in replaced):
+        # nothing moved in yet and a replaced segment is gone (retention deleted it, or a
+        # truncation, after the round was planned): the round is void
+        shutil.rmtree(swap, ignore_errors=True)
+        return []
+    moved = set()
+    for path in swap.iterdir():
+        if path.name == SWAP_MANIFEST:
+            continue
+        parsed = parse_segment_stem(path.stem)
+        if parsed is not None:
+            moved.add(parsed)
+        os.replace(path, directory / path.name)
+    for base, generation in replaced:
+        _unlink_segment_files(directory, base, generation)
+    _fsync_dir(directory)
+    manifest.unlink()
+    swap.rmdir()
+    return sorted(moved)
+
+
+def directory_segments(directory: Path) -> list[tuple[int, int]]:
+    out = []
+    for path in directory.glob("*" + LOG_SUFFIX):
+        parsed = parse_segment_stem(path.stem)
+        if parsed is not None:
+            out.append(parsed)
+    return sorted(out)
+
+
 class Log:
     def __init__(self, directory: Path, segments: list[Segment], log_start_offset: int, *,
                  segment_bytes: int, index_interval_bytes: int, max_index_bytes: int, segment_ms: int):
@@ -132,6 +200,8 @@ class Log:
         # before it (and done on another thread) must not raise the point again
         self.recovery_generation = 0
         self.recovery_lock = threading.Lock()
+        self.allow_gaps = False   # see OFFSET_GAPS_MARKER
+        self.cleaner_generation = max((s.generation for s in segments), default=0)
 
     # --- opening / recovery -----------------------------------------------------------------
 
@@ -151,14 +221,24 @@ class Log:
             raise ValueError(f"segment_bytes must be in (0, {MAX_SEGMENT_BYTES}]")
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        bases = sorted(int(p.stem) for p in directory.glob("*" + LOG_SUFFIX) if p.stem.isdigit())
-        known = set(bases)
+        finish_cleaner_swap(directory)
+        found: dict[int, int] = {}   # base offset -> generation of its data file
+        for path in directory.glob("*" + LOG_SUFFIX):
+            parsed = parse_segment_stem(path.stem)
+            if parsed is not None:
+                base, generation = parsed
+                if base in found:   # never left by a finished swap; keep the newer rewrite
+                    _unlink_segment_files(directory, base, min(generation, found[base]))
+                found[base] = max(generation, found.get(base, 0))
+        bases = sorted(found)
         for path in directory.iterdir():
+            parsed = parse_segment_stem(path.stem) if path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX,
+                                                                      TXN_INDEX_SUFFIX) else None
             stale = path.suffix in (".tmp", DELETED_SUFFIX) or (
-                path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX) and path.stem.isdigit()
-                and int(path.stem) not in known)
+                parsed is not None and found.get(parsed[0], -1) != parsed[1])
             if stale:
                 path.unlink()
+        allow_gaps = (directory / OFFSET_GAPS_MARKER).exists()
         marker = directory / CLEAN_SHUTDOWN_MARKER
         clean_shutdown = marker.exists()
         marker.unlink(missing_ok=True)
@@ -173,17 +253,19 @@ class Log:
             recovery_point = 0
         segments, recovered = [], False
         for i, base in enumerate(bases):
-            if recovered and segments[-1].next_offset < base:
+            if recovered and (segments[-1].recovery_truncated or (
+                    not allow_gaps and segments[-1].next_offset < base)):
                 # a recovered segment lost its tail: the segments after it go too (as Kafka's
-                # recovery truncates the log at the first bad batch)
+                # recovery truncates the log at the first bad batch). (Offsets may have gaps
+                # between segments: the log cleaner's, and a follower's copy of them.)
                 for later in bases[i:]:
-                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-                        (directory / segment_file_name(later, suffix)).unlink(missing_ok=True)
+                    _unlink_segment_files(directory, later, found[later])
                 break
             # every segment that holds offsets at or past the recovery point (Kafka's rule), and the last
             recover = recovered = i == len(bases) - 1 or (not clean_shutdown and bases[i + 1] > recovery_point)
             segments.append(Segment.open(directory, base, recover=recover,
-                                         full_recovery=recover and not clean_shutdown, **knobs))
+                                         full_recovery=recover and not clean_shutdown, generation=found[base],
+                                         allow_gaps=allow_gaps, **knobs))
         if not segments:
             segments = [Segment.create(directory, log_start_offset, now_ms=now_ms, **knobs)]
             # not fsynced (creating 1,000 partitions would wait for 1,000 fsyncs): lost in a crash,
@@ -191,9 +273,12 @@ class Log:
             _write_text_atomically(directory / RECOVERY_POINT_CHECKPOINT, f"{log_start_offset}\n", fsync=False)
         log_end_offset = segments[-1].next_offset
         log_start_offset = min(max(log_start_offset, segments[0].base_offset), log_end_offset)
-        return cls(directory, segments, log_start_offset, segment_bytes=segment_bytes,
-                   index_interval_bytes=index_interval_bytes, max_index_bytes=max_index_bytes,
-                   segment_ms=segment_ms)
+        log = cls(directory, segments, log_start_offset, segment_bytes=segment_bytes,
+                  index_interval_bytes=index_interval_bytes, max_index_bytes=max_index_bytes,
+                  segment_ms=segment_ms)
+        if allow_gaps:
+            log.note_gaps()
+        return log
 
     # --- offsets ----------------------------------------------------------------------------
 
@@ -257,8 +342,10 @@ class Log:
                 patch_base_offset(view, position, base_offset)
             else:
                 base_offset = header.base_offset
-                if base_offset != next_offset:  # gap-free, see Segment._scan_tail
-                    raise ValueError(f"batch offset {base_offset} is not the next offset {next_offset}")
+                if base_offset < next_offset:  # offsets only grow; gaps are the leader's log cleaner's
+                    raise ValueError(f"batch offset {base_offset} is below the next offset {next_offset}")
+                if base_offset > next_offset:
+                    self.note_gaps()
             if leader_epoch is not None:
                 patch_leader_epoch(view, position, leader_epoch)
             batch_max_timestamp = header.max_timestamp
@@ -275,6 +362,15 @@ class Log:
         self._segments[-1].append(view, batches)
         return AppendInfo(batches[0][1], batches[-1][2], now_ms if log_append_time else NO_TIMESTAMP,
                           max_timestamp, rolled)
+
+    def note_gaps(self) -> None:
+        """The log has (or is about to have) offset gaps: remembered on disk, so that recovery
+        accepts them (a gap-free log's recovery treats a jump as damage to a base offset)."""
+        if not self.allow_gaps:
+            _write_text_atomically(self.directory / OFFSET_GAPS_MARKER, "")
+            self.allow_gaps = True
+            for segment in self._segments:
+                segment.allow_gaps = True
 
     def _maybe_roll(self, size_bytes: int, first_offset: int, last_offset: int,
                     first_max_timestamp_ms: int, now_ms: int) -> bool:
@@ -302,7 +398,7 @@ class Log:
         self._unflushed.append(previous)  # fsynced soon, off the event loop (see take_rolled)
         segment = Segment.create(self.directory, base_offset, now_ms=now_ms,
                                  index_interval_bytes=self.index_interval_bytes,
-                                 max_index_bytes=self.max_index_bytes)
+                                 max_index_bytes=self.max_index_bytes, allow_gaps=self.allow_gaps)
         if previous.size_bytes == 0:  # an empty active segment is simply replaced
             self._drop_segments([previous], delete_files=previous.base_offset != base_offset)
         self._segments.append(segment)
@@ -532,7 +628,7 @@ class Log:
         for a follower whose log ends below its leader's log start (the offset may be past ours)."""
         fresh = Segment.create(self.directory, offset, now_ms=now_ms,
                                index_interval_bytes=self.index_interval_bytes,
-                               max_index_bytes=self.max_index_bytes)
+                               max_index_bytes=self.max_index_bytes, allow_gaps=self.allow_gaps)
         self._drop_segments([s for s in self._segments if s.base_offset != offset], delete_files=True)
         for segment in self._segments:  # a segment at the same base offset: its files are reused
             segment.close()
@@ -544,13 +640,90 @@ class Log:
 
     def _lower_recovery_point(self, offset: int) -> None:
         """After a truncation (as Kafka's truncateTo): what lies at or past `offset` may be
-        rewritten and not flushed yet, so recovery must check it again."""
+        rewritten and not flushed yet, so recovery must check it again. A cleaning round
+        committed but not swapped in is void (its segments may hold what was truncated)."""
+        shutil.rmtree(self.directory / SWAP_DIR, ignore_errors=True)
         with self.recovery_lock:
             self.recovery_generation += 1
             path = self.directory / RECOVERY_POINT_CHECKPOINT
             current = _read_offset(path)
             if current is None or current > offset:
                 _write_text_atomically(path, f"{offset}\n")
+        cleaned_to = read_cleaner_checkpoint(self.directory)
+        if cleaned_to > offset:   # what comes again past the truncation is dirty (Kafka's maybeTruncateCheckpoint)
+            _write_text_atomically(self.directory / CLEANER_OFFSET_CHECKPOINT, f"{offset}\n")
+
+    # --- the log cleaner (compacted topics) --------------------------------------------------
+
+    def segment_infos(self) -> list:
+        """cleaner.SegmentInfo of every segment, oldest first."""
+        from .cleaner import SegmentInfo
+        segments = self._segments
+        return [SegmentInfo(s.base_offset, s.next_offset, s.size_bytes, s.first_batch_timestamp_ms,
+                            s.largest_timestamp_ms()) for s in segments]
+
+    def cleanable(self, *, last_stable_offset: int, now_ms: int, min_compaction_lag_ms: int,
+                  max_compaction_lag_ms: int):
+        """cleaner.Cleanable of this log: its dirty section and ratio."""
+        from .cleaner import cleanable
+        return cleanable(self.segment_infos(), checkpoint_offset=read_cleaner_checkpoint(self.directory),
+                         log_start_offset=self._log_start_offset,
+                         active_base_offset=self._segments[-1].base_offset,
+                         last_stable_offset=min(last_stable_offset, self._high_watermark), now_ms=now_ms,
+                         min_compaction_lag_ms=min_compaction_lag_ms, max_compaction_lag_ms=max_compaction_lag_ms)
+
+    def plan_cleaning(self, dirt, *, active_producers: dict, now_ms: int, delete_retention_ms: int,
+                      io_max_bytes_per_second: float) -> CleaningPlan:
+        """A round over the closed segments below ``dirt.first_uncleanable_offset`` (a
+        cleaner.Cleanable this log answered), for `build_cleaned` on another thread."""
+        closed = []
+        segments = self._segments
+        for i, segment in enumerate(segments[:-1]):
+            upper = segments[i + 1].base_offset
+            if upper > dirt.first_uncleanable_offset:
+                break
+            segment.write_indexes()
+            closed.append((segment.base_offset, segment.generation, str(segment.log_path), upper,
+                           segment.size_bytes, os.stat(segment.log_path).st_mtime))
+        aborted = self.collect_aborted_txns(self._log_start_offset, dirt.first_uncleanable_offset) if closed else []
+        self.cleaner_generation += len(closed) + 1
+        return CleaningPlan(self.directory, dirt.first_dirty_offset, dirt.first_uncleanable_offset, closed,
+                            aborted, active_producers, now_ms, delete_retention_ms, self.segment_bytes,
+                            self.index_interval_bytes, self.max_index_bytes,
+                            self.cleaner_generation - len(closed), self.recovery_generation,
+                            io_max_bytes_per_second)
+
+    def swap_cleaned(self, result: CleaningResult) -> bool:
+        """Put a round's segments in place of those it replaced, unless the log changed under
+        it (retention deleted one of them, a truncation): then the round is dropped. The old
+        files are renamed .deleted (handed to `take_deleted`), so a fetch that named them finds
+        them gone and asks again; the new ones have names no file had. False: dropped."""
+        swap = self.directory / SWAP_DIR
+        slots = {(s.base_offset, s.generation): i for i, s in enumerate(self._segments)}
+        positions = [slots.get(key) for key in result.replaced]
+        valid = (result.recovery_generation == self.recovery_generation and None not in positions
+                 and positions == list(range(positions[0], positions[0] + len(positions)))
+                 and positions[-1] < len(self._segments) - 1)
+        if not valid:
+            shutil.rmtree(swap, ignore_errors=True)
+            return False
+        self.note_gaps()
+        first = positions[0]
+        old = self._segments[first:first + len(positions)]
+        # the new files first: once one is in, a crash is finished at open whatever else happened
+        for path in sorted(swap.iterdir()):
+            if path.name != SWAP_MANIFEST:
+                os.replace(path, self.directory / path.name)
+        for segment in old:
+            self._deleted += segment.mark_deleted()
+        finish_cleaner_swap(self.directory, check_replaced=False)   # checked above
+        knobs = dict(index_interval_bytes=self.index_interval_bytes, max_index_bytes=self.max_index_bytes)
+        new = [Segment.open(self.directory, base, recover=False, generation=generation, allow_gaps=True, **knobs)
+               for base, generation in result.created]
+        self._segments[first:first + len(positions)] = new
+        self._base_offsets = [s.base_offset for s in self._segments]
+        _write_text_atomically(self.directory / CLEANER_OFFSET_CHECKPOINT, f"{result.end_offset}\n")
+        return True
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -580,3 +753,174 @@ class Log:
         for segment in self._segments:
             segment.close()
         _write_text_atomically(self.directory / CLEAN_SHUTDOWN_MARKER, "")
+
+
+# --- the log cleaner's rounds (compacted topics; the decisions are actors/partition/cleaner.py's) ---
+
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"   # where the next round's dirty section starts
+CLEANER_READ_CHUNK_BYTES = 1024 * 1024
+CLEANER_WRITE_BUFFER_BYTES = 1024 * 1024
+CLEANER_MAX_KEYS = 1_000_000    # keys in one round's offset map (Kafka bounds it by log.cleaner.dedupe.buffer.size)
+
+
+@dataclass(frozen=True)
+class CleaningPlan:
+    """One round, planned on the partition's thread: plain data for `build_cleaned` (any thread)."""
+    directory: Path
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    segments: list            # [(base offset, generation, path, upper offset, size bytes, mtime s)] from the log start
+    aborted: list             # AbortedTxn overlapping the segments
+    active_producers: dict    # producer id -> cleaner.ProducerLast
+    now_ms: int
+    delete_retention_ms: int
+    segment_bytes: int
+    index_interval_bytes: int
+    max_index_bytes: int
+    first_generation: int     # the new segments' generations start here
+    recovery_generation: int  # a truncation meanwhile voids the round
+    io_max_bytes_per_second: float
+
+
+@dataclass
+class CleaningResult:
+    replaced: list            # [(base offset, generation)] of the old segments
+    created: list             # [(base offset, generation)] of the new ones, in SWAP_DIR
+    end_offset: int           # the next round's first dirty offset
+    recovery_generation: int
+    stats: object             # cleaner.CleanStats
+    elapsed_s: float
+
+
+class _Throttle:
+    """Kafka's cleaner Throttler, roughly: sleep so that bytes read + written stay under the rate."""
+
+    def __init__(self, bytes_per_second: float):
+        import time
+        self._time = time
+        self.rate = bytes_per_second
+        self.start = time.monotonic()
+        self.done = 0
+
+    def __call__(self, size_bytes: int) -> None:
+        self.done += size_bytes
+        if self.rate <= 0 or self.rate >= 1e300:
+            return
+        ahead_s = self.done / self.rate - (self._time.monotonic() - self.start)
+        if ahead_s > 0.001:
+            self._time.sleep(ahead_s)
+
+
+def _read_batches(path: str, size_bytes: int, throttle: _Throttle) -> Iterator[BatchHeader]:
+    """Every whole batch of a segment file (each header's buf holds the whole batch), read in
+    chunks through its own descriptor (the partition may delete the segment meanwhile)."""
+    from protocol.record_batch import BATCH_OVERHEAD_BYTES, LOG_OVERHEAD_BYTES, parse_header
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        position, pending = 0, b""
+        while position < size_bytes or pending:
+            chunk = os.pread(fd, min(CLEANER_READ_CHUNK_BYTES, size_bytes - position), position) if position < size_bytes else b""
+            position += len(chunk)
+            throttle(len(chunk))
+            data = memoryview(pending + chunk) if pending else memoryview(chunk)
+            offset, n = 0, len(data)
+            while n - offset >= BATCH_OVERHEAD_BYTES:
+                length = int.from_bytes(data[offset + 8:offset + 12], "big", signed=True)
+                size = LOG_OVERHEAD_BYTES + length
+                if n - offset < size:
+                    break
+                yield parse_header(data[offset:offset + size], 0)
+                offset += size
+            pending = bytes(data[offset:])
+            if not chunk:
+                if pending:
+                    raise CorruptRecord(f"{path}: {len(pending)} bytes of a torn batch at its end")
+                break
+    finally:
+        os.close(fd)
+
+
+def build_cleaned(plan: CleaningPlan) -> CleaningResult | None:
+    """One round's work, off the partition's thread: the offset map of the dirty section, then
+    every segment below the round's end rewritten into new segments (grouped up to
+    segment.bytes) in CLEANING_DIR, fsynced, and committed by renaming it SWAP_DIR. None: nothing
+    to clean. The log is not touched: `Log.swap_cleaned` puts the result in place."""
+    import time
+    from .cleaner import CleanStats, SegmentInfo, TxnTracker, build_offset_map, clean_batches, group_segments
+    started = time.monotonic()
+    throttle = _Throttle(plan.io_max_bytes_per_second)
+    dirty = [s for s in plan.segments if s[3] > plan.first_dirty_offset and s[3] <= plan.first_uncleanable_offset]
+    if not dirty:
+        return None
+
+    def batches_of(segments):
+        for _base, _gen, path, _upper, size, _mtime in segments:
+            yield from _read_batches(path, size, throttle)
+
+    offset_map = build_offset_map(batches_of(dirty), start_offset=plan.first_dirty_offset,
+                                  end_offset=plan.first_uncleanable_offset, aborted=plan.aborted,
+                                  max_keys=CLEANER_MAX_KEYS)
+    if offset_map.latest_offset < plan.first_dirty_offset:
+        return None
+    end_offset = offset_map.latest_offset + 1
+    cleaning = plan.directory / CLEANING_DIR
+    shutil.rmtree(cleaning, ignore_errors=True)
+    cleaning.mkdir()
+    chosen = [s for s in plan.segments if s[0] < end_offset]
+    infos = [SegmentInfo(s[0], s[3], s[4], -1, -1) for s in chosen]
+    by_base = {s[0]: s for s in chosen}
+    tracker = TxnTracker(plan.aborted)
+    stats = CleanStats()
+    created = []
+    generation = plan.first_generation
+    for group in group_segments(infos, segment_bytes=plan.segment_bytes):
+        new = Segment.create(cleaning, group[0].base_offset, index_interval_bytes=plan.index_interval_bytes,
+                             max_index_bytes=plan.max_index_bytes, generation=generation, allow_gaps=True)
+        try:
+            aborts_before = len(tracker.retained_aborts)
+            buffer, spans = bytearray(), []
+
+            def flush():
+                if buffer:
+                    new.append(buffer, spans)
+                    throttle(len(buffer))
+                    buffer.clear()
+                    spans.clear()
+            for data in clean_batches(batches_of([by_base[g.base_offset] for g in group]), offset_map, tracker,
+                                      now_ms=plan.now_ms, delete_retention_ms=plan.delete_retention_ms,
+                                      active_producers=plan.active_producers, round_end_offset=end_offset,
+                                      stats=stats):
+                header = parse_header_of(data)
+                spans.append((len(buffer), header.base_offset, header.last_offset, header.max_timestamp,
+                              header.size_bytes))
+                buffer += data
+                if len(buffer) >= CLEANER_WRITE_BUFFER_BYTES:
+                    flush()
+            flush()
+            for entry in tracker.retained_aborts[aborts_before:]:
+                new.txn_index.append(entry)
+            new.mark_inactive()
+            new.fsync()
+        finally:
+            new.close()
+        mtime = by_base[group[-1].base_offset][5]   # the files keep the last old segment's mtime (Kafka's rule)
+        os.utime(new.log_path, (mtime, mtime))
+        created.append((group[0].base_offset, generation))
+        generation += 1
+    manifest = cleaning / SWAP_MANIFEST
+    _write_text_atomically(manifest, "".join(f"{s[0]} {s[1]}\n" for s in chosen))
+    _fsync_dir(cleaning)
+    os.replace(cleaning, plan.directory / SWAP_DIR)   # the commit point
+    _fsync_dir(plan.directory)
+    return CleaningResult([(s[0], s[1]) for s in chosen], created, end_offset, plan.recovery_generation, stats,
+                          time.monotonic() - started)
+
+
+def parse_header_of(data: bytes) -> BatchHeader:
+    from protocol.record_batch import parse_header
+    return parse_header(memoryview(data), 0)
+
+
+def read_cleaner_checkpoint(directory: Path) -> int:
+    value = _read_offset(directory / CLEANER_OFFSET_CHECKPOINT)
+    return -1 if value is None else value

@@ -47,8 +47,23 @@ _LENGTH = struct.Struct(">qi")              # baseOffset, batchLength
 _INT32 = struct.Struct(">i")
 
 
-def segment_file_name(base_offset: int, suffix: str) -> str:
-    return f"{base_offset:020d}{suffix}"
+def segment_file_name(base_offset: int, suffix: str, generation: int = 0) -> str:
+    """``<base>.log``; a segment the log cleaner wrote is ``<base>.c<generation>.log``: a name
+    no earlier file had, so a fetch that named the segment it replaced (the gateway opens the
+    file by name, after the partition answered) finds that file gone rather than other bytes."""
+    return f"{base_offset:020d}{f'.c{generation}' if generation else ''}{suffix}"
+
+
+def parse_segment_stem(stem: str) -> tuple[int, int] | None:
+    """(base offset, generation) of a segment file's stem, None when it names no segment."""
+    base, dot, rest = stem.partition(".")
+    if not base.isdigit():
+        return None
+    if not dot:
+        return int(base), 0
+    if rest.startswith("c") and rest[1:].isdigit() and int(rest[1:]) > 0:
+        return int(base), int(rest[1:])
+    return None
 
 
 def _pwrite_all(fd: int, data, position: int) -> None:
@@ -124,21 +139,27 @@ class _IndexFile:
 
 class Segment:
     def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int,
-                 max_index_bytes: int, created_ms: int = NO_TIMESTAMP, truncate: bool = False):
+                 max_index_bytes: int, created_ms: int = NO_TIMESTAMP, truncate: bool = False,
+                 generation: int = 0, allow_gaps: bool = False):
         self.base_offset = base_offset
+        # offsets may skip (the log cleaner's gaps, or a follower's copy of them): a batch must
+        # start at or after its predecessor's end, else right after it
+        self.allow_gaps = allow_gaps or generation > 0
+        self.generation = generation   # 0: as appended; n > 0: the log cleaner's n-th rewrite (file names)
+        self.recovery_truncated = False   # opened with recovery, which cut a torn or corrupt tail
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX, generation)
         flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if truncate else 0)
         self.fd = os.open(self.log_path, flags, 0o644)
-        self.offset_index = _IndexFile(directory / segment_file_name(base_offset, INDEX_SUFFIX),
+        self.offset_index = _IndexFile(directory / segment_file_name(base_offset, INDEX_SUFFIX, generation),
                                        OFFSET_INDEX_ENTRY, max_index_bytes)
-        self.time_index = _IndexFile(directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX),
+        self.time_index = _IndexFile(directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX, generation),
                                      TIME_INDEX_ENTRY, max_index_bytes)
         if truncate:
             self.offset_index.truncate_entries(0)
             self.time_index.truncate_entries(0)
         # aborted transactions whose markers lie here; create/open replace it with the file's
-        self.txn_index = TransactionIndex(directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX))
+        self.txn_index = TransactionIndex(directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX, generation))
         self.txn_index_missing = False   # opened without its .txnindex file: rebuild from the log
         self.size_bytes = 0
         self.next_offset = base_offset
@@ -153,15 +174,18 @@ class Segment:
 
     @classmethod
     def create(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
-               max_index_bytes: int, now_ms: int = NO_TIMESTAMP) -> "Segment":
+               max_index_bytes: int, now_ms: int = NO_TIMESTAMP, generation: int = 0,
+               allow_gaps: bool = False) -> "Segment":
         segment = cls(directory, base_offset, index_interval_bytes=index_interval_bytes,
-                      max_index_bytes=max_index_bytes, created_ms=now_ms, truncate=True)
+                      max_index_bytes=max_index_bytes, created_ms=now_ms, truncate=True, generation=generation,
+                      allow_gaps=allow_gaps)
         segment.txn_index = TransactionIndex.create(segment.txn_index.path)
         return segment
 
     @classmethod
     def open(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
-             max_index_bytes: int, recover: bool, full_recovery: bool = False) -> "Segment":
+             max_index_bytes: int, recover: bool, full_recovery: bool = False,
+             generation: int = 0, allow_gaps: bool = False) -> "Segment":
         """Open an existing segment.
 
         ``recover`` (the active segment): CRC-check every batch after the last index entry — or
@@ -169,7 +193,7 @@ class Segment:
         corrupt tail. Otherwise the data is trusted and only headers are walked after the last
         index entry (to learn the end offset); corruption there raises."""
         segment = cls(directory, base_offset, index_interval_bytes=index_interval_bytes,
-                      max_index_bytes=max_index_bytes)
+                      max_index_bytes=max_index_bytes, generation=generation, allow_gaps=allow_gaps)
         segment.created_ms = int(os.fstat(segment.fd).st_mtime * 1000)
         segment._load(recover, full_recovery=full_recovery)
         txn_index = TransactionIndex.open(segment.txn_index.path)
@@ -201,6 +225,7 @@ class Segment:
             self._scan_tail(0, file_bytes, recover)
         if self.size_bytes < file_bytes:
             os.ftruncate(self.fd, self.size_bytes)
+            self.recovery_truncated = True
         self.offset_index.write_pending()
         self.time_index.write_pending()
         if self.size_bytes:
@@ -257,10 +282,10 @@ class Segment:
         position = start
         try:
             for position, header in self.scan(start, file_bytes, whole=recover):
-                # Kray logs are gap-free (no compaction yet; Log.append enforces it too), so a batch
-                # must start right after its predecessor: this also catches damage to baseOffset,
-                # which the CRC does not cover. Relax both checks together if compaction arrives.
-                if header.last_offset_delta < 0 or header.base_offset != self.next_offset:
+                # a batch starts right after its predecessor (or, where the log has gaps, at or
+                # after it): this also catches damage to baseOffset, which the CRC does not cover
+                if header.last_offset_delta < 0 or header.base_offset < self.next_offset or (
+                        header.base_offset != self.next_offset and not self.allow_gaps):
                     raise CorruptRecord(f"batch at position {position} starts at offset "
                                         f"{header.base_offset}, expected {self.next_offset}")
                 if recover and not crc_is_valid(header):

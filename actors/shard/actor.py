@@ -19,6 +19,7 @@ import concurrent.futures
 import inspect
 import logging
 import os
+import shutil
 import time
 import uuid
 from typing import Any
@@ -33,6 +34,8 @@ from actors.startup import start_unless_started
 log = logging.getLogger("kray.shard")
 REPLICATION_TICK_S = 0.25                  # ISR checks, AlterPartition resends, high watermark checkpoints
 RETENTION_CHECK_INTERVAL_MS_DEFAULT = 300000  # log.retention.check.interval.ms
+CLEANER_BACKOFF_MS_DEFAULT = 15000          # log.cleaner.backoff.ms
+CLEANER_IO_MAX_BYTES_PER_SECOND_DEFAULT = 1.7976931348623157e308   # log.cleaner.io.max.bytes.per.second
 TIMER_YIELD_EVERY = 64                     # replicas per timer step before the loop lets others run
 
 
@@ -66,6 +69,13 @@ class ShardActor:
         self.retention_check_interval_s = int(broker_config.get(
             "log.retention.check.interval.ms", RETENTION_CHECK_INTERVAL_MS_DEFAULT)) / 1000
         self.timers: list[asyncio.Task] = []
+        # the log cleaner of compacted topics: one thread per shard (Kafka: log.cleaner.threads per broker)
+        self.cleaner_enabled = bool(broker_config.get("log.cleaner.enable", True))
+        self.cleaner_backoff_s = int(broker_config.get("log.cleaner.backoff.ms", CLEANER_BACKOFF_MS_DEFAULT)) / 1000
+        self.cleaner_io_max_bytes_per_second = float(broker_config.get("log.cleaner.io.max.bytes.per.second",
+                                                                       CLEANER_IO_MAX_BYTES_PER_SECOND_DEFAULT))
+        self.cleaner_thread: concurrent.futures.ThreadPoolExecutor | None = None
+        self.cleaner_rounds = 0   # rounds swapped in (tests and benchmarks read it)
         # one I/O thread for the replicas' checkpoint writes and their fsyncs (in order)
         self.io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"shard-{index}-io")
         self.swept = False  # whether leftovers of deleted partitions were removed (at the first host)
@@ -103,6 +113,8 @@ class ShardActor:
             self.timers = [asyncio.get_running_loop().create_task(self._every(REPLICATION_TICK_S, "replication_tick")),
                            asyncio.get_running_loop().create_task(
                                self._every(self.retention_check_interval_s, "retention_tick"))]
+            if self.cleaner_enabled:
+                self.timers.append(asyncio.get_running_loop().create_task(self._clean_loop()))
         if not self.swept:  # what deleted partitions left when the broker last stopped
             self.swept = True
             self.in_background(remove_deleted_dirs, spec["log_dir"])
@@ -140,6 +152,61 @@ class ShardActor:
                     await asyncio.sleep(0)
                     now = time.time_ns() // 1_000_000
 
+    async def _clean_loop(self) -> None:
+        """Kafka's LogCleaner thread, for the replicas of this shard: the dirtiest compacted
+        replica (a record older than max.compaction.lag.ms first, then the highest dirty ratio at
+        or above its min.cleanable.dirty.ratio) gets a round; the round's reading and writing
+        runs on the cleaner's own thread, its swap on this loop between two calls, so produce
+        and fetch go on meanwhile. Sleeps log.cleaner.backoff.ms when nothing is due."""
+        self.cleaner_thread = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"shard-{self.index}-cleaner")
+        while True:
+            try:
+                cleaned = await self.clean_dirtiest()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("log cleaner round failed")
+                cleaned = False
+            await asyncio.sleep(0 if cleaned else self.cleaner_backoff_s)
+
+    async def clean_dirtiest(self) -> bool:
+        """One round for the dirtiest due replica; True when a round was swapped in."""
+        from actors.partition.log import SWAP_DIR, build_cleaned
+        now = time.time_ns() // 1_000_000
+        best = None
+        for i, (key, replica) in enumerate(list(self.replicas.items())):
+            cleanable = getattr(replica, "cleanable", None)
+            dirt = cleanable(now) if cleanable is not None else None
+            if dirt is not None and dirt.due(replica.core.config.min_cleanable_dirty_ratio):
+                rank = (dirt.max_lag_due, dirt.dirty_ratio)
+                if best is None or rank > best[0]:
+                    best = (rank, key, replica, dirt)
+            if i % TIMER_YIELD_EVERY == TIMER_YIELD_EVERY - 1:
+                await asyncio.sleep(0)
+        if best is None:
+            return False
+        _, key, replica, dirt = best
+        plan = replica.plan_cleaning(dirt, now, self.cleaner_io_max_bytes_per_second)
+        if self.cleaner_thread is None:
+            self.cleaner_thread = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix=f"shard-{self.index}-cleaner")
+        result = await asyncio.get_running_loop().run_in_executor(self.cleaner_thread, build_cleaned, plan)
+        if result is None:
+            return False
+        if self.replicas.get(key) is not replica:   # closed or deleted meanwhile: the round is void
+            shutil.rmtree(plan.directory / SWAP_DIR, ignore_errors=True)
+            return False
+        swapped = replica.swap_cleaned(result)
+        if swapped:
+            self.cleaner_rounds += 1
+            stats = result.stats
+            log.info("cleaned %s-%d: %d -> %d bytes, %d -> %d records in %.2f s (%.1f MB/s read)",
+                     replica.topic, replica.partition, stats.bytes_read, stats.bytes_written, stats.records_read,
+                     stats.records_written, result.elapsed_s,
+                     stats.bytes_read / max(result.elapsed_s, 1e-6) / 1e6)
+        return swapped
+
     async def call_many(self, calls: list[tuple[tuple[uuid.UUID, int], str, list]]) -> list[tuple[bool, Any]]:
         """Several control calls in one Ray call, in order ("host": `host(spec)`; any other: a
         replica's method): (True, result) or (False, why) each."""
@@ -166,6 +233,8 @@ class ShardActor:
         replicas, self.replicas = list(self.replicas.values()), {}
         await asyncio.gather(*(r.close() for r in replicas), return_exceptions=True)
         self.io.shutdown(wait=False)
+        if self.cleaner_thread is not None:
+            self.cleaner_thread.shutdown(wait=False)
         self.fetchers.close()
         for timer in self.timers:
             timer.cancel()

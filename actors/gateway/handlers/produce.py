@@ -103,6 +103,9 @@ async def handle_produce(ctx, header, request, connection=None) -> ProduceRespon
             presp.error_code, presp.base_offset = r.error_code, r.base_offset
             presp.log_append_time_ms, presp.log_start_offset, presp.error_message = \
                 r.log_append_time_ms, r.log_start_offset, r.error_message
+            if r.record_errors:   # Produce v8+ (KIP-467): which records of the batch were refused
+                presp.record_errors = [ProduceResponse.BatchIndexAndErrorMessage(
+                    batch_index=index, batch_index_error_message=message) for index, message in r.record_errors]
     return ProduceResponse(responses=responses, throttle_time_ms=0)
 
 
