@@ -8,8 +8,8 @@ Fencing elects new leaders from the ISR (actors/controller/elections.py); every 
 the metadata log before any replica or gateway hears of it. What happens to brokers (lost, fenced,
 back) is also said in words (`broker_events`), which `kray start` prints.
 
-The metadata log is the metadata quorum's `__cluster_metadata-0` (quorum_metadata.py), in one of
-two shapes (actors/controller/quorum_shell/settings.py). By default one dedicated controller (this
+The metadata log is the metadata quorum's `__cluster_metadata-0` (quorum_metadata.py), whose
+voters run in one of two places (actors/controller/quorum_shell/settings.py). By default one dedicated controller (this
 actor, on the Ray head, no `voter_id`) runs the quorum's only voter in its own process: it reads
 the log once its voter has elected itself and is the only controller. With combined voters
 (controller.quorum.voters names brokers) the voters run in the voting brokers' gateways, and each
@@ -180,9 +180,9 @@ class GcsCalls:
 
 def answers_once_committed(method):
     """A public method of the controller: it runs once the metadata is read, and answers only once
-    the records it (or anything before it) persisted are committed: with the metadata quorum, a
-    decision is seen by no one before a majority of voters has it (at once with the log on this
-    node, where every append is durable when it returns)."""
+    the records it (or anything before it) persisted are committed: a decision is seen by no one
+    before a majority of the metadata quorum's voters has it (the dedicated controller's single
+    voter: once its own write is durable)."""
     @functools.wraps(method)
     async def call(self, *args, **kwargs):
         if self.voter_id is not None and not self.loaded.is_set():
@@ -561,7 +561,7 @@ class ControllerActor:
         return self.loaded.is_set()
 
     async def _ready(self) -> None:
-        """Until the metadata is read (at once, with the metadata log on this node)."""
+        """Until the metadata is read (the dedicated controller: as soon as its own voter has elected itself)."""
         if not self.loaded.is_set():
             self._resume_supervision()
             await self.loaded.wait()
