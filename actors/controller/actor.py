@@ -9,14 +9,15 @@ the metadata log before any replica or gateway hears of it. What happens to brok
 back) is also said in words (`broker_events`), which `kray start` prints.
 
 The metadata log is the metadata quorum's `__cluster_metadata-0` (quorum_metadata.py), whose
-voters run in one of two places (actors/controller/quorum_shell/settings.py). By default one dedicated controller (this
-actor, on the Ray head, no `voter_id`) runs the quorum's only voter in its own process: it reads
-the log once its voter has elected itself and is the only controller. With combined voters
-(controller.quorum.voters names brokers) the voters run in the voting brokers' gateways, and each
-voting broker's node runs a controller of its own (`voter_id`): the one whose voter leads reads
-the log and is active, the others stand by (answering NotController; callers hold an ActiveController that finds the active
-one) and keep handles to the running actors, so that a turn which comes while Ray's GCS is cut off
-(the Ray head's host isolated) adopts them without it. An active controller whose voter stops
+voters run in one of two places (actors/controller/quorum_shell/settings.py). By default one
+dedicated controller (this actor, on the Ray head, no `voter_id`) runs the quorum's only voter in
+its own process: it reads the log once its voter has elected itself and is the only controller.
+With combined voters (controller.quorum.voters names brokers) the voters run in the voting
+brokers' gateways, and each voting broker's node runs a controller of its own (`voter_id`): the
+one whose voter leads reads the log and is active, the others stand by (answering NotController;
+callers hold an ActiveController that finds the active one) and keep handles to the running
+actors, so that a turn which comes while Ray's GCS is cut off (the Ray head's host isolated)
+adopts them without it. An active controller whose voter stops
 leading exits; Ray starts it again as a standby. Nothing it decided leaves it (an answer, a
 replica's state, a new replica's files) before the records are committed (answers_once_committed).
 
@@ -263,7 +264,7 @@ class ControllerActor:
         self.named_actors: dict[str, Any] = {}  # Kray's named actors by name (a standby keeps them)
         self.named_actors_at = float("-inf")     # (monotonic) when they were listed last
         if voter_id is not None or not self.quorum_voters:
-            try:  # reading (or a standby's wait for its voter to lead) starts at once (Ray runs __init__ in its loop)
+            try:  # reading (a standby: its wait for its voter to lead) starts at once (Ray runs __init__ in its loop)
                 asyncio.get_running_loop()
                 self._resume_supervision()
             except RuntimeError:
@@ -561,7 +562,7 @@ class ControllerActor:
         return self.loaded.is_set()
 
     async def _ready(self) -> None:
-        """Until the metadata is read (the dedicated controller: as soon as its own voter has elected itself)."""
+        """Until the metadata is read (the dedicated controller: once its own voter elected itself)."""
         if not self.loaded.is_set():
             self._resume_supervision()
             await self.loaded.wait()
