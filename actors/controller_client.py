@@ -35,7 +35,7 @@ ALTER_PARTITION_TIMEOUT_S = 5.0  # an unanswered AlterPartition is resent (same 
 
 
 class NotController(RuntimeError):
-    """Raised by a standby controller (kray.metadata.quorum.enable): its broker's voter does not lead
+    """Raised by a standby controller (combined voters): its broker's voter does not lead
     the metadata quorum, so another controller is the active one (or none is, during an election)."""
 
 

@@ -70,10 +70,11 @@ READ_TIMEOUT_S = 90
 ISR_TIMEOUT_S = 120
 READERS_WARM_TIMEOUT_S = 60  # the readers' first records of every partition, before a cut
 OVERRIDES = ("offsets.topic.num.partitions=6", "share.coordinator.state.topic.num.partitions=6")
-# the metadata quorum on the three hosts' brokers (each runs a voter and a controller), as
-# configs/multinode.toml has it; --no-quorum: one controller, on the Ray head (h1)
-QUORUM = ("kray.metadata.quorum.enable=true", "controller.quorum.voters=1,2,3")
-NO_QUORUM = ("kray.metadata.quorum.enable=false",)
+# the metadata quorum's voters on the three hosts' brokers (each runs a voter and a controller), as
+# configs/multinode.toml has it; --no-quorum: one dedicated controller (the quorum's single voter),
+# on the Ray head (h1)
+QUORUM = ("controller.quorum.voters=1,2,3",)
+DEDICATED = ()
 
 
 def log(msg: str) -> None:
@@ -422,7 +423,7 @@ def quorum_leader(bootstrap: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--victim", default="3",
-                        help="the host cut off (1 runs the Ray head, and with --no-quorum the controller); "
+                        help="the host cut off (1 runs the Ray head, and with --no-quorum the dedicated controller); "
                              "'quorum-leader': the host whose voter leads the metadata quorum (the active "
                              "controller's host)")
     parser.add_argument("--cut", type=float, default=60.0, help="seconds the host is cut off")
@@ -436,8 +437,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"each host's net.ipv4.tcp_rto_max_ms ({RTO_MAX_MS}, as the README asks of broker "
                              f"hosts; 'kernel': the kernel's default)")
     parser.add_argument("--quorum", action=argparse.BooleanOptionalAction, default=True,
-                        help="run the metadata quorum (a voter and a controller on each broker: " + " ".join(QUORUM) +
-                             "; configs/multinode.toml's default); --no-quorum: one controller, on the Ray head")
+                        help="combined voters of the metadata quorum (a voter and a controller on each broker: " +
+                             " ".join(QUORUM) + "; configs/multinode.toml's default); --no-quorum: one dedicated "
+                             "controller (the quorum's single voter) on the Ray head")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker config of `kray start` beside the benchmark's (repeatable), e.g. "
                              "broker.session.timeout.ms=6000")
@@ -445,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from cluster.hosts.deploy import KrayHosts
     rto_max_ms = None if args.tcp_rto_max_ms == "kernel" else int(args.tcp_rto_max_ms)
-    hosts = KrayHosts(3, overrides=(*OVERRIDES, *(QUORUM if args.quorum else NO_QUORUM), *args.override), ray_system_config=RAY_HEALTH[args.ray_health], tcp_rto_max_ms=rto_max_ms)
+    hosts = KrayHosts(3, overrides=(*OVERRIDES, *(QUORUM if args.quorum else DEDICATED), *args.override), ray_system_config=RAY_HEALTH[args.ray_health], tcp_rto_max_ms=rto_max_ms)
     log(f"starting 3 hosts (Ray health {args.ray_health}: {RAY_HEALTH[args.ray_health]}; load {load1()})")
     with hosts:
         log(f"up: {hosts.bootstrap}; " + ", ".join(f"{k} {v:.1f}" for k, v in hosts.timings.items()))

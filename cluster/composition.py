@@ -20,7 +20,7 @@ CONTROLLER_NAME = "controller"
 
 
 def controller_name(voter_id: int | None = None) -> str:
-    """The controller, or (kray.metadata.quorum.enable) the controller of one voting broker's node."""
+    """The dedicated controller, or (combined voters) the controller of one voting broker's node."""
     return CONTROLLER_NAME if voter_id is None else f"{CONTROLLER_NAME}-{voter_id}"
 
 
@@ -39,9 +39,10 @@ def on_node(node_id: str, *, soft: bool = False) -> NodeAffinitySchedulingStrate
 
 def start_controller(broker_config: dict[str, Any], node_id: str, voter_id: int | None = None):
     """The controller, whose config every other actor gets; it carries the secret Kray's actors
-    log in to each other's internal listeners with (made here unless the config has one). With
-    the metadata quorum, one per voting broker (`voter_id`), on that broker's node: the one whose
-    voter leads is active, the others stand by. Detached there: a controller started by another
+    log in to each other's internal listeners with (made here unless the config has one): the
+    dedicated controller (the metadata quorum's single voter inside it), or with combined voters
+    one per voting broker (`voter_id`), on that broker's node: the one whose voter leads is active,
+    the others stand by. Detached there: a controller started by another
     (a voter's node that returned) must outlive it."""
     from actors.controller.actor import ControllerActor
     from actors.gateway.security.inter_broker import with_broker_secret

@@ -150,12 +150,12 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "authorizer.class.name": "",
     "super.users": "",  # principals separated by ';', e.g. User:admin;User:ANONYMOUS
     "allow.everyone.if.no.acl.found": False,
-    # the metadata quorum (actors/controller/quorum_shell) keeps the controller's metadata when
-    # true (configs/multinode.toml); false keeps it in a file on the Ray head (until the quorum is
-    # the only shape: issue 17). Voters as Kafka's id@host:port list or plain ids; unset: the three
-    # lowest broker ids at the cluster's first start (recorded in meta.properties); timings are
-    # Kafka's names and defaults
-    "kray.metadata.quorum.enable": False,
+    # the metadata quorum (actors/controller/quorum_shell/settings.py) keeps the controller's
+    # metadata. Voters unset: one dedicated controller voter on the Ray head (Kafka's
+    # process.roles=controller); broker ids, as Kafka's id@host:port list or plain ids: those brokers
+    # vote (process.roles=broker,controller; configs/multinode.toml). process.roles, where set, must
+    # agree. Timings are Kafka's names and defaults
+    "process.roles": None,
     "controller.quorum.voters": "",
     "controller.quorum.election.timeout.ms": 1000,
     "controller.quorum.fetch.timeout.ms": 2000,
@@ -292,6 +292,10 @@ def with_listener(config: dict[str, Any], host: str | None, port: int | None, *,
     return config | {"listeners": ",".join(listener.connection_string for listener in changed)}
 
 
+# Kray's switch while the metadata quorum was new: true is accepted (and ignored), false refused
+RETIRED_QUORUM_SWITCH = "kray.metadata.quorum.enable"
+
+
 def load_broker_config(path: Path | None = None, overrides: list[str] = ()) -> dict[str, Any]:
     config = dict(BROKER_DEFAULTS)
     if path is not None:
@@ -301,9 +305,18 @@ def load_broker_config(path: Path | None = None, overrides: list[str] = ()) -> d
     for text in overrides:
         key, value = parse_override(text)
         config[key] = value
+    if str(config.pop(RETIRED_QUORUM_SWITCH, True)).strip().lower() != "true":
+        raise ConfigError(f"{RETIRED_QUORUM_SWITCH}=false is no longer possible: the metadata quorum always keeps "
+                          f"the metadata (an older Kray's metadata file is imported into it at the first start); "
+                          f"remove the setting")
     unknown = sorted(k for k in set(config) - set(BROKER_DEFAULTS) if base_key(k) is None)
     if unknown:
         raise ConfigError(f"unknown broker config {', '.join(unknown)}; known keys: see configs/local.toml")
+    from actors.controller.quorum_shell.settings import combined_voters
+    try:
+        combined_voters(config)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     return config
 
 

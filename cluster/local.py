@@ -31,7 +31,7 @@ from typing import Any
 
 import ray
 
-from actors.controller.quorum_shell.settings import DEFAULT_VOTERS_MAX, VOTERS_KEY, configured_voters, quorum_enabled
+from actors.controller.quorum_shell.settings import VOTERS_KEY, combined_voters
 from actors.controller.nodes import (BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABEL, ROLE_LABEL, NodeView, chosen_voters,
                                      proposed_broker_id, recorded_broker_id, recorded_voters)
 from actors.controller_client import NotController
@@ -87,11 +87,12 @@ def _head_node_id() -> str:
 
 
 def place_voters(config: dict[str, Any]) -> tuple[tuple[int, ...], dict[int, str]]:
-    """The metadata quorum's voters and the Ray nodes of those that are alive, before any
+    """The voting brokers (combined voters) and the Ray nodes of those that are alive, before any
     controller starts: every live broker node's id (its label, else its meta.properties, where a
-    new id is recorded now, as the controller would), then the voters (nodes.chosen_voters),
-    recorded in the unlabelled nodes' meta.properties. A single node (`kray start`) is its own
-    single voter. Raises RuntimeError, saying what to do, when no majority of voters is alive."""
+    new id is recorded now, as the controller would), then the voters (nodes.chosen_voters: the
+    configured ones, else those an earlier start recorded in the unlabelled nodes' meta.properties),
+    recorded there. ((), {}) when there are none: one dedicated controller keeps the metadata.
+    Raises RuntimeError, saying what to do, when no majority of voters is alive."""
     nodes = [n for n in map(NodeView.of, ray.nodes()) if n.alive and n.hosts_broker]
     ids: dict[int, str] = {n.labelled_broker_id: n.node_id for n in nodes if n.labelled_broker_id is not None}
     unlabelled = [n for n in nodes if n.labelled_broker_id is None]
@@ -101,10 +102,11 @@ def place_voters(config: dict[str, Any]) -> tuple[tuple[int, ...], dict[int, str
         ids[ray.get(composition.start_on_node(node.node_id, recorded_broker_id, log_dirs, proposed))] = node.node_id
     recorded = {v for v in ray.get([composition.start_on_node(n.node_id, recorded_voters, log_dirs)
                                     for n in unlabelled]) if v}
-    voters = chosen_voters(configured_voters(config) if config.get(VOTERS_KEY) else (), recorded, set(ids),
-                           DEFAULT_VOTERS_MAX)
+    voters = chosen_voters(combined_voters(config), recorded)
     if isinstance(voters, str):
         raise RuntimeError(voters)
+    if not voters:
+        return (), {}
     if not recorded:
         ray.get([composition.start_on_node(n.node_id, recorded_voters, log_dirs, ",".join(map(str, voters)))
                  for n in unlabelled])
@@ -118,7 +120,7 @@ def place_voters(config: dict[str, Any]) -> tuple[tuple[int, ...], dict[int, str
 
 
 def active_controller(voters, timeout_s: float, prefer=None):
-    """The handle of the active controller among the voting brokers' (kray.metadata.quorum.enable)."""
+    """The handle of the active controller among the voting brokers' (combined voters)."""
     deadline = time.monotonic() + timeout_s
     while True:
         handles = [prefer] if prefer is not None else []
@@ -245,10 +247,11 @@ def _signal_all(pids: list[int], sig: int) -> None:
 
 
 class _Controllers:
-    """The controller as LocalBroker and LocalCluster hold it: one actor (on the Ray head), or with
-    the metadata quorum (kray.metadata.quorum.enable) one per voting broker's node, of which the one
-    whose voter leads is active; `controller` is then that one (waiting up to
-    ACTIVE_CONTROLLER_WAIT_S for it, through an election)."""
+    """The controller as LocalBroker and LocalCluster hold it: the dedicated controller (one actor on
+    the Ray head, the metadata quorum's single voter inside it), or with combined voters
+    (controller.quorum.voters) one per voting broker's node, of which the one whose voter leads is
+    active; `controller` is then that one (waiting up to ACTIVE_CONTROLLER_WAIT_S for it, through an
+    election)."""
     _voters: tuple = ()
     _controller = None
 
@@ -356,8 +359,8 @@ class LocalBroker(_Controllers):
         else:
             controller_node = _head_node_id()
             expected = sum(1 for n in map(NodeView.of, ray.nodes()) if n.alive and n.hosts_broker)
-        if quorum_enabled(self.config):
-            self._voters, voter_nodes = place_voters(self.config)
+        self._voters, voter_nodes = place_voters(self.config)
+        if self._voters:
             self.config[VOTERS_KEY] = ",".join(map(str, self._voters))
             self.controller = self._start_controllers(voter_nodes)
         else:
@@ -451,7 +454,6 @@ class LocalCluster(_Controllers):
 
     def __init__(self, nodes: int = 3, data_dir: str | Path | None = None, overrides: dict[str, Any] | None = None,
                  *, config_path: Path | None = None, port: int = 0, host: str = "127.0.0.1", supervise: bool = True):
-        from actors.controller.quorum_shell.settings import VOTERS_KEY, default_voters
         from cluster.config import DEFAULT_LOCAL_CONFIG, ConfigError, load_broker_config, with_listener
         if nodes < 1:
             raise ValueError("a cluster needs at least one broker node")
@@ -468,10 +470,10 @@ class LocalCluster(_Controllers):
             # base port, broker i's listeners take their configured ports + i - 1)
             self.config = with_listener(self.config, None, None, all_ports=0)
         self.config["log.dirs"] = str(self.data_dir)
-        if quorum_enabled(self.config) and not self.config.get(VOTERS_KEY):
-            # the metadata quorum's voters: the lowest broker ids (its nodes are labelled 1..nodes)
-            self.config[VOTERS_KEY] = ",".join(map(str, default_voters(range(1, nodes + 1))))
-        self._voters = configured_voters(self.config) if quorum_enabled(self.config) else ()
+        # the metadata quorum: one dedicated controller voter on the Ray head (not in any broker:
+        # killing, pausing or loading brokers never touches it), unless controller.quorum.voters
+        # names brokers that vote (tests/cluster/test_metadata_quorum.py: elections among brokers)
+        self._voters = combined_voters(self.config)
         if Path(config_path or DEFAULT_LOCAL_CONFIG).resolve() == DEFAULT_LOCAL_CONFIG.resolve() \
                 and "default.replication.factor" not in (overrides or {}):
             # several brokers on one machine are there for failover: a topic created without a

@@ -8,12 +8,16 @@ Fencing elects new leaders from the ISR (actors/controller/elections.py); every 
 the metadata log before any replica or gateway hears of it. What happens to brokers (lost, fenced,
 back) is also said in words (`broker_events`), which `kray start` prints.
 
-With the metadata quorum (kray.metadata.quorum.enable) the log is `__cluster_metadata-0`, kept by
-the voters in the voting brokers' gateways (quorum_metadata.py), and each voting broker's node runs
-a controller of its own (`voter_id`): the one whose voter leads reads the log and is active, the
-others stand by (answering NotController; callers hold an ActiveController that finds the active
-one) and keep handles to the running actors, so that a turn which comes while Ray's GCS is cut off
-(the Ray head's host isolated) adopts them without it. An active controller whose voter stops
+The metadata log is the metadata quorum's `__cluster_metadata-0` (quorum_metadata.py), whose
+voters run in one of two places (actors/controller/quorum_shell/settings.py). By default one
+dedicated controller (this actor, on the Ray head, no `voter_id`) runs the quorum's only voter in
+its own process: it reads the log once its voter has elected itself and is the only controller.
+With combined voters (controller.quorum.voters names brokers) the voters run in the voting
+brokers' gateways, and each voting broker's node runs a controller of its own (`voter_id`): the
+one whose voter leads reads the log and is active, the others stand by (answering NotController;
+callers hold an ActiveController that finds the active one) and keep handles to the running
+actors, so that a turn which comes while Ray's GCS is cut off (the Ray head's host isolated)
+adopts them without it. An active controller whose voter stops
 leading exits; Ray starts it again as a standby. Nothing it decided leaves it (an answer, a
 replica's state, a new replica's files) before the records are committed (answers_once_committed).
 
@@ -44,7 +48,8 @@ from actors.controller.events import BrokerEvents
 from actors.controller.quorum_metadata import QuorumMetadataLog
 from actors.controller_client import ActiveController, NotController
 from actors.controller.quorum_shell.node import monotonic_ms
-from actors.controller.quorum_shell.settings import configured_voters, quorum_enabled
+from actors.controller.quorum_shell.settings import DEDICATED_CONTROLLER_ID, combined_voters
+from actors.controller.quorum_shell.voter import LocalVoter, build_dedicated_voter
 from actors.controller.metadata_log import MetadataLog
 from actors.controller.nodes import (NodeView, proposed_broker_id, read_broker_id,
                                      recorded_broker_id, replaces)
@@ -176,9 +181,9 @@ class GcsCalls:
 
 def answers_once_committed(method):
     """A public method of the controller: it runs once the metadata is read, and answers only once
-    the records it (or anything before it) persisted are committed: with the metadata quorum, a
-    decision is seen by no one before a majority of voters has it (at once with the log on this
-    node, where every append is durable when it returns)."""
+    the records it (or anything before it) persisted are committed: a decision is seen by no one
+    before a majority of the metadata quorum's voters has it (the dedicated controller's single
+    voter: once its own write is durable)."""
     @functools.wraps(method)
     async def call(self, *args, **kwargs):
         if self.voter_id is not None and not self.loaded.is_set():
@@ -198,16 +203,20 @@ class ControllerActor:
         log_to_stderr()
         self.broker_config = broker_config
         self.data_dir = Path(broker_config["log.dirs"]).resolve()
-        # the metadata log: a file on this node, or (kray.metadata.quorum.enable) the metadata
-        # quorum's log, read once the voters have elected a leader (`_load_from_quorum`). With a
-        # `voter_id` this is the controller of that voting broker's node: active only while that
-        # broker's voter leads the quorum (it reads the log then), standing by otherwise.
-        self.quorum_voters = configured_voters(broker_config) if quorum_enabled(broker_config) else ()
+        # the metadata log: the metadata quorum's, read once a voter leads (`_load_from_quorum`).
+        # Combined voters (`quorum_voters`, brokers): with a `voter_id` this is the controller of
+        # that voting broker's node, active only while that broker's voter leads the quorum (it
+        # reads the log then), standing by otherwise. Else this is the dedicated controller, and
+        # the quorum's single voter runs here (`dedicated`, started with the event loop).
+        self.quorum_voters = combined_voters(broker_config)
         self.voter_id = voter_id
+        self.dedicated = None if self.quorum_voters else build_dedicated_voter(broker_config)
+        self.dedicated_run: asyncio.Task | None = None
         if self.quorum_voters:
             self.log = QuorumMetadataLog(self.quorum_voters, on_failure=self._quorum_failed, only=voter_id)
         else:
-            self.log = MetadataLog(self.data_dir / "__cluster_metadata" / "metadata.log")
+            self.log = QuorumMetadataLog((DEDICATED_CONTROLLER_ID,), on_failure=self._quorum_failed,
+                                         only=DEDICATED_CONTROLLER_ID, local=LocalVoter(self.dedicated))
         self.core: ControllerCore | None = None  # once the metadata is read
         self.loaded = asyncio.Event()
         self.loading: asyncio.Task | None = None
@@ -254,10 +263,8 @@ class ControllerActor:
         self.gcs = GcsCalls()
         self.named_actors: dict[str, Any] = {}  # Kray's named actors by name (a standby keeps them)
         self.named_actors_at = float("-inf")     # (monotonic) when they were listed last
-        if not self.quorum_voters:
-            self._load(list(self.log.replay()))
-        elif voter_id is not None:
-            try:  # a standby waits for its voter to lead from the start (Ray runs __init__ in its loop)
+        if voter_id is not None or not self.quorum_voters:
+            try:  # reading (a standby: its wait for its voter to lead) starts at once (Ray runs __init__ in its loop)
                 asyncio.get_running_loop()
                 self._resume_supervision()
             except RuntimeError:
@@ -291,10 +298,12 @@ class ControllerActor:
         self.core.metadata_version = max(self.core.metadata_version, time.time_ns() // 1000)
 
     async def _load_from_quorum(self) -> None:
-        """The voters run in the voting brokers' gateways: start those first (or find them running),
-        then read the metadata from the quorum's leader."""
+        """Combined voters run in the voting brokers' gateways: start those first (or find them
+        running); the dedicated voter runs here. Then read the metadata from the quorum's leader."""
+        if self.dedicated is not None and self.dedicated_run is None:
+            self.dedicated_run = asyncio.ensure_future(self._run_dedicated_voter())
         cache = asyncio.ensure_future(self._keep_named_actors()) if self.voter_id is not None else None
-        started = False
+        started = self.dedicated is not None
         while True:
             try:
                 if not started:  # (at the start only: a standby's turn may come while Ray's GCS is cut off)
@@ -312,16 +321,22 @@ class ControllerActor:
         if not records:
             records = await self._import_file_log()
         self._replay(records)
-        if time.monotonic() - self.named_actors_at > NAMED_ACTORS_FRESH_S:
-            try:
-                await self._refresh_named_actors()
-            except Exception as e:  # Ray's GCS is cut off from this node: the actors known from standing by
-                log.warning("Ray's named actors could not be listed (%s): adopting the %d known from standing by",
-                            e, len(self.named_actors))
-        predecessor = await self._predecessor_heard()  # (its answer renews the lease too)
-        # (shards of a dead node take a while to not answer: the event loop keeps turning meanwhile)
-        self._load(records, await asyncio.to_thread(self._adopt_running_actors, dict(self.named_actors),
-                                                     ADOPT_TIMEOUT_S_STANDBY))
+        if self.dedicated is not None:
+            # the one controller (started again by Ray, or new): Ray's GCS is on this node; the
+            # actors it had started are asked for by name (off the event loop)
+            predecessor = None
+            self._load(records, await asyncio.to_thread(self._adopt_running_actors))
+        else:
+            if time.monotonic() - self.named_actors_at > NAMED_ACTORS_FRESH_S:
+                try:
+                    await self._refresh_named_actors()
+                except Exception as e:  # Ray's GCS is cut off from this node: the actors known from standing by
+                    log.warning("Ray's named actors could not be listed (%s): adopting the %d known from standing by",
+                                e, len(self.named_actors))
+            predecessor = await self._predecessor_heard()  # (its answer renews the lease too)
+            # (shards of a dead node take a while to not answer: the event loop keeps turning meanwhile)
+            self._load(records, await asyncio.to_thread(self._adopt_running_actors, dict(self.named_actors),
+                                                         ADOPT_TIMEOUT_S_STANDBY))
         if self.voter_id is not None:
             log.warning("controller of broker %d: its voter leads the metadata quorum; this controller is active",
                         self.voter_id)
@@ -333,6 +348,21 @@ class ControllerActor:
         # told their state once it answers: a leader cut off learns it follows now
         for topic in list(self.core.topics.values()):
             self._start_partitions(topic)
+
+    async def _run_dedicated_voter(self) -> None:
+        """The dedicated controller's voter, until the controller stops. Its disk failing (or its state
+        not what the quorum says) stops this process: Ray starts the controller again from what is on
+        disk, as Kafka halts on a metadata log failure."""
+        try:
+            await self.dedicated.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if self.shutting_down:
+                return
+            log.critical("the dedicated controller's voter of the metadata quorum failed; the controller stops",
+                         exc_info=True)
+            os._exit(1)
 
     async def _predecessor_heard(self) -> tuple[int, int] | None:
         """(the broker whose voter led before this one's, when this one last heard from it, by
@@ -519,6 +549,11 @@ class ControllerActor:
         log.error("the controller restarts to read the metadata again (%s)", why)
         os._exit(1)  # Ray starts the controller again (max_restarts=-1); its actors keep running
 
+    async def quorum_status(self):
+        """The dedicated controller's voter's view (QuorumStatus), for DescribeQuorum at a broker;
+        None with combined voters (the voting brokers answer it themselves)."""
+        return None if self.dedicated is None else self.dedicated.status()
+
     async def is_active(self) -> bool:
         """Whether this controller serves (with the metadata quorum: its voter leads, and it has
         read the metadata); a standby starts waiting for its turn if it was not yet."""
@@ -527,7 +562,7 @@ class ControllerActor:
         return self.loaded.is_set()
 
     async def _ready(self) -> None:
-        """Until the metadata is read (at once, with the metadata log on this node)."""
+        """Until the metadata is read (the dedicated controller: once its own voter elected itself)."""
         if not self.loaded.is_set():
             self._resume_supervision()
             await self.loaded.wait()
@@ -597,7 +632,7 @@ class ControllerActor:
         """Supervisors and the node watcher are asyncio tasks: start them from the first async call
         (in quorum mode, once the metadata is read)."""
         if not self.loaded.is_set():  # (the core may exist already: replayed, its actors being adopted)
-            if self.loading is None and self.quorum_voters:
+            if self.loading is None:
                 self.loading = asyncio.ensure_future(self._load_from_quorum())
             return
         for key, actor, serve, until in self.to_supervise:
@@ -1060,6 +1095,8 @@ class ControllerActor:
         for shard in shards:
             ray.kill(shard, no_restart=True)
         self.log.close()
+        if self.dedicated is not None:
+            self.dedicated.stop()
 
     # ---- internals -------------------------------------------------------------------------
     def _persist(self, outcome: Outcome) -> None:

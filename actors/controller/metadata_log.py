@@ -1,4 +1,8 @@
-"""The controller's own durable log: msgpack records framed as [u32 length][u32 crc32c][payload].
+"""The file Kray's controller kept its metadata in before the metadata quorum (on the Ray head,
+`<log.dirs>/__cluster_metadata/metadata.log`): msgpack records framed as
+[u32 length][u32 crc32c][payload]. No controller writes it any more: one that finds the quorum's
+log empty imports it once (ControllerActor._import_file_log). The unit tests replay controller
+state through it (append, then replay).
 
 Replay stops at the first torn or corrupt frame and truncates the file there, like a Kafka log's
 recovery of its active segment.
@@ -51,9 +55,6 @@ class MetadataLog:
         os.write(self._fd, out)
         os.fsync(self._fd)
         self.appended += 1
-
-    async def durable(self, upto: int) -> None:
-        """(QuorumMetadataLog's wait for a commit: here every append is durable when it returns.)"""
 
     def close(self) -> None:
         os.close(self._fd)

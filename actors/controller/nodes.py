@@ -7,9 +7,10 @@ A broker is a Ray node. Its id comes, in this order, from
 2. `meta.properties` in `log.dirs` on that node, written the first time (as Kafka keeps its
    node id beside its logs), so a machine that restarts finds its id and its data again;
 3. else a new id: the `broker.id` config if free, otherwise the lowest id no live broker uses.
-The metadata quorum's voters, unless `controller.quorum.voters` names them, are the lowest three
-broker ids at a cluster's first start, recorded in the unlabelled nodes' meta.properties so that
-later starts find the same set (a voter set never changes silently).
+Combined voters (brokers that vote in the metadata quorum) named by `controller.quorum.voters` are
+recorded in the unlabelled nodes' meta.properties at a cluster's first start, so that later starts
+find the same set (a voter set never changes silently); with none named or recorded, one dedicated
+controller keeps the metadata (actors/controller/quorum_shell/settings.py).
 A node labelled `kray-role=controller` runs no broker (LocalCluster's Ray head: losing a broker
 node must never take Ray down). `kray-port` sets a node's listener port (several nodes on one
 machine); otherwise the `listeners` port applies.
@@ -126,11 +127,10 @@ def recorded_voters(log_dirs: str, chosen: str | None = None) -> str | None:
     return chosen
 
 
-def chosen_voters(configured: tuple[int, ...], recorded: set[str], broker_ids: set[int],
-                  voters_max: int) -> tuple[int, ...] | str:
-    """The metadata quorum's voters: the configured ones (controller.quorum.voters), else those the
-    nodes recorded at the cluster's first start, else the lowest `voters_max` broker ids. A
-    string says why there are none: the nodes recorded different sets."""
+def chosen_voters(configured: tuple[int, ...], recorded: set[str]) -> tuple[int, ...] | str:
+    """The voting brokers: the configured ones (controller.quorum.voters), else those the nodes
+    recorded at the cluster's first start, else none (() : one dedicated controller). A string says
+    why there are none: the nodes recorded different sets."""
     if configured:
         return configured
     if len(recorded) > 1:
@@ -138,4 +138,4 @@ def chosen_voters(configured: tuple[int, ...], recorded: set[str], broker_ids: s
                 f"controller.quorum.voters to the one this cluster's metadata is on")
     if recorded:
         return tuple(int(v) for v in next(iter(recorded)).split(","))
-    return tuple(sorted(broker_ids)[:voters_max])
+    return ()

@@ -1,8 +1,8 @@
-"""The controller's metadata log kept by the metadata quorum (kray.metadata.quorum.enable): its
-records go to `__cluster_metadata-0`, replicated by the voters that run in the voting brokers'
-gateways (actors/controller/quorum_shell), instead of to a file on the controller's own node.
+"""The controller's metadata log, kept by the metadata quorum: its records go to
+`__cluster_metadata-0`, replicated by the voters (actors/controller/quorum_shell/settings.py: one
+dedicated voter inside the controller itself, or combined voters in the voting brokers' gateways).
 
-The same two calls as MetadataLog (metadata_log.py) and one more:
+Three calls:
 - `append(records)` hands records over in order and returns at once (the controller's decisions
   stay synchronous steps of its event loop); `appended` counts the calls;
 - `durable(upto)` waits until the first `upto` appends are committed (a majority of voters has
@@ -10,16 +10,17 @@ The same two calls as MetadataLog (metadata_log.py) and one more:
   rests on are committed: a decision a deposed quorum leader's log loses was never seen.
 - `open()` waits for a quorum leader whose whole log is committed and reads every record.
 
-With `only` (the controller of one voting broker, ControllerActor's voter mode) it reads and
-proposes through that broker's voter alone: `open()` waits until that voter leads (the standby's
-wait for its turn), and a not_leader answer is a failure, not a redirect.
+With `only` (the controller of one voting broker, ControllerActor's voter mode, or the dedicated
+controller with its `local` voter) it reads and proposes through that voter alone: `open()` waits
+until that voter leads (the standby's wait for its turn), and a not_leader answer is a failure, not
+a redirect.
 
-One sender proposes the records, in order, through the leader's gateway (a Ray call, like any
-control call). "not_leader" (nothing appended): the same records go to the leader named. A
-proposal that may have been appended but did not commit (its leader lost its epoch, or the call
-failed or timed out with its fate unknown) leaves the controller's state ahead of the log: the
-controller stops (`on_failure`), Ray starts it again, and it reads the log afresh — KRaft's active
-controller does the same when it loses leadership with uncommitted records.
+One sender proposes the records, in order, through the leader (a voter's gateway, by a Ray call
+like any control call; or the local voter). "not_leader" (nothing appended): the same records go to
+the leader named. A proposal that may have been appended but did not commit (its leader lost its
+epoch, or the call failed or timed out with its fate unknown) leaves the controller's state ahead of
+the log: the controller stops (`on_failure`), Ray starts it again, and it reads the log afresh —
+KRaft's active controller does the same when it loses leadership with uncommitted records.
 """
 from __future__ import annotations
 
@@ -52,8 +53,11 @@ class QuorumUnavailable(RuntimeError):
 
 
 class QuorumMetadataLog:
-    def __init__(self, voters: tuple[int, ...], on_failure: Callable[[str], None], only: int | None = None):
+    def __init__(self, voters: tuple[int, ...], on_failure: Callable[[str], None], only: int | None = None,
+                 local=None):
         self.voters = voters
+        # the dedicated controller's own voter (quorum_shell/voter.py LocalVoter), called in-process
+        self.local = local
         self.on_failure = on_failure
         # the controller of one voting broker reads and writes through that broker's voter only: it
         # is active while that voter leads, and stops when it does not (not_leader is a failure)
@@ -78,8 +82,8 @@ class QuorumMetadataLog:
             leader = await self._find_leader(settled=True)
             if leader is not None:
                 try:
-                    epoch, settled, batches = await asyncio.wait_for(self._gateway(leader).read_metadata.remote(0),
-                                                                     CALL_TIMEOUT_S)
+                    epoch, settled, batches = await asyncio.wait_for(
+                        self._ask(self._gateway(leader), "read_metadata", 0), CALL_TIMEOUT_S)
                     if not settled:  # deposed (or a new epoch not yet committed) between the two calls
                         await asyncio.sleep(LEADER_POLL_S)
                         continue
@@ -102,7 +106,7 @@ class QuorumMetadataLog:
             if gateway is None:
                 continue
             try:
-                answer = await asyncio.wait_for(gateway.quorum_status.remote(), CALL_TIMEOUT_S / 2)
+                answer = await asyncio.wait_for(self._ask(gateway, "quorum_status"), CALL_TIMEOUT_S / 2)
             except ray.exceptions.RayError:
                 self._gateways.pop(voter, None)     # restarted, or gone: looked up again
                 continue
@@ -119,9 +123,17 @@ class QuorumMetadataLog:
     async def own_status(self):
         """(QuorumStatus, settled) of this controller's own voter, None without one."""
         gateway = self._gateway(self.only)
-        return None if gateway is None else await gateway.quorum_status.remote()
+        return None if gateway is None else await self._ask(gateway, "quorum_status")
+
+    @staticmethod
+    async def _ask(gateway, method: str, *args):
+        """A voter's answer: over Ray from its gateway, or in-process from the local voter."""
+        call = getattr(gateway, method)
+        return await (call.remote(*args) if hasattr(call, "remote") else call(*args))
 
     def _gateway(self, broker_id: int):
+        if self.local is not None:
+            return self.local if broker_id == self.only else None
         if broker_id not in self._gateways:
             try:
                 self._gateways[broker_id] = ray.get_actor(composition.gateway_name(broker_id),
@@ -183,8 +195,8 @@ class QuorumMetadataLog:
                     await asyncio.sleep(LEADER_POLL_S)     # an election: nothing was appended anywhere
                     continue
                 # a failure or a timeout here leaves the proposal's fate unknown: raised
-                outcome, detail = await asyncio.wait_for(gateway.propose_metadata.remote(chunk, self.epoch),
-                                                         CALL_TIMEOUT_S)
+                outcome, detail = await asyncio.wait_for(
+                    self._ask(gateway, "propose_metadata", chunk, self.epoch), CALL_TIMEOUT_S)
                 if outcome == "committed":
                     break
                 if outcome == "not_leader" and self.only is not None:

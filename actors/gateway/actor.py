@@ -31,9 +31,8 @@ from actors import log_to_stderr
 from actors.controller.actor import MetadataImage
 from actors.controller.core import BrokerInfo
 from actors.controller.elections import DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS, DEFAULT_BROKER_SESSION_TIMEOUT_MS
-from actors.controller.quorum import NotLeader
-from actors.controller.quorum_shell.settings import configured_voters, quorum_enabled
-from actors.controller.quorum_shell.voter import build_voter
+from actors.controller.quorum_shell.settings import combined_voters
+from actors.controller.quorum_shell.voter import build_voter, propose_through, read_through, voter_status
 from actors.gateway.broker_session import BrokerSession
 from actors.gateway.context import GatewayContext, RayController, monotonic_ms
 from actors.gateway.frontend import follow_metadata, start_frontend
@@ -86,7 +85,7 @@ class GatewayActor:
         listeners, primary = settings.listeners, settings.primary
         # a node's own port (several brokers on one machine) moves every configured port alike
         offset = self.port - primary.port if self.port is not None and primary.port > 0 else 0
-        quorum = quorum_enabled(self.config)
+        quorum = bool(combined_voters(self.config))  # this cluster's brokers vote (else: a dedicated controller)
         if not quorum:
             self.ctx.set_metadata(await self.ctx.controller.wait_for_metadata(-1, 0))  # before the first client
         elif self.ctx.metadata is None:
@@ -253,10 +252,10 @@ class GatewayActor:
                 self.watcher.cancel()
                 self.watcher = asyncio.create_task(follow_metadata(self.ctx))
 
-    # ---- the metadata quorum's voter (kray.metadata.quorum.enable) ---------------------------------
+    # ---- the metadata quorum's voter (combined voters: controller.quorum.voters) -------------------
     async def _run_voter(self) -> None:
         """Run this broker's voter if controller.quorum.voters names it, until the gateway stops."""
-        voters = configured_voters(self.config)
+        voters = combined_voters(self.config)
         if self.ctx.broker_id not in voters:
             return
         finder = node = None
@@ -313,39 +312,17 @@ class GatewayActor:
         return self.endpoint
 
     def quorum_status(self):
-        """This broker's voter's view (actors/controller/quorum QuorumStatus), or None without one;
-        `settled`: it leads and has committed its whole log (it may be read from start to end)."""
-        node = self.ctx.quorum
-        return None if node is None else (node.status(), node.settled())
+        """This broker's voter's view (actors/controller/quorum QuorumStatus) and whether it is
+        settled (quorum_shell/voter.py voter_status), or None without one."""
+        return voter_status(self.ctx.quorum)
 
     async def propose_metadata(self, payloads: list[bytes], epoch: int | None = None) -> tuple[str, Any]:
-        """Append the controller's records (encoded) to the quorum's log through this broker's voter:
-        ("committed", the batch's base offset) once committed; ("not_leader", the leader's id or
-        None): nothing was appended (also when the voter's epoch is not `epoch`, the one the
-        controller read the metadata in); ("lost", why): appended, but a new leader's log replaced it."""
-        node = self.ctx.quorum
-        if node is None:
-            return "not_leader", None
-        status = node.status()
-        if epoch is not None and status.epoch != epoch:   # (checked and proposed with no await between)
-            return "not_leader", status.leader_id
-        try:
-            result = await node.propose(payloads)
-        except LookupError as e:
-            return "lost", str(e)
-        if isinstance(result, NotLeader):
-            return "not_leader", result.leader_id
-        return "committed", result.base_offset
+        """The controller's records through this broker's voter (quorum_shell/voter.py propose_through)."""
+        return await propose_through(self.ctx.quorum, payloads, epoch)
 
     def read_metadata(self, from_offset: int) -> tuple[int, bool, list[tuple[int, list[bytes]]]]:
-        """(the voter's epoch, whether it leads with its whole log committed, the controller's committed
-        records from `from_offset` on as (base offset, payloads) per batch), in one step: a reader knows
-        the epoch its records are whole for."""
-        node = self.ctx.quorum
-        if node is None:
-            return -1, False, []
-        return (node.status().epoch, node.settled(),
-                [(b.base_offset, list(b.records)) for b in node.committed_batches(from_offset) if not b.control])
+        """The committed metadata records through this broker's voter (quorum_shell/voter.py read_through)."""
+        return read_through(self.ctx.quorum, from_offset)
 
     async def until_stopped(self) -> None:
         """Returns when the gateway stops; raises in the caller if it dies (the controller's cue to

@@ -86,6 +86,10 @@ class RayController:
     async def topic_configs(self, name):
         return await self._call("topic_configs", name)
 
+    async def quorum_status(self):
+        """The dedicated controller's voter's QuorumStatus (DescribeQuorum), None with combined voters."""
+        return await self._call("quorum_status")
+
     async def allocate_producer_id(self):
         return await self._call("allocate_producer_id")
 

@@ -4,8 +4,9 @@
   kray metadata-quorum --bootstrap-server H:P --command-config client.properties describe --status
 
 DescribeQuorum (55) to the broker named; any voter answers with its epoch, leader and high
-watermark, the leader also with each replica's log end offset and last fetch (behind
-`kray.metadata.quorum.enable`: a broker without a voter answers INVALID_REQUEST).
+watermark, the leader also with each replica's log end offset and last fetch. A broker without a
+voter asks the dedicated controller (the default); with combined voters a non-voting broker
+answers INVALID_REQUEST: ask a voting broker.
 """
 from __future__ import annotations
 

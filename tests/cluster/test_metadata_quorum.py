@@ -1,5 +1,6 @@
 """The metadata quorum for real (issue 17; actors/controller/quorum_shell): on a 3-broker LocalCluster
-with `kray.metadata.quorum.enable`, each broker runs a voter in its gateway; the voters elect a leader
+with combined voters (controller.quorum.voters=1,2,3; LocalCluster's default is one dedicated
+controller voter), each broker runs a voter in its gateway; the voters elect a leader
 over the brokers' own listeners (Vote v2 pre-votes, BeginQuorumEpoch, Fetch of __cluster_metadata-0),
 and DescribeQuorum, asked of each broker over TCP, shows one leader, one epoch and a committed log.
 A leader's node killed (SIGKILL of every process) leaves two voters that elect another leader with a
@@ -9,8 +10,8 @@ new leader and catches up.
 The controller keeps its metadata there: no metadata log on its own node, a topic created is a record
 committed in the quorum, and topics created before a quorum leader's loss are served, written and read
 after it (the controller, whose proposal in flight may have been lost, starts again and reads the log).
-The controller's own failover (a standby on another voter) is not built yet: it still runs on the Ray
-head."""
+Each voting broker's node runs a controller; the one whose voter leads is active, and another takes
+over when that node dies."""
 import json
 import os
 import subprocess
@@ -29,7 +30,7 @@ from cluster.tools.metadata_quorum import describe_request, partition_of
 from tests.cluster.test_replication import AckedProducer, _read_keys, _wait_for_isr
 
 REPO = Path(__file__).resolve().parents[2]
-QUORUM = {"kray.metadata.quorum.enable": "true"}
+QUORUM = {"controller.quorum.voters": "1,2,3"}  # combined voters (LocalCluster's default: one dedicated)
 ELECTED_WITHIN_S = 60.0
 
 

@@ -49,11 +49,10 @@ def test_the_voter_set_chosen_at_a_clusters_first_start_is_kept_beside_the_broke
     assert recorded_broker_id(str(tmp_path), proposed=7) == 2, "recording the voters keeps the broker id"
 
 
-def test_voters_are_the_configured_ones_else_the_recorded_ones_else_the_lowest_broker_ids():
+def test_voters_are_the_configured_ones_else_the_recorded_ones_else_none():
     from actors.controller.nodes import chosen_voters
-    assert chosen_voters((5, 6, 7), {"1,2,3"}, {1, 2, 3, 5, 6, 7}, 3) == (5, 6, 7)
-    assert chosen_voters((), {"2,3,4"}, {1, 2, 3, 4}, 3) == (2, 3, 4)
-    assert chosen_voters((), set(), {4, 0, 9, 2}, 3) == (0, 2, 4)
-    assert chosen_voters((), set(), {0}, 3) == (0,), "a single node is its own single voter"
-    why = chosen_voters((), {"1,2,3", "1,2,4"}, {1, 2, 3, 4}, 3)
+    assert chosen_voters((5, 6, 7), {"1,2,3"}) == (5, 6, 7)
+    assert chosen_voters((), {"2,3,4"}) == (2, 3, 4)
+    assert chosen_voters((), set()) == (), "no voting brokers: one dedicated controller"
+    why = chosen_voters((), {"1,2,3", "1,2,4"})
     assert isinstance(why, str) and "controller.quorum.voters" in why

@@ -96,3 +96,27 @@ def test_a_metadata_fetch_goes_to_the_voter():
     assert response.responses[0].partitions[0].current_leader.leader_id == 1
     refused = asyncio.run(handle_fetch(_ctx(set(), voter), header, request, None))
     assert refused.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_a_broker_without_a_voter_asks_the_controller_for_describe_quorum():
+    """As Kafka's brokers forward DescribeQuorum to the controller: the dedicated controller answers
+    with its single voter's view; with combined voters it has none (None) and the broker says so."""
+    header = SimpleNamespace(api_version=2, api_key=55)
+
+    class Controller:
+        def __init__(self, status):
+            self.status = status
+
+        async def quorum_status(self):
+            return self.status
+
+    dedicated = QuorumStatus(node_id=3000, role="leader", epoch=2, leader_id=3000, voted_id=3000, high_watermark=9,
+                             log_end_offset=9, voters=(ReplicaStatus(3000, 9, 1000, 1000),))
+    ctx = _ctx({AclOperation.DESCRIBE})
+    ctx.controller = Controller(dedicated)
+    response = asyncio.run(handle_describe_quorum(ctx, header, m.DescribeQuorumRequest(), None))
+    part = m.DescribeQuorumResponse.decode(response.encode(2), 2).topics[0].partitions[0]
+    assert (part.leader_id, part.leader_epoch, [r.replica_id for r in part.current_voters]) == (3000, 2, [3000])
+    ctx.controller = Controller(None)
+    response = asyncio.run(handle_describe_quorum(ctx, header, m.DescribeQuorumRequest(), None))
+    assert response.error_code == ErrorCode.INVALID_REQUEST and "voter" in response.error_message

@@ -3,10 +3,32 @@ import pytest
 from actors.controller.quorum_shell import settings
 
 
-def test_off_by_default():
-    assert not settings.quorum_enabled({})
-    assert settings.quorum_enabled({"kray.metadata.quorum.enable": "true"})
-    assert not settings.quorum_enabled({"kray.metadata.quorum.enable": "false"})
+def test_the_retired_switch_is_accepted_on_and_refused_off():
+    from cluster.config import ConfigError, load_broker_config
+    assert "kray.metadata.quorum.enable" not in load_broker_config(None, ["kray.metadata.quorum.enable=true"])
+    with pytest.raises(ConfigError, match="metadata quorum always keeps the metadata"):
+        load_broker_config(None, ["kray.metadata.quorum.enable=false"])
+
+
+def test_a_dedicated_controller_by_default_and_combined_voters_when_named():
+    assert settings.combined_voters({}) == ()
+    assert settings.combined_voters({"controller.quorum.voters": ""}) == ()
+    assert settings.combined_voters({"controller.quorum.voters": "1,2,3"}) == (1, 2, 3)
+
+
+def test_process_roles_must_agree_with_the_voters():
+    assert settings.combined_voters({"process.roles": "broker"}) == ()
+    assert settings.combined_voters({"process.roles": "broker,controller", "controller.quorum.voters": "1,2,3"}) \
+        == (1, 2, 3)
+    with pytest.raises(ValueError, match="process.roles=broker runs no voter"):
+        settings.combined_voters({"process.roles": "broker", "controller.quorum.voters": "1,2,3"})
+    with pytest.raises(ValueError, match="needs controller.quorum.voters"):
+        settings.combined_voters({"process.roles": "controller,broker"})
+    with pytest.raises(ValueError, match="controller-only"):
+        settings.combined_voters({"process.roles": "controller"})
+    from cluster.config import ConfigError, load_broker_config
+    with pytest.raises(ConfigError, match="process.roles"):
+        load_broker_config(None, ["process.roles=controller"])
 
 
 def test_voters_kafka_form_and_ids():
@@ -17,12 +39,10 @@ def test_voters_kafka_form_and_ids():
             settings.parse_voters(bad)
 
 
-def test_voters_must_be_configured_and_local_clusters_default_to_the_lowest_ids():
+def test_configured_voters_must_be_named():
     assert settings.configured_voters({"controller.quorum.voters": "5,7,9"}) == (5, 7, 9)
     with pytest.raises(ValueError, match="controller.quorum.voters"):
-        settings.configured_voters({"kray.metadata.quorum.enable": "true"})
-    assert settings.default_voters([7, 2, 5, 4]) == (2, 4, 5)
-    assert settings.default_voters([9]) == (9,)
+        settings.configured_voters({"controller.quorum.voters": ""})
 
 
 def test_timings_use_kafkas_names():

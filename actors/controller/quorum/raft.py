@@ -314,6 +314,10 @@ class RaftCore:
         out.truncate_to = offset if out.truncate_to is None else min(out.truncate_to, offset)
 
     def _random_election_timeout_ms(self) -> int:
+        if self.voters == (self.node_id,):
+            # the only voter (a dedicated controller's): no one else can win an election, and no
+            # one's vote is waited for; it runs one at once, as Kafka's KafkaRaftClient does
+            return 0
         timeout = self.config.election_timeout_ms
         return timeout + self._rng.randrange(timeout)
 

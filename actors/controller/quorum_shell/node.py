@@ -19,7 +19,7 @@ A failure to persist (the disk full or failing) or a protocol violation the core
 must not answer anything more; `run()` raises it, and the gateway that runs the voter exits so that
 Ray starts it again from what is on disk (as Kafka halts on a metadata log failure).
 
-Behind `kray.metadata.quorum.enable`: the controller's metadata log (actors/controller/quorum_metadata.py).
+It keeps the controller's metadata log (actors/controller/quorum_metadata.py).
 """
 from __future__ import annotations
 

@@ -1,14 +1,16 @@
-"""KRaft's quorum APIs on the broker's listeners (KRaft's combined mode: the voter runs in the
-broker's process): Vote (52), BeginQuorumEpoch (53), EndQuorumEpoch (54) from the other voters, and
+"""KRaft's quorum APIs on the broker's listeners: Vote (52), BeginQuorumEpoch (53), EndQuorumEpoch
+(54) from the other voters (combined voters: the voter runs in the broker's process), and
 DescribeQuorum (55) from operators (`kray metadata-quorum describe --status`).
 
 Authorization is Kafka's: the voters' RPCs need CLUSTER_ACTION on the cluster (the brokers'
 principal), DescribeQuorum needs DESCRIBE on it; refused, they answer CLUSTER_AUTHORIZATION_FAILED.
 
-The voter is `ctx.quorum` (an actors/controller/quorum_shell/node.py QuorumNode), None unless
-`kray.metadata.quorum.enable` is true and this broker is in controller.quorum.voters; without one
-these APIs answer INVALID_REQUEST (with a message, for DescribeQuorum). Any voter answers
-DescribeQuorum (its epoch, leader and high watermark); only the leader knows the replicas' states.
+The voter is `ctx.quorum` (an actors/controller/quorum_shell/node.py QuorumNode), None unless this
+broker is in controller.quorum.voters; without one the voters' RPCs answer INVALID_REQUEST. Any
+voter answers DescribeQuorum (its epoch, leader and high watermark); only the leader knows the
+replicas' states. A broker without a voter asks the controller, as Kafka's brokers forward
+DescribeQuorum to theirs: the dedicated controller answers with its single voter's view; with
+combined voters it has none, and the broker answers INVALID_REQUEST (ask a voting broker).
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from actors.controller.quorum_shell import wire
 from actors.gateway.security.authorizer import AclOperation
 
 log = logging.getLogger("kray.gateway")
-NO_QUORUM_MESSAGE = "the metadata quorum is not enabled on this broker (kray.metadata.quorum.enable)"
+NO_QUORUM_MESSAGE = ("this broker is not a voter of the metadata quorum (controller.quorum.voters), or its voter is "
+                     "starting: ask a voting broker")
 
 
 def _refusal(request, error: ErrorCode):
@@ -95,6 +98,15 @@ async def handle_describe_quorum(ctx, header, request, connection):
         return cls(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
                    error_message="Cluster authorization failed.", topics=[])
     node = getattr(ctx, "quorum", None)
-    if node is None:
+    if node is not None:
+        return describe_quorum_response(node.status(), header.api_version)
+    ask = getattr(ctx.controller, "quorum_status", None)
+    try:
+        status = await ask() if ask is not None else None
+    except Exception as e:  # the controller restarting, or cut off
+        log.info("DescribeQuorum: the controller did not answer: %s", e)
+        return cls(error_code=int(ErrorCode.REQUEST_TIMED_OUT), error_message="the controller did not answer",
+                   topics=[])
+    if status is None:
         return cls(error_code=int(ErrorCode.INVALID_REQUEST), error_message=NO_QUORUM_MESSAGE, topics=[])
-    return describe_quorum_response(node.status(), header.api_version)
+    return describe_quorum_response(status, header.api_version)
