@@ -51,6 +51,7 @@ PROBE_TIMEOUT_S = 1.0
 PROBE_AGAIN_S_LONG = 5.0
 RESOLVE_AGAIN_S = 5.0
 RESOLVE_TIMEOUT_S = 5.0
+GREET_TIMEOUT_S = 2.0     # the first call to a controller just looked up (see _get_and_greet)
 RETRIED = (asyncio.TimeoutError, ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError, NoActiveController)
 
 
@@ -258,9 +259,22 @@ def _lookup(cluster: str, voter: int) -> asyncio.Future:
     lookup = _lookups.get(key)
     if lookup is None or lookup.done():
         lookup = _lookups[key] = asyncio.ensure_future(asyncio.to_thread(
-            ray.get_actor, composition.controller_name(voter), composition.NAMESPACE))
+            _get_and_greet, composition.controller_name(voter), composition.NAMESPACE))
         lookup.add_done_callback(lambda f: f.cancelled() or f.exception())  # (a caller may have timed out)
     return lookup
+
+
+def _get_and_greet(name: str, namespace: str):
+    """The controller's handle, and one call to it (bounded, its answer ignored): Ray learns where
+    an actor runs from its GCS at a process's first call to it, so this process then reaches the
+    controller without the GCS, as when the Ray head is cut off and a standby becomes active (a
+    share-partition leader whose first call to it came during such a cut waited out the cut)."""
+    handle = ray.get_actor(name, namespace)
+    try:
+        ray.get(handle.is_active.remote(), timeout=GREET_TIMEOUT_S)
+    except Exception:  # not answering now (cut off, restarting): the handle is kept all the same
+        pass
+    return handle
 
 
 async def _answer(ref):
