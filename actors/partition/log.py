@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
 from protocol.record_batch import (
-    INT32_MAX, NO_TIMESTAMP, BatchHeader, CorruptRecord, iter_batches, patch_base_offset,
-    patch_leader_epoch, set_log_append_time,
+    BATCH_OVERHEAD_BYTES, INT32_MAX, LOG_OVERHEAD_BYTES, NO_TIMESTAMP, BatchHeader, CorruptRecord, iter_batches,
+    parse_header, patch_base_offset, patch_leader_epoch, set_log_append_time,
 )
 
 from .txn_index import TXN_INDEX_SUFFIX, AbortedTxn
@@ -814,7 +814,6 @@ class _Throttle:
 def _read_batches(path: str, size_bytes: int, throttle: _Throttle) -> Iterator[BatchHeader]:
     """Every whole batch of a segment file (each header's buf holds the whole batch), read in
     chunks through its own descriptor (the partition may delete the segment meanwhile)."""
-    from protocol.record_batch import BATCH_OVERHEAD_BYTES, LOG_OVERHEAD_BYTES, parse_header
     fd = os.open(path, os.O_RDONLY)
     try:
         position, pending = 0, b""
@@ -890,7 +889,7 @@ def build_cleaned(plan: CleaningPlan) -> CleaningResult | None:
                                       now_ms=plan.now_ms, delete_retention_ms=plan.delete_retention_ms,
                                       active_producers=plan.active_producers, round_end_offset=end_offset,
                                       stats=stats):
-                header = parse_header_of(data)
+                header = parse_header(data)
                 spans.append((len(buffer), header.base_offset, header.last_offset, header.max_timestamp,
                               header.size_bytes))
                 buffer += data
@@ -914,11 +913,6 @@ def build_cleaned(plan: CleaningPlan) -> CleaningResult | None:
     _fsync_dir(plan.directory)
     return CleaningResult([(s[0], s[1]) for s in chosen], created, end_offset, plan.recovery_generation, stats,
                           time.monotonic() - started)
-
-
-def parse_header_of(data: bytes) -> BatchHeader:
-    from protocol.record_batch import parse_header
-    return parse_header(memoryview(data), 0)
 
 
 def read_cleaner_checkpoint(directory: Path) -> int:

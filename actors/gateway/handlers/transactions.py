@@ -48,14 +48,23 @@ BATCH_ATTRIBUTES_AT = 21     # a v2 record batch's int16 attributes: base offset
 TRANSACTIONAL_FLAG = 0x10
 
 
+async def _coordinator_partition(ctx, transactional_id: str):
+    """(the `__transaction_state` partition of `transactional_id`, its coordinator actor)."""
+    return await _internal_partition(
+        ctx, internal_topics.TRANSACTION_STATE, lambda n: internal_topics.transaction_partition(transactional_id, n))
+
+
+def _not_coordinator(ctx, transactional_id: str, leader: int) -> NotCoordinator:
+    return NotCoordinator(f"broker {ctx.broker_id} is not the coordinator of transactional id {transactional_id!r} "
+                          f"(broker {leader} is): find it with FindCoordinator")
+
+
 async def transaction_coordinator(ctx, transactional_id: str):
     """The coordinator actor of `transactional_id` if this broker leads its `__transaction_state` partition; else
     NotCoordinator (the client asks FindCoordinator again)."""
-    partition, actor = await _internal_partition(
-        ctx, internal_topics.TRANSACTION_STATE, lambda n: internal_topics.transaction_partition(transactional_id, n))
+    partition, actor = await _coordinator_partition(ctx, transactional_id)
     if ctx.fenced() or partition.leader != ctx.broker_id or actor is None:
-        raise NotCoordinator(f"broker {ctx.broker_id} is not the coordinator of transactional id "
-                             f"{transactional_id!r} (broker {partition.leader} is): find it with FindCoordinator")
+        raise _not_coordinator(ctx, transactional_id, partition.leader)
     return actor
 
 
@@ -64,17 +73,16 @@ async def coordinator_operation(ctx, transactional_id: str, operation: str, args
     that hosts it (actors/partition/wire.py): its answer (wire.py txn_answer). NotCoordinator where this broker
     does not lead the id's `__transaction_state` partition; the data path's failure (ConnectionError, TimeoutError)
     is the caller's to answer as COORDINATOR_NOT_AVAILABLE (a retried request is answered alike by the core)."""
-    await _internal_partition(ctx, internal_topics.TRANSACTION_STATE, lambda n: 0)  # the topic exists
-    topic = ctx.metadata.topics[internal_topics.TRANSACTION_STATE]
-    index = internal_topics.transaction_partition(transactional_id, len(topic.partitions))
-    client = ctx.partition(topic.topic_id, index) if topic.partitions[index].leader == ctx.broker_id else None
+    partition, _ = await _coordinator_partition(ctx, transactional_id)
+    client = None  # (ctx.partition is None while this broker is fenced)
+    if partition.leader == ctx.broker_id:
+        client = ctx.partition(ctx.metadata.topics[internal_topics.TRANSACTION_STATE].topic_id, partition.index)
+    if client is None:
+        raise _not_coordinator(ctx, transactional_id, partition.leader)
     try:
-        if client is None:
-            raise PartitionNotHosted(index)
         return await client.txn_coordinator(operation, args)
     except PartitionNotHosted:
-        raise NotCoordinator(f"broker {ctx.broker_id} is not the coordinator of transactional id {transactional_id!r} "
-                             f"(broker {topic.partitions[index].leader} is): find it with FindCoordinator") from None
+        raise _not_coordinator(ctx, transactional_id, partition.leader) from None
 
 
 # ---- InitProducerId ------------------------------------------------------------------------------------------------
