@@ -51,11 +51,17 @@ STATE_WRITE_TIMEOUT_S = 30.0
 # again at the next ShareFetch, with the coordinator looked up afresh (one on a host cut off
 # answers nothing)
 STATE_LOAD_STEP_TIMEOUT_S = 10.0
-# While a state write waits for its answer, how often the leaders look (in the controller's
-# metadata) whether the coordinator's partition still has the leader the write went to: a broker
-# cut off answers nothing, and its partitions have new leaders after broker.session.timeout.ms,
-# long before STATE_WRITE_TIMEOUT_S.
-STATE_MOVE_CHECK_S = 2.0
+# While a share-state request waits for its answer, how often the leaders look (in the
+# controller's metadata) whether the coordinator's partition still has the leader the request went
+# to: a broker cut off answers nothing, and its partitions have new leaders after
+# broker.session.timeout.ms, long before STATE_WRITE_TIMEOUT_S. A look is one controller call per
+# share-partition leader (however many requests wait), made only while one waits this long.
+STATE_MOVE_CHECK_S = 0.5
+MOVED = object()  # _answer_unless_moved: the coordinator moved while the request waited
+# A state write answered NOT_COORDINATOR is sent again (the whole state, to where the coordinator is
+# now) after each of these delays: at once, then twice more for a broker the metadata names
+# before that broker has heard it leads (~0.7 s in all, within a ShareAcknowledge's patience).
+MOVED_RETRY_DELAYS_S = (0.0, 0.2, 0.5)
 DLQ_RETRY_S = 1.0  # after a failed dead-letter write, before the records are written again
 
 
@@ -190,26 +196,41 @@ class ShareLeaders:
                     answer = connection.send_write(group_id, p.topic_id, p.partition, state_epoch, p.leader_epoch,
                                                    start_offset, batches, STATE_WRITE_TIMEOUT_S)
             return await answer
-        return await self._answer_unless_moved(index, sent, write())
+        answer = await self._answer_unless_moved(index, sent, write())
+        return (ErrorCode.NOT_COORDINATOR, "the share coordinator moved while the write waited") \
+            if answer is MOVED else answer
 
     async def _state_call(self, group_id: str, api_key: int, item: list) -> list:
         """A share-state operation of this share-partition (Read, Initialize, or a Write outside
         the ordered writes of _write_state) on its coordinator over the brokers' listeners, as the
         writes go: not a Ray call, which to a coordinator's shard this process never called would
         wait for Ray's GCS to say where it runs (a cut-off Ray head: until the heal). Its result
-        as the frame's ([error, message, fields...])."""
-        key, connection = await self._state_route(group_id)
-        if isinstance(connection, LocalStateConnection):
-            return list(await connection.call_item(key, api_key, group_id, item, STATE_WRITE_TIMEOUT_S))
-        return await connection.call_item(api_key, group_id, item, STATE_WRITE_TIMEOUT_S)
+        as the frame's ([error, message, fields...]). Sent again to the coordinator's new leader
+        when it moved while the request waited (each of these may be repeated: a Read, an
+        Initialize of a state epoch, a Write of the whole state)."""
+        index = self._coordinator_index(group_id)
+        for _ in range(2):
+            sent = {}
 
-    async def _answer_unless_moved(self, index: int, sent: dict, answer) -> tuple[int, str | None]:
-        """A write's answer; or NOT_COORDINATOR as soon as the metadata shows that coordinator
-        `index` no longer leads where the write went (`sent["route"]`, or while it is still
+            async def call():
+                key, connection = await self._state_route(group_id)
+                sent["route"] = self.state_routes.get(index)
+                if isinstance(connection, LocalStateConnection):
+                    return list(await connection.call_item(key, api_key, group_id, item, STATE_WRITE_TIMEOUT_S))
+                return await connection.call_item(api_key, group_id, item, STATE_WRITE_TIMEOUT_S)
+            answer = await self._answer_unless_moved(index, sent, call())
+            if answer is not MOVED:
+                return answer
+            self._forget_coordinator(group_id)
+        return [ErrorCode.NOT_COORDINATOR, "the share coordinator moved twice while a request waited"]
+
+    async def _answer_unless_moved(self, index: int, sent: dict, answer):
+        """A share-state request's answer; or MOVED as soon as the metadata shows that coordinator
+        `index` no longer leads where the request went (`sent["route"]`, or while it is still
         connecting, where it connects), without waiting for STATE_WRITE_TIMEOUT_S: a broker cut off
         from the others answers nothing (and takes connections nowhere), while its partitions get
         new leaders once its session times out. An answer that comes after all is dropped; the
-        caller writes the whole state to the new leader."""
+        caller sends the request (a write: the whole state) to the new leader."""
         answer = asyncio.ensure_future(answer)
         try:
             while True:
@@ -225,15 +246,17 @@ class ShareLeaders:
                 route = sent.get("route") or self.state_routes.get(index)
                 now = self._route_in(image, index)
                 if route is not None and now != route:
-                    log.warning("share coordinator %d moved (%s -> %s) while a state write waited for its answer",
-                                index, route and route[1], now and now[1])
-                    return ErrorCode.NOT_COORDINATOR, "the share coordinator moved while the write waited"
+                    log.warning("share coordinator %d moved (%s -> %s) while a share-state request waited for its "
+                                "answer", index, route and route[1], now and now[1])
+                    return MOVED
         finally:
             answer.cancel()
 
     def _recent_image(self) -> asyncio.Future:
-        """The controller's metadata, asked at most once per STATE_MOVE_CHECK_S however many writes wait."""
-        if self.image_check is None or time.monotonic() - self.image_check[0] >= STATE_MOVE_CHECK_S:
+        """The controller's metadata, asked at most once per STATE_MOVE_CHECK_S however many
+        requests wait, and never twice at once (a slow controller is not asked again meanwhile)."""
+        if self.image_check is None or (self.image_check[1].done()
+                                        and time.monotonic() - self.image_check[0] >= STATE_MOVE_CHECK_S):
             self.image_check = (time.monotonic(), asyncio.ensure_future(
                 controller_client.ensure_internal_topic(self.controller, internal_topics.SHARE_GROUP_STATE)))
         return self.image_check[1]
@@ -246,7 +269,7 @@ class ShareLeaders:
         dirty = sp.take_dirty()
         if dirty is None:
             return 0, None
-        for attempt in range(2):
+        for attempt in range(len(MOVED_RETRY_DELAYS_S) + 1):
             start_offset, batches = dirty
             try:
                 error, message = await self._write_state(group_id, start_offset, batches)
@@ -258,8 +281,11 @@ class ShareLeaders:
                 self._forget_coordinator(group_id)
             sp.invalidate_persisted()  # the next write carries the whole state
             log.warning("writing share state of %s failed: %s", group_id, message)
-            if error != ErrorCode.NOT_COORDINATOR or attempt:
+            if error != ErrorCode.NOT_COORDINATOR or attempt == len(MOVED_RETRY_DELAYS_S):
                 break
+            # the coordinator moved: the whole state, to where it is now (at once the first time;
+            # then a little later, for a new leader that has not heard yet that it leads)
+            await asyncio.sleep(MOVED_RETRY_DELAYS_S[attempt])
             version = sp.durable_version
             dirty = sp.take_dirty()  # the coordinator moved: once more, the whole state to where it is now
             if dirty is None:

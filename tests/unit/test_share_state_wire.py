@@ -465,3 +465,126 @@ def test_a_write_to_a_coordinator_cut_off_goes_to_its_new_leader_without_waiting
     assert outcome == (0, None)
     assert took < 2, f"{took:.1f} s"
     assert [(w[0], w[5], w[6]) for w in writes] == [("g", 50, [(50, 59, 2, 1)])], "the whole state, to the new leader"
+
+
+def test_a_state_read_from_a_coordinator_cut_off_is_sent_again_to_its_new_leader(monkeypatch):
+    """A share-partition leader that takes over (its partition's leader moved in a network cut)
+    reads its state from the share coordinator; where that coordinator's broker was cut off as
+    well, the Read waits on a connection nobody answers. Once the metadata shows the coordinator's
+    new leader, the Read goes there, well before the load step's 10 s (the share consumers of that
+    partition wait for the load)."""
+    from types import SimpleNamespace
+
+    from actors import internal_topics
+    from actors.controller.core import BrokerInfo, PartitionState, TopicState
+    from actors.share_partition import actor as share_actor
+    from actors.share_partition.actor import ShareLeaders
+
+    monkeypatch.setattr(share_actor, "STATE_MOVE_CHECK_S", 0.1)
+
+    async def run():
+        received = asyncio.Event()
+
+        async def black_hole(reader, writer):
+            await reader.read(1)
+            received.set()
+            await asyncio.sleep(60)
+
+        cut_off = await asyncio.start_server(black_hole, "127.0.0.1", 0)
+        local = RecordingCoordinator()
+        local_server, local_address = await shard({(STATE_TOPIC, 0): local})
+
+        def image(leader):
+            return SimpleNamespace(
+                topics={internal_topics.SHARE_GROUP_STATE: TopicState(
+                    internal_topics.SHARE_GROUP_STATE, STATE_TOPIC, [PartitionState(0, [1, 3], leader=leader)], {},
+                    internal=True)},
+                brokers={1: BrokerInfo(1, "127.0.0.1", 1), 3: BrokerInfo(3, "127.0.0.1", cut_off.sockets[0].getsockname()[1])},
+                partition_listeners={(STATE_TOPIC, 0): local_address},
+                coordinators={(internal_topics.SHARE_GROUP_STATE, 0): "handle-0"})
+        controller = FakeController(image(3))
+        partition = SimpleNamespace(broker_id=1, topic_id=TOPIC, partition=0, leader_epoch=3)
+        leaders = ShareLeaders(partition, CONFIG | {"share.coordinator.state.topic.num.partitions": 1,
+                                                    "listeners": "PLAINTEXT://127.0.0.1:0"}, controller)
+        reading = asyncio.ensure_future(
+            leaders._state_call("g", wire.READ, [TOPIC.bytes, 0, partition.leader_epoch]))
+        await asyncio.wait_for(received.wait(), 5)
+        await asyncio.sleep(0.3)
+        assert not reading.done()
+        controller.image = image(1)  # broker 3 fenced: broker 1 leads the coordinator's partition now
+        started = time.monotonic()
+        answer = await asyncio.wait_for(reading, 10)
+        took = time.monotonic() - started
+        leaders.close()
+        cut_off.close()
+        local_server.close()
+        return answer, took, local.calls
+
+    answer, took, calls = asyncio.run(run())
+    assert answer[0] == 0 and answer[3] == 40, answer  # no error; the state's start offset
+    assert took < 2, f"{took:.1f} s"
+    assert calls == [("read", 0, 3)], "read once, from the new leader"
+
+
+def test_a_state_write_to_a_new_coordinator_that_has_not_heard_it_leads_is_sent_again(monkeypatch):
+    """The metadata names a share coordinator's new leader a moment before that broker hears it
+    leads: its first answers are NOT_COORDINATOR. The share-partition leader sends the whole state
+    again shortly after, instead of failing the acknowledgement that waits for the write."""
+    from types import SimpleNamespace
+
+    from actors import internal_topics
+    from actors.controller.core import BrokerInfo, PartitionState, TopicState
+    from actors.share_partition import actor as share_actor
+    from actors.share_partition.actor import ShareLeaders
+
+    monkeypatch.setattr(share_actor, "MOVED_RETRY_DELAYS_S", (0.0, 0.05, 0.1))
+
+    class NotYetLeading(RecordingCoordinator):
+        async def write_state(self, group_id, topic_id, partition, state_epoch, leader_epoch, start_offset,
+                              batches, delivery_complete_count):
+            self.calls.append(("write", start_offset))
+            if len(self.calls) <= 2:
+                raise CoordinatorLogError(ErrorCode.NOT_COORDINATOR, "this replica does not lead the partition now")
+            return await super().write_state(group_id, topic_id, partition, state_epoch, leader_epoch,
+                                             start_offset, batches, delivery_complete_count)
+
+    class Dirty:
+        def __init__(self):
+            self.whole = False
+
+        def take_dirty(self):
+            return (50, [(50, 59, 2, 1)]) if self.whole else (55, [(55, 59, 2, 1)])
+
+        def invalidate_persisted(self):
+            self.whole = True
+
+        def archiving_count(self):
+            return 0
+
+        durable_version = 0
+
+        def made_durable(self, version):
+            return False
+
+    async def run():
+        local = NotYetLeading()
+        local_server, local_address = await shard({(STATE_TOPIC, 0): local})
+        image = SimpleNamespace(
+            topics={internal_topics.SHARE_GROUP_STATE: TopicState(
+                internal_topics.SHARE_GROUP_STATE, STATE_TOPIC, [PartitionState(0, [1], leader=1)], {}, internal=True)},
+            brokers={1: BrokerInfo(1, "127.0.0.1", 1)},
+            partition_listeners={(STATE_TOPIC, 0): local_address},
+            coordinators={(internal_topics.SHARE_GROUP_STATE, 0): "handle-0"})
+        partition = SimpleNamespace(broker_id=1, topic_id=TOPIC, partition=0, leader_epoch=3)
+        leaders = ShareLeaders(partition, CONFIG | {"share.coordinator.state.topic.num.partitions": 1,
+                                                    "listeners": "PLAINTEXT://127.0.0.1:0"}, FakeController(image))
+        leaders.state_epochs["g"] = 1
+        outcome = await asyncio.wait_for(leaders._persist("g", Dirty()), 10)
+        leaders.close()
+        local_server.close()
+        return outcome, local.calls, local.writes
+
+    outcome, calls, writes = asyncio.run(run())
+    assert outcome == (0, None)
+    assert calls == [("write", 55), ("write", 50), ("write", 50)], "the delta, then the whole state twice"
+    assert [(w[5], w[6]) for w in writes] == [(50, [(50, 59, 2, 1)])]
