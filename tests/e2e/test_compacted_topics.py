@@ -1,25 +1,29 @@
 """A compacted topic (cleanup.policy=compact) against a real `kray start`, with confluent-kafka:
 the log cleaner keeps the latest record per key at its offset while producers and consumers go
-on, and a record without a key is refused with INVALID_RECORD."""
+on, a record without a key is refused with INVALID_RECORD, and a share group reading the topic
+never gets back a record the cleaner removed while it was in flight (KIP-932 "Log compaction")."""
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import AcknowledgeType, Consumer, KafkaError, Producer, ShareConsumer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
 from tests.kray_process import KrayProcess
 
 TOPIC = "compacted"
 KEYS = [f"k{i}" for i in range(20)]
 UPDATES = 2000
+KRAY = str(Path(sys.executable).parent / "kray")
 
 
-def read_from_zero(bootstrap: str, end_offset: int, timeout_s: float = 20) -> list:
+def read_from_zero(bootstrap: str, end_offset: int, timeout_s: float = 20, topic: str = TOPIC) -> list:
     """(offset, key, value) of every record from offset 0 to ``end_offset``."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}",
                   "enable.auto.commit": False})
-    c.assign([TopicPartition(TOPIC, 0, 0)])
+    c.assign([TopicPartition(topic, 0, 0)])
     out, deadline = [], time.monotonic() + timeout_s
     try:
         while (not out or out[-1][0] < end_offset - 1) and time.monotonic() < deadline:
@@ -155,3 +159,68 @@ def test_records_without_a_key_are_named_in_produce_record_errors(kray):
     assert produce(mixed, 7).error_code == ErrorCode.INVALID_RECORD
     ok = produce(build_batch([(b"a", b"1", [], 1)]), 9)
     assert (ok.error_code, ok.base_offset) == (0, 0), "the refused batches wrote nothing"
+
+
+def test_a_share_group_never_gets_back_records_cleaned_away_while_in_flight(tmp_path):
+    """KIP-932 "Log compaction": records in flight may be cleaned away; their delivery goes on as
+    normal, and the disappearance shows when they are next fetched. A member holds the first
+    records of a topic (acquired, not acknowledged) while the topic turns compacted and the
+    cleaner removes them; it then RELEASEs them. What the group delivers next is exactly what the
+    log still holds, each record once, none of those cleaned away, and the share-partition's start
+    offset reaches the log end (nothing left in flight for offsets that no longer exist)."""
+    name, group, records = "share-compacted", "share-compacted-group", 1000
+    server = KrayProcess(tmp_path / "data", overrides=("log.cleaner.backoff.ms=200",
+                                                       "group.share.record.lock.duration.ms=30000"))
+    bootstrap = server.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(name, 1, 1, config={  # compacted only once records are in flight
+            "cleanup.policy": "delete", "segment.bytes": "20000", "min.cleanable.dirty.ratio": "0.01"})])[name].result(30)
+        for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+                ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+                ]).values():
+            f.result(30)
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 8000})
+        for n in range(records):
+            key = KEYS[n % len(KEYS)]
+            p.produce(name, key=key, value=f"{key}:{n}:" + "v" * 150, partition=0)
+        assert p.flush(30) == 0
+
+        member = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                "share.acknowledgement.mode": "explicit", "max.poll.records": records})
+        member.subscribe([name])
+        held, deadline = [], time.monotonic() + 30
+        while not held and time.monotonic() < deadline:
+            held = [m for m in member.poll(1.0) if m.error() is None]
+        assert held and held[0].offset() == 0, "the member holds the topic's first records"
+
+        for f in admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, name, incremental_configs=[
+                ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])]).values():
+            f.result(30)
+        deadline = time.monotonic() + 30
+        while True:
+            remaining = [r[0] for r in read_from_zero(bootstrap, records, topic=name)]
+            if len(remaining) < records or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        held_offsets = {m.offset() for m in held}
+        assert held_offsets - set(remaining), "the cleaner removed records the member held"
+
+        for m in held:
+            member.acknowledge(m, AcknowledgeType.RELEASE)
+        member.commit_sync()
+        delivered, deadline = [], time.monotonic() + 30
+        while len(set(delivered)) < len(remaining) and time.monotonic() < deadline:
+            for m in member.poll(1.0):
+                assert m.error() is None, m.error()
+                delivered.append(m.offset())
+                member.acknowledge(m, AcknowledgeType.ACCEPT)
+            member.commit_sync()
+        member.close()
+        assert sorted(delivered) == remaining, "exactly what the log holds now, each record once"
+        described = subprocess.run([KRAY, "share-groups", "--describe", "--group", group, "--bootstrap-server",
+                                    bootstrap], capture_output=True, text=True, timeout=60).stdout
+        row = next(line.split() for line in described.splitlines() if line.startswith(group))
+        assert row[3:] == [str(records), "0"], described  # start offset at the log end, no lag
+    finally:
+        server.stop()
