@@ -478,22 +478,27 @@ class ControllerActor:
         self._learn_node_cpus(await self.gcs(ray.nodes))
         names = await self.gcs(lambda: [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                                         if a.get("namespace") == composition.NAMESPACE])
-        fresh = {}
+        fresh = {name: self.named_actors[name] for name in names if name in self.named_actors}
+        found = {}
         for name in names:
-            if name in self.named_actors:
-                fresh[name] = self.named_actors[name]
-                continue
-            try:
-                handle = await self.gcs(ray.get_actor, name, composition.NAMESPACE)
-            except ValueError:
-                continue
-            if name.startswith(("shard-", "gateway-")):  # one call: Ray resolves the actor's address now
-                warm = handle.hosted.remote() if name.startswith("shard-") else handle.inter_broker_endpoint.remote()
+            if name not in fresh:
                 try:
-                    await asyncio.wait_for(warm, NAMED_ACTOR_WARM_TIMEOUT_S)
-                except Exception:  # (cut off, or starting: asked again at the next refresh)
+                    found[name] = await self.gcs(ray.get_actor, name, composition.NAMESPACE)
+                except ValueError:
                     continue
+
+        async def warm(name, handle):  # one call: Ray resolves the actor's address now
+            call = handle.hosted.remote() if name.startswith("shard-") else handle.inter_broker_endpoint.remote()
+            try:
+                await asyncio.wait_for(call, NAMED_ACTOR_WARM_TIMEOUT_S)
+            except Exception:  # (cut off, or starting: asked again at the next refresh)
+                return
             fresh[name] = handle
+        # all at once: the actors of a host cut off cost one wait, not one each (a controller
+        # started again by Ray takes over only after this)
+        await asyncio.gather(*(warm(name, handle) for name, handle in found.items()
+                               if name.startswith(("shard-", "gateway-"))))
+        fresh.update({name: handle for name, handle in found.items() if not name.startswith(("shard-", "gateway-"))})
         # a known actor whose call did not answer this time (cut off, busy) stays known
         fresh = {**{n: h for n, h in self.named_actors.items() if n not in fresh and n in names}, **fresh}
         self.named_actors = fresh
