@@ -25,13 +25,19 @@ REPLICATION_FACTOR_CONFIG = {CONSUMER_OFFSETS: "offsets.topic.replication.factor
 # loss; a share acknowledgement is confirmed only once two replicas hold it)
 MIN_INSYNC_REPLICAS_CONFIG = {TRANSACTION_STATE: "transaction.state.log.min.isr",
                               SHARE_GROUP_STATE: "share.coordinator.state.topic.min.isr"}
-# Kafka's configs for its internal topics: small segments, and never deleted by time or size: their
-# coordinators keep them short themselves (the group coordinator rewrites its live records and deletes
-# the rest, as Kafka's log cleaner compacts __consumer_offsets; the share coordinator prunes behind its
-# snapshots)
-TOPIC_CONFIGS = {CONSUMER_OFFSETS: {"segment.bytes": 104857600, "retention.ms": -1},
-                 SHARE_GROUP_STATE: {"segment.bytes": 104857600, "retention.ms": -1},
-                 TRANSACTION_STATE: {"segment.bytes": 104857600, "retention.ms": -1}}
+# the broker configs of the internal topics' segment.bytes (Kafka's names; 100 MiB by default)
+SEGMENT_BYTES_CONFIG = {CONSUMER_OFFSETS: "offsets.topic.segment.bytes",
+                        SHARE_GROUP_STATE: "share.coordinator.state.topic.segment.bytes",
+                        TRANSACTION_STATE: "transaction.state.log.segment.bytes"}
+# Kafka's configs for its internal topics, never deleted by time or size. __transaction_state is
+# compacted by the log cleaner (the latest record per transactional id stays; an expired id's
+# tombstone goes after delete.retention.ms), as Kafka's is. The group coordinator keeps
+# __consumer_offsets short itself (it rewrites its live records and deletes the rest, the result
+# Kafka's cleaner gives), and the share coordinator prunes __share_group_state behind its
+# snapshots (Kafka's cleanup.policy=delete for that topic).
+TOPIC_CONFIGS = {CONSUMER_OFFSETS: {"retention.ms": -1},
+                 SHARE_GROUP_STATE: {"retention.ms": -1},
+                 TRANSACTION_STATE: {"cleanup.policy": "compact", "retention.ms": -1}}
 
 
 def java_string_hash(text: str) -> int:
@@ -61,6 +67,7 @@ def transaction_partition(transactional_id: str, partition_count: int) -> int:
 def topic_configs(name: str, broker_config, replication_factor: int) -> dict:
     """The configs an internal topic is created with (its min.insync.replicas capped by its replication)."""
     configs = dict(TOPIC_CONFIGS[name])
+    configs["segment.bytes"] = int(broker_config.get(SEGMENT_BYTES_CONFIG[name], 104857600))
     if name in MIN_INSYNC_REPLICAS_CONFIG:
         configs["min.insync.replicas"] = max(1, min(int(broker_config[MIN_INSYNC_REPLICAS_CONFIG[name]]),
                                                     replication_factor))

@@ -295,10 +295,12 @@ class PartitionActor:
 
     def cleanable(self, now: int):
         """This replica's dirt (cleaner.Cleanable) when its topic is compacted, else None. Leaders
-        and followers clean their own copies (Kafka's rule); internal topics keep their
-        coordinators' own compaction for now."""
-        if self.topic in (internal_topics.CONSUMER_OFFSETS, internal_topics.SHARE_GROUP_STATE,
-                          internal_topics.TRANSACTION_STATE):
+        and followers clean their own copies (Kafka's rule). __transaction_state is compacted like
+        any topic; __consumer_offsets keeps its group coordinator's own rewrite, and
+        __share_group_state is never compacted (a share-partition's state is a snapshot plus the
+        updates after it, under keys a compaction would reduce to the last of each), whatever
+        their cleanup.policy says."""
+        if self.topic in (internal_topics.CONSUMER_OFFSETS, internal_topics.SHARE_GROUP_STATE):
             return None
         return self.core.cleanable(now)
 

@@ -224,3 +224,78 @@ def test_a_share_group_never_gets_back_records_cleaned_away_while_in_flight(tmp_
         assert row[3:] == [str(records), "0"], described  # start offset at the log end, no lag
     finally:
         server.stop()
+
+
+def test_the_transaction_state_log_is_compacted_and_replays_after_a_restart(tmp_path):
+    """__transaction_state is compacted by the log cleaner (Kafka's cleanup.policy=compact for it):
+    a transactional producer's records (several per transaction) shrink to about the latest per
+    transactional id, and a coordinator that replays the cleaned log after a restart still knows
+    the id: the next producer with it keeps its producer id with the epoch bumped (a lost state
+    would give a new producer id), and read_committed readers see every committed record."""
+    name, txn_id, transactions = "txn-compacted", "txn-compacted-id", 200
+    overrides = ("log.cleaner.backoff.ms=200", "transaction.state.log.segment.bytes=20000",
+                 "transaction.state.log.num.partitions=1")
+    data = tmp_path / "data"
+    kray_bin = str(Path(sys.executable).parent / "kray")
+
+    def describe(bootstrap):
+        out = subprocess.run([kray_bin, "transactions", "--bootstrap-server", bootstrap, "--describe",
+                              "--transactional-id", txn_id], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        header, row = out.stdout.splitlines()[:2]
+        fields = dict(zip(header.split("\t"), row.split("\t")))
+        return fields["ProducerId"], int(fields["ProducerEpoch"])
+
+    def commit(bootstrap, count, first):
+        p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
+        p.init_transactions(30)
+        for n in range(first, first + count):
+            p.begin_transaction()
+            p.produce(name, value=str(n).encode(), partition=0)
+            p.commit_transaction(30)
+        p.flush(10)
+
+    server = KrayProcess(data, overrides=overrides)
+    bootstrap = server.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+        commit(bootstrap, transactions, 0)
+        state_records, deadline = [], time.monotonic() + 30
+        while True:
+            c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"state-{time.monotonic_ns()}",
+                          "enable.auto.commit": False})
+            _, end = c.get_watermark_offsets(TopicPartition("__transaction_state", 0), timeout=10)
+            c.assign([TopicPartition("__transaction_state", 0, 0)])
+            state_records, idle_until = [], time.monotonic() + 3
+            while time.monotonic() < idle_until and (not state_records or state_records[-1] < end - 1):
+                m = c.poll(0.5)
+                if m is not None and m.error() is None:
+                    state_records.append(m.offset())
+            c.close()
+            if len(state_records) < end / 3 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert end >= 2 * transactions, f"{end} records for {transactions} transactions"
+        assert len(state_records) < end / 3, f"{len(state_records)} of {end} records left: not compacted"
+        producer_id, epoch = describe(bootstrap)
+    finally:
+        server.stop()
+
+    server = KrayProcess(data, overrides=overrides)
+    bootstrap = server.start()
+    try:
+        commit(bootstrap, 1, transactions)
+        assert describe(bootstrap) == (producer_id, epoch + 1), "the replayed state kept the producer id"
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{time.monotonic_ns()}",
+                      "isolation.level": "read_committed", "enable.auto.commit": False})
+        c.assign([TopicPartition(name, 0, 0)])
+        values, deadline = set(), time.monotonic() + 30
+        while len(values) < transactions + 1 and time.monotonic() < deadline:
+            for m in c.consume(500, timeout=0.5):
+                if m.error() is None:
+                    values.add(int(m.value()))
+        c.close()
+        assert values == set(range(transactions + 1))
+    finally:
+        server.stop()
