@@ -47,6 +47,7 @@ class ShareWorker:
                         "lock_released": 0}
         self._state = "starting"
         self._last_error: str | None = None
+        self._first_records_at: float | None = None  # wall clock: the pool times a worker's start-up with it
 
     def _consumer(self):
         from confluent_kafka import ShareConsumer
@@ -84,6 +85,8 @@ class ShareWorker:
                     else:
                         records.append(m)
                 if records:
+                    if self._first_records_at is None:
+                        self._first_records_at = time.time()
                     self._handle(consumer, records, polled_s=time.monotonic())
             self._state = "draining"
             try:
@@ -161,4 +164,5 @@ class ShareWorker:
     def stats(self) -> dict:
         """Cumulative counts since the worker started (the pool takes the differences)."""
         with self._lock:
-            return dict(self._counts, state=self._state, last_error=self._last_error, name=self.name)
+            return dict(self._counts, state=self._state, last_error=self._last_error, name=self.name,
+                        first_records_at=self._first_records_at)
