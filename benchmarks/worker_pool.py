@@ -17,6 +17,10 @@ is back at --min-workers, then --tail-s more.
 Reported: time from the burst to the first scale-up and to the peak, the peak workers, the drain
 time (burst to lag 0) beside the target and beside one worker's time, time back to min workers,
 and what the handler saw more than once (redeliveries: 0 expected, scale-down drains cleanly).
+Beside them, what the pool measured and planned with: a new worker's start-up (ask -> first
+records) and the records/s one busy worker finished, and from those the best drain this machine
+allows with --max-workers (min workers serving from the burst, the others from one start-up after
+it) and the workers the target would need: whether a missed target is the policy's or the machine's.
 
 Results: benchmarks/results/worker_pool.{json,md,png}.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import math
 import os
 import shlex
 import sys
@@ -56,6 +61,21 @@ def first_time(samples: list[dict], after_s: float, condition) -> float | None:
     return next((s["time_s"] for s in samples if s["time_s"] >= after_s and condition(s)), None)
 
 
+def capacity(burst: int, rate: float | None, start_s: float | None, warm: int, workers: int,
+             target_s: float) -> tuple[float | None, int | None]:
+    """The earliest drain with `workers` at `rate` records/s each, `warm` of them serving from the
+    burst and the others from `start_s` after it; and the workers needed to drain within target_s."""
+    if not rate or start_s is None:
+        return None, None
+    if warm * rate * start_s >= burst or workers <= warm:
+        best = burst / (max(warm, 1) * rate)
+    else:
+        best = (burst + (workers - warm) * rate * start_s) / (workers * rate)
+    left = burst - warm * rate * target_s
+    need = warm if left <= 0 else (None if target_s <= start_s else warm + -(-left // (rate * (target_s - start_s))))
+    return round(best, 1), None if need is None else int(need)
+
+
 def summarize(samples: list[dict], burst_at_s: float, args) -> dict:
     peak = max(s["workers"] + s["draining"] for s in samples)
     serving_peak = max(s["workers"] for s in samples)
@@ -65,9 +85,18 @@ def summarize(samples: list[dict], burst_at_s: float, args) -> dict:
     back = first_time(samples, drained or burst_at_s,
                       lambda s: s["workers"] == args.min_workers and s["draining"] == 0) if drained else None
     rel = lambda t: None if t is None else round(t - burst_at_s, 1)  # noqa: E731
+    end_s = drained if drained is not None else math.inf
+    rates = sorted(s["worker_rate"] for s in samples if burst_at_s <= s["time_s"] <= end_s and s.get("worker_rate"))
+    worker_rate = rates[len(rates) // 2] if rates else None  # the median of the pool's average while draining
+    start_s = samples[-1].get("start_time_s") if samples and samples[-1].get("starts_timed") else None
+    best, need = capacity(args.burst, worker_rate, start_s, args.min_workers, args.max_workers, args.lag_target_s)
     return {"scale_up_after_s": rel(up), "peak_after_s": rel(at_peak), "peak_workers": serving_peak,
             "peak_workers_with_draining": peak, "drain_s": rel(drained), "lag_target_s": args.lag_target_s,
-            "one_worker_s": round(args.burst * args.handler_ms / 1000, 1), "back_to_min_after_s": rel(back)}
+            "one_worker_s": round(args.burst * args.handler_ms / 1000, 1), "back_to_min_after_s": rel(back),
+            "start_time_s": None if start_s is None else round(start_s, 2),
+            "starts_timed": samples[-1].get("starts_timed", 0) if samples else 0,
+            "worker_rate": worker_rate, "handler_worker_rate": round(1000 / args.handler_ms, 1),
+            "best_drain_s": best, "workers_needed_for_target": need}
 
 
 def write_results(out: Path, result: dict) -> None:
@@ -77,22 +106,33 @@ def write_results(out: Path, result: dict) -> None:
     fmt = lambda v: "–" if v is None else f"{v:g}"  # noqa: E731
     lines = ["# Ray worker pool: response to a load step", "",
              f"`{result['command']}` ({result['date']}; {result['machine']['nproc']} cores, "
-             f"load average before {result['loadavg_before']})", "",
+             f"load average before {result['loadavg_before']}, after {result.get('loadavg_after')})", "",
              f"{a['burst']:,} records produced at once into {a['partitions']} partitions of an idle share group; "
              f"the handler sleeps {a['handler_ms']:g} ms per record; pool {a['min_workers']}..{a['max_workers']} "
              f"workers, lag target {a['lag_target_s']:g} s, sampled every {a['interval_s']:g} s.", "",
-             "| burst records | one worker would take s | lag target s | first scale-up after s | peak workers "
-             "| peak after s | drained after s | back to min after s | records seen twice | acknowledgement errors |",
+             "| burst records | one worker would take s | lag target s | drained after s | first scale-up after s "
+             "| peak workers | peak after s | back to min after s | records seen twice | acknowledgement errors |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-             f"| {a['burst']:,} | {fmt(s['one_worker_s'])} | {fmt(s['lag_target_s'])} | {fmt(s['scale_up_after_s'])} "
-             f"| {s['peak_workers']} | {fmt(s['peak_after_s'])} | {fmt(s['drain_s'])} | {fmt(s['back_to_min_after_s'])} "
-             f"| {result['redelivered']} | {result['final']['ack_errors']} |", "",
-             "Times count from the burst. Drained: lag 0 (DescribeShareGroupOffsets) with every record accepted.",
+             f"| {a['burst']:,} | {fmt(s['one_worker_s'])} | {fmt(s['lag_target_s'])} | {fmt(s['drain_s'])} "
+             f"| {fmt(s['scale_up_after_s'])} | {s['peak_workers']} | {fmt(s['peak_after_s'])} "
+             f"| {fmt(s['back_to_min_after_s'])} | {result['redelivered']} | {result['final']['ack_errors']} |", "",
+             "Times count from the burst. Drained: lag 0 (DescribeShareGroupOffsets) with every record accepted.", "",
+             "What the pool measured, and what it allows on this machine:", "",
+             "| new worker's start-up s (starts timed) | records/s per busy worker (handler allows) "
+             f"| best drain with {a['max_workers']} workers s | workers the {a['lag_target_s']:g} s target needs |",
+             "|---:|---:|---:|---:|",
+             f"| {fmt(s.get('start_time_s'))} ({s.get('starts_timed', 0)}) | {fmt(s.get('worker_rate'))} "
+             f"({fmt(s.get('handler_worker_rate'))}) | {fmt(s.get('best_drain_s'))} "
+             f"| {fmt(s.get('workers_needed_for_target'))} |", "",
+             f"Best drain: {a['min_workers']} worker(s) serving from the burst, the others from one start-up after it, "
+             "all at the measured rate, the decision itself taking no time.",
              "", "Over time (every 5th sample):", "",
-             "| t s | lag | workers | draining | records/s | handler ms |", "|---:|---:|---:|---:|---:|---:|"]
+             "| t s | lag | workers | draining | desired | records/s | per busy worker | handler ms |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for x in result["samples"][::5]:
         lines.append(f"| {x['time_s'] - result['burst_at_s']:.0f} | {fmt(x['lag'])} | {x['workers']} | "
-                     f"{x['draining']} | {x['rate']:.0f} | {fmt(x['handler_time_ms'])} |")
+                     f"{x['draining']} | {fmt(x.get('desired'))} | {x['rate']:.0f} | {fmt(x.get('worker_rate'))} "
+                     f"| {fmt(x['handler_time_ms'])} |")
     (out / "worker_pool.md").write_text("\n".join(lines) + "\n")
     try:
         import matplotlib
@@ -103,6 +143,9 @@ def write_results(out: Path, result: dict) -> None:
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
         top.plot(t, [x["lag"] if x["lag"] is not None else float("nan") for x in result["samples"]], color="C3")
         top.axvline(a["lag_target_s"], color="grey", linestyle="--", label=f"lag target ({a['lag_target_s']:g} s)")
+        if result["summary"].get("best_drain_s"):
+            top.axvline(result["summary"]["best_drain_s"], color="C2", linestyle=":",
+                        label=f"best with {a['max_workers']} workers here ({result['summary']['best_drain_s']:g} s)")
         top.set_ylabel("lag (records)")
         top.legend(loc="upper right")
         top.set_title(f"worker pool after a burst of {a['burst']:,} records ({a['handler_ms']:g} ms each)")
@@ -218,6 +261,7 @@ def main(argv=None) -> int:
         "command": "python -m benchmarks.worker_pool " + shlex.join(argv if argv is not None else sys.argv[1:]),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine_info(["kray"]), "loadavg_before": [round(x, 2) for x in loadavg],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "burst_at_s": round(burst_at_s, 3), "summary": summarize(samples, burst_at_s, args),
         "redelivered": redelivered, "final": final, "samples": samples,

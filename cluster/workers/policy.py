@@ -79,8 +79,9 @@ class Observation:
     `starting_s`: how long each worker still starting (asked for, no records fetched yet; counted
     in `workers`) has been at it. `started_s`: start-up times (ask -> first fetched records) of the
     workers that got their first records since the last reading. `warm_records` / `warm_workers`:
-    the records finished by, and the number of, workers that were serving throughout the interval
-    (the per-worker throughput is measured on them while the backlog keeps them busy)."""
+    the records finished by, and the number of, workers busy throughout the interval (serving, and
+    none of their polls came back empty): the per-worker throughput is measured on them, and only
+    while the lag at both readings is at least what the pool finished in between."""
     now_s: float
     lag: int | None
     records: int

@@ -204,9 +204,10 @@ class ShareWorkerPool:
 
     def _collect(self) -> tuple[int, float, int, int, tuple[float, ...]]:
         """Since the last tick, over every worker: records finished and handler seconds; the records
-        finished by, and the number of, workers serving throughout (warm: serving and read at the
-        last tick too, not draining); the start-up times (ask -> first records) of workers asked for
-        with a backlog that got their first records."""
+        finished by, and the number of, workers busy throughout (serving and read at the last tick
+        too, not draining, and no poll came back empty in between: their throughput is what a worker
+        can do here); the start-up times (ask -> first records) of workers asked for with a backlog
+        that got their first records."""
         workers = list(self._workers) + list(self._draining)
         refs = [w.actor.stats.remote() for w in workers]
         timeout_s = min(STATS_TIMEOUT_S_MAX, self.interval_s / 2)
@@ -216,6 +217,7 @@ class ShareWorkerPool:
             was_warm, w.warm = w.warm, False
             if ref not in ready:
                 continue  # its counts come with a later tick, spanning more than one interval: not warm then
+            before_empty = w.seen.get("empty_polls", 0)
             try:
                 now = ray.get(ref)
                 r, h = self._account(w, now)
@@ -228,7 +230,7 @@ class ShareWorkerPool:
                     started_s.append(w.first_records_at - w.asked_at)
                     self._starts_timed += 1
             if w.draining_since_s is None and w.first_records_at is not None:
-                if was_warm:
+                if was_warm and now.get("empty_polls", 0) == before_empty:  # busy all along: no empty poll
                     warm_records, warm_workers = warm_records + r, warm_workers + 1
                 w.warm = True
         return records, handler_s, warm_records, warm_workers, tuple(started_s)
