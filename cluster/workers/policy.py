@@ -187,12 +187,23 @@ class ScalingPolicy:
                 self._why = f"{n} (with {n - warm} starting) drain it in time"
                 return n
         window_s = time_left_s - start_s  # what a worker asked for now can still work before the deadline
-        if window_s <= 0:
+        if window_s <= 0:  # the target is missed whatever is asked for now
+            if self._finish_within(start_s, lag, arrival_rate, r, warm, starting, start_s):
+                self._why = f"target missed, but the {n} there finish before a new worker could start"
+                return n
             self._why = (f"target missed: {max(0.0, time_left_s):.1f} s left, a worker starts in {start_s:.1f} s: "
                          f"all allowed")
             return c.max_workers
         self._why = f"{max(0.0, time_left_s):.1f} s left, start-up {start_s:.1f} s, {r:.1f} records/s per worker"
         return n + _ceil((work - capacity) / (r * window_s))
+
+    @staticmethod
+    def _finish_within(horizon_s: float, lag: int, arrival_rate: float, r: float, warm: int,
+                       starting: list[float], start_s: float) -> bool:
+        """Whether the workers there (serving, and starting ones once started) finish the lag and
+        what arrives within horizon_s."""
+        capacity = warm * r * horizon_s + sum(r * max(0.0, horizon_s - max(0.0, start_s - age)) for age in starting)
+        return capacity >= lag + arrival_rate * horizon_s
 
     def _bounded(self, o: Observation, desired: int | None) -> Decision:
         c, now = self.config, o.now_s

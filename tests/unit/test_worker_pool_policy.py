@@ -90,6 +90,13 @@ def test_a_target_new_workers_cannot_reach_in_time_asks_for_every_worker_allowed
     assert d.workers == 8 and "target missed" in d.reason
 
 
+def test_a_late_lag_the_workers_there_finish_before_a_new_one_starts_does_not_fill_the_pool():
+    p = policy(arrival_window_s=NO_ARRIVAL, start_time_s_initial=4.0, lag_target_s=3.0)
+    step(p, 0, lag=0, workers=2, records=10, handler_s=1.0)
+    d = step(p, 1, lag=60, workers=2, records=10, handler_s=1.0)  # T = 2 s; 2 x 10/s finish 60 in 3 s < 4 s
+    assert d.desired == 2 and d.workers == 2, d  # not max_workers: new workers would come too late to help
+
+
 def test_a_backlog_one_reading_can_finish_is_not_a_deadline():
     """In steady traffic the lag rarely reads 0 (records in flight count): a lag the pool finishes
     within a reading starts no deadline, so a busy pool is not pushed to max_workers by the clock."""
