@@ -42,6 +42,10 @@ class _Worker:
     started_s: float
     seen: dict = field(default_factory=dict)  # its cumulative counts at the last tick
     draining_since_s: float | None = None
+    asked_at: float = 0.0                    # wall clock (time.time()) when the pool asked for it
+    measure_start: bool = False              # asked for with a backlog: its first records time its start-up
+    first_records_at: float | None = None    # wall clock of its first fetched records (the worker's)
+    warm: bool = False                       # serving, and its counts read, at the last tick
 
 
 class ShareWorkerPool:
@@ -89,6 +93,7 @@ class ShareWorkerPool:
         self._workers: list[_Worker] = []
         self._draining: list[_Worker] = []
         self._totals = {k: 0 for k in (*OUTCOMES, "errors", "ack_errors", "lock_released")}
+        self._starts_timed = 0  # start-ups measured (ask -> first records)
         self._stats: dict = {}
         self._last_error: str | None = None
         self._started_s = 0.0
@@ -106,8 +111,9 @@ class ShareWorkerPool:
         if self.record_lock_duration_ms is None:
             self.record_lock_duration_ms = self.lag.record_lock_duration_ms()
         self._actor_class = ray.remote(ShareWorker).options(**self.actor_options)
+        backlog = bool(self.config.min_workers and self.lag.read())  # then the first workers' start-up is timed
         for _ in range(self.config.min_workers):
-            self._add_worker()
+            self._add_worker(measure_start=backlog)
         self._tick()
         self._thread = threading.Thread(target=self._loop, name=f"share-worker-pool-{self.group}", daemon=True)
         self._thread.start()
@@ -142,7 +148,10 @@ class ShareWorkerPool:
 
     def stats(self) -> dict:
         """lag (records; None: unknown), rate (records/s), workers (serving; draining apart),
-        handler_time_ms (per record), accepted/released/rejected/errors/ack_errors (totals),
+        handler_time_ms (per record), worker_rate (records/s one busy worker finished, measured
+        while a backlog kept it busy; None until then), start_time_s (a new worker's start-up: from
+        asking for it to its first fetched records, the initial guess until starts_timed > 0),
+        accepted/released/rejected/errors/ack_errors (totals),
         lock_released (records released unhandled: their lock would have expired first),
         desired (what the policy asked for) and why, last_error (a worker's, with its name)."""
         with self._lock:
@@ -158,26 +167,34 @@ class ShareWorkerPool:
                 log.exception("share worker pool %s: a tick failed", self.group)
 
     def _tick(self) -> None:
-        records, handler_s = self._collect()
+        records, handler_s, warm_records, warm_workers, started_s = self._collect()
         self._reap(wait_s=0)
         lag = self.lag.read()
-        decision = self.policy.observe(Observation(now_s=time.monotonic() - self._started_s, lag=lag,
-                                                   records=records, handler_s=handler_s, workers=len(self._workers)))
+        now = time.time()
+        starting_s = tuple(now - w.asked_at for w in self._workers if w.first_records_at is None)
+        if lag == 0:  # a worker that finds nothing to fetch would time its start-up wrongly
+            for w in self._workers:
+                w.measure_start = False
+        decision = self.policy.observe(Observation(
+            now_s=time.monotonic() - self._started_s, lag=lag, records=records, handler_s=handler_s,
+            workers=len(self._workers), starting_s=starting_s, started_s=started_s, warm_records=warm_records,
+            warm_workers=warm_workers))
         with self._lock:
             while len(self._workers) < decision.workers:
-                self._add_worker()
+                self._add_worker(measure_start=bool(lag))
             while len(self._workers) > decision.workers:
                 self._drain(self._workers[-1])  # the newest goes first
         self._publish(lag, decision)
 
-    def _add_worker(self) -> None:
+    def _add_worker(self, measure_start: bool = False) -> None:
         name = f"{self.group}-{self._next_id}"
         self._next_id += 1
         actor = self._actor_class.remote(
             self.bootstrap_servers, self.group, self.topics, self.handler, batch=self.batch, poison=self.poison,
             client_config=self.client_config, max_poll_records=self.max_poll_records, name=name,
             record_lock_duration_ms=self.record_lock_duration_ms)
-        self._workers.append(_Worker(name, actor, actor.run.remote(), time.monotonic()))
+        self._workers.append(_Worker(name, actor, actor.run.remote(), time.monotonic(), asked_at=time.time(),
+                                     measure_start=measure_start))
 
     def _drain(self, w: _Worker) -> None:
         self._workers.remove(w)
@@ -185,21 +202,38 @@ class ShareWorkerPool:
         w.draining_since_s = time.monotonic()
         self._draining.append(w)
 
-    def _collect(self) -> tuple[int, float]:
-        """Records finished and handler seconds since the last tick, over every worker."""
+    def _collect(self) -> tuple[int, float, int, int, tuple[float, ...]]:
+        """Since the last tick, over every worker: records finished and handler seconds; the records
+        finished by, and the number of, workers busy throughout (serving and read at the last tick
+        too, not draining, and no poll came back empty in between: their throughput is what a worker
+        can do here); the start-up times (ask -> first records) of workers asked for with a backlog
+        that got their first records."""
         workers = list(self._workers) + list(self._draining)
         refs = [w.actor.stats.remote() for w in workers]
         timeout_s = min(STATS_TIMEOUT_S_MAX, self.interval_s / 2)
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
-        records, handler_s = 0, 0.0
+        records, handler_s, warm_records, warm_workers, started_s = 0, 0.0, 0, 0, []
         for w, ref in zip(workers, refs):
-            if ref in ready:
-                try:
-                    r, h = self._account(w, ray.get(ref))
-                except ray.exceptions.RayError:
-                    continue  # a worker that died: _reap says why
-                records, handler_s = records + r, handler_s + h
-        return records, handler_s
+            was_warm, w.warm = w.warm, False
+            if ref not in ready:
+                continue  # its counts come with a later tick, spanning more than one interval: not warm then
+            before_empty = w.seen.get("empty_polls", 0)
+            try:
+                now = ray.get(ref)
+                r, h = self._account(w, now)
+            except ray.exceptions.RayError:
+                continue  # a worker that died: _reap says why
+            records, handler_s = records + r, handler_s + h
+            if w.first_records_at is None and now.get("first_records_at"):
+                w.first_records_at = now["first_records_at"]
+                if w.measure_start:
+                    started_s.append(w.first_records_at - w.asked_at)
+                    self._starts_timed += 1
+            if w.draining_since_s is None and w.first_records_at is not None:
+                if was_warm and now.get("empty_polls", 0) == before_empty:  # busy all along: no empty poll
+                    warm_records, warm_workers = warm_records + r, warm_workers + 1
+                w.warm = True
+        return records, handler_s, warm_records, warm_workers, tuple(started_s)
 
     def _account(self, w: _Worker, now: dict) -> tuple[int, float]:
         before = w.seen
@@ -240,6 +274,8 @@ class ShareWorkerPool:
                  "rate": round(self.policy.rate or 0.0, 2), "workers": len(self._workers),
                  "draining": len(self._draining),
                  "handler_time_ms": None if handler_time_s is None else round(handler_time_s * 1000, 3),
+                 "worker_rate": None if self.policy.worker_rate is None else round(self.policy.worker_rate, 2),
+                 "start_time_s": round(self.policy.start_time_s, 3), "starts_timed": self._starts_timed,
                  **self._totals,
                  "desired": decision.desired if decision else None, "reason": decision.reason if decision else "stopped",
                  "lag_estimated": self.lag.estimated, "record_lock_duration_ms": self.record_lock_duration_ms,

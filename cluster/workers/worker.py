@@ -44,9 +44,10 @@ class ShareWorker:
         self._lock = threading.Lock()
         self._counts = {"accepted": 0, "released": 0, "rejected": 0, "handler_s": 0.0, "errors": 0,
                         "ack_errors": 0, "in_flight": 0,
-                        "lock_released": 0}
+                        "lock_released": 0, "empty_polls": 0}
         self._state = "starting"
         self._last_error: str | None = None
+        self._first_records_at: float | None = None  # wall clock: the pool times a worker's start-up with it
 
     def _consumer(self):
         from confluent_kafka import ShareConsumer
@@ -83,7 +84,12 @@ class ShareWorker:
                         self._error(f"fetch: {m.error()}")
                     else:
                         records.append(m)
-                if records:
+                if not records:
+                    with self._lock:
+                        self._counts["empty_polls"] += 1  # idle: the pool does not measure capacity on it
+                else:
+                    if self._first_records_at is None:
+                        self._first_records_at = time.time()
                     self._handle(consumer, records, polled_s=time.monotonic())
             self._state = "draining"
             try:
@@ -161,4 +167,5 @@ class ShareWorker:
     def stats(self) -> dict:
         """Cumulative counts since the worker started (the pool takes the differences)."""
         with self._lock:
-            return dict(self._counts, state=self._state, last_error=self._last_error, name=self.name)
+            return dict(self._counts, state=self._state, last_error=self._last_error, name=self.name,
+                        first_records_at=self._first_records_at)

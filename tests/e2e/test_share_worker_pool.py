@@ -190,6 +190,9 @@ def test_a_backlog_scales_the_pool_up_and_a_drained_queue_scales_it_down(bootstr
         history = list(pool.history)
     peak = max(h["workers"] for h in history)
     assert peak >= 3, f"the pool rose to {peak} workers only"
+    stats = pool.stats()  # what the pool planned with: measured, not assumed
+    assert stats["starts_timed"] >= 1 and 0 < stats["start_time_s"] < 30, stats
+    assert stats["worker_rate"] and stats["worker_rate"] <= 1 / 0.02 * 1.05, stats  # at most the handler's 50/s
     calls = ray.get(deliveries.get.remote())
     seen = Counter(key for key, _, _ in calls)
     assert set(seen) == set(range(900)), "a record was lost"
