@@ -377,6 +377,82 @@ def test_share_partition_leaders_write_to_a_local_shard_or_another_brokers_liste
     assert asked <= 2, "the route was looked up once for the writes that waited for it"
 
 
+class DirtyState:
+    """A share-partition's state as _persist sees it: a delta, or everything once invalidated."""
+
+    def __init__(self):
+        self.whole = False
+
+    def take_dirty(self):
+        return (50, [(50, 59, 2, 1)]) if self.whole else (55, [(55, 59, 2, 1)])
+
+    def invalidate_persisted(self):
+        self.whole = True
+
+    def archiving_count(self):  # no records waiting for their dead-letter record (KIP-1191)
+        return 0
+
+    durable_version = 0  # no key ordering: a durable write frees no key
+
+    def made_durable(self, version):
+        return False
+
+
+def state_image(leader: int, local_address: str, cut_off_port: int = 1):
+    """The controller's metadata as a share-partition leader on broker 1 reads it: coordinator 0's
+    partition led by `leader` (1: this broker's shard at `local_address`; 3: broker 3's listener)."""
+    from types import SimpleNamespace
+
+    from actors import internal_topics
+    from actors.controller.core import BrokerInfo, PartitionState, TopicState
+    return SimpleNamespace(
+        topics={internal_topics.SHARE_GROUP_STATE: TopicState(
+            internal_topics.SHARE_GROUP_STATE, STATE_TOPIC, [PartitionState(0, [1, 3], leader=leader)], {},
+            internal=True)},
+        brokers={1: BrokerInfo(1, "127.0.0.1", 1), 3: BrokerInfo(3, "127.0.0.1", cut_off_port)},
+        partition_listeners={(STATE_TOPIC, 0): local_address},
+        coordinators={(internal_topics.SHARE_GROUP_STATE, 0): "handle-0"})
+
+
+def share_leaders(controller):
+    """The share-partition leaders of partition 0 on broker 1 (leader epoch 3), one coordinator."""
+    from types import SimpleNamespace
+
+    from actors.share_partition.actor import ShareLeaders
+    partition = SimpleNamespace(broker_id=1, topic_id=TOPIC, partition=0, leader_epoch=3)
+    return ShareLeaders(partition, CONFIG | {"share.coordinator.state.topic.num.partitions": 1,
+                                             "listeners": "PLAINTEXT://127.0.0.1:0"}, controller)
+
+
+async def cut_off_broker():
+    """(a listener that reads a request and never answers, as a broker cut off from the others;
+    an event set once a request reached it)."""
+    received = asyncio.Event()
+
+    async def black_hole(reader, writer):
+        await reader.read(1)
+        received.set()
+        await asyncio.sleep(60)
+    return await asyncio.start_server(black_hole, "127.0.0.1", 0), received
+
+
+async def coordinator_on_a_cut_off_broker():
+    """Coordinator 0 led by broker 3, cut off; its next leader (broker 1's shard) ready: `moved()`
+    is the metadata once broker 3 is fenced. Close with `close()`."""
+    from types import SimpleNamespace
+    cut_off, received = await cut_off_broker()
+    local = RecordingCoordinator()
+    local_server, local_address = await shard({(STATE_TOPIC, 0): local})
+    port = cut_off.sockets[0].getsockname()[1]
+
+    def close():
+        cut_off.close()
+        local_server.close()
+    return SimpleNamespace(received=received, local=local, close=close,
+                           controller=FakeController(state_image(3, local_address, port)),
+                           moved=lambda: state_image(1, local_address, port))
+
+
 @pytest.mark.parametrize("stuck", ["answer", "connect"])
 def test_a_write_to_a_coordinator_cut_off_goes_to_its_new_leader_without_waiting_for_the_write_timeout(
         monkeypatch, stuck):
@@ -386,80 +462,34 @@ def test_a_write_to_a_coordinator_cut_off_goes_to_its_new_leader_without_waiting
     leader, not wait STATE_WRITE_TIMEOUT_S (30 s) to answer the acknowledgement with an error:
     the member's ShareAcknowledge (and, on the same connection, its ShareFetches) waited that long.
     Either the request is sent and never answered, or (a new connection) the connect never completes."""
-    from types import SimpleNamespace
-
-    from actors import internal_topics
-    from actors.controller.core import BrokerInfo, PartitionState, TopicState
     from actors.share_partition import actor as share_actor
-    from actors.share_partition.actor import ShareLeaders
 
-    monkeypatch.setattr(share_actor, "STATE_MOVE_CHECK_S", 0.1, raising=False)
-
-    class Dirty:  # a share-partition's state as _persist sees it: a delta, or everything once invalidated
-        def __init__(self):
-            self.whole = False
-
-        def take_dirty(self):
-            return (50, [(50, 59, 2, 1)]) if self.whole else (55, [(55, 59, 2, 1)])
-
-        def invalidate_persisted(self):
-            self.whole = True
-
-        def archiving_count(self):  # no records waiting for their dead-letter record (KIP-1191)
-            return 0
-
-        durable_version = 0  # no key ordering: a durable write frees no key
-
-        def made_durable(self, version):
-            return False
+    monkeypatch.setattr(share_actor, "STATE_MOVE_CHECK_S", 0.1)
 
     async def run():
-        received = asyncio.Event()
-
-        async def black_hole(reader, writer):  # broker 3, cut off: reads the request, never answers
-            await reader.read(1)
-            received.set()
-            await asyncio.sleep(60)
-
-        cut_off = await asyncio.start_server(black_hole, "127.0.0.1", 0)
-        local = RecordingCoordinator()
-        local_server, local_address = await shard({(STATE_TOPIC, 0): local})
-
-        def image(leader):
-            return SimpleNamespace(
-                topics={internal_topics.SHARE_GROUP_STATE: TopicState(
-                    internal_topics.SHARE_GROUP_STATE, STATE_TOPIC, [PartitionState(0, [1, 3], leader=leader)], {},
-                    internal=True)},
-                brokers={1: BrokerInfo(1, "127.0.0.1", 1), 3: BrokerInfo(3, "127.0.0.1", cut_off.sockets[0].getsockname()[1])},
-                partition_listeners={(STATE_TOPIC, 0): local_address},
-                coordinators={(internal_topics.SHARE_GROUP_STATE, 0): "handle-0"})
-        controller = FakeController(image(3))
-        partition = SimpleNamespace(broker_id=1, topic_id=TOPIC, partition=0, leader_epoch=3)
-        leaders = ShareLeaders(partition, CONFIG | {"share.coordinator.state.topic.num.partitions": 1,
-                                                    "listeners": "PLAINTEXT://127.0.0.1:0"}, controller)
+        c = await coordinator_on_a_cut_off_broker()
+        leaders = share_leaders(c.controller)
         leaders.state_epochs["g"] = 1
         if stuck == "connect":
             connect = leaders._connect
 
             async def connect_nowhere(address):
                 if isinstance(address, tuple):
-                    received.set()
+                    c.received.set()
                     await asyncio.sleep(60)
                 return await connect(address)
             leaders._connect = connect_nowhere
-        sp = Dirty()
-        persisting = asyncio.ensure_future(leaders._persist("g", sp))
-        await asyncio.wait_for(received.wait(), 5)
+        persisting = asyncio.ensure_future(leaders._persist("g", DirtyState()))
+        await asyncio.wait_for(c.received.wait(), 5)
         await asyncio.sleep(0.3)
         assert not persisting.done()
-        controller.image = image(1)  # broker 3 fenced: broker 1 leads the coordinator's partition now
+        c.controller.image = c.moved()  # broker 3 fenced: broker 1 leads the coordinator's partition now
         started = time.monotonic()
         outcome = await asyncio.wait_for(persisting, 10)
         took = time.monotonic() - started
         leaders.close()
-        cut_off.close()
-        local_server.close()
-        return outcome, took, local.writes
+        c.close()
+        return outcome, took, c.local.writes
 
     outcome, took, writes = asyncio.run(run())
     assert outcome == (0, None)
@@ -473,52 +503,24 @@ def test_a_state_read_from_a_coordinator_cut_off_is_sent_again_to_its_new_leader
     well, the Read waits on a connection nobody answers. Once the metadata shows the coordinator's
     new leader, the Read goes there, well before the load step's 10 s (the share consumers of that
     partition wait for the load)."""
-    from types import SimpleNamespace
-
-    from actors import internal_topics
-    from actors.controller.core import BrokerInfo, PartitionState, TopicState
     from actors.share_partition import actor as share_actor
-    from actors.share_partition.actor import ShareLeaders
 
     monkeypatch.setattr(share_actor, "STATE_MOVE_CHECK_S", 0.1)
 
     async def run():
-        received = asyncio.Event()
-
-        async def black_hole(reader, writer):
-            await reader.read(1)
-            received.set()
-            await asyncio.sleep(60)
-
-        cut_off = await asyncio.start_server(black_hole, "127.0.0.1", 0)
-        local = RecordingCoordinator()
-        local_server, local_address = await shard({(STATE_TOPIC, 0): local})
-
-        def image(leader):
-            return SimpleNamespace(
-                topics={internal_topics.SHARE_GROUP_STATE: TopicState(
-                    internal_topics.SHARE_GROUP_STATE, STATE_TOPIC, [PartitionState(0, [1, 3], leader=leader)], {},
-                    internal=True)},
-                brokers={1: BrokerInfo(1, "127.0.0.1", 1), 3: BrokerInfo(3, "127.0.0.1", cut_off.sockets[0].getsockname()[1])},
-                partition_listeners={(STATE_TOPIC, 0): local_address},
-                coordinators={(internal_topics.SHARE_GROUP_STATE, 0): "handle-0"})
-        controller = FakeController(image(3))
-        partition = SimpleNamespace(broker_id=1, topic_id=TOPIC, partition=0, leader_epoch=3)
-        leaders = ShareLeaders(partition, CONFIG | {"share.coordinator.state.topic.num.partitions": 1,
-                                                    "listeners": "PLAINTEXT://127.0.0.1:0"}, controller)
-        reading = asyncio.ensure_future(
-            leaders._state_call("g", wire.READ, [TOPIC.bytes, 0, partition.leader_epoch]))
-        await asyncio.wait_for(received.wait(), 5)
+        c = await coordinator_on_a_cut_off_broker()
+        leaders = share_leaders(c.controller)
+        reading = asyncio.ensure_future(leaders._state_call("g", wire.READ, [TOPIC.bytes, 0, 3]))
+        await asyncio.wait_for(c.received.wait(), 5)
         await asyncio.sleep(0.3)
         assert not reading.done()
-        controller.image = image(1)  # broker 3 fenced: broker 1 leads the coordinator's partition now
+        c.controller.image = c.moved()  # broker 3 fenced: broker 1 leads the coordinator's partition now
         started = time.monotonic()
         answer = await asyncio.wait_for(reading, 10)
         took = time.monotonic() - started
         leaders.close()
-        cut_off.close()
-        local_server.close()
-        return answer, took, local.calls
+        c.close()
+        return answer, took, c.local.calls
 
     answer, took, calls = asyncio.run(run())
     assert answer[0] == 0 and answer[3] == 40, answer  # no error; the state's start offset
@@ -530,12 +532,7 @@ def test_a_state_write_to_a_new_coordinator_that_has_not_heard_it_leads_is_sent_
     """The metadata names a share coordinator's new leader a moment before that broker hears it
     leads: its first answers are NOT_COORDINATOR. The share-partition leader sends the whole state
     again shortly after, instead of failing the acknowledgement that waits for the write."""
-    from types import SimpleNamespace
-
-    from actors import internal_topics
-    from actors.controller.core import BrokerInfo, PartitionState, TopicState
     from actors.share_partition import actor as share_actor
-    from actors.share_partition.actor import ShareLeaders
 
     monkeypatch.setattr(share_actor, "MOVED_RETRY_DELAYS_S", (0.0, 0.05, 0.1))
 
@@ -548,38 +545,12 @@ def test_a_state_write_to_a_new_coordinator_that_has_not_heard_it_leads_is_sent_
             return await super().write_state(group_id, topic_id, partition, state_epoch, leader_epoch,
                                              start_offset, batches, delivery_complete_count)
 
-    class Dirty:
-        def __init__(self):
-            self.whole = False
-
-        def take_dirty(self):
-            return (50, [(50, 59, 2, 1)]) if self.whole else (55, [(55, 59, 2, 1)])
-
-        def invalidate_persisted(self):
-            self.whole = True
-
-        def archiving_count(self):
-            return 0
-
-        durable_version = 0
-
-        def made_durable(self, version):
-            return False
-
     async def run():
         local = NotYetLeading()
         local_server, local_address = await shard({(STATE_TOPIC, 0): local})
-        image = SimpleNamespace(
-            topics={internal_topics.SHARE_GROUP_STATE: TopicState(
-                internal_topics.SHARE_GROUP_STATE, STATE_TOPIC, [PartitionState(0, [1], leader=1)], {}, internal=True)},
-            brokers={1: BrokerInfo(1, "127.0.0.1", 1)},
-            partition_listeners={(STATE_TOPIC, 0): local_address},
-            coordinators={(internal_topics.SHARE_GROUP_STATE, 0): "handle-0"})
-        partition = SimpleNamespace(broker_id=1, topic_id=TOPIC, partition=0, leader_epoch=3)
-        leaders = ShareLeaders(partition, CONFIG | {"share.coordinator.state.topic.num.partitions": 1,
-                                                    "listeners": "PLAINTEXT://127.0.0.1:0"}, FakeController(image))
+        leaders = share_leaders(FakeController(state_image(1, local_address)))
         leaders.state_epochs["g"] = 1
-        outcome = await asyncio.wait_for(leaders._persist("g", Dirty()), 10)
+        outcome = await asyncio.wait_for(leaders._persist("g", DirtyState()), 10)
         leaders.close()
         local_server.close()
         return outcome, local.calls, local.writes
