@@ -14,9 +14,13 @@ from tests.actors.restarts import host_of, inspect_replica, kill_and_await_resta
 from tests.coordinators import group_coordinator_partition
 
 
+_admins: dict[str, AdminClient] = {}
+
+
 def committed(bootstrap, group, topic, timeout_s=60) -> int:
-    """Partition 0's committed offset (-1: none), asked until the restarted coordinator answers."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    """Partition 0's committed offset (-1: none), asked until the restarted coordinator answers
+    (one AdminClient per broker for the module, not one per question)."""
+    admin = _admins.setdefault(bootstrap, AdminClient({"bootstrap.servers": bootstrap}))
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -62,6 +66,7 @@ def test_pending_and_committed_transactional_offsets_are_replayed(broker):
     producer.commit_transaction(60)  # its marker reaches the new coordinator, which holds the pending offset
     await_committed(broker.bootstrap, group, topic, 5)
     consumer.close()
+    assert producer.flush(30) == 0
 
 
 def await_committed(bootstrap, group, topic, expected: int, timeout_s=30) -> None:
@@ -104,3 +109,5 @@ def test_compaction_keeps_an_open_transactions_offsets(broker):
     producer.commit_transaction(60)
     await_committed(broker.bootstrap, group, topic, 7)
     consumer.close()
+    assert producer.flush(30) == 0
+    _admins.clear()
