@@ -51,6 +51,13 @@ STATE_WRITE_TIMEOUT_S = 30.0
 # again at the next ShareFetch, with the coordinator looked up afresh (one on a host cut off
 # answers nothing)
 STATE_LOAD_STEP_TIMEOUT_S = 10.0
+# A ShareFetch that acknowledges nothing here waits at most this long for the share-partition's
+# state to load (a new leader's first request, most often, answered within it): a load that takes
+# longer (its coordinator's host cut off) goes on while the request is answered without records
+# from here, as Kafka answers for a share-partition still initializing. Clients keep one ShareFetch
+# in flight (librdkafka's share consumer, across all brokers): holding it would hold every other
+# partition's records too. Its long poll (share_wait) waits for the load within its own time.
+LOAD_WAIT_S = 0.5
 # While a share-state request waits for its answer, how often the leaders look (in the
 # controller's metadata) whether the coordinator's partition still has the leader the request went
 # to: a broker cut off answers nothing, and its partitions have new leaders after
@@ -420,16 +427,29 @@ class ShareLeaders:
         core = self.partition.core
         return core.last_stable_offset if sp.read_committed else core.high_watermark
 
-    async def get(self, group_id: str) -> SharePartition:
+    def _loading(self, group_id: str) -> asyncio.Future:
+        """The load of the group's share-partition state, started unless one is under way."""
+        if group_id not in self.loading:
+            self.loading[group_id] = asyncio.ensure_future(self._load(group_id))
+        return self.loading[group_id]
+
+    async def get(self, group_id: str, wait_s: float | None = None) -> SharePartition | None:
+        """The group's share-partition, loaded from its share coordinator on first use (a failed
+        load raises, and the next call loads again). With `wait_s`: None if it is not loaded within
+        that long (the load goes on)."""
         sp = self.groups.get(group_id)
         if sp is not None:
             return sp
-        if group_id not in self.loading:
-            self.loading[group_id] = asyncio.ensure_future(self._load(group_id))
+        loading = self._loading(group_id)
+        if wait_s is not None and not loading.done():
+            await asyncio.wait([loading], timeout=wait_s)
+            if not loading.done():
+                return None
         try:
-            sp = await asyncio.shield(self.loading[group_id])
+            sp = await asyncio.shield(loading)
         except Exception:
-            self.loading.pop(group_id, None)
+            if self.loading.get(group_id) is loading:
+                del self.loading[group_id]
             raise
         self.groups.setdefault(group_id, sp)
         self._ensure_timer()
@@ -455,9 +475,11 @@ class ShareLeaders:
         record is acquired for a request that has already been answered (which would cost it a
         delivery attempt it never had). `limits`: the group's (see _configure)."""
         try:
-            sp = await self.get(group_id)
+            sp = await self.get(group_id, wait_s=None if acks else LOAD_WAIT_S)
         except Exception as e:
             return ShareFetchResult(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=str(e))
+        if sp is None:  # still loading: nothing from here this time
+            return ShareFetchResult()
         self._configure(sp, limits)
         result = ShareFetchResult()
         acks_durable = None  # the write that makes this request's acknowledgements durable
@@ -495,12 +517,20 @@ class ShareLeaders:
 
     async def share_wait(self, group_id: str, timeout_ms: int) -> bool:
         """True as soon as records may be acquirable for the group (new records, released or
-        expired locks); False after timeout_ms. Acquires nothing."""
+        expired locks); False after timeout_ms. Acquires nothing. A share-partition still loading
+        is waited for within timeout_ms."""
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        if group_id not in self.groups:
+            loading = self._loading(group_id)
+            await asyncio.wait([loading], timeout=max(timeout_ms, 0) / 1000)
+            if not loading.done():
+                return False
+            if loading.cancelled() or loading.exception() is not None:
+                return True  # let the share fetch that follows report the error
         try:
             sp = await self.get(group_id)
         except Exception:
-            return True  # let the share fetch that follows report the error
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+            return True
         while True:
             offset = sp.fetch_offset()
             if offset is not None and offset < self._readable_end(sp):

@@ -559,3 +559,49 @@ def test_a_state_write_to_a_new_coordinator_that_has_not_heard_it_leads_is_sent_
     assert outcome == (0, None)
     assert calls == [("write", 55), ("write", 50), ("write", 50)], "the delta, then the whole state twice"
     assert [(w[5], w[6]) for w in writes] == [(50, [(50, 59, 2, 1)])]
+
+
+def test_a_share_fetch_is_answered_while_its_share_partition_state_still_loads(monkeypatch):
+    """A new share-partition leader loads its state from a coordinator whose broker is cut off (no
+    answer until the metadata names the coordinator's new leader, ~10 s into a cut). A ShareFetch
+    that acknowledges nothing here is answered within LOAD_WAIT_S, without records and without
+    error, and its long poll gives up at its own timeout: the client keeps one ShareFetch in flight
+    for all its partitions (librdkafka), whose records must not wait for this one. The load goes on
+    meanwhile, and once it is done the share-partition serves."""
+    from types import SimpleNamespace
+
+    from actors.share_partition import actor as share_actor
+
+    monkeypatch.setattr(share_actor, "STATE_MOVE_CHECK_S", 0.1)
+
+    async def group_configs(group_id):
+        return {}
+
+    async def run():
+        c = await coordinator_on_a_cut_off_broker()
+        leaders = share_leaders(c.controller)
+        leaders.partition.group_configs = group_configs
+        leaders.partition.core = SimpleNamespace(log_start_offset=0, high_watermark=100, last_stable_offset=100)
+        started = time.monotonic()
+        first = await asyncio.wait_for(leaders.share_fetch("g", "m", acks=None, max_records=10, batch_size=10,
+                                                           max_bytes=1 << 20), 5)
+        fetch_s = time.monotonic() - started
+        started = time.monotonic()
+        woken = await asyncio.wait_for(leaders.share_wait("g", 300), 5)
+        wait_s = time.monotonic() - started
+        loading = leaders.loading["g"]
+        reached = c.received.is_set()
+        c.controller.image = c.moved()  # the coordinator's new leader is named: the Read goes there
+        woken_after = await asyncio.wait_for(leaders.share_wait("g", 5000), 5)
+        same_load = leaders.loading.get("g") is loading
+        leaders.close()
+        c.close()
+        return first, fetch_s, woken, wait_s, reached, woken_after, same_load, c.local.calls
+
+    first, fetch_s, woken, wait_s, reached, woken_after, same_load, calls = asyncio.run(run())
+    assert (first.error_code, first.acquired) == (0, []), first
+    assert fetch_s < share_actor.LOAD_WAIT_S + 0.5, f"{fetch_s:.2f} s"
+    assert woken is False and wait_s < 1.0, f"{wait_s:.2f} s"
+    assert reached, "the Read went to the cut-off coordinator"
+    assert woken_after is True, "the loaded share-partition has records from offset 40 below the high watermark"
+    assert same_load and calls == [("read", 0, 3)], "one load, not one per request"
