@@ -73,6 +73,8 @@ SUCCESSOR_GRACE_HEARTBEATS = 2
 # an active controller of the metadata quorum answers heartbeats only until this long after its
 # voter's last contact with a majority of the voters (followers fetch every replica.fetch.wait.max.ms)
 CONTROLLER_LEASE_MS = 1000
+# how much later than a follower last heard from the leader the leader may have last heard from a
+# majority (the other follower's fetch, up to one replica.fetch.wait.max.ms later, and transit)
 LEASE_SKEW_MS = 500
 # a standby taking over: shards of a host cut off (the one whose controller it replaces, often)
 # answer nothing, and every broker waits meanwhile (the takeover's wait delays fencing that host,
@@ -259,6 +261,8 @@ class ControllerActor:
         self.registered: set[int] = set()
         self.leadership_watch: asyncio.Task | None = None
         self.lease_until_ms = 0  # (monotonic ms) heartbeats are answered until then: _renew_lease
+        # (monotonic ms) when its voter last heard from a majority of the voters, None with one voter
+        self.majority_contact_ms: int | None = None
         self.shutting_down = False
         self.gcs = GcsCalls()
         self.named_actors: dict[str, Any] = {}  # Kray's named actors by name (a standby keeps them)
@@ -384,9 +388,9 @@ class ControllerActor:
         """A new active controller gives every broker a fresh session (Kafka's does too), except the
         one whose voter led before it: that broker's session continues from the end of the old
         controller's lease (when this controller's voter last heard from that leader, plus the
-        lease), since the election means it went silent (its host cut off, most often, with the old
-        controller on it). So a cut-off host is fenced a session and a lease after it went silent,
-        not a session after the election and the takeover; but no sooner than
+        skew), since the election means it went silent (its host cut off, most often, with the old
+        controller on it). So a cut-off host is fenced a session (and the skew) after it went
+        silent, not a session after the election and the takeover; but no sooner than
         SUCCESSOR_GRACE_HEARTBEATS heartbeat intervals from now, time for a broker that lost only its
         controller to find this one."""
         if predecessor is None:
@@ -400,11 +404,11 @@ class ControllerActor:
             return
         grace_ms = SUCCESSOR_GRACE_HEARTBEATS * int(self.core.broker_config.get(
             "broker.heartbeat.interval.ms", DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS))
-        # the predecessor answered heartbeats until its lease ran out: at most CONTROLLER_LEASE_MS
-        # after its last contact with a majority, which may have come a little after this voter
-        # last heard from it (LEASE_SKEW_MS); its broker counts its session from a heartbeat's send
-        # time, so it stops leading before this controller names new leaders
-        credited_ms = min(max(0, silent_ms - CONTROLLER_LEASE_MS - LEASE_SKEW_MS),
+        # every broker counts its session from no later than the predecessor's last contact with a
+        # majority (a heartbeat's send time less that contact's age: `heartbeat`), which may have
+        # come a little after this voter last heard from it (LEASE_SKEW_MS); so the cut-off broker
+        # stops leading before this controller names new leaders
+        credited_ms = min(max(0, silent_ms - LEASE_SKEW_MS),
                           max(0, replication.broker_session_timeout_ms - grace_ms))
         b.last_heartbeat_ms -= credited_ms
         log.warning("broker %d, whose voter led before, was last heard from %d ms ago: its session counts %d ms "
@@ -453,12 +457,13 @@ class ControllerActor:
         """Heartbeats are answered only while a majority of voters was in touch with this
         controller's voter within CONTROLLER_LEASE_MS: a controller cut off from the others stops
         renewing its own host's broker sessions at once, not when its voter resigns (1.5 quorum
-        fetch timeouts later), and a successor can count that broker's session from the lease's end."""
+        fetch timeouts later). The contact's time goes with every heartbeat's answer (`heartbeat`)."""
         if len(status.voters) <= 1:  # a single voter: no one else could take over
             self.lease_until_ms = float("inf")
             return
         contact_ms = status.majority_contact_ms(monotonic_ms())
         if contact_ms is not None:
+            self.majority_contact_ms = max(self.majority_contact_ms or contact_ms, contact_ms)
             self.lease_until_ms = max(self.lease_until_ms, contact_ms + CONTROLLER_LEASE_MS)
 
     async def _keep_named_actors(self) -> None:
@@ -918,21 +923,29 @@ class ControllerActor:
         return {b: (why, nodes.get(b)) for b, why in self.broker_failures.items()}
 
     @answers_once_committed
-    def heartbeat(self, broker_id: int, broker_epoch: int) -> int:
-        """A broker is alive (broker.heartbeat.interval.ms). STALE_BROKER_EPOCH: register again.
-        A broker whose node was declared dead is not unfenced by a last heartbeat of its old
-        gateway (woken from a stall just before its raylet exits)."""
+    def heartbeat(self, broker_id: int, broker_epoch: int) -> tuple[int, int]:
+        """A broker is alive (broker.heartbeat.interval.ms): (error code, contact age in ms).
+        STALE_BROKER_EPOCH: register again. A broker whose node was declared dead is not unfenced by
+        a last heartbeat of its old gateway (woken from a stall just before its raylet exits).
+
+        The contact age is how long ago this controller's voter last heard from a majority of the
+        voters (0 with one voter): the broker counts its session from the heartbeat's send time less
+        that, so from no later than that contact, and a successor elected after this controller was
+        cut off fences the broker a session after it last heard from this voter (and a skew), not a
+        session after this controller's lease ran out."""
         if broker_id not in self.registered:
-            return ErrorCode.STALE_BROKER_EPOCH
-        if self.voter_id is not None and monotonic_ms() >= self.lease_until_ms:
+            return ErrorCode.STALE_BROKER_EPOCH, 0
+        now = monotonic_ms()
+        if self.voter_id is not None and now >= self.lease_until_ms:
             raise NotController(f"the controller on broker {self.voter_id} has not heard from a majority of the "
                                 f"voters within {CONTROLLER_LEASE_MS} ms")
+        contact_age_ms = 0 if self.majority_contact_ms is None else max(0, now - self.majority_contact_ms)
         decision = self.core.replication.heartbeat(broker_id, broker_epoch, now_ms())
         self._persist(self.core.replication_outcome(decision.records))
         if any(r["type"] == "unfence_broker" for r in decision.records):
             self._say(f"broker {broker_id} back: its heartbeats reach the controller again (broker epoch "
                       f"{broker_epoch}); its replicas catch up and rejoin the ISRs")
-        return decision.error_code
+        return decision.error_code, contact_age_ms
 
     async def broker_events(self, after_seq: int | None, timeout_s: float) -> tuple[int, list[tuple[int, str]]]:
         """What happened to brokers since event `after_seq` (None: from now on), as (wall-clock ms,

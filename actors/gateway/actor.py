@@ -162,7 +162,8 @@ class GatewayActor:
     async def _beat(self) -> None:
         epoch, sent_ms = self.broker_epoch, monotonic_ms()
         try:
-            error = await self.ctx.controller.heartbeat(self.ctx.broker_id, epoch, self.session_timeout_ms / 1000)
+            error, contact_age_ms = await self.ctx.controller.heartbeat(self.ctx.broker_id, epoch,
+                                                                        self.session_timeout_ms / 1000)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -182,7 +183,7 @@ class GatewayActor:
                 self.background = asyncio.create_task(self._register_again(epoch))
             return
         if error == ErrorCode.NONE:
-            self.ctx.session.renewed(sent_ms)
+            self.ctx.session.heartbeat_answered(sent_ms, contact_age_ms)
             if self.ctx.session.may_resume(monotonic_ms()) and not self.taking_up.locked():
                 self.background = asyncio.create_task(self._take_up_session())
 

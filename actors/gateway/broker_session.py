@@ -10,6 +10,12 @@ The session is counted from when the last answered heartbeat was *sent*: the con
 it from when it arrived, which is later, so the broker gives up its leadership no later than the
 controller could give it to another broker. Heartbeats are not abandoned when slow: a late answer
 to a heartbeat still renews the session from that heartbeat's send time.
+
+With the metadata quorum, the controller's answer also says how long before it its voter last heard
+from a majority of the voters, and the session counts from the send time less that age: so from no
+later than that contact. A controller elected after this one was cut off knows when its own voter
+last heard from the old leader, and fences this broker a session (and a skew) after that, sure that
+the broker stopped leading first, without waiting out a lease of the old controller.
 """
 from __future__ import annotations
 
@@ -26,6 +32,12 @@ class BrokerSession:
         """The controller answered a heartbeat (or a registration) sent at `sent_ms`."""
         if self.renewed_from_ms is None or sent_ms > self.renewed_from_ms:
             self.renewed_from_ms = sent_ms
+
+    def heartbeat_answered(self, sent_ms: int, contact_age_ms: int = 0) -> None:
+        """The controller answered a heartbeat sent at `sent_ms`, its voter's last contact with a
+        majority `contact_age_ms` old when it answered: the session renews from the send time less
+        that age (the answer came after the send, so the contact was no earlier)."""
+        self.renewed(sent_ms - max(0, contact_age_ms))
 
     def expires_at_ms(self) -> int | None:
         return None if self.renewed_from_ms is None else self.renewed_from_ms + self.session_timeout_ms

@@ -24,6 +24,18 @@ def test_expires_a_session_after_the_send_time_of_the_last_answered_heartbeat():
     assert not session.check(10001), "found expired once"
 
 
+def test_a_heartbeat_answer_renews_the_session_from_the_controllers_last_contact_with_a_majority():
+    """The answer says the controller's voter last heard from a majority 800 ms before it answered:
+    the session counts from 800 ms before the send time, so it ends no later than a session after
+    that contact, when a successor that last heard from the old leader then may fence it."""
+    session = BrokerSession(9000)
+    session.heartbeat_answered(5000, contact_age_ms=800)
+    assert session.expires_at_ms() == 4200 + 9000
+    assert session.check(13200) and not session.check(13500)
+    session.heartbeat_answered(13000, contact_age_ms=0)  # a controller with one voter: no age
+    assert session.expires_at_ms() == 22000
+
+
 def test_resumes_only_once_the_controller_answered_again():
     session = BrokerSession(3000)
     session.renewed(0)
