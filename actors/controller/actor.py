@@ -386,11 +386,11 @@ class ControllerActor:
 
     def _continue_predecessor_session(self, predecessor: tuple[int, int] | None) -> None:
         """A new active controller gives every broker a fresh session (Kafka's does too), except the
-        one whose voter led before it: that broker's session continues from the end of the old
-        controller's lease (when this controller's voter last heard from that leader, plus the
-        skew), since the election means it went silent (its host cut off, most often, with the old
-        controller on it). So a cut-off host is fenced a session (and the skew) after it went
-        silent, not a session after the election and the takeover; but no sooner than
+        one whose voter led before it: that broker's session continues from when this controller's
+        voter last heard from that leader (plus a skew), since the election means it went silent
+        (its host cut off, most often, with the old controller on it). So a cut-off host is fenced
+        a session (and the skew) after it went silent, not a session after the election and the
+        takeover; but no sooner than
         SUCCESSOR_GRACE_HEARTBEATS heartbeat intervals from now, time for a broker that lost only its
         controller to find this one."""
         if predecessor is None:
