@@ -29,6 +29,7 @@ from actors.partition.actor import remove_deleted_dirs
 from actors.partition.fetcher import ReplicaFetchers
 from actors.partition.listener import start_listener
 from actors.local_socket import private_address, remove_stale_sockets, socket_dir
+from actors.shard.hosted import ReplicaNotHosted
 from actors.startup import start_unless_started
 
 log = logging.getLogger("kray.shard")
@@ -46,10 +47,6 @@ def _listener_pid(file_name: str) -> int | None:
     """The pid a shard listener's file name carries (what socket_dir() holds of others: None)."""
     pid, separator, rest = file_name.partition(LISTENER_NAME_SEPARATOR)
     return int(pid) if separator and pid.isdigit() and rest.startswith("shard-") else None
-
-
-class ReplicaNotHosted(LookupError):
-    pass
 
 
 def _log_failure(future: concurrent.futures.Future) -> None:

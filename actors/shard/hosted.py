@@ -21,6 +21,11 @@ from typing import Any
 from crc32c import crc32c
 
 
+class ReplicaNotHosted(LookupError):
+    """A call reached a shard that hosts no replica of that key: the shard was just restarted (Ray
+    starts it empty; the controller hosts its replicas again) or the replica moved away."""
+
+
 def shard_index(topic_id: uuid.UUID, partition: int, shard_count: int) -> int:
     """The shard of its broker that hosts a replica of (topic id, partition)."""
     return (crc32c(topic_id.bytes) + partition) % shard_count

@@ -14,17 +14,17 @@ from actors.shard.hosted import HostedReplica
 RESTART_WAIT_S = 60
 
 
-def _pid(actor, timeout_s: float) -> int:
+def process_id(actor, timeout_s: float) -> int:
     return ray.get(actor.__ray_call__.remote(lambda self: os.getpid()), timeout=timeout_s)
 
 
 def kill_and_await_restart(actor) -> None:
-    before = _pid(actor, RESTART_WAIT_S)
+    before = process_id(actor, RESTART_WAIT_S)
     ray.kill(actor, no_restart=False)
     deadline = time.monotonic() + RESTART_WAIT_S
     while time.monotonic() < deadline:
         try:
-            if _pid(actor, 5) != before:
+            if process_id(actor, 5) != before:
                 return
         except Exception:  # unavailable while Ray restarts it
             pass

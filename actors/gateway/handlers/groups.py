@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import ray.exceptions
+
 from protocol.errors import ErrorCode
 from protocol.messages import (DeleteGroupsResponse, FindCoordinatorResponse, ListGroupsResponse,
                                ShareGroupDescribeResponse, ShareGroupHeartbeatResponse)
@@ -25,6 +27,7 @@ from actors import internal_topics
 from actors.gateway.handlers.cluster_info import broker_address
 from actors.gateway.security.authorizer import AclOperation, ResourceType
 from actors.share_coordinator.core import state_partition_for_key
+from actors.shard.hosted import ReplicaNotHosted
 
 log = logging.getLogger("kray.gateway")
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE = 0, 1, 2
@@ -56,10 +59,19 @@ async def _internal_partition(ctx, topic_name: str, index_for):
 
 def coordinator_error(e: Exception) -> int:
     """The code to answer when a coordinator call failed: the coordinator's own (NOT_COORDINATOR
-    when its partition's leadership just moved), else COORDINATOR_NOT_AVAILABLE; both make the
-    client find the coordinator again."""
+    when its partition's leadership just moved); COORDINATOR_LOAD_IN_PROGRESS while the shard that
+    hosts it restarts and is given its replicas again (this broker still leads the partition: the
+    client asks it again, as Kafka's clients do of a broker loading its coordinator partition);
+    else COORDINATOR_NOT_AVAILABLE, which makes the client find the coordinator again.
+
+    librdkafka retries a request answered LOAD_IN_PROGRESS until its timeout, but hands
+    NOT_AVAILABLE to the application at once (an OffsetFetch of `Consumer.committed` fails with it)."""
     cause = getattr(e, "cause", e)
-    return getattr(cause, "error_code", None) or ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code := getattr(cause, "error_code", None):
+        return code
+    if isinstance(cause, (ReplicaNotHosted, ray.exceptions.ActorUnavailableError)):
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 class NotCoordinator(Exception):
