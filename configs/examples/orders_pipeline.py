@@ -86,8 +86,10 @@ def aggregate_orders(df):
 
 def run(spark, bootstrap: str, *, group: str = GROUP, source: str = ORDERS_TOPIC, sink: str = TOTALS_TOPIC,
         readers: int = 2, max_records: int = 100_000, timeout_s: float = 2.0,
-        stop_after_idle_s: float | None = None, log=print) -> int:
-    """The pipeline loop; returns the number of orders committed."""
+        stop_after_idle_s: float | None = None, max_messages: int | None = None, log=print) -> int:
+    """The pipeline loop; returns the number of orders committed. It stops when no order arrived
+    for `stop_after_idle_s`, or once `max_messages` orders are committed (as
+    kafka-console-consumer's --max-messages); else it runs until interrupted."""
     from cluster.spark import ShareGroupReader, write_topic
 
     committed = 0
@@ -99,6 +101,8 @@ def run(spark, bootstrap: str, *, group: str = GROUP, source: str = ORDERS_TOPIC
             committed += batch.count
             log(f"batch of {batch.count} orders -> {rows} customer totals in {time.monotonic() - started:.2f} s "
                 f"({committed} orders so far)")
+            if max_messages is not None and committed >= max_messages:
+                break
     return committed
 
 
@@ -110,6 +114,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-records", type=int, default=100_000)
     parser.add_argument("--stop-after-idle-s", type=float, default=None,
                         help="stop when no order arrived for this long (default: run until Ctrl-C)")
+    parser.add_argument("--max-messages", type=int, default=None,
+                        help="stop once this many orders are committed (default: run until Ctrl-C)")
     args = parser.parse_args(argv)
 
     import ray
@@ -123,7 +129,7 @@ def main(argv=None) -> int:
     spark = start_spark("orders-pipeline")
     try:
         run(spark, args.bootstrap, readers=args.readers, max_records=args.max_records,
-            stop_after_idle_s=args.stop_after_idle_s)
+            stop_after_idle_s=args.stop_after_idle_s, max_messages=args.max_messages)
     except KeyboardInterrupt:
         pass
     finally:

@@ -111,9 +111,11 @@ def test_example_pipeline_aggregates_every_order_once(bootstrap, spark):
     admin.create_topics([NewTopic(sink, 3, 1)])[sink].result(30)
     expected = example.seed_orders(bootstrap, 8_000, topic=source)
     committed = example.run(spark, bootstrap, group=group, source=source, sink=sink, readers=2,
-                            # idle counts from the start: the readers' first join (the first test of the
-                            # module) took over 4 s once on a loaded CI machine, and the run ended with 0
-                            max_records=2_000, timeout_s=2.0, stop_after_idle_s=10.0, log=lambda *_: None)
+                            # it stops once every order is committed; the idle stop (counted from the
+                            # start: the readers' first join took over 4 s once on a loaded CI machine)
+                            # only ends a run that is missing orders
+                            max_records=2_000, timeout_s=2.0, stop_after_idle_s=30.0, max_messages=8_000,
+                            log=lambda *_: None)
     assert committed == 8_000
     totals: dict[str, list[int]] = {}
     for m in read_topic(bootstrap, sink, 3):
