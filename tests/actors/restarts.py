@@ -19,22 +19,17 @@ def process_id(actor, timeout_s: float) -> int:
 
 
 def kill_and_await_restart(actor) -> None:
-    before = process_id(actor, RESTART_WAIT_S)
-    ray.kill(actor, no_restart=False)
-    deadline = time.monotonic() + RESTART_WAIT_S
-    while time.monotonic() < deadline:
-        try:
-            if process_id(actor, 5) != before:
-                return
-        except Exception:  # unavailable while Ray restarts it
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"actor was not restarted within {RESTART_WAIT_S} s")
+    """Kill an actor and return once Ray runs it in a new process."""
+    _kill_and_await(actor, restarted=True)
 
 
 def kill_and_await_death(actor) -> None:
     """Kill an actor and return once its old process no longer answers (Ray is restarting it, or
     already has): a probe sent after this cannot be served by the process that was killed."""
+    _kill_and_await(actor, restarted=False)
+
+
+def _kill_and_await(actor, restarted: bool) -> None:
     before = process_id(actor, RESTART_WAIT_S)
     ray.kill(actor, no_restart=False)
     deadline = time.monotonic() + RESTART_WAIT_S
@@ -43,11 +38,13 @@ def kill_and_await_death(actor) -> None:
             if process_id(actor, 5) != before:
                 return
         except ray.exceptions.GetTimeoutError:
-            pass  # (a busy old process: ask again)
-        except Exception:  # unavailable: the old process is gone
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"actor still ran in its old process {RESTART_WAIT_S} s after the kill")
+            pass  # (a busy process: ask again)
+        except Exception:  # unavailable while Ray restarts it: the old process is gone
+            if not restarted:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"actor not {'restarted' if restarted else 'gone from its old process'} "
+                         f"within {RESTART_WAIT_S} s")
 
 
 def leader_replica(controller, topic: str, partition: int = 0):
