@@ -1,8 +1,9 @@
-"""Kill an actor and wait until Ray has really restarted it.
+"""Kill an actor and wait until its old process is really gone, or Ray has really restarted it.
 
 `ray.kill` only asks: it returns before the process dies. A test that probes the broker right
 after the call may still talk to the old process and then lose a request in flight when the kill
-lands. Waiting for a new process id makes "after the restart" mean what it says.
+lands. Waiting for the old process to stop answering, or for a new process id, makes "after the
+kill" and "after the restart" mean what they say.
 """
 import os
 import time
