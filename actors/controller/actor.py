@@ -1143,7 +1143,7 @@ class ControllerActor:
                 if not gateway:
                     await self._durable()  # its partition (a new topic's) is committed before it has files
                 address = await (getattr(actor, serve).remote() if gateway else
-                                 self._shard_call(actor, "host", actor.spec))
+                                 self._shard_call(actor, "host"))
                 delay_s = SUPERVISE_RETRY_S
                 if gateway:
                     await getattr(actor, until).remote()
@@ -1168,6 +1168,16 @@ class ControllerActor:
                 log.info("%s failed or restarted (%s); asking it to serve again", key, type(e).__name__)
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, SUPERVISE_RETRY_S_MAX)
+
+    def _hosting_spec(self, actor: HostedReplica) -> dict:
+        """What a replica is hosted with now: its spec with its topic's configs as they are now. A
+        shard that Ray restarted hosts its replicas again from their specs, and a config altered
+        since the replica first started (AlterConfigs reaches hosted replicas only, and not one
+        whose shard is restarting) must be in force after the restart too."""
+        topic = self.core.topics_by_id.get(actor.spec["topic_id"])
+        if topic is not None:
+            actor.spec["config"] = TopicConfig.from_kafka(self.core.effective_configs(topic))
+        return actor.spec
 
     def _shard_life(self, shard) -> asyncio.Future:
         """A future set when `shard` dies (Ray then restarts it empty): its current life."""
@@ -1255,7 +1265,9 @@ class ControllerActor:
         """A control call to a hosted replica ("host": have its shard host it). Calls to one shard
         made while the event loop turns travel as one Ray call (`ShardActor.call_many`): creating
         1,000 partitions, or a broker's loss moving hundreds, is a few Ray calls per shard, not two
-        per replica (each costs the controller ~1-2 ms of CPU)."""
+        per replica (each costs the controller ~1-2 ms of CPU). A "host" takes no arguments: the
+        replica's spec is read when the batch is sent (`_hosting_spec`), so that a config altered
+        before then is in it even if the alter's own call to the replica came first and missed it."""
         loop = asyncio.get_running_loop()
         shard_id = replica.shard._actor_id
         batch = self.shard_batches.get(shard_id)
@@ -1263,12 +1275,13 @@ class ControllerActor:
             batch = self.shard_batches[shard_id] = []
             loop.call_soon(self._send_shard_batch, shard_id, replica.shard)
         answer = loop.create_future()
-        batch.append((replica.key, method, list(args), answer))
+        batch.append((replica, method, list(args), answer))
         return answer
 
     def _send_shard_batch(self, shard_id, shard) -> None:
         batch = self.shard_batches.pop(shard_id)
-        sent = shard.call_many.remote([(key, method, args) for key, method, args, _ in batch])
+        sent = shard.call_many.remote([(replica.key, method, [self._hosting_spec(replica)] if method == "host" else args)
+                                       for replica, method, args, _ in batch])
         asyncio.ensure_future(self._answer_shard_batch(sent, batch))
 
     @staticmethod
@@ -1277,14 +1290,14 @@ class ControllerActor:
             results = await sent
         except Exception as e:  # the shard died: every call of the batch failed
             results = [(False, e)] * len(batch)
-        for (key, method, _, answer), (ok, result) in zip(batch, results):
+        for (replica, method, _, answer), (ok, result) in zip(batch, results):
             if answer.done():
                 continue
             if ok:
                 answer.set_result(result)
             else:
                 answer.set_exception(result if isinstance(result, Exception) else
-                                     ReplicaCallFailed(f"{method} of {key}: {result}"))
+                                     ReplicaCallFailed(f"{method} of {replica.key}: {result}"))
 
     async def _publish(self) -> None:
         """After every change, tell each listening replica whose partition state moved. A replica

@@ -3,10 +3,12 @@ import time
 
 import ray
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
+                                  ResourceType)
 
 from cluster import composition
-from tests.actors.restarts import host_of, kill_and_await_death, kill_and_await_restart, leader_replica
+from tests.actors.restarts import (host_of, inspect_replica, kill_and_await_death, kill_and_await_restart,
+                                  leader_replica)
 from tests.cluster.raw import produce_one
 
 
@@ -41,6 +43,25 @@ def test_killed_partition_actor_comes_back_with_its_data(broker):
     # the gateway learns the restarted leader's new listener from the controller and carries on
     assert produce(broker.bootstrap, "phoenix", [b"b%d" % i for i in range(100)]) == list(range(100, 200))
     assert read(broker.bootstrap, "phoenix", 200) == [b"a%d" % i for i in range(100)] + [b"b%d" % i for i in range(100)]
+
+
+def test_a_config_altered_before_its_shard_restarts_is_in_force_after_the_restart(broker):
+    """AlterConfigs reaches the running replicas; a shard that Ray restarts hosts its replicas again,
+    and they must come back with the topic's configs as they are now, not as they were when the
+    topic was created (the cause of issue 38: a DLQ topic's raised max.message.bytes was lost with a
+    restart, and its rejected records never reached it)."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("altered", 1, 1, config={"max.message.bytes": "64"})])["altered"].result(30)
+    for f in admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, "altered", incremental_configs=[
+            ConfigEntry("max.message.bytes", "1048588", incremental_operation=AlterConfigOpType.SET)])]).values():
+        f.result(30)
+    assert produce(broker.bootstrap, "altered", [b"x" * 1024]) == [0]
+
+    kill_and_await_restart(host_of(leader_replica(broker.controller, "altered")))
+
+    assert produce(broker.bootstrap, "altered", [b"y" * 1024]) == [1], "the restarted replica refused a 1 KiB batch"
+    assert inspect_replica(leader_replica(broker.controller, "altered"),
+                           lambda replica: replica.core.config.max_message_bytes) == 1048588
 
 
 def test_killed_gateway_serves_again_on_its_port(broker):
