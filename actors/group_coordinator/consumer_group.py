@@ -199,6 +199,9 @@ class _Member:
     previous_member_epoch: int = -1
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # KIP-1251: (topic id, partition) -> the member epoch at which the member was given the partition,
+    # for every partition it holds (assigned or pending revocation)
+    assignment_epochs: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
     session_deadline_ms: int = 0
     rebalance_deadline_ms: int | None = None  # set while UNREVOKED_PARTITIONS
 
@@ -213,7 +216,7 @@ class _Member:
     def rejoined(self) -> "_Member":
         """A copy for a member that rejoins with epoch 0: it has dropped its partitions and reconciles afresh."""
         return self.copy(member_epoch=0, state=MemberState.STABLE, assigned={}, pending_revocation={},
-                         rebalance_deadline_ms=None)
+                         assignment_epochs={}, rebalance_deadline_ms=None)
 
 
 @dataclass
@@ -590,6 +593,10 @@ class ConsumerGroups:
                 member.previous_member_epoch = member.member_epoch
                 member.member_epoch = group.assignment_epoch
             member.assigned, member.pending_revocation = assigned, {}
+        # KIP-1251: a partition the member keeps keeps the epoch it was given at; a new one gets the new epoch
+        member.assignment_epochs = {(topic_id, p): member.assignment_epochs.get((topic_id, p), member.member_epoch)
+                                    for held in (member.assigned, member.pending_revocation)
+                                    for topic_id, partitions in held.items() for p in partitions}
 
         if (member.state, member.member_epoch, member.assigned, member.pending_revocation) != before:
             member.rebalance_deadline_ms = (now_ms + max(member.rebalance_timeout_ms, 0)
@@ -680,7 +687,8 @@ class ConsumerGroups:
                                api_version: int, transactional: bool = False) -> tuple[int, str | None]:
         """Kafka's ConsumerGroup.validateOffsetCommit. An unknown group accepts a commit with a negative epoch (a
         simple / admin commit; the caller creates the group); otherwise GROUP_ID_NOT_FOUND (v9+) or
-        ILLEGAL_GENERATION (older versions), as Kafka's OffsetMetadataManager answers."""
+        ILLEGAL_GENERATION (older versions), as Kafka's OffsetMetadataManager answers. A member's epoch older than
+        its current one passes here and is checked per partition (`stale_commit_partitions`, KIP-1251)."""
         group = self._groups.get(group_id)
         if group is None:
             if member_epoch < 0:
@@ -695,7 +703,29 @@ class ConsumerGroups:
         if api_version < OFFSET_COMMIT_MIN_VERSION_FOR_CONSUMER_PROTOCOL and not transactional:
             return (ErrorCode.UNSUPPORTED_VERSION, "OffsetCommit version 9 or above must be used by members using "
                                                    "the modern group protocol")
-        return self._check_member_epoch(group, member_id, member_epoch)
+        member = group.members[member_id]
+        if member_epoch > member.member_epoch:
+            return (ErrorCode.STALE_MEMBER_EPOCH, f"The received member epoch {member_epoch} is newer than the "
+                                                  f"current member epoch {member.member_epoch}.")
+        return ErrorCode.NONE, None
+
+    def stale_commit_partitions(self, group_id: str, member_id: str, member_epoch: int,
+                                partitions: Iterable[tuple[str, int]]) -> list[bool]:
+        """KIP-1251 (Kafka 4.3+), for a commit that passed `validate_offset_commit`: per (topic, partition), True
+        where it must be refused with STALE_MEMBER_EPOCH. A member commits with its current epoch, or with an
+        older one for partitions it still holds since that epoch or before: assignment epoch <= the commit's
+        epoch <= the member's epoch. Kafka checks nothing per partition at the current epoch."""
+        group = self._groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        partitions = list(partitions)
+        if member is None or member_epoch < 0 or member_epoch >= member.member_epoch:
+            return [False] * len(partitions)
+        out = []
+        for topic, partition in partitions:
+            topic_id = self._topics.get(topic, (None, 0))[0]
+            given = member.assignment_epochs.get((topic_id, partition))
+            out.append(given is None or given > member_epoch)
+        return out
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> tuple[int, str | None]:
         """Kafka's ConsumerGroup.validateOffsetFetch (OffsetFetch v9+): no member id and a negative epoch is an admin

@@ -202,11 +202,25 @@ class Groups:
             error = self.classic.validate_offset_commit(group_id, member_id, instance_id, generation_or_epoch, now_ms)
         elif kind == CONSUMER:
             error, _ = self.consumer.validate_offset_commit(group_id, member_id, generation_or_epoch, api_version)
+            if not error:
+                return self._commit_unless_stale(group_id, member_id, generation_or_epoch, partitions,
+                                                 ErrorCode.STALE_MEMBER_EPOCH,
+                                                 lambda ps: self.offsets.commit(group_id, ps, now_ms))
         else:
             error = ErrorCode.GROUP_ID_NOT_FOUND
         if error:
             return [error] * len(partitions), []
         return self.offsets.commit(group_id, partitions, now_ms)
+
+    def _commit_unless_stale(self, group_id: str, member_id: str, member_epoch: int, partitions: list,
+                             stale_error: int, commit) -> tuple[list[int], list[Record]]:
+        """Commit the partitions a consumer-group member may commit at `member_epoch` (KIP-1251); the others
+        answer `stale_error`."""
+        stale = self.consumer.stale_commit_partitions(group_id, member_id, member_epoch,
+                                                      [(t, p) for t, p, *_ in partitions])
+        errors, records = commit([x for x, refused in zip(partitions, stale) if not refused])
+        answers = iter(errors)
+        return [stale_error if refused else next(answers) for refused in stale], records
 
     def commit_transactional_offsets(self, group_id: str, producer_id: int, member_id: str,
                                      instance_id: str | None, generation_or_epoch: int,
@@ -235,6 +249,10 @@ class Groups:
                                                             transactional=True)
             if error == ErrorCode.STALE_MEMBER_EPOCH:
                 error = ErrorCode.ILLEGAL_GENERATION
+            if not error:
+                return self._commit_unless_stale(
+                    group_id, member_id, generation_or_epoch, partitions, ErrorCode.ILLEGAL_GENERATION,
+                    lambda ps: self.offsets.commit_transactional(group_id, producer_id, ps, now_ms))
         else:
             error = ErrorCode.GROUP_ID_NOT_FOUND
         if error:

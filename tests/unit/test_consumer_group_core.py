@@ -411,10 +411,32 @@ def test_validate_offset_commit():
     assert v("g", "b", 3, 9)[0] == ErrorCode.STALE_MEMBER_EPOCH
     assert v("g", "a", 1, 9)[0] == ErrorCode.NONE, "a is still at epoch 1 while it revokes"
     h.hb("a", 1, owned=owned(0))
-    assert v("g", "a", 1, 9)[0] == ErrorCode.STALE_MEMBER_EPOCH
+    assert h.member("a").member_epoch == 2
+    assert v("g", "a", 3, 9)[0] == ErrorCode.STALE_MEMBER_EPOCH, "newer than the member's epoch"
+    assert v("g", "a", 1, 9)[0] == ErrorCode.NONE, "older: checked per partition (KIP-1251)"
     h.hb("a", -1)
     h.hb("b", -1)
     assert v("g", "", -1, 9)[0] == ErrorCode.NONE, "an empty group takes simple commits"
+
+
+def test_a_commit_at_an_older_epoch_is_taken_for_partitions_held_since_then():
+    """KIP-1251 (Kafka 4.3+): assignment epoch <= the commit's epoch <= the member's epoch, per partition. A member
+    whose epoch moved on in a heartbeat whose answer it has not seen yet still commits what it holds."""
+    h = Harness(orders=4)
+    h.join("a")                                    # a: 0-3 at epoch 1
+    h.join("b")                                    # epoch 2: a must give up 2 and 3
+    h.hb("a", 1, owned=owned(0, 1))                # a revoked them: epoch 2, keeping 0 and 1 from epoch 1
+    h.hb("b", 2)                                   # b: 2 and 3 at epoch 2
+    stale = h.groups.stale_commit_partitions
+    every = [("orders", p) for p in range(4)]
+    assert stale("g", "a", 2, every) == [False] * 4, "the current epoch: nothing checked per partition (as Kafka)"
+    assert stale("g", "a", 1, every) == [False, False, True, True], "epoch 1: 0 and 1, held since epoch 1"
+    assert stale("g", "b", 1, every) == [True, True, True, True], "b was given its partitions at epoch 2"
+    assert stale("g", "b", 2, [("orders", 2), ("gone", 0)]) == [False, False], "the current epoch: no check"
+    h.join("c")                                    # epoch 3: a gives up 1
+    h.hb("a", 2, owned=owned(0))
+    assert h.member("a").member_epoch == 3
+    assert stale("g", "a", 2, every) == [False, True, True, True], "1 has left a"
 
 
 def test_validate_offset_fetch():

@@ -63,11 +63,11 @@ class Harness:
         assert self.replies[self._calls].error_code == 0
         return r.member_id, r.generation_id
 
-    def cgh(self, group, member_id, epoch, topics=("orders",)):
+    def cgh(self, group, member_id, epoch, topics=("orders",), owned=None):
         result, records = self.groups.consumer_group_heartbeat(
             group, member_id, epoch, topics=TOPICS, now_ms=self.now_ms, instance_id=None, rack_id=None,
             rebalance_timeout_ms=30000, subscribed_topic_names=list(topics), subscribed_topic_regex=None,
-            server_assignor=None, owned_partitions=[] if epoch == 0 else None, client_id="c", client_host="/h",
+            server_assignor=None, owned_partitions=[] if epoch == 0 else owned, client_id="c", client_host="/h",
             api_version=1)
         self.log += records
         return result
@@ -547,3 +547,20 @@ def test_a_late_request_of_an_expired_member_does_not_revive_it():
     joined = h.replies[calls]
     assert joined.error_code == 0 and joined.leader == r.member_id
     assert [m for m, _, _ in joined.members] == [r.member_id]
+
+
+def test_a_consumer_member_commits_at_an_older_epoch_the_partitions_it_held_then():
+    """KIP-1251 (Kafka 4.3+): the member's epoch moved on (another member joined) while its commit was under
+    way with the epoch it had: the partitions it still holds since then are committed, the others answer
+    STALE_MEMBER_EPOCH and keep their offsets, and a commit with a newer epoch than the member's is refused."""
+    h = Harness()
+    assert h.cgh("c", "a", 0).member_epoch == 1                  # a: orders 0-2 at epoch 1
+    h.cgh("c", "b", 0)                                            # epoch 2: a must give some up
+    a = h.cgh("c", "a", 1, owned=[(topic_id("orders"), [0, 1, 2])])
+    kept = sorted(p for t, ps in a.assignment for p in ps)
+    a = h.cgh("c", "a", 1, owned=[(topic_id("orders"), kept)])   # revoked: a moves to epoch 2
+    assert a.member_epoch == 2 and 0 < len(kept) < 3
+    errors = h.commit("c", "a", 1, partitions=[("orders", p, 7) for p in range(3)])
+    assert errors == [ErrorCode.NONE if p in kept else ErrorCode.STALE_MEMBER_EPOCH for p in range(3)]
+    assert [h.committed("c", partition=p) for p in range(3)] == [7 if p in kept else None for p in range(3)]
+    assert h.commit("c", "a", 3, partitions=[("orders", kept[0], 8)]) == [ErrorCode.STALE_MEMBER_EPOCH]
