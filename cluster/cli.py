@@ -207,9 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     chaos.add_argument("--max-down", type=int, default=1, help="brokers down at once at most (default 1)")
     chaos.set_defaults(func=cmd_chaos, address=None)
 
-    from cluster.tools import (acls, configs, console_share_consumer, consumer_groups, metadata_quorum, perf,
-                               share_groups, share_workers, topics, transactions)
+    from cluster.tools import (acls, configs, console_share_consumer, consumer_groups, delete_records,
+                               metadata_quorum, perf, share_groups, share_workers, topics, transactions)
     topics.add_parser(sub)
+    delete_records.add_parser(sub)
     acls.add_parser(sub)
     configs.add_parser(sub)
     share_groups.add_parser(sub)

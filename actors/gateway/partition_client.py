@@ -197,6 +197,11 @@ class SocketPartition:
         out, _ = await self._call(wire.LIST_OFFSETS, [timestamp, leader_epoch, isolation_level])
         return tuple(out)
 
+    async def delete_records(self, offset: int, leader_epoch: int = -1) -> tuple[int, int, str | None]:
+        """(error, low watermark, why refused): DeleteRecords for one partition at its leader."""
+        (error, low_watermark, message), _ = await self._call(wire.DELETE_RECORDS, [leader_epoch, offset])
+        return error, low_watermark, message
+
     async def describe_producers(self) -> tuple[int, list[ActiveProducer]]:
         """(error, the partition leader's active producers): DescribeProducers for one partition."""
         (error, producers), _ = await self._call(wire.DESCRIBE_PRODUCERS, [])

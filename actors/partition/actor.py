@@ -489,6 +489,22 @@ class PartitionActor:
         self.replica.advance_log_start_offset(self.core.log_start_offset)
         return result
 
+    async def delete_records_for_client(self, offset: int, leader_epoch: int = -1) -> tuple[int, int, str | None]:
+        """A client's DeleteRecords for this partition, as Kafka's ReplicaManager answers it: (error, low
+        watermark, message). Internal topics and compacted ones refuse; an offset past the high watermark is
+        OFFSET_OUT_OF_RANGE; one at or below the log start changes nothing. Answered once this leader's log
+        start moved (its followers follow at their next fetch; Kafka waits for them, up to the timeout)."""
+        error = self.replica.validate_leader_epoch(leader_epoch)
+        if error:
+            return error, -1, None
+        if self.spec.get("internal"):
+            return ErrorCode.INVALID_TOPIC_EXCEPTION, -1, f"Cannot delete records of internal topic {self.topic}"
+        if self.core.config.compacted:
+            return (ErrorCode.POLICY_VIOLATION, -1, f"Records of partition {self.topic}-{self.partition} can not be "
+                    f"deleted while the cleanup policy is {self.core.config.cleanup_policy}")
+        error, low_watermark = await self.delete_records(offset)
+        return error, low_watermark, None
+
     async def reconfigure(self, config) -> None:
         self.core.reconfigure(config)
         self.replica.config = self._replication_config(config)

@@ -113,6 +113,11 @@ async def _list_offsets(actor, args, blobs):
     return list(await actor.list_offsets(timestamp, leader_epoch, isolation_level)), ()
 
 
+async def _delete_records(actor, args, blobs):
+    leader_epoch, offset = _expect(args, 2, "delete_records")
+    return list(await actor.delete_records_for_client(offset, leader_epoch)), ()
+
+
 async def _describe_producers(actor, args, blobs):
     _expect(args, 0, "describe_producers")
     error, producers = actor.describe_producers()
@@ -233,7 +238,7 @@ HANDLERS = {wire.PRODUCE: _produce, wire.FETCH: _fetch, wire.WAIT_FOR_DATA: _wai
             wire.SHARE_ACKNOWLEDGE: _share_acknowledge, wire.SHARE_RELEASE: _share_release,
             wire.REPLICA_FETCH: _replica_fetch, wire.SHARE_STATE: _share_state,
             wire.RELEASE_WAITERS: _release_waiters, wire.DESCRIBE_PRODUCERS: _describe_producers,
-            wire.TXN_COORDINATOR: _txn_coordinator}
+            wire.TXN_COORDINATOR: _txn_coordinator, wire.DELETE_RECORDS: _delete_records}
 # what only a coordinator's replica answers (a plain replica of the partition answers NOT_HOSTED)
 COORDINATOR_OPERATIONS = {wire.SHARE_STATE: "share_state", wire.TXN_COORDINATOR: "txn_operation"}
 

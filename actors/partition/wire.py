@@ -69,6 +69,8 @@ TXN_MARKERS = 32014      # [timeout_ms, [[topic id, partition, producer id, prod
                          # partitions of one shard, appended in order, answered once replicated as acks=all
 DESCRIBE_PRODUCERS = 32015  # [] -> [error, [[producer id, producer epoch, last sequence, last timestamp,
                             # coordinator epoch, current txn start offset]...]]: the leader's producer state
+DELETE_RECORDS = 32017   # [leader_epoch, offset (-1: the high watermark)] -> [error, low watermark, message]:
+                         # DeleteRecords for one partition at its leader
 TXN_COORDINATOR = 32016  # [operation, args] -> [error, [[topic, partition, error]...] or None]: a client's
                          # AddPartitionsToTxn ("add_partitions": [[transactional id, producer id, producer epoch,
                          # [[topic, partition]...], verify only]...] -> one answer each), AddOffsetsToTxn
@@ -82,7 +84,8 @@ API_NAMES = {PRODUCE: "produce", FETCH: "fetch", WAIT_FOR_DATA: "wait_for_data",
              SHARE_RELEASE: "share_release", REPLICA_FETCH: "replica_fetch", MANY: "many",
              WAIT_FOR_ANY: "wait_for_any", PRODUCE_MANY: "produce_many", SHARE_STATE: "share_state",
              RELEASE_WAITERS: "release_waiters", TXN_MARKERS: "txn_markers",
-             DESCRIBE_PRODUCERS: "describe_producers", TXN_COORDINATOR: "txn_coordinator"}
+             DESCRIBE_PRODUCERS: "describe_producers", TXN_COORDINATOR: "txn_coordinator",
+             DELETE_RECORDS: "delete_records"}
 
 ANSWERED, NOT_HOSTED = 0, 1  # response statuses
 

@@ -13,6 +13,7 @@ from actors.gateway.handlers.consumer_groups import (handle_consumer_group_descr
                                                      handle_leave_group, handle_offset_commit, handle_offset_delete,
                                                      handle_offset_fetch, handle_sync_group)
 from actors.gateway.handlers.configs import handle_describe_configs, handle_incremental_alter_configs
+from actors.gateway.handlers.delete_records import handle_delete_records
 from actors.gateway.handlers.fetch import handle_fetch
 from actors.gateway.handlers.groups import (handle_delete_groups, handle_find_coordinator, handle_list_groups,
                                             handle_share_group_describe, handle_share_group_heartbeat)
@@ -58,6 +59,7 @@ ROUTES: dict[int, Route] = {
     18: Route(handle_api_versions, 0, 4),
     19: Route(handle_create_topics, 2, 7),
     20: Route(handle_delete_topics, 1, 6),
+    21: Route(handle_delete_records, 0, 2),
     22: Route(handle_init_producer_id, 0, 5),
     24: Route(handle_add_partitions_to_txn, 0, 5, advertised=TRANSACTIONS_ADVERTISED),
     25: Route(handle_add_offsets_to_txn, 0, 4, advertised=TRANSACTIONS_ADVERTISED),

@@ -84,6 +84,7 @@ _ROWS = [
     ApiAcls(19, "CreateTopics", (Check(Op.CREATE, Res.CLUSTER, "cluster", alternatives=(_topics(Op.CREATE),)),
                                  _topics(Op.DESCRIBE_CONFIGS, "configs returned (v5+), else left empty"))),
     ApiAcls(20, "DeleteTopics", (_topics(Op.DESCRIBE), _topics(Op.DELETE))),
+    ApiAcls(21, "DeleteRecords", (_topics(Op.DELETE),)),
     ApiAcls(22, "InitProducerId", (Check(Op.WRITE, Res.TRANSACTIONAL_ID, "transactional_id", "transactional"),
                                    Check(Op.IDEMPOTENT_WRITE, Res.CLUSTER, "cluster", "idempotent only",
                                          alternatives=(_topics(Op.WRITE, "WRITE on any topic "
