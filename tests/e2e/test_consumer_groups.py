@@ -299,3 +299,20 @@ def test_consumer_protocol_regex_subscription_picks_up_a_new_topic(kray):
             c.poll(0.2)
     finally:
         c.close()
+
+
+def test_offsets_of_topics_or_partitions_that_do_not_exist_are_refused(kray):
+    """As Kafka's OffsetCommit: UNKNOWN_TOPIC_OR_PARTITION for a topic or a partition index that does not exist;
+    the offsets of the partitions that do exist in the same request are committed."""
+    from confluent_kafka import KafkaException
+    topic, group = f"oc-{uuid.uuid4().hex[:8]}", f"oc-group-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": kray})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    c = Consumer({"bootstrap.servers": kray, "group.id": group, "enable.auto.commit": False})
+    for offsets in ([TopicPartition(topic, 0, 5), TopicPartition(topic, 3, 5)],
+                    [TopicPartition(f"missing-{uuid.uuid4().hex[:6]}", 0, 5)]):
+        with pytest.raises(KafkaException) as refused:
+            c.commit(offsets=offsets, asynchronous=False)
+        assert refused.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 5
+    c.close()

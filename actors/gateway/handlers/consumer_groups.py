@@ -162,6 +162,11 @@ def _topic_name(ctx, topic, by_id: bool) -> str | None:
     return found.name if found is not None else None
 
 
+def _partitions_known(ctx, name: str | None, topic) -> bool:
+    known = ctx.metadata.topics.get(name) if name is not None else None
+    return known is not None and all(0 <= p.partition_index < len(known.partitions) for p in topic.partitions)
+
+
 async def handle_offset_commit(ctx, header, request, connection=None) -> OffsetCommitResponse:
     by_id = header.api_version >= OFFSET_COMMIT_TOPIC_IDS
     R = OffsetCommitResponse
@@ -179,13 +184,19 @@ async def handle_offset_commit(ctx, header, request, connection=None) -> OffsetC
         return R(throttle_time_ms=0, topics=answers)
     names = [_topic_name(ctx, topic, by_id) for topic in request.topics]
     readable = access.allowed(AclOperation.READ, TOPIC, (n for n in names if n is not None))
+    if any(not _partitions_known(ctx, n, t) for n, t in zip(names, request.topics) if n in readable):
+        await ctx.catch_up_metadata()  # (never refuse a topic created just now on older metadata)
     for topic, answer, name in zip(request.topics, answers, names):
+        known = ctx.metadata.topics.get(name) if name is not None else None
         for p, slot in zip(topic.partitions, answer.partitions):
             if name is None:
                 slot.error_code = ErrorCode.UNKNOWN_TOPIC_ID
                 continue
             if name not in readable:
                 slot.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
+            if known is None or not 0 <= p.partition_index < len(known.partitions):
+                slot.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # as Kafka: offsets of partitions that exist
                 continue
             wanted.append((name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                            p.committed_metadata))
