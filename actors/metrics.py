@@ -29,6 +29,9 @@ def _metrics():
                                   "through its dead-letter topic (KIP-1191), by outcome: written (durable in "
                                   "the DLQ topic) or skipped (no usable DLQ topic)",
                                   tag_keys=("group", "outcome")),
+        "archiving": m.Gauge("kray_share_archiving_record_count", "Records of a share-partition waiting "
+                             "ARCHIVING for their dead-letter record (KIP-1191): rejected or out of delivery "
+                             "attempts, their DLQ write not yet durable", tag_keys=("group", "topic", "partition")),
         "load_time": m.Histogram("kray_share_partition_load_time_ms", "Time to load a share-partition's state "
                                  "from the share coordinator", boundaries=[1, 5, 10, 50, 100, 500, 1000, 5000]),
     }
@@ -63,6 +66,10 @@ def record_dead_letters(group_id: str, written: int, skipped: int) -> None:
         _metrics()["dead_letters"].inc(written, tags={"group": group_id, "outcome": "written"})
     if skipped > 0:
         _metrics()["dead_letters"].inc(skipped, tags={"group": group_id, "outcome": "skipped"})
+
+
+def record_archiving(group_id: str, topic: str, partition: int, count: int) -> None:
+    _metrics()["archiving"].set(count, tags={"group": group_id, "topic": topic, "partition": str(partition)})
 
 
 def record_load_time(load_time_ms: float) -> None:

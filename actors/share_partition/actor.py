@@ -70,6 +70,7 @@ MOVED = object()  # _answer_unless_moved: the coordinator moved while the reques
 # before that broker has heard it leads (~0.7 s in all, within a ShareAcknowledge's patience).
 MOVED_RETRY_DELAYS_S = (0.0, 0.2, 0.5)
 DLQ_RETRY_S = 1.0  # after a failed dead-letter write, before the records are written again
+DLQ_STUCK_LOG_S = 60.0  # while dead-letter writes keep failing the same way, how often that is said again
 
 
 def now_ms() -> int:
@@ -120,7 +121,8 @@ class ShareLeaders:
         self.image_check: tuple[float, asyncio.Future] | None = None  # (when asked, the controller's answer)
         self.dead_letters = DeadLetterWriter(partition_actor, broker_config, controller)
         self.dead_lettering: dict[str, asyncio.Task] = {}  # group id -> its dead-letter drain (KIP-1191)
-        self.dead_letter_errors: dict[str, str] = {}  # group id -> the failure last logged
+        # group id -> (the failure last logged, when it was logged, when the writes began to fail)
+        self.dead_letter_errors: dict[str, tuple[str, float, float]] = {}
 
     # ---- share coordinator -------------------------------------------------------------------
     def _coordinator_index(self, group_id: str) -> int:
@@ -326,22 +328,38 @@ class ShareLeaders:
             if not letters:
                 return
             first, last = letters[0].first_offset, letters[-1].last_offset
+            self._report_archiving(group_id, sp)
             try:
                 outcome = await self.dead_letters.write(sp, letters, now_ms())
             except Exception as e:
-                if str(e) != self.dead_letter_errors.get(group_id):  # said once while it keeps failing so
-                    self.dead_letter_errors[group_id] = str(e)
-                    log.warning("share group %s: writing %d dead letters of %s-%d failed (retrying every %g s): %s",
-                                group_id, sum(x.last_offset - x.first_offset + 1 for x in letters),
-                                self.partition.topic, self.partition.partition, DLQ_RETRY_S, e)
+                self._dead_letter_failed(group_id, sp, first, e)
                 sp.dead_letters_failed(first, last)
                 await asyncio.sleep(DLQ_RETRY_S)
                 continue
-            self.dead_letter_errors.pop(group_id, None)
+            if self.dead_letter_errors.pop(group_id, None) is not None:
+                log.info("share group %s: dead letters of %s-%d are written again", group_id,
+                         self.partition.topic, self.partition.partition)
             n = sp.dead_letters_written(first, last, copied=outcome == "written")
             metrics.record_dead_letters(group_id, n if outcome == "written" else 0, n if outcome != "written" else 0)
+            self._report_archiving(group_id, sp)
             self._wake()
             await self._persist(group_id, sp)  # Archived (a failed write: the next one carries it)
+
+    def _report_archiving(self, group_id: str, sp: SharePartition) -> None:
+        metrics.record_archiving(group_id, self.partition.topic, self.partition.partition, sp.archiving_count())
+
+    def _dead_letter_failed(self, group_id: str, sp: SharePartition, oldest: int, e: Exception) -> None:
+        """Say why a DLQ write failed: once while it keeps failing the same way, and again every
+        DLQ_STUCK_LOG_S while records stay ARCHIVING (each counts against the group's record locks)."""
+        said = self.dead_letter_errors.get(group_id)
+        now = time.monotonic()
+        if said is not None and said[0] == str(e) and now - said[1] < DLQ_STUCK_LOG_S:
+            return
+        since = now if said is None else said[2]
+        self.dead_letter_errors[group_id] = (str(e), now, since)
+        log.warning("share group %s: %d records of %s-%d wait ARCHIVING for their dead-letter write, the oldest at "
+                    "offset %d, for %.0f s: %s (retrying every %g s)", group_id, sp.archiving_count(),
+                    self.partition.topic, self.partition.partition, oldest, now - since, e, DLQ_RETRY_S)
 
     def _persist_soon(self, group_id: str, sp: SharePartition) -> None:
         task = asyncio.ensure_future(self._persist(group_id, sp))

@@ -6,13 +6,17 @@ from __future__ import annotations
 import sys
 from datetime import datetime, timezone
 
+from actors.share_coordinator.core import share_coordinator_key
 from cluster.admin import COMMAND_CONFIG_HELP, AdminError, KafkaConnection
 from protocol.errors import ErrorCode
 from protocol.messages import (AlterShareGroupOffsetsRequest, DeleteGroupsRequest, DeleteShareGroupOffsetsRequest,
                                DescribeConfigsRequest, DescribeShareGroupOffsetsRequest, FindCoordinatorRequest, ListGroupsRequest,
-                               ListOffsetsRequest, MetadataRequest, ShareGroupDescribeRequest)
+                               ListOffsetsRequest, MetadataRequest, ReadShareGroupStateRequest,
+                               ShareGroupDescribeRequest)
 
-KEY_TYPE_GROUP = 0
+KEY_TYPE_GROUP, KEY_TYPE_SHARE = 0, 2
+ARCHIVING = 3  # a state batch's delivery state: waiting for its dead-letter record (KIP-1191)
+NO_LEADER_EPOCH = -1  # ReadShareGroupState without a leader epoch: a read that fences no leader
 RESOURCE_GROUP = 32
 DLQ_TOPIC_CONFIG = "errors.deadletterqueue.topic.name"
 EARLIEST, LATEST = -2, -1
@@ -123,13 +127,14 @@ def _describe(conn, args) -> int:
             start = p.start_offset if p.start_offset >= 0 else "-"
             lag = p.lag if p.lag >= 0 else "-"
             print(f"{args.group}\t{t.topic_name}\t{p.partition_index}\t{start}\t{lag}")
-    _describe_dead_letters(conn, args.group)
+    _describe_dead_letters(conn, args.group, [(t.topic_id, p.partition_index) for t in g.topics for p in t.partitions])
     return 0
 
 
-def _describe_dead_letters(conn, group: str) -> None:
-    """The group's dead-letter topic (KIP-1191) and how many records it holds (its partitions'
-    end minus start offsets: every group writing to that topic counts), when it has one."""
+def _describe_dead_letters(conn, group: str, partitions: list) -> None:
+    """The group's dead-letter topic (KIP-1191), how many records it holds (its partitions' end
+    minus start offsets: every group writing to that topic counts) and how many of the group's
+    records wait ARCHIVING for their DLQ write, when it has one."""
     r = conn.send(DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
         resource_type=RESOURCE_GROUP, resource_name=group, configuration_keys=[DLQ_TOPIC_CONFIG])]))
     found = [c.value for res in r.results if not res.error_code for c in res.configs if c.name == DLQ_TOPIC_CONFIG]
@@ -142,8 +147,41 @@ def _describe_dead_letters(conn, group: str) -> None:
     except AdminError:
         records = "-"  # not created yet
     print()
-    print("GROUP\tDLQ-TOPIC\tDLQ-RECORDS")
-    print(f"{group}\t{dlq}\t{records}")
+    print("GROUP\tDLQ-TOPIC\tDLQ-RECORDS\tARCHIVING")
+    print(f"{group}\t{dlq}\t{records}\t{_archiving_count(conn, group, partitions)}")
+
+
+def _archiving_count(conn, group: str, partitions: list) -> int | str:
+    """Records of the group's share-partitions (topic id, partition) persisted as ARCHIVING: rejected
+    (or out of delivery attempts) and not yet written to the DLQ topic. Read from each one's share
+    coordinator (FindCoordinator of its share key, ReadShareGroupState without a leader epoch,
+    which changes nothing), as the share-partition leaders read them; "-" where one cannot be read."""
+    count = 0
+    for topic_id, index in partitions:
+        key = share_coordinator_key(group, topic_id, index)
+        try:
+            r = conn.send(FindCoordinatorRequest(key=key, key_type=KEY_TYPE_SHARE, coordinator_keys=[key]))
+            c = r.coordinators[0] if r.coordinators else r
+            if c.error_code:
+                return "-"
+            address = f"{c.host}:{c.port}"
+            coordinator = conn if (c.host, c.port) == conn.address else KafkaConnection(address, client_id="kray-share-groups")
+            try:
+                read = coordinator.send(ReadShareGroupStateRequest(group_id=group, topics=[
+                    ReadShareGroupStateRequest.ReadStateData(topic_id=topic_id, partitions=[
+                        ReadShareGroupStateRequest.PartitionData(partition=index, leader_epoch=NO_LEADER_EPOCH)])]))
+            finally:
+                if coordinator is not conn:
+                    coordinator.close()
+        except AdminError:
+            return "-"
+        result = read.results[0].partitions[0]
+        if result.error_code == ErrorCode.INVALID_REQUEST:  # never initialized: nothing delivered yet
+            continue
+        if result.error_code:
+            return "-"
+        count += sum(b.last_offset - b.first_offset + 1 for b in result.state_batches if b.delivery_state == ARCHIVING)
+    return count
 
 
 def _delete(conn, group) -> int:

@@ -1,14 +1,18 @@
 """Dead letters (KIP-1191) survive a share-partition leader that dies mid-way: records persisted as
 ARCHIVING (their DLQ write could not complete) are written to the DLQ topic by the leader that
 comes back, none is lost, and none is delivered again."""
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, AcknowledgeType, Consumer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
 from tests.actors.queues import queue_with_records
 from tests.actors.restarts import host_of, kill_and_await_restart, leader_replica
+from tests.actors.test_share_metrics import scrape
 
 RECORDS = 60
 
@@ -30,6 +34,32 @@ def dlq_offsets(bootstrap, dlq, expected, timeout_s):
             seen.append(int(dict(m.headers())["__dlq.errors.offset"]))
     c.close()
     return seen
+
+
+def archiving(bootstrap, group, dlq) -> int:
+    """The ARCHIVING count `kray share-groups --describe` prints for the group (records waiting for
+    their DLQ write)."""
+    described = subprocess.run([str(Path(sys.executable).parent / "kray"), "share-groups", "--describe", "--group",
+                                group, "--bootstrap-server", bootstrap], capture_output=True, text=True, timeout=60)
+    assert described.returncode == 0, described.stderr
+    lines = described.stdout.splitlines()
+    header = lines.index("GROUP\tDLQ-TOPIC\tDLQ-RECORDS\tARCHIVING")
+    name, topic, _, count = lines[header + 1].split("\t")
+    assert (name, topic) == (group, dlq)
+    return int(count)
+
+
+def archiving_gauge(group, timeout_s=30) -> float | None:
+    """kray_share_archiving_record_count of the group, as Ray's metrics endpoint exports it (every
+    few seconds): once it shows the group."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = [float(line.rsplit(" ", 1)[1]) for line in scrape().splitlines()
+                 if line.startswith("ray_kray_share_archiving_record_count") and f'group="{group}"' in line]
+        if found:
+            return max(found)
+        time.sleep(1)
+    return None
 
 
 def test_archiving_records_are_written_by_the_leader_that_comes_back(broker):
@@ -57,6 +87,8 @@ def test_archiving_records_are_written_by_the_leader_that_comes_back(broker):
     c.close()
     assert rejected == set(range(RECORDS))
     assert dlq_offsets(bootstrap, dlq, 1, timeout_s=2) == [], "no DLQ write could be durable yet"
+    assert archiving(bootstrap, group, dlq) == RECORDS, "kray share-groups --describe shows the stuck records"
+    assert archiving_gauge(group) == RECORDS, "the kray_share_archiving_record_count metric shows them"
 
     kill_and_await_restart(host_of(leader_replica(broker.controller, topic)))
     alter(bootstrap, ResourceType.TOPIC, dlq, {"max.message.bytes": "1048588"})  # the DLQ takes writes again
@@ -70,3 +102,7 @@ def test_archiving_records_are_written_by_the_leader_that_comes_back(broker):
         seen = dlq_offsets(bootstrap, dlq, RECORDS, timeout_s=1)
     again.close()
     assert set(seen) == rejected, "every rejected record is in the DLQ (at least once)"
+    deadline = time.monotonic() + 10  # (Archived is persisted right after the DLQ write)
+    while archiving(bootstrap, group, dlq) != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert archiving(bootstrap, group, dlq) == 0, "no record left ARCHIVING once its DLQ record is durable"
