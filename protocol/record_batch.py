@@ -320,20 +320,22 @@ def snappy_xerial_compress(data: bytes, *, block_bytes: int = XERIAL_BLOCK_BYTES
     return b"".join(out)
 
 
-def compress(compression: int, data: bytes) -> bytes:
+def compress(compression: int, data: bytes, level: int | None = None) -> bytes:
+    """`data` compressed with `compression`, at `level` (gzip, lz4, zstd; None: Kafka's defaults, 6, 9 and 3)."""
     if compression == COMPRESSION_NONE:
         return bytes(data)
     if compression == COMPRESSION_GZIP:
-        return bytes(cramjam.gzip.compress(data))
+        return bytes(cramjam.gzip.compress(data, level=6 if level is None or level < 0 else level))
     if compression == COMPRESSION_SNAPPY:
         return bytes(cramjam.snappy.compress_raw(data))   # raw, like librdkafka
     if compression == COMPRESSION_LZ4:
         # Kafka's Java reader decodes every LZ4 frame block on its own: blocks must be independent.
-        compressor = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
+        compressor = cramjam.lz4.Compressor(level=9 if level is None else level, content_checksum=False,
+                                            block_linked=False)
         compressor.compress(data)
         return bytes(compressor.finish())
     if compression == COMPRESSION_ZSTD:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(cramjam.zstd.compress(data, level=3 if level is None else level))
     raise ValueError(f"unknown compression type {compression}")
 
 
@@ -499,8 +501,8 @@ def build_batch(records: Sequence[tuple], base_offset: int = 0, compression: int
                 partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
                 is_transactional: bool = False, is_control: bool = False,
                 timestamp_type: int = TIMESTAMP_TYPE_CREATE_TIME,
-                snappy_xerial: bool = False) -> bytes:
-    """Encode one v2 batch from ``(key, value, headers, timestamp_ms)`` tuples."""
+                snappy_xerial: bool = False, level: int | None = None) -> bytes:
+    """Encode one v2 batch from ``(key, value, headers, timestamp_ms)`` tuples (`level`: see `compress`)."""
     if not records:
         raise ValueError("a record batch needs at least one record")
     timestamps = [r[3] for r in records]
@@ -512,7 +514,7 @@ def build_batch(records: Sequence[tuple], base_offset: int = 0, compression: int
     if compression == COMPRESSION_SNAPPY and snappy_xerial:
         payload = snappy_xerial_compress(bytes(body))
     else:
-        payload = compress(compression, bytes(body))
+        payload = compress(compression, bytes(body), level)
     attributes = compression & COMPRESSION_MASK
     if timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME:
         attributes |= TIMESTAMP_TYPE_MASK

@@ -36,7 +36,9 @@ from typing import Any
 
 from protocol.errors import ErrorCode
 from protocol.record_batch import (
-    COMPRESSION_ZSTD, NO_TIMESTAMP, CorruptRecord, UnsupportedMagic, crc_is_valid, iter_batches, record_keys,
+    COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_NONE, COMPRESSION_SNAPPY, COMPRESSION_ZSTD, NO_TIMESTAMP,
+    CorruptRecord, UnsupportedMagic, build_batch, crc_is_valid, decode_records, iter_batches, parse_header,
+    record_keys,
 )
 
 from .cleaner import (
@@ -87,6 +89,20 @@ class PartitionConfig:
     min_compaction_lag_ms: int = DEFAULT_MIN_COMPACTION_LAG_MS    # min.compaction.lag.ms
     max_compaction_lag_ms: int = DEFAULT_MAX_COMPACTION_LAG_MS    # max.compaction.lag.ms
     delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS        # delete.retention.ms
+    compression_type: str = "producer"                            # compression.type
+    compression_gzip_level: int = -1                              # compression.gzip.level (-1: the codec's)
+    compression_lz4_level: int = 9                                # compression.lz4.level
+    compression_zstd_level: int = 3                               # compression.zstd.level
+
+    @property
+    def codec(self) -> int | None:
+        """The codec compression.type stores batches with, or None ("producer": as they come)."""
+        return TOPIC_CODECS.get(self.compression_type)
+
+    @property
+    def codec_level(self) -> int | None:
+        return {COMPRESSION_GZIP: self.compression_gzip_level, COMPRESSION_LZ4: self.compression_lz4_level,
+                COMPRESSION_ZSTD: self.compression_zstd_level}.get(self.codec)
 
     @property
     def compacted(self) -> bool:
@@ -237,6 +253,15 @@ class PartitionCore:
                 result.record_errors = [(index, "a compacted topic takes no record without a key")
                                         for index in keyless]
                 return result
+        if config.codec is not None and batch.compression != config.codec:
+            try:
+                records, batch = _recompressed(batch, config.codec, config.codec_level)
+            except CorruptRecord as exc:
+                return self.error_result(ErrorCode.CORRUPT_MESSAGE, str(exc))
+            if batch.size_bytes > config.max_message_bytes:
+                return self.error_result(ErrorCode.MESSAGE_TOO_LARGE,
+                                         f"batch of {batch.size_bytes} bytes once compressed as {config.compression_type} "
+                                         f"exceeds max.message.bytes {config.max_message_bytes}")
         if not config.log_append_time and batch.max_timestamp != NO_TIMESTAMP:
             if (batch.max_timestamp - now_ms > config.message_timestamp_after_max_ms
                     or now_ms - batch.base_timestamp > config.message_timestamp_before_max_ms):
@@ -541,6 +566,22 @@ def _records_without_key(batch) -> list[int]:
     except CorruptRecord:
         return []
     return [index for index, (_offset, key) in enumerate(keys) if key is None][:RECORD_ERRORS_SHOWN]
+
+
+# compression.type -> the codec batches are stored with ("producer": absent, as the producer sent them)
+TOPIC_CODECS = {"uncompressed": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "snappy": COMPRESSION_SNAPPY,
+                "lz4": COMPRESSION_LZ4, "zstd": COMPRESSION_ZSTD}
+
+
+def _recompressed(batch, codec: int, level: int | None):
+    """A client's batch with its records compressed with `codec`, as Kafka's LogValidator recompresses
+    for a topic whose compression.type is not "producer": (its bytes, its header). Producer id, epoch,
+    sequence, transactional flag, timestamps and timestamp type are kept."""
+    records = [(r.key, r.value, r.headers, r.timestamp_ms) for r in decode_records(batch)]
+    data = build_batch(records, batch.base_offset, codec, batch.producer_id, batch.producer_epoch,
+                       batch.base_sequence, partition_leader_epoch=batch.partition_leader_epoch,
+                       is_transactional=batch.is_transactional, timestamp_type=batch.timestamp_type, level=level)
+    return memoryview(data), parse_header(memoryview(data))
 
 
 def _invalid_client_batch(batch) -> tuple[int, str] | None:

@@ -96,3 +96,4 @@ def test_kray_delete_records_reads_kafkas_offset_file(kray, tmp_path):
     run = subprocess.run([str(Path(sys.executable).parent / "kray"), "delete-records", "--bootstrap-server", kray,
                           "--offset-json-file", str(plan)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and f"partition: {topic}-0\terror: OFFSET_OUT_OF_RANGE" in run.stdout
+
