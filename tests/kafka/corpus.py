@@ -1,0 +1,282 @@
+"""The protocol-level corpus: requests sent, each over one raw connection (Kray's own codec,
+cluster.admin.KafkaConnection), to Apache Kafka 4.4 and to Kray, at the highest version both serve,
+their responses decoded and compared field by field once `normalise` has removed what legitimately
+differs (ids, hosts, ports, timestamps, throttle times, error message wording).
+
+Every case names what a user relies on: the error code a bad request gets, or the shape of a good
+answer. KNOWN_DIFFERENCES lists the cases where Kray answers otherwise today, each with why; the test
+fails on a difference not listed, and on a listed one that went away (so a fix updates the list).
+`python -m tests.kafka.report` regenerates DIFFERENCES.md from a run against both brokers.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from cluster.admin import KafkaConnection
+from protocol import messages as m
+from protocol.codec import Message
+from protocol.record_batch import build_batch
+
+TOPIC, COMPACTED, EMPTY = "ref-topic", "ref-compacted", "ref-empty"
+RECORDS = 3
+MISSING = "ref-missing-topic"
+
+# fields whose values legitimately differ between two brokers (ids, addresses, clocks, wording)
+IGNORED_FIELDS = {"throttle_time_ms", "cluster_id", "controller_id", "node_id", "host", "port", "topic_id",
+                  "member_id", "error_message", "timestamp", "log_append_time_ms", "leader_id", "rack",
+                  "coordinator_keys", "producer_id", "session_id", "finalized_features_epoch", "leader_epoch",
+                  "current_leader", "node_endpoints", "brokers", "supported_features", "finalized_features",
+                  "zk_migration_ready", "documentation", "synonyms", "config_source", "authorized_operations",
+                  "topic_authorized_operations", "cluster_authorized_operations", "read_only", "is_sensitive",
+                  "config_type", "value", "configs", "members", "protocol", "protocol_type",
+                  "batch_index_error_message"}
+
+
+def prepare(bootstrap: str) -> None:
+    """The same topics on a broker: TOPIC (1 partition, RECORDS records), COMPACTED, EMPTY."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(TOPIC, 1, 1), NewTopic(EMPTY, 1, 1),
+                                   NewTopic(COMPACTED, 1, 1, config={"cleanup.policy": "compact"})])
+    for f in futures.values():
+        f.result(60)
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(RECORDS):
+        p.produce(TOPIC, key=b"k%d" % i, value=b"v%d" % i, partition=0)
+    assert p.flush(60) == 0
+    _settle(bootstrap)
+
+
+LOADING = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+
+
+def _settle(bootstrap: str, timeout_s: float = 60) -> None:
+    """Wait until the broker's coordinators answer (a fresh Kafka creates __consumer_offsets at the first
+    FindCoordinator of a group, and answers NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS until it has
+    loaded it): the corpus compares answers, not start-up."""
+    import time
+    deadline = time.monotonic() + timeout_s
+    with KafkaConnection(bootstrap, client_id="kray-reference-suite") as conn:
+        while time.monotonic() < deadline:
+            found = conn.send(m.FindCoordinatorRequest(key="ref-settle", key_type=0, coordinator_keys=["ref-settle"]))
+            groups = conn.send(m.DescribeGroupsRequest(groups=["ref-settle"], include_authorized_operations=False))
+            txn = conn.send(m.FindCoordinatorRequest(key="ref-settle", key_type=1, coordinator_keys=["ref-settle"]))
+            pid = conn.send(m.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1,
+                                                    producer_id=-1, producer_epoch=-1))
+            codes = {groups.groups[0].error_code, pid.error_code, (found.coordinators[0] if found.coordinators
+                                                                   else found).error_code,
+                     (txn.coordinators[0] if txn.coordinators else txn).error_code}
+            if not codes & LOADING:
+                return
+            time.sleep(0.5)
+    raise AssertionError(f"{bootstrap}: coordinators still loading after {timeout_s} s")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    request: Callable[[dict], Message]   # names -> the request (names: topic ids of this broker...)
+    what: str                            # what a user relies on
+    version: int | None = None           # None: the highest version both brokers serve
+
+
+def as_data(value: Any) -> Any:
+    """A response as plain data (dicts, lists), for comparing and reporting."""
+    if isinstance(value, Message):
+        return {name: as_data(getattr(value, name)) for name in value._names}
+    if isinstance(value, (list, tuple)):
+        return [as_data(v) for v in value]
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value
+
+
+def normalise(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: normalise(v) for k, v in sorted(data.items()) if k not in IGNORED_FIELDS}
+    if isinstance(data, list):
+        return [normalise(v) for v in data]
+    return data
+
+
+def _topic_id(conn: KafkaConnection, name: str) -> uuid.UUID:
+    r = conn.send(m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(name=name)],
+                                    allow_auto_topic_creation=False))
+    return r.topics[0].topic_id
+
+
+def ids(conn: KafkaConnection) -> dict:
+    return {name: _topic_id(conn, name) for name in (TOPIC, COMPACTED, EMPTY)}
+
+
+def _metadata(*names: str) -> Message:
+    return m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(name=n) for n in names],
+                             allow_auto_topic_creation=False)
+
+
+def _create(name: str, partitions: int = 1, replication: int = 1, configs: dict | None = None,
+            validate_only: bool = True) -> Message:
+    return m.CreateTopicsRequest(timeout_ms=30000, validate_only=validate_only, topics=[
+        m.CreateTopicsRequest.CreatableTopic(name=name, num_partitions=partitions, replication_factor=replication,
+                                             assignments=[], configs=[
+                m.CreateTopicsRequest.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])])
+
+
+def _produce(topic: str, partition: int = 0, acks: int = 1, records: bytes | None = None, topic_id=None) -> Message:
+    return m.ProduceRequest(transactional_id=None, acks=acks, timeout_ms=5000, topic_data=[
+        m.ProduceRequest.TopicProduceData(name=topic, topic_id=topic_id, partition_data=[m.ProduceRequest.PartitionProduceData(
+            index=partition, records=records if records is not None else build_batch([(b"k", b"v", [], 0)]))])])
+
+
+def _list_offsets(topic: str, timestamp: int, partition: int = 0) -> Message:
+    return m.ListOffsetsRequest(replica_id=-1, isolation_level=0, timeout_ms=5000, topics=[
+        m.ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+            m.ListOffsetsRequest.ListOffsetsPartition(partition_index=partition, current_leader_epoch=-1,
+                                                      timestamp=timestamp)])])
+
+
+def _fetch(topic_id, offset: int, partition: int = 0) -> Message:
+    return m.FetchRequest(max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                          session_epoch=-1, forgotten_topics_data=[], rack_id="", topics=[
+        m.FetchRequest.FetchTopic(topic_id=topic_id, partitions=[m.FetchRequest.FetchPartition(
+            partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+            log_start_offset=-1, partition_max_bytes=1 << 20)])])
+
+
+def _offset_commit(group: str, topic: str, partition: int = 0, epoch: int = -1, member: str = "") -> Message:
+    R = m.OffsetCommitRequest
+    return R(group_id=group, generation_id_or_member_epoch=epoch, member_id=member, group_instance_id=None,
+             retention_time_ms=-1, topics=[R.OffsetCommitRequestTopic(name=topic, partitions=[
+                 R.OffsetCommitRequestPartition(partition_index=partition, committed_offset=1,
+                                                committed_leader_epoch=-1, committed_metadata="")])])
+
+
+def _delete_records(topic: str, offset: int, partition: int = 0) -> Message:
+    return m.DeleteRecordsRequest(timeout_ms=5000, topics=[m.DeleteRecordsRequest.DeleteRecordsTopic(
+        name=topic, partitions=[m.DeleteRecordsRequest.DeleteRecordsPartition(partition_index=partition,
+                                                                             offset=offset)])])
+
+
+def _describe_configs(resource_type: int, name: str, keys=None) -> Message:
+    return m.DescribeConfigsRequest(include_synonyms=False, include_documentation=False, resources=[
+        m.DescribeConfigsRequest.DescribeConfigsResource(resource_type=resource_type, resource_name=name,
+                                                         configuration_keys=keys)])
+
+
+def _alter_topic(name: str, key: str, value: str) -> Message:
+    R = m.IncrementalAlterConfigsRequest
+    return R(validate_only=True, resources=[R.AlterConfigsResource(resource_type=2, resource_name=name, configs=[
+        R.AlterableConfig(name=key, config_operation=0, value=value)])])
+
+
+def _cgh(group: str, member: str, epoch: int, topics=(TOPIC,)) -> Message:
+    return m.ConsumerGroupHeartbeatRequest(group_id=group, member_id=member, member_epoch=epoch, instance_id=None,
+                                           rack_id=None, rebalance_timeout_ms=30000 if epoch == 0 else -1,
+                                           subscribed_topic_names=list(topics) if epoch == 0 else None,
+                                           subscribed_topic_regex=None, server_assignor=None,
+                                           topic_partitions=[] if epoch == 0 else None)
+
+
+def _sgh(group: str, member: str, epoch: int, topics=(TOPIC,)) -> Message:
+    return m.ShareGroupHeartbeatRequest(group_id=group, member_id=member, member_epoch=epoch, rack_id=None,
+                                        subscribed_topic_names=list(topics) if epoch == 0 else None)
+
+
+def _uuid_b64() -> str:
+    import base64
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+CASES: list[Case] = [
+    Case("metadata-known-topic", lambda n: _metadata(TOPIC), "a topic's partitions and their state"),
+    Case("metadata-unknown-topic", lambda n: _metadata(MISSING), "UNKNOWN_TOPIC_OR_PARTITION, no auto-create"),
+    Case("metadata-invalid-name", lambda n: _metadata("bad name!"), "INVALID_TOPIC_EXCEPTION"),
+    Case("create-topic-exists", lambda n: _create(TOPIC), "TOPIC_ALREADY_EXISTS"),
+    Case("create-topic-invalid-name", lambda n: _create("bad/name"), "INVALID_TOPIC_EXCEPTION"),
+    Case("create-topic-zero-partitions", lambda n: _create("ref-new", partitions=0), "INVALID_PARTITIONS"),
+    Case("create-topic-replication-too-high", lambda n: _create("ref-new", replication=3),
+         "INVALID_REPLICATION_FACTOR with one broker"),
+    Case("create-topic-unknown-config", lambda n: _create("ref-new", configs={"no.such.config": "1"}),
+         "INVALID_CONFIG"),
+    Case("create-topic-bad-config-value", lambda n: _create("ref-new", configs={"retention.ms": "soon"}),
+         "INVALID_CONFIG"),
+    Case("create-topic-bad-compression", lambda n: _create("ref-new", configs={"compression.type": "brotli"}),
+         "INVALID_CONFIG"),
+    Case("create-topic-small-segment", lambda n: _create("ref-new", configs={"segment.bytes": "20000"}),
+         "segment.bytes below 1 MiB"),
+    Case("create-topic-valid-kafka44-configs", lambda n: _create("ref-new", configs={
+        "compression.type": "zstd", "segment.ms": "60000", "message.timestamp.after.max.ms": "1000",
+        "flush.messages": "100", "preallocate": "true"}), "accepted (validate only)"),
+    Case("create-topic-remote-storage", lambda n: _create("ref-new", configs={"remote.storage.enable": "true"}),
+         "refused without tiered storage"),
+    Case("produce-v12-unknown-topic", lambda n: _produce(MISSING), "UNKNOWN_TOPIC_OR_PARTITION", version=12),
+    Case("produce-v12-partition-out-of-range", lambda n: _produce(TOPIC, partition=5), "UNKNOWN_TOPIC_OR_PARTITION",
+         version=12),
+    Case("produce-v12-bad-acks", lambda n: _produce(TOPIC, acks=2), "INVALID_REQUIRED_ACKS", version=12),
+    Case("produce-v12-keyless-to-compacted", lambda n: _produce(COMPACTED, records=build_batch([(None, b"v", [], 0)])),
+         "INVALID_RECORD for a record without a key", version=12),
+    Case("produce-v13-by-topic-id", lambda n: _produce("", topic_id=n[EMPTY]), "appended at offset 0"),
+    Case("produce-v13-unknown-topic-id", lambda n: _produce("", topic_id=uuid.uuid4()), "UNKNOWN_TOPIC_ID"),
+    Case("list-offsets-earliest", lambda n: _list_offsets(TOPIC, -2), "offset 0"),
+    Case("list-offsets-latest", lambda n: _list_offsets(TOPIC, -1), f"offset {RECORDS}"),
+    Case("list-offsets-max-timestamp-empty", lambda n: _list_offsets(EMPTY, -3), "no record: offset -1"),
+    Case("list-offsets-unknown-topic", lambda n: _list_offsets(MISSING, -1), "UNKNOWN_TOPIC_OR_PARTITION"),
+    Case("list-offsets-unknown-partition", lambda n: _list_offsets(TOPIC, -1, partition=7),
+         "UNKNOWN_TOPIC_OR_PARTITION"),
+    Case("fetch-from-start", lambda n: _fetch(n[TOPIC], 0), "the records, high watermark, log start"),
+    Case("fetch-out-of-range", lambda n: _fetch(n[TOPIC], 100), "OFFSET_OUT_OF_RANGE"),
+    Case("fetch-unknown-topic-id", lambda n: _fetch(uuid.uuid4(), 0), "UNKNOWN_TOPIC_ID"),
+    Case("offset-commit-unknown-topic", lambda n: _offset_commit("ref-group-oc", MISSING),
+         "UNKNOWN_TOPIC_OR_PARTITION"),
+    Case("offset-commit-unknown-partition", lambda n: _offset_commit("ref-group-oc", TOPIC, partition=9),
+         "UNKNOWN_TOPIC_OR_PARTITION"),
+    Case("offset-commit-simple", lambda n: _offset_commit("ref-group-simple", TOPIC), "committed"),
+    Case("offset-commit-unknown-member", lambda n: _offset_commit("ref-group-none", TOPIC, epoch=3, member="m"),
+         "a member of a group that does not exist: GROUP_ID_NOT_FOUND (v9+) / ILLEGAL_GENERATION"),
+    Case("offset-fetch-unknown-group", lambda n: m.OffsetFetchRequest(group_id="ref-nobody", topics=None, groups=[
+        m.OffsetFetchRequest.OffsetFetchRequestGroup(group_id="ref-nobody", member_id=None, member_epoch=-1,
+                                                     topics=None)], require_stable=False), "no offsets, no error"),
+    Case("find-coordinator-group", lambda n: m.FindCoordinatorRequest(key="ref-g", key_type=0,
+                                                                       coordinator_keys=["ref-g"]), "found"),
+    Case("find-coordinator-bad-key-type", lambda n: m.FindCoordinatorRequest(key="x", key_type=9,
+                                                                              coordinator_keys=["x"]),
+         "INVALID_REQUEST"),
+    Case("find-coordinator-bad-share-key", lambda n: m.FindCoordinatorRequest(key="nocolons", key_type=2,
+                                                                               coordinator_keys=["nocolons"]),
+         "INVALID_REQUEST"),
+    Case("describe-configs-unknown-topic", lambda n: _describe_configs(2, MISSING), "UNKNOWN_TOPIC_OR_PARTITION"),
+    Case("describe-configs-topic-key", lambda n: _describe_configs(2, TOPIC, ["cleanup.policy"]),
+         "the one config asked"),
+    Case("alter-configs-unknown-key", lambda n: _alter_topic(TOPIC, "no.such.config", "1"), "INVALID_CONFIG"),
+    Case("alter-configs-bad-value", lambda n: _alter_topic(TOPIC, "min.insync.replicas", "0"), "INVALID_CONFIG"),
+    Case("delete-records-unknown-topic", lambda n: _delete_records(MISSING, 0), "UNKNOWN_TOPIC_OR_PARTITION"),
+    Case("delete-records-out-of-range", lambda n: _delete_records(TOPIC, 100), "OFFSET_OUT_OF_RANGE"),
+    Case("delete-records-compacted", lambda n: _delete_records(COMPACTED, 0), "POLICY_VIOLATION"),
+    Case("delete-records-internal", lambda n: _delete_records("__consumer_offsets", 0),
+         "INVALID_TOPIC_EXCEPTION"),
+    Case("delete-groups-unknown", lambda n: m.DeleteGroupsRequest(groups_names=["ref-nobody"]), "GROUP_ID_NOT_FOUND"),
+    Case("describe-groups-unknown", lambda n: m.DescribeGroupsRequest(groups=["ref-nobody"],
+                                                                      include_authorized_operations=False),
+         "a Dead group, no error"),
+    Case("list-groups-share", lambda n: m.ListGroupsRequest(states_filter=[], types_filter=["share"]),
+         "no error"),
+    Case("init-producer-id-idempotent", lambda n: m.InitProducerIdRequest(
+        transactional_id=None, transaction_timeout_ms=-1, producer_id=-1, producer_epoch=-1), "an id, epoch 0"),
+    Case("init-producer-id-bad-timeout", lambda n: m.InitProducerIdRequest(
+        transactional_id="ref-tx", transaction_timeout_ms=999999999, producer_id=-1, producer_epoch=-1),
+         "INVALID_TRANSACTION_TIMEOUT"),
+    Case("consumer-heartbeat-unknown-member", lambda n: _cgh("ref-cg", _uuid_b64(), 5),
+         "UNKNOWN_MEMBER_ID"),
+    Case("consumer-heartbeat-join", lambda n: _cgh("ref-cg-join", _uuid_b64(), 0), "joined at epoch 1"),
+    Case("share-heartbeat-unknown-member", lambda n: _sgh("ref-sg", _uuid_b64(), 5), "UNKNOWN_MEMBER_ID"),
+    Case("share-heartbeat-join", lambda n: _sgh("ref-sg-join", _uuid_b64(), 0), "joined at epoch 1"),
+    Case("share-heartbeat-empty-member-id", lambda n: _sgh("ref-sg", "", 0), "INVALID_REQUEST"),
+]
+
+# case -> why Kray answers otherwise (see DIFFERENCES.md); filled from the runs, each with its reason
+KNOWN_DIFFERENCES: dict[str, str] = {}
