@@ -1017,6 +1017,8 @@ class ControllerActor:
                                          validate_only=validate_only, creation_id=creation_id)
         self._persist(outcome)
         topic = self.core.topics.get(name)
+        if validate_only and outcome.validated is not None:
+            return 0, None, {"topic_id": uuid.UUID(int=0), **outcome.validated}
         if outcome.error_code or topic is None:
             return outcome.error_code, outcome.message, None
         created = {"topic_id": topic.topic_id, "num_partitions": len(topic.partitions),
