@@ -23,6 +23,8 @@ from typing import Any
 
 import ray
 
+from actors import names
+
 log = logging.getLogger("kray.controller_client")
 
 CONTROLLER_SOCKET_TIMEOUT_MS_DEFAULT = 30000  # controller.socket.timeout.ms
@@ -254,12 +256,11 @@ _lookups: dict[tuple[int, str, int], asyncio.Future] = {}  # (event loop, cluste
 def _lookup(cluster: str, voter: int) -> asyncio.Future:
     """`ray.get_actor` of a voter's controller in a thread, one at a time per voter in this process
     (the replicas of a shard that start together share it)."""
-    from cluster import composition
     key = (id(asyncio.get_running_loop()), cluster, voter)
     lookup = _lookups.get(key)
     if lookup is None or lookup.done():
         lookup = _lookups[key] = asyncio.ensure_future(asyncio.to_thread(
-            _get_and_greet, composition.controller_name(voter), composition.NAMESPACE))
+            _get_and_greet, names.controller_name(voter), names.NAMESPACE))
         lookup.add_done_callback(lambda f: f.cancelled() or f.exception())  # (a caller may have timed out)
     return lookup
 

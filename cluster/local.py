@@ -31,12 +31,14 @@ from typing import Any
 
 import ray
 
+from actors import composition, names
+from actors.controller.actor import ControllerActor
 from actors.controller.quorum_shell.settings import VOTERS_KEY, combined_voters
 from actors.controller.nodes import (BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABEL, ROLE_LABEL, NodeView, chosen_voters,
                                      proposed_broker_id, recorded_broker_id, recorded_voters)
 from actors.controller_client import NotController
 from actors.gateway.security.inter_broker import with_broker_secret
-from cluster import composition, inter_broker_login
+from cluster import inter_broker_login
 from cluster.start_errors import CannotListen, ProblemLog, RayUnreachable, ray_port_closed, ray_unreachable
 
 log = logging.getLogger("kray")
@@ -61,7 +63,7 @@ def _init_ray(address: str) -> None:
     # Ray announces on every start that its token authentication is on: good, and nothing a Kray
     # user must act on (Kray's own listeners are PLAINTEXT; see README), so keep the console quiet
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-    ray.init(address=address, namespace=composition.NAMESPACE, include_dashboard=False, log_to_driver=False,
+    ray.init(address=address, namespace=names.NAMESPACE, include_dashboard=False, log_to_driver=False,
              configure_logging=True, logging_level=logging.WARNING)
 
 
@@ -126,7 +128,7 @@ def active_controller(voters, timeout_s: float, prefer=None):
         handles = [prefer] if prefer is not None else []
         for voter in voters:
             try:
-                handles.append(ray.get_actor(composition.controller_name(voter), namespace=composition.NAMESPACE))
+                handles.append(ray.get_actor(names.controller_name(voter), namespace=names.NAMESPACE))
             except ValueError:
                 pass
         for handle in handles:
@@ -302,7 +304,7 @@ class _Controllers:
                                f"{BROKER_ID_LABEL}=<id> for them: start those nodes with `ray start --labels "
                                f"{BROKER_ID_LABEL}=<id>` (or name other voters)")
         self.config = with_broker_secret(self.config)
-        handles = [composition.start_controller(self.config, voter_nodes[v], v) for v in self._voters
+        handles = [composition.start_controller(ControllerActor, self.config, voter_nodes[v], v) for v in self._voters
                    if v in voter_nodes]
         return handles[0]
 
@@ -319,7 +321,7 @@ class _Controllers:
             stop_controller(controller)
         for voter in self._voters if ray.is_initialized() else ():
             try:
-                ray.kill(ray.get_actor(composition.controller_name(voter), namespace=composition.NAMESPACE),
+                ray.kill(ray.get_actor(names.controller_name(voter), namespace=names.NAMESPACE),
                          no_restart=True)
             except Exception:
                 pass
@@ -364,7 +366,7 @@ class LocalBroker(_Controllers):
             self.config[VOTERS_KEY] = ",".join(map(str, self._voters))
             self.controller = self._start_controllers(voter_nodes)
         else:
-            self.controller = composition.start_controller(self.config, controller_node)
+            self.controller = composition.start_controller(ControllerActor, self.config, controller_node)
         try:
             self.brokers = self._deploy_brokers(expected)
         except OSError as e:  # a gateway could not listen
@@ -512,7 +514,7 @@ class LocalCluster(_Controllers):
                 self.controller = self._start_controllers({v: self._nodes[v].node_id for v in self._voters
                                                            if v in self._nodes})
             else:
-                self.controller = composition.start_controller(self.config, _head_node_id())
+                self.controller = composition.start_controller(ControllerActor, self.config, _head_node_id())
             self._brokers = self._deploy_brokers(self.nodes)
             self.notes = inter_broker_login.prepare(self.controller, self.config, self._brokers)
         except BaseException:

@@ -54,7 +54,8 @@ from actors.controller.metadata_log import MetadataLog
 from actors.controller.nodes import (NodeView, proposed_broker_id, read_broker_id,
                                      recorded_broker_id, replaces)
 from actors.shard.hosted import HostedReplica, shard_index
-from cluster import composition
+from actors import composition
+from actors.names import NAMESPACE, controller_name, gateway_name, shard_name
 from cluster.config import TopicConfig
 from protocol.errors import ErrorCode
 
@@ -482,13 +483,13 @@ class ControllerActor:
     async def _refresh_named_actors(self) -> None:
         self._learn_node_cpus(await self.gcs(ray.nodes))
         names = await self.gcs(lambda: [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                                        if a.get("namespace") == composition.NAMESPACE])
+                                        if a.get("namespace") == NAMESPACE])
         fresh = {name: self.named_actors[name] for name in names if name in self.named_actors}
         found = {}
         for name in names:
             if name not in fresh:
                 try:
-                    found[name] = await self.gcs(ray.get_actor, name, composition.NAMESPACE)
+                    found[name] = await self.gcs(ray.get_actor, name, NAMESPACE)
                 except ValueError:
                     continue
 
@@ -547,7 +548,7 @@ class ControllerActor:
     @staticmethod
     def _running_gateway(broker_id: int):
         try:
-            return ray.get_actor(composition.gateway_name(broker_id), namespace=composition.NAMESPACE)
+            return ray.get_actor(gateway_name(broker_id), namespace=NAMESPACE)
         except ValueError:
             return None
 
@@ -591,17 +592,17 @@ class ControllerActor:
             if named is not None:
                 return named.get(name)
             try:
-                return ray.get_actor(name, namespace=composition.NAMESPACE)
+                return ray.get_actor(name, namespace=NAMESPACE)
             except ValueError:
                 return None
         found = []
         topics = {t.topic_id: t for t in self.core.topics.values()}
         names = set(named) if named is not None else {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                                                      if a.get("namespace") == composition.NAMESPACE}
+                                                      if a.get("namespace") == NAMESPACE}
         asked = []
         for broker_id in self.core.brokers:
             for index in range(SHARDS_PER_BROKER_MAX):
-                name = composition.shard_name(broker_id, index)
+                name = shard_name(broker_id, index)
                 shard = running(name) if name in names else None
                 if shard is None:
                     continue
@@ -622,7 +623,7 @@ class ControllerActor:
                 key = (topic_id, partition, broker_id)
                 self.replica_actors[key] = actor = HostedReplica(shard, self._replica_spec(topic, partition, broker_id))
                 found.append((key, actor, "listen", None))
-        gateways = {b: running(composition.gateway_name(b)) for b in self.core.brokers}
+        gateways = {b: running(gateway_name(b)) for b in self.core.brokers}
         gateways = {b: g for b, g in gateways.items() if g is not None}
         # where each runs: the node its registration recorded, unless it says another (the voting
         # brokers' gateways of a restarted cluster, started on new nodes before the metadata was read)
@@ -1017,6 +1018,8 @@ class ControllerActor:
                                          validate_only=validate_only, creation_id=creation_id)
         self._persist(outcome)
         topic = self.core.topics.get(name)
+        if validate_only and outcome.validated is not None:
+            return 0, None, {"topic_id": uuid.UUID(int=0), **outcome.validated}
         if outcome.error_code or topic is None:
             return outcome.error_code, outcome.message, None
         created = {"topic_id": topic.topic_id, "num_partitions": len(topic.partitions),
@@ -1401,9 +1404,9 @@ class ControllerActor:
         if broker_id == self.voter_id:
             return
         try:
-            ray.get_actor(composition.controller_name(broker_id), namespace=composition.NAMESPACE)
+            ray.get_actor(controller_name(broker_id), namespace=NAMESPACE)
         except ValueError:
-            composition.start_controller(self.broker_config, node_id, broker_id)
+            composition.start_controller(ControllerActor, self.broker_config, node_id, broker_id)
             log.info("controller of broker %d started on its node %s, standing by", broker_id, node_id[:12])
 
     def _start_replica(self, spec: dict, broker) -> HostedReplica:
@@ -1415,7 +1418,7 @@ class ControllerActor:
             try:
                 shard = composition.start_shard(broker.broker_id, index, self.core.broker_config, broker.node_id)
             except ray.exceptions.ActorAlreadyExistsError:  # running, unknown to this controller: adopt it
-                shard = ray.get_actor(composition.shard_name(broker.broker_id, index), namespace=composition.NAMESPACE)
+                shard = ray.get_actor(shard_name(broker.broker_id, index), namespace=NAMESPACE)
             self.shards[(broker.broker_id, index)] = shard
         return HostedReplica(shard, spec)
 

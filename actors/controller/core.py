@@ -64,6 +64,7 @@ class Outcome:
     message: str | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
     broker_epoch: int = -1  # register_broker: the new incarnation's epoch
+    validated: dict[str, Any] | None = None  # create_topic validate_only: what the topic would be
 
 
 def _partition_state(record: dict[str, Any]) -> PartitionState:
@@ -190,8 +191,9 @@ class ControllerCore:
         except ConfigError as e:
             return Outcome(ErrorCode.INVALID_CONFIG, str(e))
         placement = assignments or self._place(len(self.topics), 0, num_partitions, replication_factor)
-        if validate_only:
-            return Outcome()
+        if validate_only:  # answered as Kafka does: the partitions, replicas and configs it would have
+            return Outcome(validated={"num_partitions": num_partitions, "replication_factor": replication_factor,
+                                      "configs": topic_config_defaults(self.broker_config) | typed})
         topic_id = uuid.uuid4()
         record = {
             "type": "topic", "name": name, "topic_id": topic_id.bytes, "internal": internal, "configs": typed,

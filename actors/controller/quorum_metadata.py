@@ -31,7 +31,7 @@ from typing import Any, Callable
 import msgpack
 import ray
 
-from cluster import composition
+from actors import names
 
 log = logging.getLogger("kray.controller")
 CALL_TIMEOUT_S = 10.0           # a proposal's commit, or a read, through a voter's gateway
@@ -136,8 +136,8 @@ class QuorumMetadataLog:
             return self.local if broker_id == self.only else None
         if broker_id not in self._gateways:
             try:
-                self._gateways[broker_id] = ray.get_actor(composition.gateway_name(broker_id),
-                                                          namespace=composition.NAMESPACE)
+                self._gateways[broker_id] = ray.get_actor(names.gateway_name(broker_id),
+                                                          namespace=names.NAMESPACE)
             except ValueError:
                 return None
         return self._gateways[broker_id]

@@ -38,7 +38,7 @@ from actors.gateway.context import GatewayContext, RayController, monotonic_ms
 from actors.gateway.frontend import follow_metadata, start_frontend
 from actors.startup import start_unless_started
 from actors.gateway.security.settings import security_settings
-from cluster import composition
+from actors import names
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("kray.gateway")
@@ -293,8 +293,8 @@ class GatewayActor:
                     self.voter_addresses[broker_id] = (broker.host, broker.port)
                 elif broker_id not in self.voter_addresses and broker_id != self.ctx.broker_id:
                     try:
-                        gateway = await asyncio.to_thread(ray.get_actor, composition.gateway_name(broker_id),
-                                                          namespace=composition.NAMESPACE)
+                        gateway = await asyncio.to_thread(ray.get_actor, names.gateway_name(broker_id),
+                                                          namespace=names.NAMESPACE)
                         endpoint = await asyncio.wait_for(gateway.inter_broker_endpoint.remote(), VOTER_LOOKUP_TIMEOUT_S)
                     except Exception as e:  # not started yet, or restarting
                         log.debug("voter %d not found yet: %s", broker_id, e)

@@ -104,7 +104,7 @@ class ShardActor:
 
     async def host(self, spec: dict[str, Any]) -> str:
         """Host the replica `spec` describes unless this shard does; answer where it listens."""
-        from cluster.composition import partition_class
+        from actors.shard.kinds import partition_class
         key = (spec["topic_id"], spec["partition"])
         if not self.timers:
             self.timers = [asyncio.get_running_loop().create_task(self._every(REPLICATION_TICK_S, "replication_tick")),

@@ -6,7 +6,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
                                   ResourceType)
 
-from cluster import composition
+from actors import names
 from tests.actors.restarts import (host_of, inspect_replica, kill_and_await_death, kill_and_await_restart,
                                   leader_replica)
 from tests.cluster.raw import produce_one
@@ -67,7 +67,7 @@ def test_a_config_altered_before_its_shard_restarts_is_in_force_after_the_restar
 def test_killed_gateway_serves_again_on_its_port(broker):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic("before-gateway-kill", 1, 1)])["before-gateway-kill"].result(30)
-    kill_and_await_restart(ray.get_actor(composition.gateway_name(0), namespace=composition.NAMESPACE))
+    kill_and_await_restart(ray.get_actor(names.gateway_name(0), namespace=names.NAMESPACE))
     deadline, topics = time.monotonic() + 60, {}
     while time.monotonic() < deadline:
         try:

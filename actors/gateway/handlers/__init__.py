@@ -43,7 +43,7 @@ TRANSACTIONS_ADVERTISED = True
 
 ROUTES: dict[int, Route] = {
     0: Route(transactional_produce(handle_produce), 3, 13, no_response=acks_zero),
-    1: Route(handle_fetch, 4, 17),
+    1: Route(handle_fetch, 4, 18),  # v18 (KIP-1166) adds a follower's high watermark, tagged: nothing to do here
     2: Route(handle_list_offsets, 1, 11),
     3: Route(handle_metadata, 0, 13),  # the connection's listener: its addresses
     8: Route(handle_offset_commit, 2, 10),
@@ -56,7 +56,7 @@ ROUTES: dict[int, Route] = {
     15: Route(handle_describe_groups, 0, 6),
     16: Route(handle_list_groups, 0, 5),
     17: Route(handle_sasl_handshake, 0, 1),
-    18: Route(handle_api_versions, 0, 4),
+    18: Route(handle_api_versions, 0, 5),
     19: Route(handle_create_topics, 2, 7),
     20: Route(handle_delete_topics, 1, 6),
     21: Route(handle_delete_records, 0, 2),
@@ -73,7 +73,7 @@ ROUTES: dict[int, Route] = {
     31: Route(handle_delete_acls, 1, 3),
     32: Route(handle_describe_configs, 1, 4),
     37: Route(handle_create_partitions, 0, 3),
-    42: Route(handle_delete_groups, 0, 2),
+    42: Route(handle_delete_groups, 0, 3),
     44: Route(handle_incremental_alter_configs, 0, 1),
     47: Route(handle_offset_delete, 0, 0),
     50: Route(handle_describe_user_scram_credentials, 0, 0),

@@ -1,10 +1,31 @@
-"""ApiVersions: what this gateway speaks, straight from its routing table."""
+"""ApiVersions: what this gateway speaks, straight from its routing table.
+
+v5 (KIP-1242): a client that names the cluster and node it means to reach (both, or neither) gets
+REBOOTSTRAP_REQUIRED where either is not this broker's, and INVALID_REQUEST where it names only
+one, with no api keys, as Kafka 4.4 answers (measured against it: tests/kafka)."""
 from __future__ import annotations
 
+from protocol.errors import ErrorCode
 from protocol.messages import ApiVersionsResponse
+
+NO_NODE_ID = -1
+
+
+def _intended_broker_error(ctx, request) -> int:
+    cluster_id, node_id = getattr(request, "cluster_id", None), getattr(request, "node_id", NO_NODE_ID)
+    if cluster_id is None and node_id == NO_NODE_ID:
+        return ErrorCode.NONE
+    if cluster_id is None or node_id == NO_NODE_ID:
+        return ErrorCode.INVALID_REQUEST
+    if cluster_id != ctx.metadata.cluster_id or node_id != ctx.broker_id:
+        return ErrorCode.REBOOTSTRAP_REQUIRED
+    return ErrorCode.NONE
 
 
 async def handle_api_versions(ctx, header, request, connection=None) -> ApiVersionsResponse:
+    error = _intended_broker_error(ctx, request) if header.api_version >= 5 else ErrorCode.NONE
+    if error:
+        return ApiVersionsResponse(error_code=error, throttle_time_ms=0, api_keys=[])
     return ApiVersionsResponse(error_code=0, throttle_time_ms=0, api_keys=[
         ApiVersionsResponse.ApiVersion(api_key=key, min_version=lo, max_version=hi)
         for key, lo, hi in ctx.advertised])

@@ -11,6 +11,7 @@ import uuid
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeClusterResponse, MetadataResponse
 
+from actors.controller.core import topic_name_error
 from actors.gateway.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
@@ -93,6 +94,11 @@ async def handle_metadata(ctx, header, request, connection=None) -> MetadataResp
                 continue
             topic = ctx.metadata.topics.get(wanted.name)
             error = 0
+            if topic is None and topic_name_error(wanted.name or ""):  # as Kafka: whether or not it may be created
+                topics.append(MetadataResponse.MetadataResponseTopic(
+                    error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=wanted.name, topic_id=ZERO_UUID,
+                    topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+                continue
             if topic is None and allow_create:
                 if may_create_any is None:
                     may_create_any = access.allows_cluster(AclOperation.CREATE)

@@ -127,6 +127,8 @@ def _fill(w: _Wanted, r, diverging) -> int:
         p.records.close()
     p.error_code, p.high_watermark = r.error_code, r.high_watermark
     p.last_stable_offset, p.log_start_offset = r.last_stable_offset, r.log_start_offset
+    if r.error_code and w.replica_id == NO_REPLICA:  # a consumer's error answer carries no offsets, as Kafka's
+        p.high_watermark = p.last_stable_offset = p.log_start_offset = -1
     p.records = r.records
     aborted = getattr(r, "aborted_transactions", None)
     p.aborted_transactions = None if aborted is None else [

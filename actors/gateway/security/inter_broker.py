@@ -23,7 +23,7 @@ Who logs in (`broker_identity`), on a SASL inter-broker listener:
 - **Unset (Kafka's default would be GSSAPI, which Kray does not serve): Kray's own broker
   principal `User:kray-broker`**, which logs in with SCRAM-SHA-512 and a secret only Kray's
   actors know (`kray.inter.broker.secret`, made once where the cluster is composed,
-  cluster/composition.py, unless the config sets one; it travels to actors over Ray's control
+  actors/composition.py, unless the config sets one; it travels to actors over Ray's control
   channel only, never over a Kafka connection, and DescribeConfigs answers it as sensitive). Its
   credential is made from the secret in each process and never stored in the metadata; the
   authorizer counts it as a super user (access.py). Nobody else may take that name.
@@ -206,7 +206,7 @@ async def login(connection, config: Mapping[str, Any], timeout_s: float = LOGIN_
         raise BrokerLoginFailed("the inter-broker listener uses no SASL: there is nothing to log in with")
     if identity.password is None:
         raise BrokerLoginFailed(f"no {SECRET_KEY} in this actor's config: it was not started by Kray's "
-                                f"composition root (cluster/composition.py), which sets it")
+                                f"composition root (actors/composition.py), which sets it")
 
     async def call(request, version):
         api_key = request.API_KEY

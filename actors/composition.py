@@ -1,7 +1,7 @@
 """The one place where Kray's plain classes become Ray actors, with every option written out.
 
-Handlers and cores never import Ray; shells are plain classes; this module names, places and
-restarts them.
+Handlers and cores never import Ray; shells are plain classes; this module places and restarts
+them, under the names of actors/names.py.
 """
 from __future__ import annotations
 
@@ -10,45 +10,33 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-NAMESPACE = "kray"
+from actors.names import NAMESPACE, controller_name, gateway_name, shard_name
+
 # Ray ties an actor's life to its creator's unless it is detached. Gateways and shards (the hosts of
 # the partition replicas, coordinators included) are created by the controller, and must survive a
 # controller restart (which adopts them again by name); the controller kills them itself when
 # their node goes or on shutdown, and `kray start` ends Ray whole.
 OUTLIVES_ITS_CREATOR = "detached"
-CONTROLLER_NAME = "controller"
-
-
-def controller_name(voter_id: int | None = None) -> str:
-    """The dedicated controller, or (combined voters) the controller of one voting broker's node."""
-    return CONTROLLER_NAME if voter_id is None else f"{CONTROLLER_NAME}-{voter_id}"
-
-
-def gateway_name(broker_id: int) -> str:
-    return f"gateway-{broker_id}"
-
-
-def shard_name(broker_id: int, index: int) -> str:
-    """A shard actor: one of the `num.partition.shards` hosts of a broker's partition replicas."""
-    return f"shard-{broker_id}-{index}"
 
 
 def on_node(node_id: str, *, soft: bool = False) -> NodeAffinitySchedulingStrategy:
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=soft)
 
 
-def start_controller(broker_config: dict[str, Any], node_id: str, voter_id: int | None = None):
+def start_controller(controller_class: type, broker_config: dict[str, Any], node_id: str,
+                     voter_id: int | None = None):
     """The controller, whose config every other actor gets; it carries the secret Kray's actors
     log in to each other's internal listeners with (made here unless the config has one): the
     dedicated controller (the metadata quorum's single voter inside it), or with combined voters
     one per voting broker (`voter_id`), on that broker's node: the one whose voter leads is active,
     the others stand by. Detached there: a controller started by another
-    (a voter's node that returned) must outlive it."""
-    from actors.controller.actor import ControllerActor
+    (a voter's node that returned) must outlive it. `controller_class` is
+    actors.controller.actor.ControllerActor, given by the caller (the tools on top, or the
+    controller itself), so that this module does not import the controller that imports it."""
     from actors.gateway.security.inter_broker import with_broker_secret
     if voter_id is None:
         broker_config = with_broker_secret(broker_config)
-    return ray.remote(ControllerActor).options(
+    return ray.remote(controller_class).options(
         name=controller_name(voter_id), namespace=NAMESPACE,
         lifetime=None if voter_id is None else OUTLIVES_ITS_CREATOR, max_restarts=-1,
         max_task_retries=0, num_cpus=0, max_concurrency=1000,
@@ -74,24 +62,6 @@ def start_on_node(node_id: str, fn, *args) -> "ray.ObjectRef":
 async def run_on_node(node_id: str, fn, *args):
     """Run a small function on a given node and await its result."""
     return await start_on_node(node_id, fn, *args)
-
-
-def partition_class(topic: str):
-    """What a shard hosts for a replica of `topic`: a plain partition replica for user topics; for
-    an internal topic, the coordinator whose state that partition holds (it moves with the
-    partition's leadership)."""
-    from actors import internal_topics
-    if topic == internal_topics.CONSUMER_OFFSETS:
-        from actors.group_coordinator.actor import GroupCoordinatorActor
-        return GroupCoordinatorActor
-    if topic == internal_topics.SHARE_GROUP_STATE:
-        from actors.share_coordinator.actor import ShareCoordinatorActor
-        return ShareCoordinatorActor
-    if topic == internal_topics.TRANSACTION_STATE:
-        from actors.transaction_coordinator.actor import TransactionCoordinatorActor
-        return TransactionCoordinatorActor
-    from actors.partition.actor import PartitionActor
-    return PartitionActor
 
 
 def start_shard(broker_id: int, index: int, broker_config: dict[str, Any], node_id: str):

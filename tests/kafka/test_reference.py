@@ -1,0 +1,32 @@
+"""Kray beside Apache Kafka 4.4, protocol level: the same requests to both, the answers compared (see
+tests/kafka/corpus.py). A difference not listed in KNOWN_DIFFERENCES / API_VERSION_DIFFERENCES fails,
+and so does a listed one that went away. DIFFERENCES.md is this run's report (python -m tests.kafka.report)."""
+import pytest
+
+from tests.kafka import compare
+from tests.kafka.corpus import API_VERSION_DIFFERENCES, CASES, KNOWN_DIFFERENCES
+
+
+@pytest.fixture(scope="module")
+def outcomes(both):
+    return {o.case.name: o for o in compare.run(both["kafka"], both["kray"])}
+
+
+def test_api_versions_are_kafkas(both):
+    with compare.connect(both["kafka"]) as k, compare.connect(both["kray"]) as r:
+        kafka, kray = compare.api_versions(k), compare.api_versions(r)
+    differing = {key for key in set(kafka) | set(kray) if kafka.get(key) != kray.get(key)}
+    table = {key: (kafka.get(key), kray.get(key)) for key in sorted(differing)}
+    assert differing - set(API_VERSION_DIFFERENCES) == set(), f"unexplained (Kafka, Kray): {table}"
+    assert set(API_VERSION_DIFFERENCES) - differing == set(), "listed as different, now alike: update the list"
+
+
+@pytest.mark.parametrize("name", [c.name for c in CASES])
+def test_kray_answers_as_kafka(outcomes, name):
+    o = outcomes[name]
+    shown = {f: (compare.value_at(o.kafka, f), compare.value_at(o.kray, f)) for f in o.fields} \
+        if isinstance(o.kafka, dict) and isinstance(o.kray, dict) else (o.kafka, o.kray)
+    if name in KNOWN_DIFFERENCES:
+        assert o.differs, f"{name} now answers as Kafka: remove it from KNOWN_DIFFERENCES"
+    else:
+        assert not o.differs, f"{name} (v{o.version}, {o.case.what}): Kafka vs Kray {shown}"
