@@ -227,7 +227,7 @@ TRANSITIONS: dict[tuple[RecordState, Event], tuple[tuple[RecordState, int], tupl
 # rejection, or a delivery attempt ending at the delivery limit. Gaps and the leader's own
 # archiving (log start, aborted transactions) never make dead letters.
 DEAD_LETTER_EVENTS = frozenset({Event.REJECT, Event.RELEASE, Event.LOCK_EXPIRED, Event.MEMBER_RELEASED})
-# the __dlq.errors.reason header values
+# why a record is dead-lettered (dead_letters.MESSAGES gives the __dlq.errors.message Kafka writes for each)
 REASON_REJECT = "REJECT"
 REASON_DELIVERY_COUNT_LIMIT = "DELIVERY_COUNT_LIMIT"
 

@@ -1,16 +1,17 @@
 """What a share-partition leader writes to its group's dead-letter topic (KIP-1191), pure: no Ray,
 no I/O, no clock (the shell passes ``now_ms`` and the original records it read from the log).
 
-One DLQ record per Archiving record. Its headers name where it came from and why (KIP-1191
-leaves the names to the broker; these follow Kafka Connect's ``__connect.errors.*`` style):
+One DLQ record per Archiving record. Its headers name where it came from and why, as Apache Kafka
+4.4 writes them (measured against it: tests/kafka/test_clients.py), in Kafka's order:
 
-    __dlq.errors.group.id        the share group
     __dlq.errors.topic           the original topic
     __dlq.errors.partition       its partition
     __dlq.errors.offset          the record's offset
+    __dlq.errors.group           the share group
     __dlq.errors.delivery.count  delivery attempts it had
-    __dlq.errors.reason          REJECT (a consumer rejected it) or DELIVERY_COUNT_LIMIT (its last
-                                 attempt was released, timed out or its member left)
+    __dlq.errors.message         "Offset rejected by client." (a consumer rejected it) or "Offset delivery
+                                 count exceeded the threshold." (its last attempt was released, timed out
+                                 or its member left)
 
 all UTF-8 text. With ``errors.deadletterqueue.copy.record.enable=false`` (the default) the DLQ
 record carries the headers only (null key and value); with true, also the original's key, value
@@ -27,12 +28,15 @@ from typing import Iterable, Mapping
 
 from actors.share_partition.core import DeadLetter
 
-HEADER_GROUP_ID = "__dlq.errors.group.id"
 HEADER_TOPIC = "__dlq.errors.topic"
 HEADER_PARTITION = "__dlq.errors.partition"
 HEADER_OFFSET = "__dlq.errors.offset"
+HEADER_GROUP = "__dlq.errors.group"
 HEADER_DELIVERY_COUNT = "__dlq.errors.delivery.count"
-HEADER_REASON = "__dlq.errors.reason"
+HEADER_MESSAGE = "__dlq.errors.message"
+# why a record was dead-lettered (core.REASON_*) -> the __dlq.errors.message Kafka 4.4 writes
+MESSAGES = {"REJECT": "Offset rejected by client.",
+            "DELIVERY_COUNT_LIMIT": "Offset delivery count exceeded the threshold."}
 
 TOPIC_NAME_CONFIG = "errors.deadletterqueue.topic.name"            # group config, "" = no DLQ
 COPY_RECORD_CONFIG = "errors.deadletterqueue.copy.record.enable"   # group config, false
@@ -61,9 +65,9 @@ def topic_name_error(name: str, prefix: str) -> str | None:
 
 def coordinate_headers(group_id: str, topic: str, partition: int, offset: int, delivery_count: int,
                        reason: str) -> list[tuple[str, bytes]]:
-    return [(HEADER_GROUP_ID, group_id.encode()), (HEADER_TOPIC, topic.encode()),
-            (HEADER_PARTITION, str(partition).encode()), (HEADER_OFFSET, str(offset).encode()),
-            (HEADER_DELIVERY_COUNT, str(delivery_count).encode()), (HEADER_REASON, reason.encode())]
+    return [(HEADER_TOPIC, topic.encode()), (HEADER_PARTITION, str(partition).encode()),
+            (HEADER_OFFSET, str(offset).encode()), (HEADER_GROUP, group_id.encode()),
+            (HEADER_DELIVERY_COUNT, str(delivery_count).encode()), (HEADER_MESSAGE, MESSAGES[reason].encode())]
 
 
 def dead_letter_records(group_id: str, topic: str, partition: int, letters: Iterable[DeadLetter], *,

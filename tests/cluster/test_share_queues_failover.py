@@ -299,8 +299,8 @@ def test_rejected_records_reach_the_dlq_across_a_killed_leader(cluster):
     assert max(offsets.values()) <= 2, f"a record in the DLQ {max(offsets.values())} times"
     for m in letters:
         h = dlq_headers(m)
-        assert (h["__dlq.errors.group.id"], h["__dlq.errors.topic"], h["__dlq.errors.partition"],
-                h["__dlq.errors.reason"]) == (group, topic, "0", "REJECT"), h
+        assert (h["__dlq.errors.group"], h["__dlq.errors.topic"], h["__dlq.errors.partition"],
+                h["__dlq.errors.message"]) == (group, topic, "0", "Offset rejected by client."), h
         assert int(h["__dlq.errors.delivery.count"]) >= 1
         assert m.key() is None and m.value() is None, "copy.record.enable=false: coordinates only"
 

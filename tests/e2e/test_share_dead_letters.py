@@ -97,8 +97,8 @@ def test_rejected_records_reach_the_dlq_topic_with_their_coordinates(kray_dlq):
     for m in letters:
         assert m.key() is None and m.value() is None, "copy.record.enable=false: coordinates only"
         h = dlq_headers(m)
-        assert (h["__dlq.errors.group.id"], h["__dlq.errors.topic"], h["__dlq.errors.partition"]) == (group, topic, "0")
-        assert (h["__dlq.errors.delivery.count"], h["__dlq.errors.reason"]) == ("1", "REJECT")
+        assert (h["__dlq.errors.group"], h["__dlq.errors.topic"], h["__dlq.errors.partition"]) == (group, topic, "0")
+        assert (h["__dlq.errors.delivery.count"], h["__dlq.errors.message"]) == ("1", "Offset rejected by client.")
     described = kray_tool(kray_dlq, "share-groups", "--describe", "--group", group)
     assert described.returncode == 0, described.stderr
     # every rejected record written, none left waiting ARCHIVING
@@ -138,8 +138,8 @@ def test_records_exhausting_their_deliveries_go_to_the_dlq_and_none_is_left_unar
     letters = read_all(kray_dlq, dlq, 1)
     assert len(letters) == 1
     h = dlq_headers(letters[0])
-    assert (h["__dlq.errors.offset"], h["__dlq.errors.delivery.count"], h["__dlq.errors.reason"]) == \
-        ("1", "3", "DELIVERY_COUNT_LIMIT")
+    assert (h["__dlq.errors.offset"], h["__dlq.errors.delivery.count"], h["__dlq.errors.message"]) == \
+        ("1", "3", "Offset delivery count exceeded the threshold.")
     # archived: a new member of the group gets nothing more
     c = ShareConsumer({"bootstrap.servers": kray_dlq, "group.id": group, "share.acknowledgement.mode": "explicit"})
     c.subscribe([topic])

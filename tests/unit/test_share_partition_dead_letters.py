@@ -160,9 +160,13 @@ def test_a_dlq_record_without_copy_carries_the_coordinates_only():
     [record] = dlq.dead_letter_records("g", "orders", 2, [DeadLetter(7, 7, 5, "DELIVERY_COUNT_LIMIT")],
                                        copy_record=False, originals={7: Record(7, 1, b"k", b"v", [])}, now_ms=99)
     assert record[:2] == (None, None) and record[3] == 99
-    assert headers_of(record) == {"__dlq.errors.group.id": "g", "__dlq.errors.topic": "orders",
+    assert headers_of(record) == {"__dlq.errors.group": "g", "__dlq.errors.topic": "orders",
                                   "__dlq.errors.partition": "2", "__dlq.errors.offset": "7",
-                                  "__dlq.errors.delivery.count": "5", "__dlq.errors.reason": "DELIVERY_COUNT_LIMIT"}
+                                  "__dlq.errors.delivery.count": "5",
+                                  "__dlq.errors.message": "Offset delivery count exceeded the threshold."}
+    assert [k for k, _ in record[2]] == ["__dlq.errors.topic", "__dlq.errors.partition", "__dlq.errors.offset",
+                                         "__dlq.errors.group", "__dlq.errors.delivery.count",
+                                         "__dlq.errors.message"], "Kafka 4.4's order"
 
 
 def test_a_dlq_record_with_copy_carries_the_original_key_value_and_headers():
