@@ -56,7 +56,7 @@ from actors.controller.nodes import (NodeView, proposed_broker_id, read_broker_i
 from actors.shard.hosted import HostedReplica, shard_index
 from actors import composition
 from actors.names import NAMESPACE, controller_name, gateway_name, shard_name
-from cluster.config import TopicConfig
+from actors.config_schema import TopicConfig
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("kray.controller")

@@ -217,7 +217,7 @@ class SocketPartition:
                                record_limit=False, limits=None):
         """Acknowledge `acks` and (if `fetch`) acquire what is acquirable now; never waits. The
         acquired batches come back as a FileRegion, sent from the segment file. `limits`: the
-        group's (cluster/config.py ShareGroupLimits.as_list()), None: those the leader has."""
+        group's (actors/config_schema.py ShareGroupLimits.as_list()), None: those the leader has."""
         answer = await self._send(
             wire.SHARE_FETCH, [group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit,
                                limits])

@@ -22,7 +22,7 @@ from actors import controller_client, internal_topics, metrics
 from actors.share_coordinator import wire as state_wire
 from actors.share_coordinator.core import state_partition_for
 from actors.share_partition.core import LATEST_TIMESTAMP, ShareFetchResult, SharePartition, start_offset_timestamp
-from cluster.config import ShareGroupLimits
+from actors.config_schema import ShareGroupLimits
 from actors.gateway.security.inter_broker import broker_transport
 from actors.share_partition.dead_letter_writer import DLQ_BATCH_RECORDS_MAX, DeadLetterWriter
 from actors.share_partition.state_client import BrokerStateConnection, LocalStateConnection

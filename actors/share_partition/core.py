@@ -136,7 +136,7 @@ DEFAULT_RECORD_LOCK_DURATION_MS = 30_000      # group.share.record.lock.duration
 DEFAULT_DELIVERY_COUNT_LIMIT = 5              # group.share.delivery.count.limit
 DEFAULT_MAX_RECORD_LOCKS = 2000               # group.share.partition.max.record.locks
 # the least delivery count limit Kafka takes (the broker's bounds, group.share.{min,max}.delivery.count.limit,
-# are checked where configs are set: cluster/config.py)
+# are checked where configs are set: actors/config_schema.py)
 DELIVERY_COUNT_LIMIT_MIN = 2
 LATEST_TIMESTAMP, EARLIEST_TIMESTAMP = -1, -2  # ListOffsets: the end offset, the log start offset
 ISO_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")

@@ -34,18 +34,7 @@ ALLOWED_CIRCLES: list[set[str]] = [
 ]
 
 # Imports that point up a layer: (importing file, imported file).
-ALLOWED_UPWARD: set[tuple[str, str]] = {
-    ("actors/controller/actor.py", "cluster/config.py"),
-    ("actors/controller/core.py", "cluster/config.py"),
-    ("actors/gateway/handlers/configs.py", "cluster/config.py"),
-    ("actors/gateway/handlers/share_fetch.py", "cluster/config.py"),
-    ("actors/gateway/security/inter_broker.py", "cluster/config.py"),
-    ("actors/group_coordinator/classic.py", "cluster/config.py"),
-    ("actors/group_coordinator/consumer_group.py", "cluster/config.py"),
-    ("actors/group_coordinator/core.py", "cluster/config.py"),
-    ("actors/group_coordinator/offsets.py", "cluster/config.py"),
-    ("actors/share_partition/actor.py", "cluster/config.py"),
-}
+ALLOWED_UPWARD: set[tuple[str, str]] = set()
 
 
 def _modules() -> dict[str, Path]:
