@@ -20,7 +20,7 @@ from protocol.errors import ErrorCode
 from actors.partition.core import FetchResult, ProduceResult
 from actors.partition.producer_state import ActiveProducer
 from actors.pipelined import PipelinedConnection
-from actors.share_partition.actor import ShareFetchResult
+from actors.share_partition.core import ShareFetchResult
 from actors.startup import start_unless_started, succeeded
 
 CONNECT_TIMEOUT_S = 10.0

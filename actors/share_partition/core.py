@@ -122,7 +122,7 @@ import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
-from typing import Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from protocol.errors import ErrorCode
 
@@ -303,6 +303,18 @@ class ShareMetrics:
     stale_archived_records: int = 0
     dead_lettered_records: int = 0            # Archiving -> Archived with a durable DLQ record
     dead_letter_skipped_records: int = 0      # Archiving -> Archived without one (no usable DLQ topic)
+
+
+@dataclass
+class ShareFetchResult:
+    """What the leaders of one topic-partition answer a ShareFetch with (the gateway's handler
+    makes the response's partition from it)."""
+    error_code: int = 0
+    error_message: str | None = None
+    ack_error_code: int = 0
+    ack_error_message: str | None = None
+    records: Any = None  # a FileSlice of the segment holding the acquired batches (sent from the file)
+    acquired: list = field(default_factory=list)  # [(first_offset, last_offset, delivery_count)]
 
 
 class _Range:

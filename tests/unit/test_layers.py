@@ -27,11 +27,6 @@ LAYER = {"protocol": 0, "actors": 1, "cluster": 2}
 # Import circles, each the set of files of one strongly connected component of the graph.
 ALLOWED_CIRCLES: list[set[str]] = [
     {
-        "actors/composition.py",
-        "actors/controller/actor.py",
-        "actors/gateway/actor.py",
-    },
-    {
         "actors/gateway/security/access.py",
         "actors/gateway/security/inter_broker.py",
         "actors/gateway/security/settings.py",
