@@ -164,7 +164,7 @@ class ControllerCore:
         if name in self.topics:
             if creation_id is not None and self.topics[name].creation_id == creation_id:
                 return Outcome()
-            return Outcome(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+            return Outcome(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")  # Kafka's words
         collides = next((t for t in self.topics if t.replace(".", "_") == name.replace(".", "_")), None)
         if collides:
             return Outcome(ErrorCode.INVALID_TOPIC_EXCEPTION,

@@ -18,6 +18,8 @@ group.share.min.record.lock.duration.ms=1000
 group.share.delivery.count.limit={pools.DELIVERY_LIMIT}
 """
 
+pytestmark = pytest.mark.reference_full  # pytest -m reference_full tests/kafka
+
 
 @pytest.fixture(scope="module")
 def kafka_for_pools():
