@@ -18,7 +18,8 @@ from actors.gateway.security.inter_broker import (BrokerLoginFailed, broker_cred
 from actors.gateway.security.principal import BROKER_USER, KafkaPrincipal
 from actors.gateway.security.scram import ScramMechanism, make_credential
 from actors.gateway.security.scram_credentials import by_mechanism
-from actors.gateway.security.settings import SecurityConfigError, security_settings
+from actors.gateway.security.settings import security_settings
+from actors.gateway.security.tls import SecurityConfigError
 from actors.pipelined import PipelinedConnection
 from actors.config_schema import BROKER_DEFAULTS
 from cluster.inter_broker_login import (check_logins, cluster_action_note, password_matches_credential,

@@ -136,10 +136,9 @@ def broker_identity(config: Mapping[str, Any]) -> BrokerIdentity | None:
     """Who brokers log in as on the inter-broker listener, or None when it uses no SASL (PLAINTEXT
     or SSL: no login; a broker is whoever its connection shows, e.g. its certificate's subject).
     Raises InterBrokerConfigError naming the key to set."""
-    from actors.gateway.security.listeners import ListenerConfigError, listener_config
-    from actors.gateway.security.settings import _plain
+    from actors.gateway.security.listeners import ListenerConfigError, listener_config, set_keys
     try:
-        listener = listener_config(_plain(config)).inter_broker_listener
+        listener = listener_config(set_keys(config)).inter_broker_listener
     except ListenerConfigError as e:
         raise InterBrokerConfigError(str(e)) from None
     if not listener.security_protocol.uses_sasl:
@@ -190,7 +189,7 @@ def broker_transport(config: Mapping[str, Any]):
     listener = inter_broker_listener(dict(config))
     context = broker_login = None
     if listener.security_protocol.uses_tls:
-        from actors.gateway.security.settings import broker_client_ssl_context
+        from actors.gateway.security.tls import broker_client_ssl_context
         context = broker_client_ssl_context(dict(config), listener.name)
     if listener.security_protocol.uses_sasl:
         broker_login = functools.partial(login, config=config)
