@@ -17,7 +17,8 @@ import sys
 import threading
 from pathlib import Path
 
-from cluster.config import DEFAULT_LOCAL_CONFIG, load_broker_config, with_listener
+from actors.config_schema import with_listener
+from cluster.config import DEFAULT_LOCAL_CONFIG, load_broker_config
 from cluster.start_errors import CannotListen, InterBrokerLoginFailed, RayUnreachable
 
 

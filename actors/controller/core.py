@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.config import ConfigError, topic_config_defaults, validate_group_configs, validate_topic_configs
+from actors.config_schema import ConfigError, topic_config_defaults, validate_group_configs, validate_topic_configs
 from protocol.errors import ErrorCode
 
 from actors.gateway.security.authorizer import AclBinding, AclBindingFilter, acl_binding_problem, binding_from_row, \

@@ -28,7 +28,7 @@ from typing import Any
 import ray
 
 from actors import log_to_stderr
-from actors.controller.actor import MetadataImage
+from actors.controller.image import MetadataImage
 from actors.controller.core import BrokerInfo
 from actors.controller.elections import DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS, DEFAULT_BROKER_SESSION_TIMEOUT_MS
 from actors.controller.quorum_shell.settings import combined_voters

@@ -128,7 +128,7 @@ class GatewayContext:
     # (key, listener address) -> the data-path client of a partition this broker leads (default:
     # a SocketPartition over this gateway's connection to that listener)
     client_for: Callable[[tuple[uuid.UUID, int], str], Any] | None = None
-    metadata: Any = None  # actors.controller.actor.MetadataImage, replaced whole on each refresh
+    metadata: Any = None  # actors.controller.image.MetadataImage, replaced whole on each refresh
     advertised: list[tuple[int, int, int]] = field(default_factory=list)
     share_sessions: Any = None
     _clients: dict[tuple[uuid.UUID, int], Any] = field(default_factory=dict)

@@ -20,7 +20,7 @@ from actors.gateway.security.principal import KafkaPrincipal
 from actors.partition.core import PartitionConfig, PartitionCore
 from actors.partition.listener import start_listener
 from actors.partition.producer_state import ActiveProducer
-from cluster.config import BROKER_DEFAULTS
+from actors.config_schema import BROKER_DEFAULTS
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader
 from protocol.messages import DescribeProducersRequest, DescribeProducersResponse

@@ -20,7 +20,7 @@ from actors.gateway.security.scram import ScramMechanism, make_credential
 from actors.gateway.security.scram_credentials import by_mechanism
 from actors.gateway.security.settings import SecurityConfigError, security_settings
 from actors.pipelined import PipelinedConnection
-from cluster.config import BROKER_DEFAULTS
+from actors.config_schema import BROKER_DEFAULTS
 from cluster.inter_broker_login import (check_logins, cluster_action_note, password_matches_credential,
                                         scram_credential_step)
 from cluster.start_errors import InterBrokerLoginFailed

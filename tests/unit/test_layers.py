@@ -27,11 +27,6 @@ LAYER = {"protocol": 0, "actors": 1, "cluster": 2}
 # Import circles, each the set of files of one strongly connected component of the graph.
 ALLOWED_CIRCLES: list[set[str]] = [
     {
-        "actors/composition.py",
-        "actors/controller/actor.py",
-        "actors/gateway/actor.py",
-    },
-    {
         "actors/gateway/security/access.py",
         "actors/gateway/security/inter_broker.py",
         "actors/gateway/security/settings.py",
@@ -39,18 +34,7 @@ ALLOWED_CIRCLES: list[set[str]] = [
 ]
 
 # Imports that point up a layer: (importing file, imported file).
-ALLOWED_UPWARD: set[tuple[str, str]] = {
-    ("actors/controller/actor.py", "cluster/config.py"),
-    ("actors/controller/core.py", "cluster/config.py"),
-    ("actors/gateway/handlers/configs.py", "cluster/config.py"),
-    ("actors/gateway/handlers/share_fetch.py", "cluster/config.py"),
-    ("actors/gateway/security/inter_broker.py", "cluster/config.py"),
-    ("actors/group_coordinator/classic.py", "cluster/config.py"),
-    ("actors/group_coordinator/consumer_group.py", "cluster/config.py"),
-    ("actors/group_coordinator/core.py", "cluster/config.py"),
-    ("actors/group_coordinator/offsets.py", "cluster/config.py"),
-    ("actors/share_partition/actor.py", "cluster/config.py"),
-}
+ALLOWED_UPWARD: set[tuple[str, str]] = set()
 
 
 def _modules() -> dict[str, Path]:

@@ -22,7 +22,7 @@ from actors.gateway.security.authorizer import (CLUSTER_NAME, KAFKA_STANDARD_AUT
                                                 ResourcePatternFilter, ResourceType, StandardAuthorizer,
                                                 binding_from_row, binding_row)
 from actors.gateway.security.principal import ANONYMOUS, KafkaPrincipal
-from cluster.config import BROKER_DEFAULTS
+from actors.config_schema import BROKER_DEFAULTS
 from cluster.tools import acls as acls_tool
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader

@@ -22,7 +22,7 @@ from actors.gateway.security.scram import ScramMechanism, make_credential, salte
 from actors.gateway.security.scram_credentials import (Deletion, Upsertion, alter_credentials, by_mechanism,
                                                        describe_credentials)
 from actors.gateway.security.session import State
-from cluster.config import BROKER_DEFAULTS
+from actors.config_schema import BROKER_DEFAULTS
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader
 from protocol.messages import (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,

@@ -1,5 +1,5 @@
 """Per-listener security read from a broker config (actors/gateway/security/settings.py), the
-config keys Kray accepts for it (cluster/config.py), and file regions sent over TLS."""
+config keys Kray accepts for it (actors/config_schema.py), and file regions sent over TLS."""
 import asyncio
 import os
 import ssl
@@ -9,7 +9,8 @@ import pytest
 from actors.gateway.file_region import FileRegion, write_frame
 from actors.gateway.security.listeners import SecurityProtocol
 from actors.gateway.security.settings import SecurityConfigError, listener_value, security_settings
-from cluster.config import BROKER_DEFAULTS, ConfigError, is_sensitive, load_broker_config, with_listener
+from actors.config_schema import BROKER_DEFAULTS, ConfigError, is_sensitive, with_listener
+from cluster.config import load_broker_config
 from tests.tls_certs import make_pki
 
 JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";'

@@ -16,7 +16,7 @@ from actors.gateway.security.authorizer import (KAFKA_STANDARD_AUTHORIZER, Acces
                                                 AclOperation, AclPermissionType, PatternType, ResourcePattern,
                                                 ResourceType)
 from actors.gateway.security.principal import KafkaPrincipal
-from cluster.config import BROKER_DEFAULTS
+from actors.config_schema import BROKER_DEFAULTS
 from protocol import messages as m
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader

@@ -6,8 +6,8 @@ CLUSTER_AUTHORIZATION_FAILED and is left as it is.
 """
 from __future__ import annotations
 
-from cluster.config import (BROKER_DEFAULTS, GROUP_CONFIG_SOURCES, TOPIC_CONFIG_SOURCES, effective_group_configs,
-                           is_sensitive)
+from actors.config_schema import (BROKER_DEFAULTS, GROUP_CONFIG_SOURCES, TOPIC_CONFIG_SOURCES, effective_group_configs,
+                                  is_sensitive)
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeConfigsResponse, IncrementalAlterConfigsResponse
 

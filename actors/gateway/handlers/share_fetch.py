@@ -25,7 +25,7 @@ from actors.gateway.connection import in_request_order
 from actors.gateway.handlers.routing import leader_clients, partition_client
 from actors.gateway.security.authorizer import AclOperation, ResourceType
 from actors.gateway.share_sessions import FINAL_EPOCH, ShareSession
-from cluster.config import ShareGroupLimits
+from actors.config_schema import ShareGroupLimits
 
 log = logging.getLogger("kray.gateway")
 

@@ -186,7 +186,7 @@ def broker_transport(config: Mapping[str, Any]):
     """How Kray's own connections reach another broker's inter-broker listener: (a TLS client
     context, for SSL and SASL_SSL; a login as the broker, `async (PipelinedConnection) -> None`, for
     SASL_...); (None, None) over PLAINTEXT."""
-    from cluster.config import inter_broker_listener
+    from actors.config_schema import inter_broker_listener
     listener = inter_broker_listener(dict(config))
     context = broker_login = None
     if listener.security_protocol.uses_tls:
