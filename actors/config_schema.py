@@ -133,7 +133,7 @@ BROKER_DEFAULTS: dict[str, Any] = {
     # the prefix every one's name must start with ("" allows any name)
     "errors.deadletterqueue.auto.create.topics.enable": False,
     "errors.deadletterqueue.topic.name.prefix": "dlq.",
-    # listeners and security (Kafka's names and shipped defaults; actors/gateway/security/settings.py
+    # listeners and security (Kafka's names and shipped defaults; actors/security/settings.py
     # reads them; each ssl.*/sasl.* key may also be set per listener as listener.name.<name>.<key>)
     "advertised.listeners": "",  # empty: the addresses of `listeners`
     "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
@@ -154,7 +154,7 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "ssl.principal.mapping.rules": "DEFAULT",
     "sasl.enabled.mechanisms": "GSSAPI",
     "sasl.jaas.config": None,
-    # how brokers log in to each other (actors/gateway/security/inter_broker.py): PLAIN, SCRAM-SHA-256
+    # how brokers log in to each other (actors/security/inter_broker.py): PLAIN, SCRAM-SHA-256
     # or SCRAM-SHA-512 with listener.name.<inter-broker listener>.<mechanism>.sasl.jaas.config's
     # username/password; unset (Kafka's default is GSSAPI): Kray's own User:kray-broker
     "sasl.mechanism.inter.broker.protocol": None,
@@ -188,7 +188,7 @@ _LISTENER_KEY = re.compile(r"^listener\.name\.([A-Za-z0-9_-]+)\.(?:([a-z0-9-]+)\
 # Kafka's PASSWORD-typed keys: DescribeConfigs answers them without their value (is_sensitive)
 SENSITIVE_KEYS = {"ssl.keystore.password", "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.key.password",
                   "ssl.truststore.password", "ssl.truststore.certificates", "sasl.jaas.config",
-                  "kray.inter.broker.secret"}  # Kray's own: actors/gateway/security/inter_broker.py
+                  "kray.inter.broker.secret"}  # Kray's own: actors/security/inter_broker.py
 
 
 def base_key(key: str) -> str | None:
@@ -327,7 +327,7 @@ def coerce(key: str, raw: Any) -> Any:
 
 
 def _listeners(config: dict[str, Any]):
-    from actors.gateway.security.listeners import ListenerConfigError, listener_config
+    from actors.security.listeners import ListenerConfigError, listener_config
     try:
         return listener_config({k: v for k, v in config.items() if v is not None})
     except ListenerConfigError as e:
@@ -342,7 +342,7 @@ def listener_address(config: dict[str, Any]) -> tuple[str, int]:
 
 
 def inter_broker_listener(config: dict[str, Any]):
-    """The inter-broker listener (actors.gateway.security.listeners.Listener): where followers
+    """The inter-broker listener (actors.security.listeners.Listener): where followers
     fetch from, over its security protocol."""
     return _listeners(config).inter_broker_listener
 
@@ -351,7 +351,7 @@ def with_listener(config: dict[str, Any], host: str | None, port: int | None, *,
                   all_ports: int | None = None) -> dict[str, Any]:
     """`host` for every listener, `port` for the primary one (see listener_address); `all_ports`=0
     gives every listener a free port (several brokers on one machine without a base port)."""
-    from actors.gateway.security.listeners import Listener
+    from actors.security.listeners import Listener
     listeners = _listeners(config)
     primary = listeners.inter_broker_listener.name
     changed = []

@@ -29,7 +29,7 @@ def cmd_start(args) -> int:
         overrides.append(f"log.dirs={args.data_dir}")
     try:
         config = with_listener(load_broker_config(config_path, overrides), args.host, args.port)
-        from actors.gateway.security.settings import security_settings
+        from actors.security.settings import security_settings
         security_settings(config)  # listeners, TLS files and SASL users: refuse a bad config before starting
     except (ValueError, OSError) as e:
         print(f"kray start: {e}", file=sys.stderr)

@@ -37,7 +37,7 @@ from actors.controller.quorum_shell.settings import VOTERS_KEY, combined_voters
 from actors.controller.nodes import (BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABEL, ROLE_LABEL, NodeView, chosen_voters,
                                      proposed_broker_id, recorded_broker_id, recorded_voters)
 from actors.controller_client import NotController
-from actors.gateway.security.inter_broker import with_broker_secret
+from actors.security.inter_broker import with_broker_secret
 from cluster import inter_broker_login
 from cluster.start_errors import CannotListen, ProblemLog, RayUnreachable, ray_port_closed, ray_unreachable
 

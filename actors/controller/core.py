@@ -14,9 +14,9 @@ from typing import Any
 from actors.config_schema import ConfigError, topic_config_defaults, validate_group_configs, validate_topic_configs
 from protocol.errors import ErrorCode
 
-from actors.gateway.security.authorizer import AclBinding, AclBindingFilter, acl_binding_problem, binding_from_row, \
+from actors.security.authorizer import AclBinding, AclBindingFilter, acl_binding_problem, binding_from_row, \
     binding_row
-from actors.gateway.security import scram_credentials
+from actors.security import scram_credentials
 
 from .elections import DEFAULT_BROKER_SESSION_TIMEOUT_MS, RECORD_TYPES as REPLICATION_RECORD_TYPES, ReplicationControl
 

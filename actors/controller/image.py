@@ -24,7 +24,7 @@ class MetadataImage:
     # coordinators, keyed by (internal topic name, partition): the leader actors of those partitions
     coordinators: dict[tuple[str, int], Any] = field(default_factory=dict)
     group_configs: dict[str, dict[str, Any]] = field(default_factory=dict)  # overrides only
-    # ACL bindings (actors.gateway.security.authorizer.AclBinding) and how many ACL records made them:
+    # ACL bindings (actors.security.authorizer.AclBinding) and how many ACL records made them:
     # a gateway rebuilds its authorizer only when acl_version moves
     acls: tuple = ()
     acl_version: int = 0

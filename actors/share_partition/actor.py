@@ -23,7 +23,7 @@ from actors.share_coordinator import wire as state_wire
 from actors.share_coordinator.core import state_partition_for
 from actors.share_partition.core import LATEST_TIMESTAMP, ShareFetchResult, SharePartition, start_offset_timestamp
 from actors.config_schema import ShareGroupLimits
-from actors.gateway.security.inter_broker import broker_transport
+from actors.security.inter_broker import broker_transport
 from actors.share_partition.dead_letter_writer import DLQ_BATCH_RECORDS_MAX, DeadLetterWriter
 from actors.share_partition.state_client import BrokerStateConnection, LocalStateConnection
 from actors.startup import start_unless_started, succeeded

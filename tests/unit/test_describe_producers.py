@@ -13,10 +13,10 @@ from actors.gateway.connection import ClientConnection
 from actors.gateway.context import GatewayContext
 from actors.gateway.handlers.producers import handle_describe_producers, producer_states
 from actors.gateway.partition_client import DataPaths, PartitionNotHosted, SocketPartition
-from actors.gateway.security.authorizer import (KAFKA_STANDARD_AUTHORIZER, AccessControlEntry, AclBinding,
-                                                AclOperation, AclPermissionType, PatternType, ResourcePattern,
-                                                ResourceType)
-from actors.gateway.security.principal import KafkaPrincipal
+from actors.security.authorizer import (KAFKA_STANDARD_AUTHORIZER, AccessControlEntry, AclBinding,
+                                        AclOperation, AclPermissionType, PatternType, ResourcePattern,
+                                        ResourceType)
+from actors.security.principal import KafkaPrincipal
 from actors.partition.core import PartitionConfig, PartitionCore
 from actors.partition.listener import start_listener
 from actors.partition.producer_state import ActiveProducer

@@ -11,7 +11,7 @@ from actors.config_schema import (BROKER_DEFAULTS, GROUP_CONFIG_SOURCES, TOPIC_C
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeConfigsResponse, IncrementalAlterConfigsResponse
 
-from actors.gateway.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
+from actors.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 
 RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_GROUP = 2, 4, 32
 CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_STATIC_BROKER, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_GROUP = 1, 4, 5, 8

@@ -17,7 +17,7 @@ from protocol.messages import DescribeProducersResponse
 
 from actors.controller.core import topic_name_error
 from actors.gateway.handlers.routing import partition_client
-from actors.gateway.security.authorizer import AclOperation, ResourceType
+from actors.security.authorizer import AclOperation, ResourceType
 from actors.partition.producer_state import ActiveProducer
 
 log = logging.getLogger("kray.gateway")

@@ -22,7 +22,7 @@ from protocol.messages import (AlterShareGroupOffsetsResponse, DeleteShareGroupO
 
 from actors import internal_topics
 from actors.gateway.handlers.groups import coordinator_error, group_coordinator
-from actors.gateway.security.authorizer import AclOperation, ResourceType
+from actors.security.authorizer import AclOperation, ResourceType
 from actors.share_coordinator.core import state_partition_for
 
 log = logging.getLogger("kray.gateway")

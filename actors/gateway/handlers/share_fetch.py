@@ -23,7 +23,7 @@ from protocol.messages import ShareAcknowledgeResponse, ShareFetchResponse
 
 from actors.gateway.connection import in_request_order
 from actors.gateway.handlers.routing import leader_clients, partition_client
-from actors.gateway.security.authorizer import AclOperation, ResourceType
+from actors.security.authorizer import AclOperation, ResourceType
 from actors.gateway.share_sessions import FINAL_EPOCH, ShareSession
 from actors.config_schema import ShareGroupLimits
 

@@ -30,16 +30,16 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from actors.gateway.security.access import authorizer_config
-from actors.gateway.security.authorizer import AuthorizerConfig
-from actors.gateway.security.inter_broker import (SASL_MECHANISM_INTER_BROKER_PROTOCOL, BrokerIdentity,
-                                                  InterBrokerConfigError, broker_identity)
-from actors.gateway.security.listeners import (Listener, ListenerConfig, ListenerConfigError, SecurityProtocol,
-                                              listener_config, set_keys)
-from actors.gateway.security.plain import PLAIN_MECHANISM, password_matches, plain_users_from_jaas
-from actors.gateway.security.principal import BROKER_USER, SslPrincipalMapper
-from actors.gateway.security.tls import (CLIENT_AUTH_MODES, SecurityConfigError, broker_client_ssl_context,
-                                        listener_value, server_ssl_context)
+from actors.security.access import authorizer_config
+from actors.security.authorizer import AuthorizerConfig
+from actors.security.inter_broker import (SASL_MECHANISM_INTER_BROKER_PROTOCOL, BrokerIdentity,
+                                          InterBrokerConfigError, broker_identity)
+from actors.security.listeners import (Listener, ListenerConfig, ListenerConfigError, SecurityProtocol,
+                                      listener_config, set_keys)
+from actors.security.plain import PLAIN_MECHANISM, password_matches, plain_users_from_jaas
+from actors.security.principal import BROKER_USER, SslPrincipalMapper
+from actors.security.tls import (CLIENT_AUTH_MODES, SecurityConfigError, broker_client_ssl_context,
+                                listener_value, server_ssl_context)
 
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 SUPPORTED_MECHANISMS = (PLAIN_MECHANISM, *SCRAM_MECHANISMS)

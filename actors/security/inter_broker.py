@@ -40,10 +40,10 @@ from protocol.headers import RequestHeader, encode_request, response_header_vers
 from protocol.messages import SaslAuthenticateRequest, SaslHandshakeRequest
 from protocol.primitives import read_tagged_fields
 
-from actors.gateway.security.jaas import parse_jaas_config
-from actors.gateway.security.plain import PLAIN_LOGIN_MODULE, PLAIN_MECHANISM
-from actors.gateway.security.principal import BROKER_USER, KafkaPrincipal
-from actors.gateway.security.scram import ScramClient, ScramClientError, ScramCredential, ScramMechanism, \
+from actors.security.jaas import parse_jaas_config
+from actors.security.plain import PLAIN_LOGIN_MODULE, PLAIN_MECHANISM
+from actors.security.principal import BROKER_USER, KafkaPrincipal
+from actors.security.scram import ScramClient, ScramClientError, ScramCredential, ScramMechanism, \
     make_credential
 
 SECRET_KEY = "kray.inter.broker.secret"
@@ -136,7 +136,7 @@ def broker_identity(config: Mapping[str, Any]) -> BrokerIdentity | None:
     """Who brokers log in as on the inter-broker listener, or None when it uses no SASL (PLAINTEXT
     or SSL: no login; a broker is whoever its connection shows, e.g. its certificate's subject).
     Raises InterBrokerConfigError naming the key to set."""
-    from actors.gateway.security.listeners import ListenerConfigError, listener_config, set_keys
+    from actors.security.listeners import ListenerConfigError, listener_config, set_keys
     try:
         listener = listener_config(set_keys(config)).inter_broker_listener
     except ListenerConfigError as e:
@@ -189,7 +189,7 @@ def broker_transport(config: Mapping[str, Any]):
     listener = inter_broker_listener(dict(config))
     context = broker_login = None
     if listener.security_protocol.uses_tls:
-        from actors.gateway.security.tls import broker_client_ssl_context
+        from actors.security.tls import broker_client_ssl_context
         context = broker_client_ssl_context(dict(config), listener.name)
     if listener.security_protocol.uses_sasl:
         broker_login = functools.partial(login, config=config)
