@@ -2,7 +2,7 @@
 pipelined connection (actors/pipelined.py): each request waits only for its own answer, and
 requests are written in the order their callers send. `open` connects (TLS with `ssl_context`,
 where the listener uses it) and logs in with `login` (where it uses SASL: see
-actors/gateway/security/inter_broker.py `broker_transport`). A subclass names its client id."""
+actors/security/inter_broker.py `broker_transport`). A subclass names its client id."""
 from __future__ import annotations
 
 from typing import Any, Awaitable, Callable

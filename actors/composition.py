@@ -33,7 +33,7 @@ def start_controller(controller_class: type, broker_config: dict[str, Any], node
     (a voter's node that returned) must outlive it. `controller_class` is
     actors.controller.actor.ControllerActor, given by the caller (the tools on top, or the
     controller itself), so that this module does not import the controller that imports it."""
-    from actors.gateway.security.inter_broker import with_broker_secret
+    from actors.security.inter_broker import with_broker_secret
     if voter_id is None:
         broker_config = with_broker_secret(broker_config)
     return ray.remote(controller_class).options(

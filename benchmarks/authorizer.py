@@ -3,7 +3,7 @@
 
     python -m benchmarks.authorizer [--repeat 20000]
 
-What a request costs is the checks its handler makes through `Access` (actors/gateway/security/
+What a request costs is the checks its handler makes through `Access` (actors/security/
 access.py), the same objects a gateway uses:
 
 - produce: WRITE on one topic (a Produce to one topic; a Fetch or ShareFetch is one READ per topic
@@ -37,11 +37,11 @@ import statistics
 import time
 from pathlib import Path
 
-from actors.gateway.security.access import Access
-from actors.gateway.security.authorizer import (AccessControlEntry, AclBinding, AclOperation, AclPermissionType,
-                                                AuthorizerConfig, PatternType, ResourcePattern, ResourceType,
-                                                StandardAuthorizer)
-from actors.gateway.security.principal import KafkaPrincipal
+from actors.security.access import Access
+from actors.security.authorizer import (AccessControlEntry, AclBinding, AclOperation, AclPermissionType,
+                                        AuthorizerConfig, PatternType, ResourcePattern, ResourceType,
+                                        StandardAuthorizer)
+from actors.security.principal import KafkaPrincipal
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HOST = "10.0.0.7"

@@ -24,7 +24,7 @@ from protocol.framing import FrameDecoder
 from protocol.headers import RequestHeader, decode_response_header, encode_request
 from protocol.messages import (ApiVersionsRequest, ApiVersionsResponse, SaslAuthenticateRequest,
                                SaslHandshakeRequest)
-from actors.gateway.security.scram import ScramClient, ScramClientError, ScramMechanism
+from actors.security.scram import ScramClient, ScramClientError, ScramMechanism
 
 RESPONSE_BYTES_MAX = 100 * 1024 * 1024
 # with several bootstrap addresses, how long connecting to one may take before the next is tried

@@ -17,7 +17,8 @@ import sys
 import threading
 from pathlib import Path
 
-from cluster.config import DEFAULT_LOCAL_CONFIG, load_broker_config, with_listener
+from actors.config_schema import with_listener
+from cluster.config import DEFAULT_LOCAL_CONFIG, load_broker_config
 from cluster.start_errors import CannotListen, InterBrokerLoginFailed, RayUnreachable
 
 
@@ -28,7 +29,7 @@ def cmd_start(args) -> int:
         overrides.append(f"log.dirs={args.data_dir}")
     try:
         config = with_listener(load_broker_config(config_path, overrides), args.host, args.port)
-        from actors.gateway.security.settings import security_settings
+        from actors.security.settings import security_settings
         security_settings(config)  # listeners, TLS files and SASL users: refuse a bad config before starting
     except (ValueError, OSError) as e:
         print(f"kray start: {e}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""At start: the operator's inter-broker login (actors/gateway/security/inter_broker.py) made ready
+"""At start: the operator's inter-broker login (actors/security/inter_broker.py) made ready
 and proven on every broker, or `kray start` stops, saying what to fix.
 
 A broker that cannot log in to the others replicates nothing: its followers fall out of every
@@ -30,10 +30,10 @@ import secrets
 import time
 from typing import Any, Iterable, Mapping
 
-from actors.gateway.security.inter_broker import (SASL_MECHANISM_INTER_BROKER_PROTOCOL, BrokerIdentity,
-                                                  BrokerLoginFailed, broker_identity, broker_transport, login)
-from actors.gateway.security.scram import (ITERATIONS_MIN, SALT_BYTES_DEFAULT, ScramCredential,
-                                           credential_from_salted_password, salted_password)
+from actors.security.inter_broker import (SASL_MECHANISM_INTER_BROKER_PROTOCOL, BrokerIdentity,
+                                          BrokerLoginFailed, broker_identity, broker_transport, login)
+from actors.security.scram import (ITERATIONS_MIN, SALT_BYTES_DEFAULT, ScramCredential,
+                                   credential_from_salted_password, salted_password)
 from cluster.start_errors import InterBrokerLoginFailed
 
 START_LOGIN_TIMEOUT_S = 30.0
@@ -114,8 +114,8 @@ def cluster_action_note(config: Mapping[str, Any], identity: BrokerIdentity, acl
                         hosts: Iterable[str]) -> str | None:
     """A console line when an authorizer is on and nothing lets the broker principal do
     CLUSTER_ACTION (follower fetches and share state need it), else None."""
-    from actors.gateway.security.access import authorizer_config
-    from actors.gateway.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType, StandardAuthorizer
+    from actors.security.access import authorizer_config
+    from actors.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType, StandardAuthorizer
     settings = authorizer_config(config)
     if settings is None:
         return None
@@ -136,7 +136,7 @@ def prepare(controller, config: Mapping[str, Any], brokers: list, *,
     the controller's BrokerInfo list). Returns lines for the console; raises InterBrokerLoginFailed."""
     import ray
 
-    from actors.gateway.security.scram_credentials import Upsertion
+    from actors.security.scram_credentials import Upsertion
     identity = broker_identity(config)
     if identity is None or identity.generated:
         return []

@@ -37,7 +37,7 @@ from actors.controller.quorum_shell.settings import VOTERS_KEY, combined_voters
 from actors.controller.nodes import (BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABEL, ROLE_LABEL, NodeView, chosen_voters,
                                      proposed_broker_id, recorded_broker_id, recorded_voters)
 from actors.controller_client import NotController
-from actors.gateway.security.inter_broker import with_broker_secret
+from actors.security.inter_broker import with_broker_secret
 from cluster import inter_broker_login
 from cluster.start_errors import CannotListen, ProblemLog, RayUnreachable, ray_port_closed, ray_unreachable
 
@@ -456,7 +456,8 @@ class LocalCluster(_Controllers):
 
     def __init__(self, nodes: int = 3, data_dir: str | Path | None = None, overrides: dict[str, Any] | None = None,
                  *, config_path: Path | None = None, port: int = 0, host: str = "127.0.0.1", supervise: bool = True):
-        from cluster.config import DEFAULT_LOCAL_CONFIG, ConfigError, load_broker_config, with_listener
+        from actors.config_schema import ConfigError, with_listener
+        from cluster.config import DEFAULT_LOCAL_CONFIG, load_broker_config
         if nodes < 1:
             raise ValueError("a cluster needs at least one broker node")
         self.nodes = nodes

@@ -35,7 +35,6 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +44,7 @@ from actors import internal_topics, log_to_stderr
 from actors.controller.core import BrokerInfo, ControllerCore, Outcome, TopicState
 from actors.controller.elections import DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS
 from actors.controller.events import BrokerEvents
+from actors.controller.image import MetadataImage
 from actors.controller.quorum_metadata import QuorumMetadataLog
 from actors.controller_client import ActiveController, NotController
 from actors.controller.quorum_shell.node import monotonic_ms
@@ -56,7 +56,7 @@ from actors.controller.nodes import (NodeView, proposed_broker_id, read_broker_i
 from actors.shard.hosted import HostedReplica, shard_index
 from actors import composition
 from actors.names import NAMESPACE, controller_name, gateway_name, shard_name
-from cluster.config import TopicConfig
+from actors.config_schema import TopicConfig
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("kray.controller")
@@ -104,47 +104,6 @@ LEADERSHIP_CHECK_TIMEOUT_S = 5.0
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass
-class MetadataImage:
-    """What a gateway needs to route requests: a versioned copy of the controller's state."""
-    version: int
-    cluster_id: str
-    controller_id: int
-    brokers: dict[int, BrokerInfo]
-    topics: dict[str, TopicState]
-    # each partition's leader replica actor, keyed (topic id, partition)
-    partition_actors: dict[tuple[uuid.UUID, int], Any] = field(default_factory=dict)
-    # where each partition leader's data-path listener is, on its own node (keyed like partition_actors)
-    partition_listeners: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
-    # coordinators, keyed by (internal topic name, partition): the leader actors of those partitions
-    coordinators: dict[tuple[str, int], Any] = field(default_factory=dict)
-    group_configs: dict[str, dict[str, Any]] = field(default_factory=dict)  # overrides only
-    # ACL bindings (actors.gateway.security.authorizer.AclBinding) and how many ACL records made them:
-    # a gateway rebuilds its authorizer only when acl_version moves
-    acls: tuple = ()
-    acl_version: int = 0
-    # SCRAM credentials (KIP-554): (user, ScramMechanism) -> ScramCredential (salts and keys, never
-    # passwords); a gateway re-indexes them only when scram_version moves
-    scram_credentials: dict = field(default_factory=dict)
-    scram_version: int = 0
-
-    def __post_init__(self):
-        self.topics_by_id = {t.topic_id: t for t in self.topics.values()}
-
-    @classmethod
-    def starting(cls) -> "MetadataImage":
-        """What a broker serves before it has read the metadata: no brokers, no topics (clients retry)."""
-        return cls(version=-1, cluster_id="", controller_id=-1, brokers={}, topics={})
-
-    def topic_by_id(self, topic_id: uuid.UUID) -> TopicState | None:
-        return self.topics_by_id.get(topic_id)
-
-    def leader_id(self, topic: TopicState, index: int) -> int:
-        """The broker clients send this partition's produce and fetch requests to: the broker of
-        the node that hosts its leader actor."""
-        return topic.partitions[index].leader
 
 
 def listen_failure(e: BaseException) -> bool:

@@ -6,22 +6,20 @@ only place state changes, so replaying the metadata log rebuilds exactly the sam
 """
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.config import ConfigError, topic_config_defaults, validate_group_configs, validate_topic_configs
+from actors.config_schema import ConfigError, topic_config_defaults, validate_group_configs, validate_topic_configs
+from actors.topic_names import topic_name_error
 from protocol.errors import ErrorCode
 
-from actors.gateway.security.authorizer import AclBinding, AclBindingFilter, acl_binding_problem, binding_from_row, \
+from actors.security.authorizer import AclBinding, AclBindingFilter, acl_binding_problem, binding_from_row, \
     binding_row
-from actors.gateway.security import scram_credentials
+from actors.security import scram_credentials
 
 from .elections import DEFAULT_BROKER_SESSION_TIMEOUT_MS, RECORD_TYPES as REPLICATION_RECORD_TYPES, ReplicationControl
 
-TOPIC_NAME_LENGTH_MAX = 249
-TOPIC_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9._-]+$")
 PARTITIONS_PER_TOPIC_MAX = 10000
 PRODUCER_ID_BLOCK_SIZE = 1000
 
@@ -70,18 +68,6 @@ class Outcome:
 def _partition_state(record: dict[str, Any]) -> PartitionState:
     """Logs written before brokers were nodes also carry an `endpoint_id`: no longer used."""
     return PartitionState(**{k: v for k, v in record.items() if k != "endpoint_id"})
-
-
-def topic_name_error(name: str) -> str | None:
-    if not name:
-        return "topic name is empty"
-    if name in (".", ".."):
-        return f"topic name {name!r} is not allowed"
-    if len(name) > TOPIC_NAME_LENGTH_MAX:
-        return f"topic name is longer than {TOPIC_NAME_LENGTH_MAX} characters"
-    if not TOPIC_NAME_PATTERN.match(name):
-        return f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_' and '-'"
-    return None
 
 
 class ControllerCore:
@@ -164,7 +150,7 @@ class ControllerCore:
         if name in self.topics:
             if creation_id is not None and self.topics[name].creation_id == creation_id:
                 return Outcome()
-            return Outcome(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+            return Outcome(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")  # Kafka's words
         collides = next((t for t in self.topics if t.replace(".", "_") == name.replace(".", "_")), None)
         if collides:
             return Outcome(ErrorCode.INVALID_TOPIC_EXCEPTION,

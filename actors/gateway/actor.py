@@ -12,7 +12,7 @@ nothing (NOT_LEADER_OR_FOLLOWER, NOT_COORDINATOR) until the controller answers a
 metadata from after that answer.
 
 It opens one front end per entry of `listeners` (Kafka's syntax; TLS and SASL per listener, see
-actors/gateway/security/settings.py) and registers every advertised listener's address, so that
+actors/security/settings.py) and registers every advertised listener's address, so that
 Metadata answers a client with the addresses of the listener it came in on. The inter-broker
 listener is the broker's primary address (BrokerInfo.host/port: followers fetch from it). Where
 several brokers share a machine, a node's port (its `kray-port` label) sets its primary listener's
@@ -28,7 +28,7 @@ from typing import Any
 import ray
 
 from actors import log_to_stderr
-from actors.controller.actor import MetadataImage
+from actors.controller.image import MetadataImage
 from actors.controller.core import BrokerInfo
 from actors.controller.elections import DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS, DEFAULT_BROKER_SESSION_TIMEOUT_MS
 from actors.controller.quorum_shell.settings import combined_voters
@@ -37,7 +37,7 @@ from actors.gateway.broker_session import BrokerSession
 from actors.gateway.context import GatewayContext, RayController, monotonic_ms
 from actors.gateway.frontend import follow_metadata, start_frontend
 from actors.startup import start_unless_started
-from actors.gateway.security.settings import security_settings
+from actors.security.settings import security_settings
 from actors import names
 from protocol.errors import ErrorCode
 

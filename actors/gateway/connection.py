@@ -8,7 +8,7 @@ request order: their handlers route and send their parts while holding the conne
 turn on. Malformed bytes close this connection and nothing else; domain errors travel inside
 responses.
 
-On a listener with security (see actors/gateway/security/): TLS is the server's (asyncio's
+On a listener with security (see actors/security/): TLS is the server's (asyncio's
 ssl), the principal of an SSL connection is its client certificate's mapped subject, and on a
 SASL listener every request passes the connection's `ConnectionSession` in arrival order before it
 is dispatched: SaslHandshake and SaslAuthenticate are answered here, a request the session does
@@ -29,9 +29,9 @@ from protocol.framing import FrameDecoder, FrameTooLarge, MalformedFrame
 from protocol.errors import MalformedMessage
 from protocol.headers import decode_request_header, encode_response
 from actors.gateway.file_region import FileRegion, write_frame
-from actors.gateway.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule, principal_for
-from actors.gateway.security.session import (API_SASL_HANDSHAKE, Action, AuthenticateAnswer, ConnectionSession,
-                                             HandshakeAnswer)
+from actors.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule, principal_for
+from actors.security.session import (API_SASL_HANDSHAKE, Action, AuthenticateAnswer, ConnectionSession,
+                                     HandshakeAnswer)
 
 log = logging.getLogger("kray.gateway")
 
@@ -116,8 +116,8 @@ def _tls_principal(security, writer) -> KafkaPrincipal:
 def new_session(security, credentials: Callable[[Any], Mapping] | None = None) -> ConnectionSession:
     """A SASL connection's session: PLAIN against the listener's users, SCRAM against `credentials`
     (ScramMechanism -> user -> ScramCredential, the broker's current metadata; none: no SCRAM user)."""
-    from actors.gateway.security.plain import PLAIN_MECHANISM, PlainServer
-    from actors.gateway.security.scram import ScramMechanism, ScramServer
+    from actors.security.plain import PLAIN_MECHANISM, PlainServer
+    from actors.security.scram import ScramMechanism, ScramServer
     factories = {PLAIN_MECHANISM: lambda: PlainServer(security.plain_users)}
     for mechanism in ScramMechanism:
         factories[mechanism.mechanism_name] = (

@@ -22,10 +22,10 @@ from typing import Any, Callable, Protocol
 from actors import controller_client
 from actors.gateway.broker_session import BrokerSession
 from actors.gateway.partition_client import DataPaths, RayPartition, SocketPartition
-from actors.gateway.security.access import ALLOW_ALL, Access, authorizer_config, connection_host
-from actors.gateway.security.authorizer import StandardAuthorizer
-from actors.gateway.security.inter_broker import broker_credentials
-from actors.gateway.security.principal import BROKER_USER
+from actors.security.access import ALLOW_ALL, Access, authorizer_config, connection_host
+from actors.security.authorizer import StandardAuthorizer
+from actors.security.inter_broker import broker_credentials
+from actors.security.principal import BROKER_USER
 
 log = logging.getLogger("kray.gateway")
 
@@ -128,7 +128,7 @@ class GatewayContext:
     # (key, listener address) -> the data-path client of a partition this broker leads (default:
     # a SocketPartition over this gateway's connection to that listener)
     client_for: Callable[[tuple[uuid.UUID, int], str], Any] | None = None
-    metadata: Any = None  # actors.controller.actor.MetadataImage, replaced whole on each refresh
+    metadata: Any = None  # actors.controller.image.MetadataImage, replaced whole on each refresh
     advertised: list[tuple[int, int, int]] = field(default_factory=list)
     share_sessions: Any = None
     _clients: dict[tuple[uuid.UUID, int], Any] = field(default_factory=dict)
@@ -182,7 +182,7 @@ class GatewayContext:
             self._acl_version = acl_version
         scram_version = getattr(image, "scram_version", 0)
         if scram_version != self._scram_version:
-            from actors.gateway.security.scram_credentials import by_mechanism
+            from actors.security.scram_credentials import by_mechanism
             self._scram = by_mechanism(getattr(image, "scram_credentials", {}))
             self._scram_version = scram_version
         clients, addresses = {}, {}
@@ -197,7 +197,7 @@ class GatewayContext:
         self.data_paths.keep_only(set(addresses.values()))
 
     def scram_credentials(self, mechanism) -> dict:
-        """user -> ScramCredential of one mechanism (actors.gateway.security.scram.ScramMechanism):
+        """user -> ScramCredential of one mechanism (actors.security.scram.ScramMechanism):
         the users' from the metadata, and Kray's own brokers' (User:kray-broker, whose name no
         user's credential may take: it is a super user)."""
         users = self._scram.get(mechanism, {})

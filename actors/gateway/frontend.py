@@ -11,7 +11,7 @@ from actors import tcp_backoff
 from actors.gateway.connection import serve_connection
 from actors.gateway.dispatch import Dispatcher
 from actors.gateway.handlers import ROUTES
-from actors.gateway.security.settings import TLS_HANDSHAKE_TIMEOUT_S
+from actors.security.tls import TLS_HANDSHAKE_TIMEOUT_S
 
 log = logging.getLogger("kray.gateway")
 LISTEN_BACKLOG = 1024

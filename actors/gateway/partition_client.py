@@ -20,7 +20,7 @@ from protocol.errors import ErrorCode
 from actors.partition.core import FetchResult, ProduceResult
 from actors.partition.producer_state import ActiveProducer
 from actors.pipelined import PipelinedConnection
-from actors.share_partition.actor import ShareFetchResult
+from actors.share_partition.core import ShareFetchResult
 from actors.startup import start_unless_started, succeeded
 
 CONNECT_TIMEOUT_S = 10.0
@@ -217,7 +217,7 @@ class SocketPartition:
                                record_limit=False, limits=None):
         """Acknowledge `acks` and (if `fetch`) acquire what is acquirable now; never waits. The
         acquired batches come back as a FileRegion, sent from the segment file. `limits`: the
-        group's (cluster/config.py ShareGroupLimits.as_list()), None: those the leader has."""
+        group's (actors/config_schema.py ShareGroupLimits.as_list()), None: those the leader has."""
         answer = await self._send(
             wire.SHARE_FETCH, [group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit,
                                limits])

@@ -28,7 +28,7 @@ from typing import Any
 
 from actors.group_coordinator import classic_records as crec
 from actors.group_coordinator.records import Record
-from cluster.config import BROKER_DEFAULTS, ConfigError
+from actors.config_schema import BROKER_DEFAULTS, ConfigError
 from protocol.errors import ErrorCode
 
 EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD = (

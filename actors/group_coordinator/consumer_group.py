@@ -47,7 +47,7 @@ from typing import Any
 from actors.group_coordinator import consumer_assignors as assignors
 from actors.group_coordinator import consumer_records as rec
 from actors.group_coordinator.consumer_records import Record
-from cluster.config import BROKER_DEFAULTS, ConfigError
+from actors.config_schema import BROKER_DEFAULTS, ConfigError
 from protocol.errors import ErrorCode
 
 TopicsView = Mapping[str, tuple[uuid.UUID, int]]  # topic name -> (topic id, partition count); same as core.py

@@ -39,7 +39,7 @@ from typing import Any
 
 from actors.group_coordinator import assignor, records as rec
 from actors.group_coordinator.records import Record
-from cluster.config import BROKER_DEFAULTS, ConfigError
+from actors.config_schema import BROKER_DEFAULTS, ConfigError
 from protocol.errors import ErrorCode
 
 TopicsView = Mapping[str, tuple[uuid.UUID, int]]  # topic name -> (topic id, partition count)
@@ -49,7 +49,7 @@ LEAVE_GROUP_MEMBER_EPOCH = -1
 MEMBER_ID_LENGTH_MAX = 255   # clients send 22-character base64 UUIDs (KIP-1082)
 GROUP_TYPE_SHARE = "share"
 
-# Kafka 4.2's broker configs for share groups (GroupCoordinatorConfig); defaults live in cluster.config.
+# Kafka 4.2's broker configs for share groups (GroupCoordinatorConfig); defaults live in actors.config_schema.
 SHARE_GROUP_CONFIG_DEFAULTS: dict[str, Any] = {key: BROKER_DEFAULTS[key] for key in (
     "group.share.session.timeout.ms", "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms",
     "group.share.heartbeat.interval.ms", "group.share.min.heartbeat.interval.ms",

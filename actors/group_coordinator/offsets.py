@@ -24,7 +24,7 @@ from typing import Any
 from actors.group_coordinator import classic_records as crec
 from actors.group_coordinator.classic_records import OffsetCommitValue
 from actors.group_coordinator.records import Record
-from cluster.config import BROKER_DEFAULTS
+from actors.config_schema import BROKER_DEFAULTS
 from protocol.errors import ErrorCode
 
 OFFSETS_CONFIG_DEFAULTS = {key: BROKER_DEFAULTS[key] for key in (

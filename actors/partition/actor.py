@@ -33,7 +33,8 @@ from actors.partition.replication import (
     ACKS_ALL, AlterPartitionRequest, AlterPartitionResponse, BatchSpan, Effects, FetchAnswer, FetchRequest,
     FollowerAction, PartitionRegistration, ReplicaCore, ReplicationConfig, Role,
 )
-from actors.share_partition.actor import ShareFetchResult, ShareLeaders
+from actors.share_partition.actor import ShareLeaders
+from actors.share_partition.core import ShareFetchResult
 from protocol.errors import ErrorCode
 from protocol.record_batch import CorruptRecord, crc_is_valid, iter_batches
 

@@ -123,7 +123,7 @@ class PartitionConfig:
     @classmethod
     def of(cls, config: Any) -> "PartitionConfig":
         """Accept a PartitionConfig, None, a dict, or any object with same-named attributes
-        (e.g. cluster.config.TopicConfig); ``message_timestamp_type`` strings are understood."""
+        (e.g. actors.config_schema.TopicConfig); ``message_timestamp_type`` strings are understood."""
         if config is None:
             return cls()
         if isinstance(config, cls):

@@ -22,7 +22,7 @@ import logging
 import uuid
 from typing import Any, Protocol
 
-from actors.gateway.security.inter_broker import BrokerLoginFailed, broker_transport
+from actors.security.inter_broker import BrokerLoginFailed, broker_transport
 from actors.partition.epoch_cache import EpochEndOffset
 from actors.partition.replication import FetchAnswer, FetchRequest
 from actors.pipelined import PipelinedConnection

@@ -41,7 +41,7 @@ WAIT_FOR_DATA = 32002    # [offset, timeout_ms, replica]: True once records at o
                          # follower's fetch), WAIT_READ_COMMITTED below the last stable offset)
 LIST_OFFSETS = 32003     # [timestamp, leader_epoch, isolation_level]
 SHARE_FETCH = 32004      # [group_id, member_id, acks, max_records, batch_size, max_bytes, fetch, record_limit,
-                         # limits] (limits: the group's, cluster/config.py ShareGroupLimits.as_list(), or None)
+                         # limits] (limits: the group's, actors/config_schema.py ShareGroupLimits.as_list(), or None)
                          # -> [error, message, ack_error, ack_message, acquired, segment path, position,
                          # size_bytes]: the acquired batches are sent from the file, as FETCH's are
 SHARE_WAIT = 32005       # [group_id, timeout_ms]: True once records may be acquirable (acquires nothing)

@@ -16,15 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from actors import controller_client, internal_topics, metrics
 from actors.share_coordinator import wire as state_wire
 from actors.share_coordinator.core import state_partition_for
-from actors.share_partition.core import LATEST_TIMESTAMP, SharePartition, start_offset_timestamp
-from cluster.config import ShareGroupLimits
-from actors.gateway.security.inter_broker import broker_transport
+from actors.share_partition.core import LATEST_TIMESTAMP, ShareFetchResult, SharePartition, start_offset_timestamp
+from actors.config_schema import ShareGroupLimits
+from actors.security.inter_broker import broker_transport
 from actors.share_partition.dead_letter_writer import DLQ_BATCH_RECORDS_MAX, DeadLetterWriter
 from actors.share_partition.state_client import BrokerStateConnection, LocalStateConnection
 from actors.startup import start_unless_started, succeeded
@@ -75,16 +74,6 @@ DLQ_STUCK_LOG_S = 60.0  # while dead-letter writes keep failing the same way, ho
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass
-class ShareFetchResult:
-    error_code: int = 0
-    error_message: str | None = None
-    ack_error_code: int = 0
-    ack_error_message: str | None = None
-    records: Any = None  # a FileSlice of the segment holding the acquired batches (sent from the file)
-    acquired: list = field(default_factory=list)  # [(first_offset, last_offset, delivery_count)]
 
 
 async def _step(what: str, awaitable):

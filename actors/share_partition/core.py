@@ -122,7 +122,7 @@ import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
-from typing import Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from protocol.errors import ErrorCode
 
@@ -136,7 +136,7 @@ DEFAULT_RECORD_LOCK_DURATION_MS = 30_000      # group.share.record.lock.duration
 DEFAULT_DELIVERY_COUNT_LIMIT = 5              # group.share.delivery.count.limit
 DEFAULT_MAX_RECORD_LOCKS = 2000               # group.share.partition.max.record.locks
 # the least delivery count limit Kafka takes (the broker's bounds, group.share.{min,max}.delivery.count.limit,
-# are checked where configs are set: cluster/config.py)
+# are checked where configs are set: actors/config_schema.py)
 DELIVERY_COUNT_LIMIT_MIN = 2
 LATEST_TIMESTAMP, EARLIEST_TIMESTAMP = -1, -2  # ListOffsets: the end offset, the log start offset
 ISO_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
@@ -303,6 +303,18 @@ class ShareMetrics:
     stale_archived_records: int = 0
     dead_lettered_records: int = 0            # Archiving -> Archived with a durable DLQ record
     dead_letter_skipped_records: int = 0      # Archiving -> Archived without one (no usable DLQ topic)
+
+
+@dataclass
+class ShareFetchResult:
+    """What the leaders of one topic-partition answer a ShareFetch with (the gateway's handler
+    makes the response's partition from it)."""
+    error_code: int = 0
+    error_message: str | None = None
+    ack_error_code: int = 0
+    ack_error_message: str | None = None
+    records: Any = None  # a FileSlice of the segment holding the acquired batches (sent from the file)
+    acquired: list = field(default_factory=list)  # [(first_offset, last_offset, delivery_count)]
 
 
 class _Range:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from actors import controller_client
-from actors.gateway.security.inter_broker import broker_transport
+from actors.security.inter_broker import broker_transport
 from actors.partition.log import OffsetOutOfRange
 from actors.share_partition.core import DeadLetter, SharePartition
 from actors.share_partition.dead_letters import GROUP_ENABLE_CONFIG, dead_letter_records

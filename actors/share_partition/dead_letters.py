@@ -23,10 +23,10 @@ Also the DLQ topic naming rules (Kafka's legal topic names, the broker's
 """
 from __future__ import annotations
 
-import re
 from typing import Iterable, Mapping
 
 from actors.share_partition.core import DeadLetter
+from actors.topic_names import topic_name_error as legal_name_error
 
 HEADER_TOPIC = "__dlq.errors.topic"
 HEADER_PARTITION = "__dlq.errors.partition"
@@ -44,9 +44,6 @@ AUTO_CREATE_CONFIG = "errors.deadletterqueue.auto.create.topics.enable"  # broke
 PREFIX_CONFIG = "errors.deadletterqueue.topic.name.prefix"         # broker config, "dlq."
 GROUP_ENABLE_CONFIG = "errors.deadletterqueue.group.enable"        # topic config a DLQ topic needs (true)
 
-TOPIC_NAME_BYTES_MAX = 249
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-
 
 def topic_name_error(name: str, prefix: str) -> str | None:
     """Why ``name`` cannot be a group's DLQ topic, or None if it can (empty: no DLQ). Kafka's legal
@@ -54,7 +51,7 @@ def topic_name_error(name: str, prefix: str) -> str | None:
     never an internal topic (those start with '__')."""
     if not name:
         return None
-    if name in (".", "..") or len(name) > TOPIC_NAME_BYTES_MAX or not _LEGAL_TOPIC.match(name):
+    if legal_name_error(name) is not None:
         return f"{name!r} is not a legal topic name (at most 249 of a-z, A-Z, 0-9, '.', '_', '-')"
     if name.startswith("__"):
         return f"{name!r} is an internal topic name"

@@ -4,7 +4,7 @@
 - `BrokerStateConnection`: to a coordinator on another broker, Kafka's share-state requests over
   TCP to that broker's inter-broker listener (its address in the metadata, 9092 on real hosts),
   with that listener's TLS and a login as the broker (`User:kray-broker`) where it uses SASL, as
-  the replica fetchers connect (actors/gateway/security/inter_broker.py: `broker_transport`); its
+  the replica fetchers connect (actors/security/inter_broker.py: `broker_transport`); its
   gateway checks CLUSTER_ACTION and forwards to the coordinator's shard.
 - `LocalStateConnection`: to a coordinator on this broker, SHARE_STATE frames straight to the
   coordinator's shard over its Unix socket, as that gateway would forward them (one hop, no

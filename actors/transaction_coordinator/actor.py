@@ -23,7 +23,7 @@ import time
 
 from actors import controller_client, internal_topics
 from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost
-from actors.gateway.security.inter_broker import broker_transport
+from actors.security.inter_broker import broker_transport
 from actors.partition.actor import PartitionActor
 from protocol.errors import ErrorCode
 

@@ -130,10 +130,10 @@ def describe_transactions_response(results: list[tuple[str, ErrorCode, TxnMetada
     R = DescribeTransactionsResponse
     states = []
     for transactional_id, error, meta in results:
-        if meta is None:
+        if meta is None:  # the fields left at their defaults, as Kafka 4.4 answers (tests/kafka)
             states.append(R.TransactionState(error_code=error, transactional_id=transactional_id,
                                              transaction_state="", transaction_timeout_ms=0,
-                                             transaction_start_time_ms=-1, producer_id=-1, producer_epoch=-1))
+                                             transaction_start_time_ms=0, producer_id=0, producer_epoch=0))
             continue
         states.append(R.TransactionState(
             error_code=E.NONE, transactional_id=transactional_id, transaction_state=STATE_NAMES[meta.state],

@@ -23,9 +23,9 @@ from cluster.admin import COMMAND_CONFIG_HELP, AdminError, KafkaConnection
 from protocol.errors import ErrorCode
 from protocol.messages import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
 
-from actors.gateway.security.authorizer import (CLUSTER_NAME, AclOperation, AclPermissionType, PatternType,
-                                                ResourceType)
-from actors.gateway.security.principal import KafkaPrincipal
+from actors.security.authorizer import (CLUSTER_NAME, AclOperation, AclPermissionType, PatternType,
+                                        ResourceType)
+from actors.security.principal import KafkaPrincipal
 
 WILDCARD_HOST = "*"
 

@@ -19,8 +19,8 @@ import re
 import secrets
 import sys
 
-from actors.gateway.security.scram import (ITERATIONS_MIN, SALT_BYTES_DEFAULT, ScramMechanism,
-                                           salted_password)
+from actors.security.scram import (ITERATIONS_MIN, SALT_BYTES_DEFAULT, ScramMechanism,
+                                   salted_password)
 from cluster.admin import COMMAND_CONFIG_HELP, AdminError, KafkaConnection
 from protocol.errors import ErrorCode
 from protocol.messages import (AlterUserScramCredentialsRequest, DescribeConfigsRequest,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from cluster.admin import COMMAND_CONFIG_HELP, librdkafka_config
 
 import os
+import sys
 import time
 
 PROGRESS_INTERVAL_S = 5.0
@@ -60,9 +61,9 @@ def run_producer(args) -> int:
             latencies.append((time.monotonic() - sent_at) * 1000)
 
     for i in range(args.num_records):
-        if args.throughput > 0:  # pace: record i goes out at start + i / throughput
-            delay = start + i / args.throughput - time.monotonic()
-            if delay > 0:
+        if args.throughput > 0:  # pace: record i goes out at start + i / throughput (poll returns early
+            due = start + i / args.throughput  # when it serves a delivery report: wait again until due)
+            while (delay := due - time.monotonic()) > 0:
                 producer.poll(delay)
         payload = str(i).encode() if args.payload_monotonic else random_payload
         sent_at = time.monotonic()
@@ -109,4 +110,8 @@ def run_share_consumer(args) -> int:
     finally:
         consumer.close()
     _report("consumed", count, size_bytes, (time.monotonic() - first) if first else 0.0, [])
-    return 0 if count >= args.messages else 1
+    if count < args.messages:
+        print(f"timed out: no record for {args.timeout_ms} ms (--timeout-ms) after {count} of {args.messages} "
+              f"records (--messages)", file=sys.stderr, flush=True)
+        return 1
+    return 0

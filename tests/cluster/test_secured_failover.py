@@ -31,7 +31,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
                                    UserScramCredentialUpsertion)
 
-from actors.gateway.security.inter_broker import broker_identity
+from actors.security.inter_broker import broker_identity
 from cluster import inter_broker_login
 from cluster.local import LocalCluster
 from cluster.start_errors import InterBrokerLoginFailed

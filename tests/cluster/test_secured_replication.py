@@ -21,7 +21,7 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
                                    ResourceType, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion)
 
 from actors import internal_topics
-from actors.gateway.security.principal import BROKER_USER
+from actors.security.principal import BROKER_USER
 from actors.share_coordinator import state_partition_for
 from cluster.admin import KafkaConnection
 from cluster.local import LocalCluster

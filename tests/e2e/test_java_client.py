@@ -12,7 +12,7 @@ and offsets as a second witness.
 
 The client negotiates from Kray's ApiVersions: Produce v13 (v11 for transactional batches: Kray does not
 advertise the `transaction.version` feature, so the client uses transaction version 1: AddPartitionsToTxn v3,
-EndTxn v4, TxnOffsetCommit v4), Fetch v17, FindCoordinator v6, InitProducerId v5, ShareFetch and
+EndTxn v4, TxnOffsetCommit v4), Fetch v18, FindCoordinator v6, InitProducerId v5, ShareFetch and
 ShareAcknowledge v2. Its jars come from Maven Central (`./dev test` copies Apache Kafka 4.4.0's classpath into
 tests/kafka/lib, see tests/kafka/pom.xml); without them or javac these tests are skipped, saying why."""
 from __future__ import annotations

@@ -25,7 +25,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    ResourceType, ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
                                    UserScramCredentialUpsertion)
 
-from actors.gateway.security.scram import ScramClient, ScramMechanism as Mechanism
+from actors.security.scram import ScramClient, ScramMechanism as Mechanism
 from protocol.errors import ErrorCode
 from protocol.messages import MetadataRequest, SaslAuthenticateRequest, SaslHandshakeRequest
 from tests.e2e.test_security import Raw, roundtrip_kafka_python

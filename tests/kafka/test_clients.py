@@ -102,7 +102,7 @@ def share_round(bootstrap: str, dlq: bool = False) -> dict:
                 break
             time.sleep(0.2)
     out = {"deliveries": sorted(deliveries), "start_offset": partition.start_offset, "lag": partition.lag,
-           "group": group}
+           "group": group, "topic": topic}
     if dlq:
         reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{name}", "auto.offset.reset": "earliest"})
         reader.assign([TopicPartition(dead, 0, 0)])

@@ -8,10 +8,10 @@ import time
 
 from hypothesis import given, settings, strategies as st
 
-from actors.gateway.security.authorizer import (AccessControlEntry, AclBinding, AclOperation, AclPermissionType,
-                                                AuthorizerConfig, PatternType, ResourcePattern, ResourceType,
-                                                StandardAuthorizer)
-from actors.gateway.security.principal import KafkaPrincipal
+from actors.security.authorizer import (AccessControlEntry, AclBinding, AclOperation, AclPermissionType,
+                                        AuthorizerConfig, PatternType, ResourcePattern, ResourceType,
+                                        StandardAuthorizer)
+from actors.security.principal import KafkaPrincipal
 
 Op, Res, Pat = AclOperation, ResourceType, PatternType
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY

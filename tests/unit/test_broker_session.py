@@ -2,7 +2,7 @@
 gateway serves while it may be fenced (GatewayContext), on a manual clock: no Ray."""
 import uuid
 
-from actors.controller.actor import MetadataImage
+from actors.controller.image import MetadataImage
 from actors.controller.core import BrokerInfo, PartitionState, TopicState
 from actors.gateway import context as context_module
 from actors.gateway.broker_session import BrokerSession

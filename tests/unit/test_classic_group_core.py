@@ -6,7 +6,7 @@ import pytest
 from actors.group_coordinator import classic_records as crec
 from actors.group_coordinator.classic import (COMPLETING_REBALANCE, EMPTY, PREPARING_REBALANCE, STABLE,
                                               ClassicGroupConfig, ClassicGroups, SyncResult)
-from cluster.config import ConfigError
+from actors.config_schema import ConfigError
 from protocol.errors import ErrorCode
 
 SESSION_MS = 10000

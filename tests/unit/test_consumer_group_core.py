@@ -7,7 +7,7 @@ import pytest
 from actors.group_coordinator import consumer_records as crec
 from actors.group_coordinator import records as share_records
 from actors.group_coordinator.consumer_group import ConsumerGroups
-from cluster.config import ConfigError
+from actors.config_schema import ConfigError
 from protocol.errors import ErrorCode
 
 SESSION_MS = 45000

@@ -1,7 +1,7 @@
 """The controller's pure state machine: commands, validation, and replay from its own log."""
 from actors.controller.core import BrokerInfo, ControllerCore
 from actors.controller.metadata_log import MetadataLog
-from cluster.config import BROKER_DEFAULTS
+from actors.config_schema import BROKER_DEFAULTS
 from protocol.errors import ErrorCode
 
 

@@ -158,7 +158,7 @@ def test_replay_through_the_metadata_log_rebuilds_the_same_state(tmp_path):
 
 def test_controller_core_shares_its_partitions_and_replays_replication_records(tmp_path):
     from actors.controller.core import BrokerInfo, ControllerCore
-    from cluster.config import BROKER_DEFAULTS
+    from actors.config_schema import BROKER_DEFAULTS
 
     core = ControllerCore(dict(BROKER_DEFAULTS), "cluster-1")
     log = MetadataLog(tmp_path / "m.log")

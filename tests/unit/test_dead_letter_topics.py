@@ -6,7 +6,7 @@ import asyncio
 from types import SimpleNamespace
 
 from actors.share_partition.dead_letter_writer import DeadLetterWriter, DlqTarget
-from cluster.config import BROKER_DEFAULTS
+from actors.config_schema import BROKER_DEFAULTS
 
 
 class Method:

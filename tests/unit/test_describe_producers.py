@@ -13,14 +13,14 @@ from actors.gateway.connection import ClientConnection
 from actors.gateway.context import GatewayContext
 from actors.gateway.handlers.producers import handle_describe_producers, producer_states
 from actors.gateway.partition_client import DataPaths, PartitionNotHosted, SocketPartition
-from actors.gateway.security.authorizer import (KAFKA_STANDARD_AUTHORIZER, AccessControlEntry, AclBinding,
-                                                AclOperation, AclPermissionType, PatternType, ResourcePattern,
-                                                ResourceType)
-from actors.gateway.security.principal import KafkaPrincipal
+from actors.security.authorizer import (KAFKA_STANDARD_AUTHORIZER, AccessControlEntry, AclBinding,
+                                        AclOperation, AclPermissionType, PatternType, ResourcePattern,
+                                        ResourceType)
+from actors.security.principal import KafkaPrincipal
 from actors.partition.core import PartitionConfig, PartitionCore
 from actors.partition.listener import start_listener
 from actors.partition.producer_state import ActiveProducer
-from cluster.config import BROKER_DEFAULTS
+from actors.config_schema import BROKER_DEFAULTS
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader
 from protocol.messages import DescribeProducersRequest, DescribeProducersResponse

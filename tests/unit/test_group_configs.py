@@ -9,8 +9,8 @@ import pytest
 from actors.controller.core import ControllerCore
 from actors.gateway.handlers.configs import (CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_GROUP, CONFIG_SOURCE_STATIC_BROKER,
                                              _describe_group)
-from cluster.config import (BROKER_DEFAULTS, ConfigError, ShareGroupLimits, effective_group_configs,
-                            group_config_defaults, validate_group_configs)
+from actors.config_schema import (BROKER_DEFAULTS, ConfigError, ShareGroupLimits, effective_group_configs,
+                                  group_config_defaults, validate_group_configs)
 from protocol.errors import ErrorCode
 
 BROKER = dict(BROKER_DEFAULTS)

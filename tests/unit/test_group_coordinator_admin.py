@@ -3,7 +3,7 @@ import pytest
 
 from actors.group_coordinator import SHARE_GROUP_CONFIG_DEFAULTS, GroupCoordinatorShard, ShareGroupConfig
 from actors.group_coordinator import records as rec
-from cluster.config import ConfigError
+from actors.config_schema import ConfigError
 from protocol.errors import ErrorCode
 from tests.unit.test_group_coordinator_helpers import Harness, topic_id
 

@@ -1,4 +1,4 @@
-"""Who brokers log in as on each other's inter-broker listener (actors/gateway/security/
+"""Who brokers log in as on each other's inter-broker listener (actors/security/
 inter_broker.py) and what `kray start` checks of it (cluster/inter_broker_login.py): Kray's own
 User:kray-broker by default; the operator's choice as Kafka configures it
 (`sasl.mechanism.inter.broker.protocol`, `listener.name.<l>.<mechanism>.sasl.jaas.config`'s
@@ -12,15 +12,16 @@ import pytest
 
 from actors.gateway.context import GatewayContext
 from actors.gateway.frontend import start_frontend
-from actors.gateway.security.access import authorizer_config
-from actors.gateway.security.inter_broker import (BrokerLoginFailed, broker_credentials, broker_identity, login,
-                                                  with_broker_secret)
-from actors.gateway.security.principal import BROKER_USER, KafkaPrincipal
-from actors.gateway.security.scram import ScramMechanism, make_credential
-from actors.gateway.security.scram_credentials import by_mechanism
-from actors.gateway.security.settings import SecurityConfigError, security_settings
+from actors.security.access import authorizer_config
+from actors.security.inter_broker import (BrokerLoginFailed, broker_credentials, broker_identity, login,
+                                          with_broker_secret)
+from actors.security.principal import BROKER_USER, KafkaPrincipal
+from actors.security.scram import ScramMechanism, make_credential
+from actors.security.scram_credentials import by_mechanism
+from actors.security.settings import security_settings
+from actors.security.tls import SecurityConfigError
 from actors.pipelined import PipelinedConnection
-from cluster.config import BROKER_DEFAULTS
+from actors.config_schema import BROKER_DEFAULTS
 from cluster.inter_broker_login import (check_logins, cluster_action_note, password_matches_credential,
                                         scram_credential_step)
 from cluster.start_errors import InterBrokerLoginFailed
@@ -123,8 +124,8 @@ def test_a_scram_password_is_checked_against_the_metadatas_credential():
 
 
 def test_a_missing_cluster_action_is_said_but_super_users_or_an_acl_give_it():
-    from actors.gateway.security.authorizer import (CLUSTER_NAME, AccessControlEntry, AclBinding, AclOperation,
-                                                    AclPermissionType, PatternType, ResourcePattern, ResourceType)
+    from actors.security.authorizer import (CLUSTER_NAME, AccessControlEntry, AclBinding, AclOperation,
+                                            AclPermissionType, PatternType, ResourcePattern, ResourceType)
     identity = broker_identity(SCRAM_BROKER)
     assert cluster_action_note(SCRAM_BROKER, identity, (), {"127.0.0.1"}) is None, "no authorizer: nothing needed"
     note = cluster_action_note({**SCRAM_BROKER, **AUTHORIZER}, identity, (), {"127.0.0.1"})

@@ -10,7 +10,7 @@ from actors.controller.quorum import QuorumStatus, ReplicaStatus, VoteRequest, V
 from actors.controller.quorum_shell import wire
 from actors.gateway.handlers import ROUTES
 from actors.gateway.handlers.metadata_quorum import handle_describe_quorum, handle_quorum_rpc
-from actors.gateway.security.authorizer import AclOperation
+from actors.security.authorizer import AclOperation
 
 
 class Access:

@@ -249,7 +249,7 @@ def test_retention_tick_and_delete_records(tmp_path):
 
 
 def test_config_from_topic_config_like_objects(tmp_path):
-    class TopicConfigLike:  # shape of cluster.config.TopicConfig
+    class TopicConfigLike:  # shape of actors.config_schema.TopicConfig
         segment_bytes = 4096
         index_interval_bytes = 100
         retention_ms = 5

@@ -4,7 +4,8 @@ from actors.controller.quorum_shell import settings
 
 
 def test_the_retired_switch_is_accepted_on_and_refused_off():
-    from cluster.config import ConfigError, load_broker_config
+    from actors.config_schema import ConfigError
+    from cluster.config import load_broker_config
     assert "kray.metadata.quorum.enable" not in load_broker_config(None, ["kray.metadata.quorum.enable=true"])
     with pytest.raises(ConfigError, match="metadata quorum always keeps the metadata"):
         load_broker_config(None, ["kray.metadata.quorum.enable=false"])
@@ -26,7 +27,8 @@ def test_process_roles_must_agree_with_the_voters():
         settings.combined_voters({"process.roles": "controller,broker"})
     with pytest.raises(ValueError, match="controller-only"):
         settings.combined_voters({"process.roles": "controller"})
-    from cluster.config import ConfigError, load_broker_config
+    from actors.config_schema import ConfigError
+    from cluster.config import load_broker_config
     with pytest.raises(ConfigError, match="process.roles"):
         load_broker_config(None, ["process.roles=controller"])
 

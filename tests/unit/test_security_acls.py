@@ -15,14 +15,14 @@ from actors.gateway.handlers.acls import handle_create_acls, handle_delete_acls,
 from actors.gateway.handlers.cluster_info import handle_metadata
 from actors.gateway.handlers.fetch import handle_fetch
 from actors.gateway.handlers.produce import handle_produce
-from actors.gateway.security.access import ALLOW_ALL, Access, authorizer_config
-from actors.gateway.security.authorizer import (CLUSTER_NAME, KAFKA_STANDARD_AUTHORIZER, AccessControlEntry,
-                                                AccessControlEntryFilter, AclBinding, AclBindingFilter, AclOperation,
-                                                AclPermissionType, AuthorizerConfig, PatternType, ResourcePattern,
-                                                ResourcePatternFilter, ResourceType, StandardAuthorizer,
-                                                binding_from_row, binding_row)
-from actors.gateway.security.principal import ANONYMOUS, KafkaPrincipal
-from cluster.config import BROKER_DEFAULTS
+from actors.security.access import ALLOW_ALL, Access, authorizer_config
+from actors.security.authorizer import (CLUSTER_NAME, KAFKA_STANDARD_AUTHORIZER, AccessControlEntry,
+                                        AccessControlEntryFilter, AclBinding, AclBindingFilter, AclOperation,
+                                        AclPermissionType, AuthorizerConfig, PatternType, ResourcePattern,
+                                        ResourcePatternFilter, ResourceType, StandardAuthorizer,
+                                        binding_from_row, binding_row)
+from actors.security.principal import ANONYMOUS, KafkaPrincipal
+from actors.config_schema import BROKER_DEFAULTS
 from cluster.tools import acls as acls_tool
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader

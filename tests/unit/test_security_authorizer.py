@@ -1,4 +1,4 @@
-"""The ACL authorizer (actors/gateway/security/authorizer.py) against Kafka's StandardAuthorizer rules,
+"""The ACL authorizer (actors/security/authorizer.py) against Kafka's StandardAuthorizer rules,
 its filters (DescribeAcls/DeleteAcls), and the table of what each API needs (api_acls.py)."""
 import time
 
@@ -7,13 +7,13 @@ import pytest
 from protocol.errors import ErrorCode
 
 from actors.gateway.handlers import ROUTES
-from actors.gateway.security.api_acls import (
+from actors.security.api_acls import (
     API_ACLS, PRE_AUTHENTICATION_API_KEYS, Check, authorization_error, checks_for)
-from actors.gateway.security.authorizer import (
+from actors.security.authorizer import (
     ANY_ACL, CLUSTER_NAME, SUPPORTED_OPERATIONS, AccessControlEntry, AccessControlEntryFilter, AclBinding,
     AclBindingFilter, AclOperation, AclPermissionType, AuthorizerConfig, PatternType, ResourcePattern,
     ResourcePatternFilter, ResourceType, StandardAuthorizer, acl_binding_problem)
-from actors.gateway.security.principal import KafkaPrincipal
+from actors.security.principal import KafkaPrincipal
 
 Op, Res, Pat = AclOperation, ResourceType, PatternType
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY

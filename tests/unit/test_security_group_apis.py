@@ -22,11 +22,11 @@ from actors.gateway.handlers.share_admin import (handle_alter_share_group_offset
                                                  handle_describe_share_group_offsets)
 from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle_share_fetch
 from actors.gateway.handlers.transactions import handle_add_offsets_to_txn, handle_txn_offset_commit
-from actors.gateway.security.authorizer import (KAFKA_STANDARD_AUTHORIZER, AccessControlEntry, AclBinding,
-                                                AclOperation, AclPermissionType, PatternType, ResourcePattern,
-                                                ResourceType)
-from actors.gateway.security.principal import KafkaPrincipal
-from cluster.config import BROKER_DEFAULTS
+from actors.security.authorizer import (KAFKA_STANDARD_AUTHORIZER, AccessControlEntry, AclBinding,
+                                        AclOperation, AclPermissionType, PatternType, ResourcePattern,
+                                        ResourceType)
+from actors.security.principal import KafkaPrincipal
+from actors.config_schema import BROKER_DEFAULTS
 from protocol import messages as m
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader
@@ -145,7 +145,7 @@ def test_describe_on_the_group_does_not_let_a_principal_change_it(name, handler,
 
 def test_every_group_api_the_gateway_serves_is_checked_here():
     from actors.gateway.handlers import ROUTES
-    from actors.gateway.security.api_acls import API_ACLS
+    from actors.security.api_acls import API_ACLS
     group_apis = {key for key, row in API_ACLS.items() if key in ROUTES
                   and any(c.name_from == "group" and c.when == "" for c in row.checks)}
     assert group_apis <= {c[2] for c in CASES}, sorted(group_apis - {c[2] for c in CASES})

@@ -1,8 +1,8 @@
-"""Kafka's listener configs (actors/gateway/security/listeners.py): parsing, defaults and every
+"""Kafka's listener configs (actors/security/listeners.py): parsing, defaults and every
 check Kafka makes, with messages that say what to change."""
 import pytest
 
-from actors.gateway.security.listeners import (
+from actors.security.listeners import (
     LISTENER_SECURITY_PROTOCOL_MAP_DEFAULT, Listener, ListenerConfigError, SecurityProtocol, listener_config,
     parse_listener_list, parse_security_protocol_map)
 

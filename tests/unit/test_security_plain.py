@@ -1,10 +1,10 @@
-"""SASL/PLAIN (actors/gateway/security/plain.py) and Kafka's JAAS config strings (jaas.py)."""
+"""SASL/PLAIN (actors/security/plain.py) and Kafka's JAAS config strings (jaas.py)."""
 import pytest
 
 from protocol.errors import ErrorCode
 
-from actors.gateway.security.jaas import parse_jaas_config
-from actors.gateway.security.plain import (
+from actors.security.jaas import parse_jaas_config
+from actors.security.plain import (
     PLAIN_MESSAGE_BYTES_MAX, PlainServer, parse_plain, password_matches, plain_users_from_jaas)
 
 BROKER_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '

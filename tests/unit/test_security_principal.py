@@ -1,8 +1,8 @@
-"""Principals and Kafka's ssl.principal.mapping.rules (actors/gateway/security/principal.py), checked
+"""Principals and Kafka's ssl.principal.mapping.rules (actors/security/principal.py), checked
 with the examples of Kafka's documentation and the behaviour its SslPrincipalMapper tests describe."""
 import pytest
 
-from actors.gateway.security.principal import (
+from actors.security.principal import (
     ANONYMOUS, WILDCARD_USER, KafkaPrincipal, NoMatchingRule, SslPrincipalMapper, parse_mapping_rules,
     principal_for, subject_dn)
 

@@ -1,4 +1,4 @@
-"""SCRAM credentials and the server-side exchange (actors/gateway/security/scram.py): RFC 7677's
+"""SCRAM credentials and the server-side exchange (actors/security/scram.py): RFC 7677's
 SCRAM-SHA-256 test vector end to end, a SCRAM-SHA-512 round trip against a client computed here,
 and every way a client can get it wrong."""
 import base64
@@ -9,7 +9,7 @@ import pytest
 
 from protocol.errors import ErrorCode
 
-from actors.gateway.security.scram import (
+from actors.security.scram import (
     ITERATIONS_MAX, ITERATIONS_MIN, SCRAM_MESSAGE_BYTES_MAX, TRANSITIONS, ScramMechanism, ScramServer, ScramState,
     credential_from_salted_password, decode_saslname, encode_saslname, make_credential, salted_password)
 
@@ -260,7 +260,7 @@ def test_server_nonces_are_fresh_and_printable():
 
 @pytest.mark.parametrize("mechanism", [SHA256, SHA512])
 def test_the_tools_client_logs_in_and_checks_the_server(mechanism):
-    from actors.gateway.security.scram import ScramClient, ScramClientError
+    from actors.security.scram import ScramClient, ScramClientError
     credential = make_credential(mechanism, "pw,=é", iterations=4096)
     server = ScramServer(mechanism, {"us,er=": credential})
     client = ScramClient(mechanism, "us,er=", "pw,=é")

@@ -14,15 +14,15 @@ from actors.gateway.connection import ClientConnection, new_session
 from actors.gateway.context import GatewayContext
 from actors.gateway.handlers.scram_credentials import (handle_alter_user_scram_credentials,
                                                        handle_describe_user_scram_credentials)
-from actors.gateway.security.authorizer import (CLUSTER_NAME, KAFKA_STANDARD_AUTHORIZER, AccessControlEntry,
-                                                AclBinding, AclOperation, AclPermissionType, PatternType,
-                                                ResourcePattern, ResourceType)
-from actors.gateway.security.principal import KafkaPrincipal
-from actors.gateway.security.scram import ScramMechanism, make_credential, salted_password
-from actors.gateway.security.scram_credentials import (Deletion, Upsertion, alter_credentials, by_mechanism,
-                                                       describe_credentials)
-from actors.gateway.security.session import State
-from cluster.config import BROKER_DEFAULTS
+from actors.security.authorizer import (CLUSTER_NAME, KAFKA_STANDARD_AUTHORIZER, AccessControlEntry,
+                                        AclBinding, AclOperation, AclPermissionType, PatternType,
+                                        ResourcePattern, ResourceType)
+from actors.security.principal import KafkaPrincipal
+from actors.security.scram import ScramMechanism, make_credential, salted_password
+from actors.security.scram_credentials import (Deletion, Upsertion, alter_credentials, by_mechanism,
+                                               describe_credentials)
+from actors.security.session import State
+from actors.config_schema import BROKER_DEFAULTS
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader
 from protocol.messages import (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,

@@ -1,11 +1,11 @@
-"""A connection's authentication state machine (actors/gateway/security/session.py): which
+"""A connection's authentication state machine (actors/security/session.py): which
 requests it admits in each state, SaslHandshake v0/v1, PLAIN, failures and KIP-368 re-auth."""
 from protocol.errors import ErrorCode
 
-from actors.gateway.security.plain import PlainServer
-from actors.gateway.security.principal import ANONYMOUS, KafkaPrincipal
-from actors.gateway.security.session import (API_API_VERSIONS, API_SASL_AUTHENTICATE, API_SASL_HANDSHAKE, Action,
-                                             ConnectionSession, State)
+from actors.security.plain import PlainServer
+from actors.security.principal import ANONYMOUS, KafkaPrincipal
+from actors.security.session import (API_API_VERSIONS, API_SASL_AUTHENTICATE, API_SASL_HANDSHAKE, Action,
+                                     ConnectionSession, State)
 
 PRODUCE, METADATA = 0, 3
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -129,8 +129,8 @@ def test_reauthentication_needs_handshake_v1():
 def test_a_failed_reauthentication_says_re_authentication():
     class Refusing:
         def step(self, message):
-            from actors.gateway.security.outcome import hidden_failure
-            from actors.gateway.security.plain import PlainStep
+            from actors.security.outcome import hidden_failure
+            from actors.security.plain import PlainStep
             return PlainStep(False, failure=hidden_failure("PLAIN", "no"))
     calls = []
 

@@ -1,5 +1,5 @@
-"""Per-listener security read from a broker config (actors/gateway/security/settings.py), the
-config keys Kray accepts for it (cluster/config.py), and file regions sent over TLS."""
+"""Per-listener security read from a broker config (actors/security/settings.py), the
+config keys Kray accepts for it (actors/config_schema.py), and file regions sent over TLS."""
 import asyncio
 import os
 import ssl
@@ -7,9 +7,11 @@ import ssl
 import pytest
 
 from actors.gateway.file_region import FileRegion, write_frame
-from actors.gateway.security.listeners import SecurityProtocol
-from actors.gateway.security.settings import SecurityConfigError, listener_value, security_settings
-from cluster.config import BROKER_DEFAULTS, ConfigError, is_sensitive, load_broker_config, with_listener
+from actors.security.listeners import SecurityProtocol
+from actors.security.settings import security_settings
+from actors.security.tls import SecurityConfigError, listener_value
+from actors.config_schema import BROKER_DEFAULTS, ConfigError, is_sensitive, with_listener
+from cluster.config import load_broker_config
 from tests.tls_certs import make_pki
 
 JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";'
@@ -96,7 +98,7 @@ def test_configs_kray_cannot_serve_say_what_to_set(pki, extra, words):
 
 
 def test_a_tls_inter_broker_listener_gives_followers_a_checking_client(pki):
-    from actors.gateway.security.settings import broker_client_ssl_context
+    from actors.security.tls import broker_client_ssl_context
     config = secured(pki, **{"inter.broker.listener.name": "SSL"})
     assert security_settings(config).listeners.inter_broker_listener.name == "SSL"
     client = broker_client_ssl_context(config, "SSL")

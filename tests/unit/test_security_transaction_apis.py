@@ -12,11 +12,11 @@ from actors.gateway.handlers.groups import handle_find_coordinator
 from actors.gateway.handlers.transactions import (handle_add_partitions_to_txn, handle_describe_transactions,
                                                   handle_end_txn, handle_transactional_init_producer_id,
                                                   transactional_produce)
-from actors.gateway.security.authorizer import (KAFKA_STANDARD_AUTHORIZER, AccessControlEntry, AclBinding,
-                                                AclOperation, AclPermissionType, PatternType, ResourcePattern,
-                                                ResourceType)
-from actors.gateway.security.principal import KafkaPrincipal
-from cluster.config import BROKER_DEFAULTS
+from actors.security.authorizer import (KAFKA_STANDARD_AUTHORIZER, AccessControlEntry, AclBinding,
+                                        AclOperation, AclPermissionType, PatternType, ResourcePattern,
+                                        ResourceType)
+from actors.security.principal import KafkaPrincipal
+from actors.config_schema import BROKER_DEFAULTS
 from protocol import messages as m
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader

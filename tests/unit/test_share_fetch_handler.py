@@ -3,7 +3,7 @@ import uuid
 
 from actors.gateway.handlers.share_fetch import _fetch_response
 from actors.gateway.share_sessions import ShareSessionCache
-from actors.share_partition.actor import ShareFetchResult
+from actors.share_partition.core import ShareFetchResult
 from protocol.errors import ErrorCode
 from protocol.messages import ShareFetchResponse
 

@@ -9,9 +9,9 @@ import random
 import pytest
 
 from actors.share_partition import Acquired, SharePartition
-from cluster.config import (GROUP_CONFIG_SOURCES, ShareGroupLimits, effective_group_configs,
-                            validate_group_configs)
-from cluster.config import ConfigError
+from actors.config_schema import (GROUP_CONFIG_SOURCES, ShareGroupLimits, effective_group_configs,
+                                  validate_group_configs)
+from actors.config_schema import ConfigError
 from protocol.errors import ErrorCode
 from protocol.record_batch import (COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_NONE, COMPRESSION_SNAPPY,
                                    COMPRESSION_ZSTD, build_batch, iter_batches, record_keys)

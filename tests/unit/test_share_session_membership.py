@@ -16,8 +16,8 @@ from types import SimpleNamespace
 
 from actors.gateway.handlers.share_fetch import handle_share_fetch
 from actors.gateway.share_sessions import ShareSessionCache
-from actors.share_partition.actor import ShareFetchResult
-from cluster.config import BROKER_DEFAULTS
+from actors.share_partition.core import ShareFetchResult
+from actors.config_schema import BROKER_DEFAULTS
 from protocol import messages as m
 from protocol.headers import RequestHeader
 

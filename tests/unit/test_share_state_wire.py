@@ -17,8 +17,8 @@ from actors.gateway.context import GatewayContext
 from actors.gateway.frontend import start_frontend
 from actors.gateway.handlers import ROUTES, share_state
 from actors.gateway.partition_client import DataPaths, SocketPartition
-from actors.gateway.security.inter_broker import broker_transport, with_broker_secret
-from actors.gateway.security.principal import ANONYMOUS, BROKER_PRINCIPAL, KafkaPrincipal
+from actors.security.inter_broker import broker_transport, with_broker_secret
+from actors.security.principal import ANONYMOUS, BROKER_PRINCIPAL, KafkaPrincipal
 from actors.partition.listener import start_listener
 from actors.pipelined import PipelinedConnection
 from actors.share_coordinator import wire

@@ -4,8 +4,8 @@ the partition."""
 import pytest
 
 from actors.partition.core import PartitionConfig, PartitionCore
-from cluster.config import (BROKER_DEFAULTS, TOPIC_CONFIGS_WITHOUT_EFFECT, ConfigError, TopicConfig,
-                            topic_config_defaults, validate_topic_configs)
+from actors.config_schema import (BROKER_DEFAULTS, TOPIC_CONFIGS_WITHOUT_EFFECT, ConfigError, TopicConfig,
+                                  topic_config_defaults, validate_topic_configs)
 from protocol.errors import ErrorCode
 from protocol.record_batch import COMPRESSION_LZ4, COMPRESSION_NONE, build_batch, decode_records, iter_batches
 

@@ -304,7 +304,7 @@ def test_the_handler_checks_the_transactional_id_and_each_topic_before_any_coord
     """As Kafka's handleTxnOffsetCommitRequest; the gateway here has no coordinator, so a request that went past
     the checks would fail instead of answering them."""
     from actors.gateway.handlers.transactions import handle_txn_offset_commit
-    from actors.gateway.security.authorizer import AclOperation
+    from actors.security.authorizer import AclOperation
     from protocol import messages as m
     from protocol.headers import RequestHeader
     from tests.unit.test_security_group_apis import GROUP, TOPIC, _connection, _context

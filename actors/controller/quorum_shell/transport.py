@@ -1,5 +1,5 @@
 """The quorum's outgoing half: one PipelinedConnection per peer voter to its inter-broker listener
-(TLS and SASL as actors/gateway/security/inter_broker.py's `broker_transport` says), carrying the
+(TLS and SASL as actors/security/inter_broker.py's `broker_transport` says), carrying the
 core's requests as Kafka's Vote / BeginQuorumEpoch / EndQuorumEpoch / Fetch(__cluster_metadata-0).
 
 Every request has a timeout (controller.quorum.request.timeout.ms). A connection whose request

@@ -35,7 +35,7 @@ def voter_log_dir(config: Mapping[str, Any], broker_id: int) -> Path:
 
 def build_voter(config: Mapping[str, Any], broker_id: int, voters: tuple[int, ...], cluster_id: str | None,
                 resolve: Callable[[int], tuple[str, int] | None]) -> QuorumNode:
-    from actors.gateway.security.inter_broker import broker_transport
+    from actors.security.inter_broker import broker_transport
     quorum = quorum_config(config, voters)
     ssl_context, login = broker_transport(config)
     transport = PeerTransport(broker_id, cluster_id, resolve, request_timeout_ms=quorum.request_timeout_ms,

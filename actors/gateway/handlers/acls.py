@@ -14,9 +14,9 @@ import enum
 from protocol.errors import ErrorCode
 from protocol.messages import CreateAclsResponse, DeleteAclsResponse, DescribeAclsResponse
 
-from actors.gateway.security.authorizer import (CLUSTER_NAME, AccessControlEntry, AccessControlEntryFilter,
-                                                AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
-                                                PatternType, ResourcePattern, ResourcePatternFilter, ResourceType)
+from actors.security.authorizer import (CLUSTER_NAME, AccessControlEntry, AccessControlEntryFilter,
+                                        AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
+                                        PatternType, ResourcePattern, ResourcePatternFilter, ResourceType)
 
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
 

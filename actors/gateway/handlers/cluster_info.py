@@ -11,8 +11,8 @@ import uuid
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeClusterResponse, MetadataResponse
 
-from actors.controller.core import topic_name_error
-from actors.gateway.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
+from actors.topic_names import topic_name_error
+from actors.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 ZERO_UUID = uuid.UUID(int=0)

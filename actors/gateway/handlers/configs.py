@@ -6,12 +6,12 @@ CLUSTER_AUTHORIZATION_FAILED and is left as it is.
 """
 from __future__ import annotations
 
-from cluster.config import (BROKER_DEFAULTS, GROUP_CONFIG_SOURCES, TOPIC_CONFIG_SOURCES, effective_group_configs,
-                           is_sensitive)
+from actors.config_schema import (BROKER_DEFAULTS, GROUP_CONFIG_SOURCES, TOPIC_CONFIG_SOURCES, effective_group_configs,
+                                  is_sensitive)
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeConfigsResponse, IncrementalAlterConfigsResponse
 
-from actors.gateway.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
+from actors.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 
 RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_GROUP = 2, 4, 32
 CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_STATIC_BROKER, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_GROUP = 1, 4, 5, 8

@@ -24,7 +24,7 @@ from protocol.messages import (ConsumerGroupDescribeResponse, ConsumerGroupHeart
 from actors.gateway.connection import in_request_order
 from actors.gateway.handlers.groups import (AUTHORIZED_OPERATIONS_OMITTED, coordinator_error, group_coordinator,
                                             hide_undescribed_topics)
-from actors.gateway.security.authorizer import AclOperation, ResourceType
+from actors.security.authorizer import AclOperation, ResourceType
 
 log = logging.getLogger("kray.gateway")
 JOIN_GROUP_REQUIRES_KNOWN_MEMBER_ID = 4   # KIP-394: from this JoinGroup version a new member first gets an id

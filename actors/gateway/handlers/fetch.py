@@ -32,7 +32,7 @@ from actors.gateway.handlers.routing import partition_client, resolve_topic
 from actors.gateway.partition_client import (
     by_listener, fetch_args, fetch_result, replica_fetch_args, replica_fetch_result,
 )
-from actors.gateway.security.authorizer import AclOperation, ResourceType
+from actors.security.authorizer import AclOperation, ResourceType
 from actors.partition import wire
 
 log = logging.getLogger("kray.gateway")

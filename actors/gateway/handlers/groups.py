@@ -25,7 +25,7 @@ from protocol.messages import (DeleteGroupsResponse, FindCoordinatorResponse, Li
 
 from actors import internal_topics
 from actors.gateway.handlers.cluster_info import broker_address
-from actors.gateway.security.authorizer import AclOperation, ResourceType
+from actors.security.authorizer import AclOperation, ResourceType
 from actors.share_coordinator.core import state_partition_for_key
 from actors.shard.hosted import ReplicaNotHosted
 

@@ -10,7 +10,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import ListOffsetsResponse
 
 from actors.gateway.handlers.routing import partition_client
-from actors.gateway.security.authorizer import AclOperation, ResourceType
+from actors.security.authorizer import AclOperation, ResourceType
 
 log = logging.getLogger("kray.gateway")
 

@@ -20,7 +20,7 @@ from protocol import messages as m
 from protocol.errors import ErrorCode
 
 from actors.controller.quorum_shell import wire
-from actors.gateway.security.authorizer import AclOperation
+from actors.security.authorizer import AclOperation
 
 log = logging.getLogger("kray.gateway")
 NO_QUORUM_MESSAGE = ("this broker is not a voter of the metadata quorum (controller.quorum.voters), or its voter is "

@@ -21,7 +21,7 @@ from protocol.messages import ProduceResponse
 from actors.gateway.connection import CloseConnection, in_request_order
 from actors.gateway.handlers.routing import leader_clients
 from actors.gateway.partition_client import PartitionNotHosted, by_listener
-from actors.gateway.security.authorizer import AclOperation, ResourceType
+from actors.security.authorizer import AclOperation, ResourceType
 
 log = logging.getLogger("kray.gateway")
 VALID_ACKS = (-1, 0, 1)

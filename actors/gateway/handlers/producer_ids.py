@@ -9,7 +9,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import InitProducerIdResponse
 
 from actors.gateway.handlers.transactions import handle_transactional_init_producer_id
-from actors.gateway.security.authorizer import AclOperation, ResourceType
+from actors.security.authorizer import AclOperation, ResourceType
 
 
 async def handle_init_producer_id(ctx, header, request, connection=None) -> InitProducerIdResponse:

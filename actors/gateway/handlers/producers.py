@@ -15,9 +15,9 @@ from typing import Iterable
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeProducersResponse
 
-from actors.controller.core import topic_name_error
+from actors.topic_names import topic_name_error
 from actors.gateway.handlers.routing import partition_client
-from actors.gateway.security.authorizer import AclOperation, ResourceType
+from actors.security.authorizer import AclOperation, ResourceType
 from actors.partition.producer_state import ActiveProducer
 
 log = logging.getLogger("kray.gateway")

@@ -1,6 +1,6 @@
 """SaslHandshake and SaslAuthenticate where no SASL exchange is under way.
 
-On a SASL listener the connection's session (actors/gateway/security/session.py) answers both
+On a SASL listener the connection's session (actors/security/session.py) answers both
 before dispatch; what reaches these handlers came on a listener without SASL, or after
 authentication completed. Kafka answers those with ILLEGAL_SASL_STATE, and so do we; the routes
 also make ApiVersions advertise both APIs, which clients check before they authenticate.

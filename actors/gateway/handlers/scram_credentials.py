@@ -2,7 +2,7 @@
 
 SCRAM credentials live in the controller's metadata log and reach every gateway with its metadata
 image (actors/gateway/context.py indexes them for SCRAM logins); the rules are in
-actors/gateway/security/scram_credentials.py. As in Kafka: describing needs DESCRIBE on the
+actors/security/scram_credentials.py. As in Kafka: describing needs DESCRIBE on the
 cluster (else the whole answer is CLUSTER_AUTHORIZATION_FAILED), altering needs ALTER on the
 cluster (else every user named answers CLUSTER_AUTHORIZATION_FAILED and nothing changes); both
 work without an authorizer. Describing answers from this broker's image; the gateway that
@@ -14,8 +14,8 @@ from __future__ import annotations
 from protocol.errors import ErrorCode
 from protocol.messages import AlterUserScramCredentialsResponse, DescribeUserScramCredentialsResponse
 
-from actors.gateway.security.authorizer import AclOperation
-from actors.gateway.security.scram_credentials import Deletion, Upsertion, describe_credentials
+from actors.security.authorizer import AclOperation
+from actors.security.scram_credentials import Deletion, Upsertion, describe_credentials
 
 CLUSTER_REFUSED = "Cluster authorization failed."
 

@@ -23,9 +23,9 @@ from protocol.messages import ShareAcknowledgeResponse, ShareFetchResponse
 
 from actors.gateway.connection import in_request_order
 from actors.gateway.handlers.routing import leader_clients, partition_client
-from actors.gateway.security.authorizer import AclOperation, ResourceType
+from actors.security.authorizer import AclOperation, ResourceType
 from actors.gateway.share_sessions import FINAL_EPOCH, ShareSession
-from cluster.config import ShareGroupLimits
+from actors.config_schema import ShareGroupLimits
 
 log = logging.getLogger("kray.gateway")
 
@@ -143,8 +143,7 @@ async def handle_share_fetch(ctx, header, request, connection=None) -> ShareFetc
     limits = _limits(ctx, request.group_id)
     lock_ms = limits.record_lock_duration_ms
     if not request.group_id or not request.member_id:
-        return ShareFetchResponse(error_code=ErrorCode.INVALID_REQUEST, error_message="group id and member id are required",
-                                  acquisition_lock_timeout_ms=lock_ms)
+        return ShareFetchResponse(error_code=ErrorCode.INVALID_REQUEST, error_message="group id and member id are required")
     final = request.share_session_epoch == FINAL_EPOCH
     asked = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
     acks = {(t.topic_id, p.partition_index): _acks(p.acknowledgement_batches)
@@ -156,11 +155,11 @@ async def handle_share_fetch(ctx, header, request, connection=None) -> ShareFetc
     if header.api_version >= 2 and request.share_acquire_mode not in (BATCH_OPTIMIZED, RECORD_LIMIT):
         invalid = f"unknown ShareAcquireMode {request.share_acquire_mode} (0: batch_optimized, 1: record_limit)"
     if invalid:
-        return ShareFetchResponse(error_code=ErrorCode.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms,
+        return ShareFetchResponse(error_code=ErrorCode.INVALID_REQUEST,
                                   error_message=invalid)
     access = ctx.access(connection)
     if not access.allows(AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return ShareFetchResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, acquisition_lock_timeout_ms=lock_ms)
+        return ShareFetchResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     may_read = _topic_reader(ctx, access)
     fetching = not final and not (header.api_version >= 2 and request.is_renew_ack)
     record_limit = header.api_version >= 2 and request.share_acquire_mode == RECORD_LIMIT
@@ -184,7 +183,7 @@ async def handle_share_fetch(ctx, header, request, connection=None) -> ShareFetc
     async with in_request_order(connection):
         error, session = _open_session(ctx, header, request, connection, may_open=True)
         if error:
-            return ShareFetchResponse(error_code=error, acquisition_lock_timeout_ms=lock_ms)
+            return ShareFetchResponse(error_code=error)
         if not final:
             session.add(asked)
             session.forget([(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions])
@@ -261,17 +260,16 @@ async def handle_share_acknowledge(ctx, header, request, connection=None) -> Sha
     limits = _limits(ctx, request.group_id)
     lock_ms = limits.record_lock_duration_ms
     if not request.group_id or not request.member_id:
-        return ShareAcknowledgeResponse(error_code=ErrorCode.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms,
+        return ShareAcknowledgeResponse(error_code=ErrorCode.INVALID_REQUEST,
                                         error_message="group id and member id are required")
     invalid = _renew_error(header, request, {(t.topic_id, p.partition_index): _acks(p.acknowledgement_batches)
                                              for t in request.topics for p in t.partitions})
     if invalid:
-        return ShareAcknowledgeResponse(error_code=ErrorCode.INVALID_REQUEST, acquisition_lock_timeout_ms=lock_ms,
+        return ShareAcknowledgeResponse(error_code=ErrorCode.INVALID_REQUEST,
                                         error_message=invalid)
     access = ctx.access(connection)
     if not access.allows(AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return ShareAcknowledgeResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                                        acquisition_lock_timeout_ms=lock_ms)
+        return ShareAcknowledgeResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     may_read = _topic_reader(ctx, access)
     asked = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
     keys = [tp for tp in asked if may_read(tp)]
@@ -281,7 +279,7 @@ async def handle_share_acknowledge(ctx, header, request, connection=None) -> Sha
     async with in_request_order(connection):
         error, session = _open_session(ctx, header, request, connection, may_open=False)
         if error:
-            return ShareAcknowledgeResponse(error_code=error, acquisition_lock_timeout_ms=lock_ms)
+            return ShareAcknowledgeResponse(error_code=error)
         sent = await _send_in_order(ctx, keys, lambda tp, client: client.send_share_acknowledge(
             request.group_id, request.member_id, batches[tp], limits.as_list()))
     by_topic: dict = {}

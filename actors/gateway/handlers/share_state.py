@@ -6,7 +6,7 @@ port of its own; see actors/share_coordinator/wire.py).
 Authorization is Kafka's: CLUSTER_ACTION on the Cluster, else every partition of the request answers
 CLUSTER_AUTHORIZATION_FAILED. Kray's share-partition leaders log in as the brokers do on a SASL
 inter-broker listener (Kray's own `User:kray-broker`, a super user, or the operator's login:
-actors/gateway/security/inter_broker.py); over a PLAINTEXT or SSL one
+actors/security/inter_broker.py); over a PLAINTEXT or SSL one
 their principal is ANONYMOUS or their certificate's, which needs CLUSTER_ACTION where an
 authorizer is on, exactly as for followers' fetches. Without an authorizer everything is allowed,
 as in Kafka.
@@ -30,7 +30,7 @@ from protocol.errors import ErrorCode
 from actors import internal_topics
 from actors.gateway.connection import CloseConnection, in_request_order
 from actors.gateway.partition_client import PartitionNotHosted
-from actors.gateway.security.authorizer import AclOperation
+from actors.security.authorizer import AclOperation
 from actors.share_coordinator import wire
 from actors.share_coordinator.core import state_partition_for
 

@@ -13,7 +13,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import CreatePartitionsResponse, CreateTopicsResponse, DeleteTopicsResponse
 
 from actors.gateway.handlers.configs import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC
-from actors.gateway.security.authorizer import AclOperation, ResourceType
+from actors.security.authorizer import AclOperation, ResourceType
 
 TOPIC = ResourceType.TOPIC
 

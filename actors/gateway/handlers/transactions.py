@@ -35,7 +35,7 @@ from actors import internal_topics
 from actors.gateway.connection import in_request_order
 from actors.gateway.handlers.groups import NotCoordinator, _internal_partition, coordinator_error, group_coordinator
 from actors.gateway.partition_client import PartitionNotHosted
-from actors.gateway.security.authorizer import AclOperation, ResourceType
+from actors.security.authorizer import AclOperation, ResourceType
 from actors.transaction_coordinator import wire
 from actors.transaction_coordinator.core import ListResult, Step
 from actors.transaction_coordinator.states import STATE_NAMES

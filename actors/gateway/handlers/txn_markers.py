@@ -19,7 +19,7 @@ from protocol.messages import WriteTxnMarkersResponse
 
 from actors.gateway.handlers.routing import leader_clients
 from actors.gateway.partition_client import PartitionNotHosted, by_listener
-from actors.gateway.security.authorizer import AclOperation
+from actors.security.authorizer import AclOperation
 
 log = logging.getLogger("kray.gateway")
 # Kafka writes markers with the request timeout of the coordinator's channel to the broker

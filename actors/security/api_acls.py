@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from protocol.errors import ErrorCode
 
-from actors.gateway.security.authorizer import AclOperation, ResourceType
+from actors.security.authorizer import AclOperation, ResourceType
 
 Op, Res = AclOperation, ResourceType
 

@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping
 
-from actors.gateway.security.principal import WILDCARD_USER, KafkaPrincipal
+from actors.security.principal import WILDCARD_USER, KafkaPrincipal
 
 SUPER_USERS = "super.users"
 ALLOW_EVERYONE_IF_NO_ACL_FOUND = "allow.everyone.if.no.acl.found"

@@ -18,11 +18,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from actors.gateway.security.authorizer import (AUTHORIZER_CLASS_NAME, CLUSTER_NAME, KAFKA_STANDARD_AUTHORIZER,
-                                                SUPPORTED_OPERATIONS, AclOperation, AuthorizerConfig, ResourceType,
-                                                StandardAuthorizer)
-from actors.gateway.security.inter_broker import uses_generated_identity
-from actors.gateway.security.principal import ANONYMOUS, BROKER_PRINCIPAL, KafkaPrincipal
+from actors.security.authorizer import (AUTHORIZER_CLASS_NAME, CLUSTER_NAME, KAFKA_STANDARD_AUTHORIZER,
+                                        SUPPORTED_OPERATIONS, AclOperation, AuthorizerConfig, ResourceType,
+                                        StandardAuthorizer)
+from actors.security.inter_broker import uses_generated_identity
+from actors.security.principal import ANONYMOUS, BROKER_PRINCIPAL, KafkaPrincipal
 
 AUTHORIZER_NAMES = (KAFKA_STANDARD_AUTHORIZER,)
 T = TypeVar("T")

@@ -31,7 +31,7 @@ from typing import Mapping
 
 from protocol.errors import ErrorCode
 
-from actors.gateway.security.outcome import SaslFailure, hidden_failure, visible_failure
+from actors.security.outcome import SaslFailure, hidden_failure, visible_failure
 
 ITERATIONS_MIN = 4096  # Kafka's ScramMechanism.minIterations, for both mechanisms
 ITERATIONS_MAX = 16384  # Kafka's ScramMechanism.maxIterations (AlterUserScramCredentials)

@@ -205,6 +205,15 @@ def _inter_broker_name(configs: Mapping[str, Any], protocol_map: Mapping[str, Se
     return SecurityProtocol.parse(str(protocol), SECURITY_INTER_BROKER_PROTOCOL).value
 
 
+def set_keys(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys a broker config sets: unset keys dropped, and the default security.inter.broker.protocol when the listener is named
+    (Kafka refuses both set; here the default is always present)."""
+    out = {k: v for k, v in config.items() if v is not None}
+    if "inter.broker.listener.name" in out and out.get("security.inter.broker.protocol") == "PLAINTEXT":
+        out.pop("security.inter.broker.protocol")
+    return out
+
+
 def listener_config(configs: Mapping[str, Any]) -> ListenerConfig:
     """Read and check the listener keys of a broker config (Kafka's names, Kafka's defaults)."""
     protocol_map = parse_security_protocol_map(

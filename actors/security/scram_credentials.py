@@ -27,9 +27,9 @@ from typing import Any, Iterable, Mapping
 
 from protocol.errors import ErrorCode
 
-from actors.gateway.security.principal import BROKER_USER
-from actors.gateway.security.scram import (ITERATIONS_MAX, ITERATIONS_MIN, ScramCredential, ScramMechanism,
-                                           credential_from_salted_password)
+from actors.security.principal import BROKER_USER
+from actors.security.scram import (ITERATIONS_MAX, ITERATIONS_MIN, ScramCredential, ScramMechanism,
+                                   credential_from_salted_password)
 
 RECORD_CREDENTIAL = "scram_credential"  # the controller's metadata record kinds
 RECORD_REMOVE_CREDENTIAL = "remove_scram_credential"

@@ -52,7 +52,7 @@ class KafkaPrincipal:
 
 
 ANONYMOUS = KafkaPrincipal(USER_TYPE, "ANONYMOUS")
-# Kray's own brokers (actors/gateway/security/inter_broker.py): a super user, a name no one else may take
+# Kray's own brokers (actors/security/inter_broker.py): a super user, a name no one else may take
 BROKER_USER = "kray-broker"
 BROKER_PRINCIPAL = KafkaPrincipal(USER_TYPE, BROKER_USER)
 WILDCARD_USER = KafkaPrincipal(USER_TYPE, WILDCARD_NAME)

@@ -15,8 +15,8 @@ from typing import Mapping
 
 from protocol.errors import ErrorCode
 
-from actors.gateway.security.jaas import parse_jaas_config
-from actors.gateway.security.outcome import SaslFailure, visible_failure
+from actors.security.jaas import parse_jaas_config
+from actors.security.outcome import SaslFailure, visible_failure
 
 PLAIN_MECHANISM = "PLAIN"
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"

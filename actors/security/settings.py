@@ -2,10 +2,10 @@
 
 Each listener gets its security protocol (listeners.py), and, as that protocol needs:
 
-- TLS (SSL, SASL_SSL): a server `ssl.SSLContext` from PEM, as Kafka's PEM keystores:
-  `ssl.keystore.type=PEM` with `ssl.keystore.location` (one file holding the private key and the
-  certificate chain) or `ssl.keystore.certificate.chain` + `ssl.keystore.key` inline, the key
-  decrypted with `ssl.key.password`; `ssl.truststore.type=PEM` with `ssl.truststore.location` or
+- TLS (SSL, SASL_SSL): a server `ssl.SSLContext` (made in tls.py) from PEM, as Kafka's PEM
+  keystores: `ssl.keystore.type=PEM` with `ssl.keystore.location` (one file holding the private
+  key and the certificate chain) or `ssl.keystore.certificate.chain` + `ssl.keystore.key` inline,
+  the key decrypted with `ssl.key.password`; `ssl.truststore.type=PEM` with `ssl.truststore.location` or
   `ssl.truststore.certificates`; `ssl.client.auth=none|requested|required`; the client
   certificate's subject mapped to a principal by `ssl.principal.mapping.rules`.
 - SASL (SASL_PLAINTEXT, SASL_SSL): `sasl.enabled.mechanisms` (PLAIN, SCRAM-SHA-256,
@@ -26,31 +26,23 @@ Not read: `ssl.cipher.suites` (Java's suite names are not OpenSSL's), JKS and PK
 """
 from __future__ import annotations
 
-import os
 import ssl
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from actors.gateway.security.access import authorizer_config
-from actors.gateway.security.authorizer import AuthorizerConfig
-from actors.gateway.security.inter_broker import (SASL_MECHANISM_INTER_BROKER_PROTOCOL, BrokerIdentity,
-                                                  InterBrokerConfigError, broker_identity)
-from actors.gateway.security.listeners import Listener, ListenerConfig, ListenerConfigError, SecurityProtocol, \
-    listener_config
-from actors.gateway.security.plain import PLAIN_MECHANISM, password_matches, plain_users_from_jaas
-from actors.gateway.security.principal import BROKER_USER, SslPrincipalMapper
+from actors.security.access import authorizer_config
+from actors.security.authorizer import AuthorizerConfig
+from actors.security.inter_broker import (SASL_MECHANISM_INTER_BROKER_PROTOCOL, BrokerIdentity,
+                                          InterBrokerConfigError, broker_identity)
+from actors.security.listeners import (Listener, ListenerConfig, ListenerConfigError, SecurityProtocol,
+                                      listener_config, set_keys)
+from actors.security.plain import PLAIN_MECHANISM, password_matches, plain_users_from_jaas
+from actors.security.principal import BROKER_USER, SslPrincipalMapper
+from actors.security.tls import (CLIENT_AUTH_MODES, SecurityConfigError, broker_client_ssl_context,
+                                listener_value, server_ssl_context)
 
-LISTENER_PREFIX = "listener.name."
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 SUPPORTED_MECHANISMS = (PLAIN_MECHANISM, *SCRAM_MECHANISMS)
-CLIENT_AUTH_MODES = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
-TLS_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
-TLS_HANDSHAKE_TIMEOUT_S = 10.0
-
-
-class SecurityConfigError(ValueError):
-    """A security config Kray cannot serve; the message names the key and what to set."""
 
 
 @dataclass(frozen=True)
@@ -80,31 +72,11 @@ class SecuritySettings:
         return self.listeners.inter_broker_listener
 
 
-def listener_value(config: Mapping[str, Any], listener_name: str, key: str, default: Any = None) -> Any:
-    """`listener.name.<listener>.<key>` if set (listener name in any case), else `key`, else default."""
-    wanted = f"{LISTENER_PREFIX}{listener_name.lower()}.{key}"
-    for name, value in config.items():
-        if value is not None and name.startswith(LISTENER_PREFIX) and name.lower() == wanted \
-                and name[len(LISTENER_PREFIX) + len(listener_name) + 1:] == key:
-            return value
-    value = config.get(key)
-    return default if value is None else value
-
-
-def _plain(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Drop unset keys, and the default security.inter.broker.protocol when the listener is named
-    (Kafka refuses both set; here the default is always present)."""
-    out = {k: v for k, v in config.items() if v is not None}
-    if "inter.broker.listener.name" in out and out.get("security.inter.broker.protocol") == "PLAINTEXT":
-        out.pop("security.inter.broker.protocol")
-    return out
-
-
 def security_settings(config: Mapping[str, Any]) -> SecuritySettings:
     """Read and check every listener's security; raises SecurityConfigError (a ValueError) naming
     the key to change, or OSError/ssl.SSLError when a PEM file cannot be read."""
     try:
-        listeners = listener_config(_plain(config))
+        listeners = listener_config(set_keys(config))
     except ListenerConfigError as e:
         raise SecurityConfigError(str(e)) from None
     try:
@@ -218,78 +190,3 @@ def _plain_users(config, name) -> dict[str, str]:
         raise SecurityConfigError(f"listener {name}: {key} (or sasl.jaas.config) names user_{BROKER_USER}: that "
                                   f"name is Kray's own brokers' (a super user); pick another")
     return users
-
-
-def broker_client_ssl_context(config: Mapping[str, Any], name: str) -> ssl.SSLContext:
-    """How a broker connects, as a client, to another broker's TLS listener `name` (its followers
-    fetching): it trusts the listener's truststore, checks the host name unless
-    ssl.endpoint.identification.algorithm is empty (Kafka's rule), and shows the listener's own
-    keystore as its client certificate (for ssl.client.auth=requested/required)."""
-    def get(key, default=None):
-        return listener_value(config, name, key, default)
-
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    truststore, certificates = get("ssl.truststore.location"), get("ssl.truststore.certificates")
-    if truststore:
-        context.load_verify_locations(cafile=str(truststore))
-    elif certificates:
-        context.load_verify_locations(cadata=str(certificates))
-    else:
-        context.load_default_certs()
-    context.check_hostname = bool(str(get("ssl.endpoint.identification.algorithm", "https") or "").strip())
-    password = get("ssl.key.password")
-    location = get("ssl.keystore.location")
-    if location:
-        context.load_cert_chain(str(location), password=str(password) if password is not None else None)
-    return context
-
-
-def server_ssl_context(config: Mapping[str, Any], name: str, client_auth: str = "none") -> ssl.SSLContext:
-    def get(key, default=None):
-        return listener_value(config, name, key, default)
-
-    for kind in ("keystore", "truststore"):
-        store_type = str(get(f"ssl.{kind}.type", "JKS")).upper()
-        if store_type != "PEM" and (kind == "keystore" or client_auth != "none"):
-            raise SecurityConfigError(
-                f"listener {name}: ssl.{kind}.type={store_type}: Kray reads PEM {kind}s only; set "
-                f"ssl.{kind}.type=PEM with ssl.{kind}.location" +
-                (" or ssl.keystore.certificate.chain and ssl.keystore.key" if kind == "keystore" else
-                 " or ssl.truststore.certificates"))
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    versions = [v.strip() for v in str(get("ssl.enabled.protocols", "TLSv1.2,TLSv1.3")).split(",") if v.strip()]
-    known = sorted(TLS_VERSIONS[v] for v in versions if v in TLS_VERSIONS)
-    if not known:
-        raise SecurityConfigError(f"listener {name}: ssl.enabled.protocols={','.join(versions)}: enable TLSv1.2 "
-                                  f"and/or TLSv1.3")
-    context.minimum_version, context.maximum_version = known[0], known[-1]
-    password = get("ssl.key.password")
-    location, chain, key = get("ssl.keystore.location"), get("ssl.keystore.certificate.chain"), get("ssl.keystore.key")
-    if location and (chain or key):
-        raise SecurityConfigError(f"listener {name}: set either ssl.keystore.location or "
-                                  f"ssl.keystore.certificate.chain and ssl.keystore.key, not both")
-    if location:
-        context.load_cert_chain(str(location), password=str(password) if password is not None else None)
-    elif chain and key:
-        with tempfile.TemporaryDirectory(prefix="kray-pem-") as directory:  # ssl loads PEM from files only
-            paths = []
-            for label, text in (("chain", chain), ("key", key)):
-                path = os.path.join(directory, f"{label}.pem")
-                with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-                    f.write(str(text))
-                paths.append(path)
-            context.load_cert_chain(paths[0], paths[1], password=str(password) if password is not None else None)
-    else:
-        raise SecurityConfigError(f"listener {name} uses TLS: set ssl.keystore.type=PEM and ssl.keystore.location "
-                                  f"(a PEM file with the private key and certificate chain), or "
-                                  f"ssl.keystore.certificate.chain and ssl.keystore.key")
-    context.verify_mode = CLIENT_AUTH_MODES[client_auth]
-    if client_auth != "none":
-        trusted_file, trusted_text = get("ssl.truststore.location"), get("ssl.truststore.certificates")
-        if trusted_file:
-            context.load_verify_locations(cafile=str(trusted_file))
-        if trusted_text:
-            context.load_verify_locations(cadata=str(trusted_text))
-        if not trusted_file and not trusted_text:
-            context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
-    return context

@@ -31,8 +31,8 @@ from typing import Any, Callable, Mapping
 
 from protocol.errors import ErrorCode
 
-from actors.gateway.security.outcome import SaslFailure
-from actors.gateway.security.principal import ANONYMOUS, KafkaPrincipal
+from actors.security.outcome import SaslFailure
+from actors.security.principal import ANONYMOUS, KafkaPrincipal
 
 API_SASL_HANDSHAKE = 17
 API_API_VERSIONS = 18

@@ -40,10 +40,10 @@ from protocol.headers import RequestHeader, encode_request, response_header_vers
 from protocol.messages import SaslAuthenticateRequest, SaslHandshakeRequest
 from protocol.primitives import read_tagged_fields
 
-from actors.gateway.security.jaas import parse_jaas_config
-from actors.gateway.security.plain import PLAIN_LOGIN_MODULE, PLAIN_MECHANISM
-from actors.gateway.security.principal import BROKER_USER, KafkaPrincipal
-from actors.gateway.security.scram import ScramClient, ScramClientError, ScramCredential, ScramMechanism, \
+from actors.security.jaas import parse_jaas_config
+from actors.security.plain import PLAIN_LOGIN_MODULE, PLAIN_MECHANISM
+from actors.security.principal import BROKER_USER, KafkaPrincipal
+from actors.security.scram import ScramClient, ScramClientError, ScramCredential, ScramMechanism, \
     make_credential
 
 SECRET_KEY = "kray.inter.broker.secret"
@@ -136,10 +136,9 @@ def broker_identity(config: Mapping[str, Any]) -> BrokerIdentity | None:
     """Who brokers log in as on the inter-broker listener, or None when it uses no SASL (PLAINTEXT
     or SSL: no login; a broker is whoever its connection shows, e.g. its certificate's subject).
     Raises InterBrokerConfigError naming the key to set."""
-    from actors.gateway.security.listeners import ListenerConfigError, listener_config
-    from actors.gateway.security.settings import _plain
+    from actors.security.listeners import ListenerConfigError, listener_config, set_keys
     try:
-        listener = listener_config(_plain(config)).inter_broker_listener
+        listener = listener_config(set_keys(config)).inter_broker_listener
     except ListenerConfigError as e:
         raise InterBrokerConfigError(str(e)) from None
     if not listener.security_protocol.uses_sasl:
@@ -186,11 +185,11 @@ def broker_transport(config: Mapping[str, Any]):
     """How Kray's own connections reach another broker's inter-broker listener: (a TLS client
     context, for SSL and SASL_SSL; a login as the broker, `async (PipelinedConnection) -> None`, for
     SASL_...); (None, None) over PLAINTEXT."""
-    from cluster.config import inter_broker_listener
+    from actors.config_schema import inter_broker_listener
     listener = inter_broker_listener(dict(config))
     context = broker_login = None
     if listener.security_protocol.uses_tls:
-        from actors.gateway.security.settings import broker_client_ssl_context
+        from actors.security.tls import broker_client_ssl_context
         context = broker_client_ssl_context(dict(config), listener.name)
     if listener.security_protocol.uses_sasl:
         broker_login = functools.partial(login, config=config)
