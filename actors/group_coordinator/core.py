@@ -37,7 +37,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.group_coordinator import assignor, records as rec
+import actors.group_coordinator.assignor as assignor
+import actors.group_coordinator.records as rec
 from actors.group_coordinator.records import Record
 from actors.config_schema import BROKER_DEFAULTS, ConfigError
 from protocol.errors import ErrorCode

@@ -71,7 +71,7 @@ def _produce_partitions(bootstrap: str, topic: str, config: dict[str, Any]):
             outcome["failed"] += left
             outcome["error"] = outcome["error"] or f"{left} rows not acknowledged within {FLUSH_TIMEOUT_S} s"
         if outcome["failed"]:  # start the next task with a fresh producer
-            from cluster.spark import writer
+            import cluster.spark.writer as writer  # (the module itself, in the Spark worker)
             writer._PRODUCERS.clear()
         yield pa.RecordBatch.from_pydict({"sent": [sent], "acked": [outcome["acked"]], "failed": [outcome["failed"]],
                                           "error": [outcome["error"]]})
