@@ -236,7 +236,8 @@ def cmd_chaos(args) -> int:
     return cmd_start(args)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Every `kray` command and option (docs/reference/cli.md is generated from it)."""
     parser = argparse.ArgumentParser(prog="kray", description="Kray: a Kafka-compatible broker on Ray actors")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -290,7 +291,11 @@ def main(argv: list[str] | None = None) -> int:
     share_workers.add_parser(sub)
     transactions.add_parser(sub)
 
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     args.own_process = argv is None  # the `kray` command itself, not a call from Python
     if getattr(args, "command_config", None):  # the tools' client security, as Kafka's --command-config
         from cluster import admin
