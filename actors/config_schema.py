@@ -263,6 +263,23 @@ TOPIC_CONFIGS_WITHOUT_EFFECT: dict[str, str] = {
     "remote.log.delete.on.disable": "Kray has no tiered storage (remote.storage.enable is refused)",
 }
 
+# Broker configs that Kray honours only in part, with what it does instead (the generated config reference
+# says so); a broker config that supplies a topic config of TOPIC_CONFIGS_WITHOUT_EFFECT has no effect either
+BROKER_CONFIGS_IN_PART: dict[str, str] = {
+    "ssl.keystore.type": "PEM only: a JKS or PKCS12 keystore is refused at start",
+    "ssl.truststore.type": "PEM only: a JKS or PKCS12 truststore is refused at start",
+    "ssl.keystore.password": "not read: PEM keystores only (an encrypted private key takes ssl.key.password)",
+    "ssl.truststore.password": "not read: PEM truststores only",
+    "sasl.enabled.mechanisms": "PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 are served; GSSAPI and OAUTHBEARER are not",
+    "sasl.mechanism.inter.broker.protocol": "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; unset: Kray's own broker login "
+                                            "(User:kray-broker), where Kafka would use GSSAPI",
+    "process.roles": "broker,controller (combined voters) or controller (one dedicated controller on the Ray head); "
+                     "several dedicated controller voters are not supported",
+    "controller.quorum.voters": "static voters (no KIP-853 AddVoter/RemoveVoter); broker ids or Kafka's id@host:port",
+    "group.share.assignment.interval.ms": "accepted, validated and described; the assignor recomputes a group's "
+                                          "assignment at the next heartbeat after any change (as with 0)",
+}
+
 LONG_MAX = 9223372036854775807
 INT_TOPIC_CONFIGS = {"segment.bytes", "segment.index.bytes", "index.interval.bytes", "retention.ms",
                      "retention.bytes", "max.message.bytes", "min.insync.replicas", "min.compaction.lag.ms",

@@ -19,6 +19,8 @@ into folders outside the repo:
   (``DescribeUserScramCredentials``, ``AlterUserScramCredentials``) and the controller's and the metadata quorum's
   APIs (``BrokerRegistration``, ``BrokerHeartbeat``, ``AlterPartition``, ``Vote``, ``BeginQuorumEpoch``,
   ``EndQuorumEpoch``, ``DescribeQuorum``: KIP-631, KIP-595);
+- from ``kafka-clients-4.4.0.jar`` (``common/message/``, the jar in ``tests/kafka/lib``): the streams-group APIs of
+  KIP-1071 (``StreamsGroupHeartbeat``, ``StreamsGroupDescribe``);
 - the records of ``__transaction_state`` (``TransactionLogKey``, ``TransactionLogValue``) from
   ``transaction-coordinator/src/main/resources/common/message/`` at ``d79bd502ec7f``;
 

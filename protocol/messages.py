@@ -3374,3 +3374,314 @@ class ListTransactionsResponse(Message):
             F('producer_id', 'int64', '0+'),
             F('transaction_state', 'string', '0+'),
         )
+
+
+class StreamsGroupHeartbeatRequest(Message):
+    API_KEY = 88
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 0
+    __slots__ = ('group_id', 'member_id', 'member_epoch', 'endpoint_information_epoch', 'instance_id', 'rack_id', 'rebalance_timeout_ms', 'topology', 'active_tasks', 'standby_tasks', 'warmup_tasks', 'process_id', 'user_endpoint', 'client_tags', 'task_offsets', 'task_end_offsets', 'shutdown_application')
+    FIELDS = (
+        F('group_id', 'string', '0+'),
+        F('member_id', 'string', '0+'),
+        F('member_epoch', 'int32', '0+'),
+        F('endpoint_information_epoch', 'int32', '0+'),
+        F('instance_id', 'string', '0+', nullable='0+', default=None),
+        F('rack_id', 'string', '0+', nullable='0+', default=None),
+        F('rebalance_timeout_ms', 'int32', '0+', default=-1),
+        F('topology', 'Topology', '0+', nullable='0+', default=None),
+        F('active_tasks', '[]TaskIds', '0+', nullable='0+', default=None),
+        F('standby_tasks', '[]TaskIds', '0+', nullable='0+', default=None),
+        F('warmup_tasks', '[]TaskIds', '0+', nullable='0+', default=None),
+        F('process_id', 'string', '0+', nullable='0+', default=None),
+        F('user_endpoint', 'Endpoint', '0+', nullable='0+', default=None),
+        F('client_tags', '[]KeyValue', '0+', nullable='0+', default=None),
+        F('task_offsets', '[]TaskOffset', '0+', nullable='0+', default=None),
+        F('task_end_offsets', '[]TaskOffset', '0+', nullable='0+', default=None),
+        F('shutdown_application', 'bool', '0+', default=False),
+    )
+
+    class KeyValue(Message):
+        __slots__ = ('key', 'value')
+        FIELDS = (
+            F('key', 'string', '0+'),
+            F('value', 'string', '0+'),
+        )
+
+    class TopicInfo(Message):
+        __slots__ = ('name', 'partitions', 'replication_factor', 'topic_configs')
+        FIELDS = (
+            F('name', 'string', '0+'),
+            F('partitions', 'int32', '0+'),
+            F('replication_factor', 'int16', '0+'),
+            F('topic_configs', '[]KeyValue', '0+'),
+        )
+
+    class Endpoint(Message):
+        __slots__ = ('host', 'port')
+        FIELDS = (
+            F('host', 'string', '0+'),
+            F('port', 'uint16', '0+'),
+        )
+
+    class TaskOffset(Message):
+        __slots__ = ('subtopology_id', 'partition', 'offset')
+        FIELDS = (
+            F('subtopology_id', 'string', '0+'),
+            F('partition', 'int32', '0+'),
+            F('offset', 'int64', '0+'),
+        )
+
+    class TaskIds(Message):
+        __slots__ = ('subtopology_id', 'partitions')
+        FIELDS = (
+            F('subtopology_id', 'string', '0+'),
+            F('partitions', '[]int32', '0+'),
+        )
+
+    class Topology(Message):
+        __slots__ = ('epoch', 'subtopologies')
+        FIELDS = (
+            F('epoch', 'int32', '0+'),
+            F('subtopologies', '[]Subtopology', '0+'),
+        )
+
+    class Subtopology(Message):
+        __slots__ = ('subtopology_id', 'source_topics', 'source_topic_regex', 'state_changelog_topics', 'repartition_sink_topics', 'repartition_source_topics', 'copartition_groups')
+        FIELDS = (
+            F('subtopology_id', 'string', '0+'),
+            F('source_topics', '[]string', '0+'),
+            F('source_topic_regex', '[]string', '0+'),
+            F('state_changelog_topics', '[]TopicInfo', '0+'),
+            F('repartition_sink_topics', '[]string', '0+'),
+            F('repartition_source_topics', '[]TopicInfo', '0+'),
+            F('copartition_groups', '[]CopartitionGroup', '0+'),
+        )
+
+    class CopartitionGroup(Message):
+        __slots__ = ('source_topics', 'source_topic_regex', 'repartition_source_topics')
+        FIELDS = (
+            F('source_topics', '[]int16', '0+'),
+            F('source_topic_regex', '[]int16', '0+'),
+            F('repartition_source_topics', '[]int16', '0+'),
+        )
+
+
+class StreamsGroupHeartbeatResponse(Message):
+    API_KEY = 88
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 0
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'member_id', 'member_epoch', 'heartbeat_interval_ms', 'acceptable_recovery_lag_legacy', 'task_offset_interval_ms', 'acceptable_recovery_lag', 'status', 'active_tasks', 'standby_tasks', 'warmup_tasks', 'topology_description_required', 'endpoint_information_epoch', 'partitions_by_user_endpoint')
+    FIELDS = (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+', default=None),
+        F('member_id', 'string', '0+'),
+        F('member_epoch', 'int32', '0+'),
+        F('heartbeat_interval_ms', 'int32', '0+'),
+        F('acceptable_recovery_lag_legacy', 'int32', '0'),
+        F('task_offset_interval_ms', 'int32', '0+'),
+        F('acceptable_recovery_lag', 'int64', '1+', default=-1),
+        F('status', '[]Status', '0+', nullable='0+'),
+        F('active_tasks', '[]TaskIds', '0+', nullable='0+', default=None),
+        F('standby_tasks', '[]TaskIds', '0+', nullable='0+', default=None),
+        F('warmup_tasks', '[]TaskIds', '0+', nullable='0+', default=None),
+        F('topology_description_required', 'bool', '1+', default=False),
+        F('endpoint_information_epoch', 'int32', '0+'),
+        F('partitions_by_user_endpoint', '[]EndpointToPartitions', '0+', nullable='0+', default=None),
+    )
+
+    class Status(Message):
+        __slots__ = ('status_code', 'status_detail')
+        FIELDS = (
+            F('status_code', 'int8', '0+'),
+            F('status_detail', 'string', '0+'),
+        )
+
+    class TopicPartition(Message):
+        __slots__ = ('topic', 'partitions')
+        FIELDS = (
+            F('topic', 'string', '0+'),
+            F('partitions', '[]int32', '0+'),
+        )
+
+    class TaskIds(Message):
+        __slots__ = ('subtopology_id', 'partitions')
+        FIELDS = (
+            F('subtopology_id', 'string', '0+'),
+            F('partitions', '[]int32', '0+'),
+        )
+
+    class Endpoint(Message):
+        __slots__ = ('host', 'port')
+        FIELDS = (
+            F('host', 'string', '0+'),
+            F('port', 'uint16', '0+'),
+        )
+
+    class EndpointToPartitions(Message):
+        __slots__ = ('user_endpoint', 'active_partitions', 'standby_partitions')
+        FIELDS = (
+            F('user_endpoint', 'Endpoint', '0+'),
+            F('active_partitions', '[]TopicPartition', '0+'),
+            F('standby_partitions', '[]TopicPartition', '0+'),
+        )
+
+
+class StreamsGroupDescribeRequest(Message):
+    API_KEY = 89
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 0
+    __slots__ = ('group_ids', 'include_authorized_operations', 'include_topology_description')
+    FIELDS = (
+        F('group_ids', '[]string', '0+'),
+        F('include_authorized_operations', 'bool', '0+'),
+        F('include_topology_description', 'bool', '1+', default=False),
+    )
+
+
+class StreamsGroupDescribeResponse(Message):
+    API_KEY = 89
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 0
+    __slots__ = ('throttle_time_ms', 'groups')
+    FIELDS = (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('groups', '[]DescribedGroup', '0+'),
+    )
+
+    class Endpoint(Message):
+        __slots__ = ('host', 'port')
+        FIELDS = (
+            F('host', 'string', '0+'),
+            F('port', 'uint16', '0+'),
+        )
+
+    class TaskOffset(Message):
+        __slots__ = ('subtopology_id', 'partition', 'offset')
+        FIELDS = (
+            F('subtopology_id', 'string', '0+'),
+            F('partition', 'int32', '0+'),
+            F('offset', 'int64', '0+'),
+        )
+
+    class Assignment(Message):
+        __slots__ = ('active_tasks', 'standby_tasks', 'warmup_tasks')
+        FIELDS = (
+            F('active_tasks', '[]TaskIds', '0+'),
+            F('standby_tasks', '[]TaskIds', '0+'),
+            F('warmup_tasks', '[]TaskIds', '0+'),
+        )
+
+    class TaskIds(Message):
+        __slots__ = ('subtopology_id', 'partitions')
+        FIELDS = (
+            F('subtopology_id', 'string', '0+'),
+            F('partitions', '[]int32', '0+'),
+        )
+
+    class KeyValue(Message):
+        __slots__ = ('key', 'value')
+        FIELDS = (
+            F('key', 'string', '0+'),
+            F('value', 'string', '0+'),
+        )
+
+    class TopicInfo(Message):
+        __slots__ = ('name', 'partitions', 'replication_factor', 'topic_configs')
+        FIELDS = (
+            F('name', 'string', '0+'),
+            F('partitions', 'int32', '0+'),
+            F('replication_factor', 'int16', '0+'),
+            F('topic_configs', '[]KeyValue', '0+'),
+        )
+
+    class TopologyDescription(Message):
+        __slots__ = ('subtopologies', 'global_stores')
+        FIELDS = (
+            F('subtopologies', '[]TopologyDescriptionSubtopology', '1+'),
+            F('global_stores', '[]TopologyDescriptionGlobalStore', '1+'),
+        )
+
+    class TopologyDescriptionSubtopology(Message):
+        __slots__ = ('subtopology_id', 'nodes')
+        FIELDS = (
+            F('subtopology_id', 'string', '1+'),
+            F('nodes', '[]TopologyDescriptionNode', '1+'),
+        )
+
+    class TopologyDescriptionNode(Message):
+        __slots__ = ('name', 'node_type', 'source_topics', 'sink_topic', 'stores', 'successors')
+        FIELDS = (
+            F('name', 'string', '1+'),
+            F('node_type', 'int8', '1+'),
+            F('source_topics', '[]string', '1+'),
+            F('sink_topic', 'string', '1+', nullable='1+', default=None),
+            F('stores', '[]string', '1+'),
+            F('successors', '[]string', '1+'),
+        )
+
+    class TopologyDescriptionGlobalStore(Message):
+        __slots__ = ('source', 'processor')
+        FIELDS = (
+            F('source', 'TopologyDescriptionNode', '1+'),
+            F('processor', 'TopologyDescriptionNode', '1+'),
+        )
+
+    class DescribedGroup(Message):
+        __slots__ = ('error_code', 'error_message', 'group_id', 'group_state', 'group_epoch', 'assignment_epoch', 'topology', 'members', 'authorized_operations', 'topology_description', 'topology_description_status', 'assignor_name')
+        FIELDS = (
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+', default=None),
+            F('group_id', 'string', '0+'),
+            F('group_state', 'string', '0+'),
+            F('group_epoch', 'int32', '0+'),
+            F('assignment_epoch', 'int32', '0+'),
+            F('topology', 'Topology', '0+', nullable='0+', default=None),
+            F('members', '[]Member', '0+'),
+            F('authorized_operations', 'int32', '0+', default=-2147483648),
+            F('topology_description', 'TopologyDescription', '1+', nullable='1+', default=None),
+            F('topology_description_status', 'int8', '1+', default=0),
+            F('assignor_name', 'string', '1+', nullable='1+', default=None),
+        )
+
+    class Topology(Message):
+        __slots__ = ('epoch', 'subtopologies')
+        FIELDS = (
+            F('epoch', 'int32', '0+'),
+            F('subtopologies', '[]Subtopology', '0+', nullable='0+', default=None),
+        )
+
+    class Subtopology(Message):
+        __slots__ = ('subtopology_id', 'source_topics', 'repartition_sink_topics', 'state_changelog_topics', 'repartition_source_topics')
+        FIELDS = (
+            F('subtopology_id', 'string', '0+'),
+            F('source_topics', '[]string', '0+'),
+            F('repartition_sink_topics', '[]string', '0+'),
+            F('state_changelog_topics', '[]TopicInfo', '0+'),
+            F('repartition_source_topics', '[]TopicInfo', '0+'),
+        )
+
+    class Member(Message):
+        __slots__ = ('member_id', 'member_epoch', 'instance_id', 'rack_id', 'client_id', 'client_host', 'topology_epoch', 'process_id', 'user_endpoint', 'client_tags', 'task_offsets', 'task_end_offsets', 'assignment', 'target_assignment', 'is_classic')
+        FIELDS = (
+            F('member_id', 'string', '0+'),
+            F('member_epoch', 'int32', '0+'),
+            F('instance_id', 'string', '0+', nullable='0+', default=None),
+            F('rack_id', 'string', '0+', nullable='0+', default=None),
+            F('client_id', 'string', '0+'),
+            F('client_host', 'string', '0+'),
+            F('topology_epoch', 'int32', '0+'),
+            F('process_id', 'string', '0+'),
+            F('user_endpoint', 'Endpoint', '0+', nullable='0+', default=None),
+            F('client_tags', '[]KeyValue', '0+'),
+            F('task_offsets', '[]TaskOffset', '0+'),
+            F('task_end_offsets', '[]TaskOffset', '0+'),
+            F('assignment', 'Assignment', '0+'),
+            F('target_assignment', 'Assignment', '0+'),
+            F('is_classic', 'bool', '0+'),
+        )
