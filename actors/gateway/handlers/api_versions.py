@@ -5,6 +5,7 @@ REBOOTSTRAP_REQUIRED where either is not this broker's, and INVALID_REQUEST wher
 one, with no api keys, as Kafka 4.4 answers (measured against it: tests/kafka)."""
 from __future__ import annotations
 
+from actors.features import FEATURES, FINALIZED_FEATURES_EPOCH
 from protocol.errors import ErrorCode
 from protocol.messages import ApiVersionsResponse
 
@@ -26,6 +27,11 @@ async def handle_api_versions(ctx, header, request, connection=None) -> ApiVersi
     error = _intended_broker_error(ctx, request) if header.api_version >= 5 else ErrorCode.NONE
     if error:
         return ApiVersionsResponse(error_code=error, throttle_time_ms=0, api_keys=[])
-    return ApiVersionsResponse(error_code=0, throttle_time_ms=0, api_keys=[
-        ApiVersionsResponse.ApiVersion(api_key=key, min_version=lo, max_version=hi)
-        for key, lo, hi in ctx.advertised])
+    R = ApiVersionsResponse
+    return R(error_code=0, throttle_time_ms=0, api_keys=[
+        R.ApiVersion(api_key=key, min_version=lo, max_version=hi) for key, lo, hi in ctx.advertised],
+        supported_features=[R.SupportedFeatureKey(name=name, min_version=lo, max_version=hi)
+                            for name, (lo, hi, _) in FEATURES.items()],
+        finalized_features_epoch=FINALIZED_FEATURES_EPOCH,
+        finalized_features=[R.FinalizedFeatureKey(name=name, min_version_level=level, max_version_level=level)
+                            for name, (_, _, level) in FEATURES.items()])
