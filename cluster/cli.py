@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -19,10 +20,32 @@ from pathlib import Path
 
 from actors.config_schema import with_listener
 from cluster.config import DEFAULT_LOCAL_CONFIG, load_broker_config
+from cluster.process_tree import adopt_orphans, descendants, end_descendants
 from cluster.start_errors import CannotListen, InterBrokerLoginFailed, RayUnreachable
+from cluster.stop_signals import StopSignals
 
 
 def cmd_start(args) -> int:
+    """`kray start` (and `kray chaos`). Run as the `kray` command (args.own_process), it owns its
+    process: a Ctrl-C or SIGTERM stops it at any moment, every process it or Ray started is ended
+    before it exits, and it exits without running Ray's exit hooks (all is stopped by then)."""
+    own_process = getattr(args, "own_process", False)
+    signals = StopSignals(give_up=lambda why: _end_everything_and_exit(why, 128 + (signals.signum or signal.SIGINT)))
+    if own_process:
+        signals.install()  # first: a Ctrl-C or SIGTERM from here on stops Kray, start-up included
+        adopt_orphans()  # Ray's processes that outlive their parents come to this process, to be ended
+    try:
+        status = _start_and_serve(args, signals)
+    except KeyboardInterrupt:  # before anything started (reading the config)
+        status = 128 + (signals.signum or signal.SIGINT)
+    if own_process:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
+
+
+def _start_and_serve(args, signals: StopSignals) -> int:
     config_path = Path(args.config) if args.config else (DEFAULT_LOCAL_CONFIG if DEFAULT_LOCAL_CONFIG.exists() else None)
     overrides = list(args.override or [])
     if args.data_dir is not None:
@@ -34,12 +57,14 @@ def cmd_start(args) -> int:
     except (ValueError, OSError) as e:
         print(f"kray start: {e}", file=sys.stderr)
         return 2
-    from cluster.local import LocalBroker, LocalCluster
-
-    stop = threading.Event()
     if args.nodes and args.address:
         print("kray start: --nodes starts a Ray cluster of its own; --address joins one: pick one", file=sys.stderr)
         return 2
+    from cluster.local import LocalBroker, LocalCluster
+    if getattr(args, "own_process", False):
+        signals.install()  # (again: importing Ray must not have replaced Kray's handlers)
+
+    stop = signals.requested
     if args.nodes:
         broker = LocalCluster(args.nodes, data_dir=config["log.dirs"], config_path=config_path,
                               overrides={k: v for k, v in (o.split("=", 1) for o in overrides)},
@@ -49,10 +74,10 @@ def cmd_start(args) -> int:
         broker = LocalBroker(config, address=args.address)
         what = f"brokers on every node of the Ray cluster at {args.address}" if args.address else "a broker"
     print(f"Starting Kray: {what} (data in {Path(config['log.dirs']).resolve()}) ...", flush=True)
+    status = 0
     try:
         bootstrap = broker.start()
-        for sig in (signal.SIGINT, signal.SIGTERM):  # after ray.init, which installs its own handlers
-            signal.signal(sig, lambda *_: stop.set())
+        signals.serving()
         print(f"Kray is ready: bootstrap={bootstrap}", flush=True)
         for line in getattr(broker, "notes", ()):
             print(f"kray start: {line}", file=sys.stderr if line.startswith("warning") else sys.stdout, flush=True)
@@ -79,17 +104,60 @@ def cmd_start(args) -> int:
                 waited_s = 0.0
                 for line in broker.listen_problems():  # a node that joined later and can't listen
                     print(f"kray start: {line}", file=sys.stderr, flush=True)
-        print("Stopping Kray ...", flush=True)
+        signals.stopping()
+        print(f"Stopping Kray ({signals.name}) ...", flush=True)
+    except KeyboardInterrupt:
+        signals.stopping()
+        print(f"Stopping Kray before it was ready ({signals.name}) ...", flush=True)
+        status = 128 + (signals.signum or signal.SIGINT)
     except (RayUnreachable, CannotListen, InterBrokerLoginFailed) as e:
         print(f"kray start: {e}", file=sys.stderr)
-        return 1
+        status = 1
     except OSError as e:
         print(f"kray start: cannot listen: {e}; pick another port with --port", file=sys.stderr)
-        return 1
+        status = 1
     finally:
+        _stop(broker, signals, end_the_rest=getattr(args, "own_process", False))
+    return status
+
+
+def _end_everything_and_exit(why: str, status: int) -> None:
+    """The stop watcher's last resort (a second signal, or a stop that hangs): end every process
+    Kray or Ray started, say so, exit."""
+    print(f"kray start: {why}", file=sys.stderr, flush=True)
+    end_descendants(grace_s=2.0)
+    still = descendants()
+    print(f"Kray stopped: every process it started has exited." if not still else
+          f"Kray stopped, but processes {still} did not exit: end them with kill -9", flush=True)
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _stop(broker, signals: StopSignals, end_the_rest: bool) -> None:
+    """Stop the broker (gracefully, unless a second signal cuts that short), then end whatever
+    process Kray or Ray started that is still running, and say so."""
+    signals.stopping()
+    try:
         broker.stop()
-    print("Kray stopped.", flush=True)
-    return 0
+    except KeyboardInterrupt:  # a second signal: (the stop watcher says so, and ends every process)
+        pass
+    except Exception as e:  # a half-started Ray: what is left is ended below
+        print(f"kray start: stopping: {e}", file=sys.stderr, flush=True)
+    if not end_the_rest:
+        print("Kray stopped.", flush=True)
+        return
+    while True:
+        try:
+            left_over = end_descendants()
+            break
+        except KeyboardInterrupt:  # (already ending everything)
+            continue
+    still = descendants()
+    if still:
+        print(f"Kray stopped, but processes {still} did not exit: end them with kill -9", file=sys.stderr, flush=True)
+    else:
+        ended = f" ({left_over} left behind by Ray were ended)" if left_over else ""
+        print(f"Kray stopped: every process it started has exited{ended}.", flush=True)
 
 
 def cmd_chaos_hosts(args) -> int:
@@ -228,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.own_process = argv is None  # the `kray` command itself, not a call from Python
     if getattr(args, "command_config", None):  # the tools' client security, as Kafka's --command-config
         from cluster import admin
         try:

@@ -63,8 +63,15 @@ def _init_ray(address: str) -> None:
     # Ray announces on every start that its token authentication is on: good, and nothing a Kray
     # user must act on (Kray's own listeners are PLAINTEXT; see README), so keep the console quiet
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    # Ray's core worker installs C++ crash handlers, SIGTERM's among them (a stack dump, then an
+    # abort); a caller's own Python handlers (`kray start` stops cleanly on SIGTERM) are kept
+    kept = {sig: handler for sig in (signal.SIGINT, signal.SIGTERM)
+            if callable(handler := signal.getsignal(sig)) and handler is not signal.default_int_handler
+            and threading.current_thread() is threading.main_thread()}
     ray.init(address=address, namespace=names.NAMESPACE, include_dashboard=False, log_to_driver=False,
              configure_logging=True, logging_level=logging.WARNING)
+    for sig, handler in kept.items():
+        signal.signal(sig, handler)
 
 
 @contextlib.contextmanager

@@ -1,7 +1,8 @@
-"""The quickstart's and the README's snippets, run exactly as printed against a real `kray start`.
+"""The quickstart's, the README's and the transactions guide's snippets, run exactly as printed
+against a real `kray start`.
 
 Every ```bash and ```python block of docs/get-started/quickstart.md runs in order, then the README's
-```python block: shell blocks with bash (the venv's `kray` on PATH, as after `source .venv/bin/activate`),
+```python block and the transactions guide's: shell blocks with bash (the venv's `kray` on PATH, as after `source .venv/bin/activate`),
 Python blocks with this interpreter. The quickstart's first block, `./dev start`, is the broker: the
 test runs `kray start` on 127.0.0.1:9092 in its place (./dev start is that command after an install),
 with its data in a fresh directory. ```console blocks are not run.
@@ -46,6 +47,7 @@ def run(lang: str, body: str, cwd: Path) -> str:
 def test_quickstart_and_readme_snippets_run_as_printed(tmp_path):
     quickstart = blocks(REPO / "docs" / "get-started" / "quickstart.md")
     readme = blocks(REPO / "README.md", ("python",))
+    guides = blocks(REPO / "docs" / "guides" / "transactions.md", ("python",))
     assert quickstart[0] == ("bash", "./dev start\n"), "the quickstart starts with ./dev start"
     assert len(readme) == 1, "the README's produce + share consumer example"
     if port_taken(9092):
@@ -56,11 +58,19 @@ def test_quickstart_and_readme_snippets_run_as_printed(tmp_path):
     server = KrayProcess(tmp_path / "data", port=9092)
     server.start()
     try:
-        outputs = [run(lang, body, tmp_path) for lang, body in quickstart[1:] + readme]
+        outputs = [run(lang, body, tmp_path) for lang, body in quickstart[1:] + readme + guides]
     finally:
         server.stop()
-    consumed, shared, described, readme_out = outputs[1], outputs[3], outputs[4], outputs[5]
+    consumed, shared, described, readme_out, txn = outputs[1], outputs[3], outputs[4], outputs[5], outputs[6]
     assert consumed.count("b'order ") == 10, consumed          # the consumer group read the 10 records
     assert shared.count("delivery 1") == 10, shared            # the share group got each record once
     assert "workers" in described and "orders" in described    # kray share-groups --describe
     assert readme_out.count("delivery") == 10, readme_out      # the README's 10 new records, shared
+    assert txn.strip() == "b'invoice 11'", txn                 # the transactions guide's committed record
+
+
+def test_guides_share_group_snippets_are_the_tested_ones():
+    """The share-groups guide shows the quickstart's snippets, which the test above runs."""
+    tested = set(blocks(REPO / "docs" / "get-started" / "quickstart.md"))
+    guide = blocks(REPO / "docs" / "guides" / "share-groups.md")
+    assert guide and all(block in tested for block in guide)

@@ -1,0 +1,115 @@
+"""Ctrl-C (SIGINT) and SIGTERM stop `kray start` at any moment.
+
+While Kray starts (or stops), a signal interrupts what the main thread is doing (it raises
+`Interrupted` there, as Python's own Ctrl-C raises KeyboardInterrupt), so start-up does not run on
+to "ready"; once Kray serves, the first signal only sets `requested`, which the serving loop
+watches, and Kray stops gracefully; a signal during that stop cuts it short. SIGINT is handled
+even when the process was started with it ignored (a shell's background job), since a Ctrl-C
+reaches the whole process group. Ray's driver would install its own SIGTERM handler
+(sys.exit) in ray.init: `install` keeps Kray's.
+
+Python runs signal handlers on the main thread only, between bytecodes: a main thread blocked in
+Ray's C++ (a call to a GCS that the same signal, sent to the process group, has just ended) would
+not see one for a minute. So a watcher thread learns of every signal at once (signal.set_wakeup_fd)
+and, when the main thread has not finished within `deadline_s` of the first signal, or at the
+second signal, calls `give_up` (which ends every process and exits).
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import threading
+import time
+from typing import Callable
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal arrived while the main thread started or stopped Kray. (A KeyboardInterrupt:
+    Ray's blocking calls turn the one raised in their signal check into a plain KeyboardInterrupt,
+    so catch that.)"""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StopSignals:
+    def __init__(self, deadline_s: float = 20.0, give_up: Callable[[str], None] | None = None,
+                 starting_deadline_s: float = 8.0):
+        self.requested = threading.Event()
+        self.signum: int | None = None  # the first one received
+        self.interrupting = True  # raise Interrupted (starting, stopping) or only set `requested` (serving)
+        self.deadline_s = deadline_s  # from a signal while Kray serves: a graceful stop's time
+        self.starting_deadline_s = starting_deadline_s  # from one during start-up: nothing serves yet
+        self.started = False
+        self.give_up = give_up  # called from the watcher thread with the reason; should not return
+        self._watching = False
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
+
+    def install(self) -> None:
+        for sig in SIGNALS:
+            signal.signal(sig, self._received)
+        if self.give_up is not None and not self._watching:
+            self._watching = True
+            read_end, write_end = os.pipe()
+            os.set_blocking(write_end, False)
+            signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+            threading.Thread(target=self._watch, args=(read_end,), name="kray-stop-watcher", daemon=True).start()
+        keep_ray_off_sigterm()
+
+    def _watch(self, read_end: int) -> None:
+        received, deadline = 0, None
+        while True:
+            wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if select.select([read_end], [], [], wait_s)[0]:
+                signums = [s for s in os.read(read_end, 64) if s in SIGNALS]
+                if not signums:
+                    continue
+                received += len(signums)
+                if self.signum is None:
+                    self.signum = signums[0]
+                if deadline is None:
+                    allowed_s = self.deadline_s if self.started else self.starting_deadline_s
+                    deadline = time.monotonic() + allowed_s
+                if received >= 2:
+                    self.give_up(f"{signal.Signals(signums[-1]).name} again: ending every process now")
+                    return
+            elif deadline is not None and time.monotonic() >= deadline:
+                self.give_up(f"Kray did not stop within {allowed_s:g} s of {self.name}: "
+                             f"ending every process now")
+                return
+
+    def _received(self, signum, frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self.requested.set()
+        if self.interrupting:
+            raise Interrupted(signum)
+
+    def serving(self) -> None:
+        """From now on a signal asks for a graceful stop."""
+        self.started = True
+        self.interrupting = False
+        if self.requested.is_set():
+            self.interrupting = True
+            raise Interrupted(self.signum)
+
+    def stopping(self) -> None:
+        """From now on a signal cuts the stop short."""
+        self.interrupting = True
+
+
+def keep_ray_off_sigterm() -> None:
+    """ray.init and ray.cluster_utils install a SIGTERM handler of their own (sys.exit) through
+    ray._private.utils.set_sigterm_handler; in `kray start` that would replace Kray's."""
+    try:
+        import ray._private.utils as ray_utils
+    except ImportError:
+        return
+    ray_utils.set_sigterm_handler = lambda handler: None
