@@ -122,6 +122,9 @@ class StreamsHeartbeatResult:
     standby_tasks: list[tuple[str, list[int]]] | None = None
     warmup_tasks: list[tuple[str, list[int]]] | None = None
     endpoint_information_epoch: int = 0
+    # interactive queries: [((host, port), active [(topic, [partitions])], standby [...])] for every member with
+    # a user endpoint (application.server); None when the member already has the group's endpoint epoch
+    partitions_by_user_endpoint: list | None = None
     # internal topics the shell must create (Kafka's broker creates them from the heartbeat)
     topics_to_create: list[st.TopicToCreate] = field(default_factory=list)
 
@@ -216,6 +219,8 @@ class _Group:
     target: dict[str, _TaskSets] = field(default_factory=dict)
     assign_not_before_ms: int = 0
     tasks_delayed: bool = False   # the target was computed without tasks during the initial rebalance delay
+    endpoint_epoch: int = 0       # bumped when the map of user endpoints to partitions changes
+    endpoint_map: tuple = ()
     shutdown_requested: bool = False
 
     @property
@@ -362,7 +367,8 @@ class StreamsGroups:
             return self._heartbeat(group_id, member_id, member_epoch, now_ms, topics, instance_id, rack_id,
                                    rebalance_timeout_ms, topology, _as_tasks(active_tasks), _as_tasks(standby_tasks),
                                    _as_tasks(warmup_tasks), process_id, user_endpoint, client_tags,
-                                   shutdown_application, client_id, client_host, records), records
+                                   shutdown_application, client_id, client_host, records,
+                                   endpoint_information_epoch), records
         except _GroupError as e:
             return StreamsHeartbeatResult(error_code=e.error_code, error_message=e.message), records
 
@@ -423,7 +429,7 @@ class StreamsGroups:
     def _heartbeat(self, group_id, member_id, member_epoch, now_ms, topics, instance_id, rack_id,
                    rebalance_timeout_ms, topology, owned_active, owned_standby, owned_warmup, process_id,
                    user_endpoint, client_tags, shutdown_application, client_id, client_host,
-                   records: list[Record]) -> StreamsHeartbeatResult:
+                   records: list[Record], endpoint_information_epoch: int = 0) -> StreamsHeartbeatResult:
         group = self._groups.get(group_id)
         if group is None:
             if member_epoch != JOIN_GROUP_MEMBER_EPOCH:
@@ -511,7 +517,32 @@ class StreamsGroups:
         if full or sent != member.last_sent:
             result.active_tasks, result.standby_tasks, result.warmup_tasks = sent
             member.last_sent = sent
+        endpoint_map = self._endpoint_map(group)
+        if endpoint_map != group.endpoint_map:
+            group.endpoint_map, group.endpoint_epoch = endpoint_map, group.endpoint_epoch + 1
+        result.endpoint_information_epoch = group.endpoint_epoch
+        if endpoint_information_epoch != group.endpoint_epoch:
+            result.partitions_by_user_endpoint = [(endpoint, [(t, list(ps)) for t, ps in active],
+                                                   [(t, list(ps)) for t, ps in standby])
+                                                  for endpoint, active, standby in endpoint_map]
         return result
+
+    @staticmethod
+    def _endpoint_map(group: _Group) -> tuple:
+        """Kafka's EndpointToPartitionsManager: each user endpoint with the input partitions (source and repartition
+        source topics) of the active and standby tasks its member holds now."""
+        configured = group.configured
+        inputs = configured.source_partitions if configured is not None and configured.ready else {}
+
+        def partitions(tasks: Tasks) -> tuple:
+            out: dict[str, set[int]] = {}
+            for s, ps in tasks.items():
+                for topic, count in inputs.get(s, {}).items():
+                    out.setdefault(topic, set()).update(p for p in ps if p < count)
+            return tuple((topic, tuple(sorted(ps))) for topic, ps in sorted(out.items()) if ps)
+        return tuple(sorted((m.user_endpoint, partitions(_union(m.assigned.active, m.pending_revocation)),
+                             partitions(m.assigned.standby))
+                            for m in group.members.values() if m.user_endpoint is not None))
 
     @staticmethod
     def _check_epoch(group: _Group, member: _Member, received: int, owned_active: Tasks | None) -> None:

@@ -1,7 +1,8 @@
 """Streams groups (KIP-1071) beside Apache Kafka 4.4: a Kafka Streams 4.4 application with group.protocol=streams
 (tests/kafka/streams/WordCount.java: word count with a state store and a repartition topic, two instances) runs on
 Kafka 4.4 and on Kray, and a user sees the same: the same counts, the same internal topics created by the broker
-(partitions, cleanup.policy), the same topology and tasks in Admin.describeStreamsGroups. About 15 s per broker;
+(partitions, cleanup.policy), the same topology and tasks in Admin.describeStreamsGroups, the same interactive-query
+metadata (which application.server holds which partitions). About 15 s per broker;
 in ./dev test (not reference_full). The low-level answers (validation errors, statuses, fencing) are compared
 below with raw StreamsGroupHeartbeat requests."""
 import shutil
@@ -53,6 +54,9 @@ def test_word_count_streams_application_runs_as_on_kafka(both, streams_classes):
     assert kray["group"]["active_tasks"] == kafka["group"]["active_tasks"] == ["0_0", "0_1", "0_2",
                                                                                "1_0", "1_1", "1_2"]
     assert kray["group"]["members"] == kafka["group"]["members"] == 2
+    # interactive queries: both instances known by their application.server, every input partition placed
+    assert kray["iq"] == kafka["iq"] == {"hosts": 2, "apple_has_host": True, "active_partitions": [
+        "by-word-repartition-0", "by-word-repartition-1", "by-word-repartition-2", "lines-0", "lines-1", "lines-2"]}
 
 
 def _app(result) -> str:

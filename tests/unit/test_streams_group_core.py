@@ -248,3 +248,16 @@ def test_deleting_an_empty_streams_group_writes_a_tombstone():
     assert results == [("app", ErrorCode.NONE, None)]
     assert any(value is None and key[:2] == (17).to_bytes(2, "big") for key, value in records)
     assert g.group_type("app") is None and g.list_groups() == []
+
+
+def test_members_learn_which_user_endpoint_holds_which_partitions():
+    g, view = StreamsGroups({"group.streams.initial.rebalance.delay.ms": 0}), topics()
+    r1 = join(g, "m1", 0, view, user_endpoint=("host-a", 7070))
+    assert r1.endpoint_information_epoch >= 1
+    [(endpoint, active, standby)] = r1.partitions_by_user_endpoint
+    assert endpoint == ("host-a", 7070) and standby == []
+    assert active == [("in", [0, 1, 2]), ("rep", [0, 1, 2])]
+    # a member that already has the group's endpoint epoch is not sent the map again
+    r1 = g.heartbeat("app", "m1", r1.member_epoch, now_ms=1, topics=view, active_tasks=r1.active_tasks,
+                     endpoint_information_epoch=r1.endpoint_information_epoch)[0]
+    assert r1.partitions_by_user_endpoint is None

@@ -111,6 +111,9 @@ async def handle_streams_group_heartbeat(ctx, header, request, connection=None) 
             _creating.update(t.name for t in todo)
             asyncio.ensure_future(_create_internal_topics(ctx, todo))
 
+    def topic_partitions(pairs):
+        return [R.TopicPartition(topic=topic, partitions=list(ps)) for topic, ps in pairs]
+
     def tasks(pairs):
         return None if pairs is None else [R.TaskIds(subtopology_id=s, partitions=list(ps)) for s, ps in pairs]
     return R(throttle_time_ms=0, error_code=r.error_code, error_message=r.error_message, member_id=r.member_id,
@@ -119,7 +122,11 @@ async def handle_streams_group_heartbeat(ctx, header, request, connection=None) 
              task_offset_interval_ms=r.task_offset_interval_ms, status=status if not r.error_code else [],
              active_tasks=tasks(r.active_tasks), standby_tasks=tasks(r.standby_tasks),
              warmup_tasks=tasks(r.warmup_tasks), endpoint_information_epoch=r.endpoint_information_epoch,
-             partitions_by_user_endpoint=None)
+             partitions_by_user_endpoint=None if r.partitions_by_user_endpoint is None else [
+                 R.EndpointToPartitions(user_endpoint=R.Endpoint(host=host, port=port),
+                                        active_partitions=topic_partitions(active),
+                                        standby_partitions=topic_partitions(standby))
+                 for (host, port), active, standby in r.partitions_by_user_endpoint])
 
 
 async def handle_streams_group_describe(ctx, header, request, connection=None) -> StreamsGroupDescribeResponse:

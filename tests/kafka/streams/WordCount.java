@@ -73,6 +73,7 @@ public class WordCount {
                 sp.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, "200");
                 sp.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, "0");
                 sp.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+                sp.put(StreamsConfig.APPLICATION_SERVER_CONFIG, "localhost:" + (7070 + n));  // for the IQ metadata
                 KafkaStreams streams = new KafkaStreams(topology, sp);
                 final int id = n;
                 streams.setStateListener((now, before) -> states.add(id + ":" + now));
@@ -94,6 +95,24 @@ public class WordCount {
                 }
             }
             result.put("counts", counts);
+            // interactive queries: which instance (application.server) holds which partitions, as the group
+            // coordinator told the members (KIP-1071's partitions_by_user_endpoint)
+            Map<String, Object> iq = new TreeMap<>();
+            long iqDeadline = System.currentTimeMillis() + 20_000;
+            while (System.currentTimeMillis() < iqDeadline) {
+                iq.clear();
+                Set<String> active = new TreeSet<>();
+                for (StreamsMetadata md : instances.get(0).metadataForAllStreamsClients()) {
+                    for (TopicPartition tp : md.topicPartitions()) active.add(tp.topic().substring(app.length() + 1) + "-" + tp.partition());
+                    iq.put("hosts", ((Integer) iq.getOrDefault("hosts", 0)) + 1);
+                }
+                iq.put("active_partitions", new ArrayList<>(active));
+                KeyQueryMetadata key = instances.get(0).queryMetadataForKey("word-counts", "apple", Serdes.String().serializer());
+                iq.put("apple_has_host", key != null && key.activeHost() != null && key.activeHost().port() > 0);
+                if (Integer.valueOf(2).equals(iq.get("hosts")) && active.size() == 6) break;
+                Thread.sleep(200);
+            }
+            result.put("iq", iq);
             result.put("expected", expected);
             try (Admin admin = Admin.create(common)) {
                 Map<String, Object> internal = new TreeMap<>();
