@@ -30,6 +30,9 @@ class Route:
     # the request's class where it is not protocol/messages.py's (a version the generated class lacks)
     request_class: type | None = None
     advertised: bool = True  # False: served, but left out of ApiVersions (an API whose whole path is not built yet)
+    # ApiVersions' lowest version where it is below the lowest served (a request below min_version closes the
+    # connection): Produce from v0, as Kafka 4.4 advertises it for old clients' feature detection (KIP-896)
+    advertised_min_version: int | None = None
 
 
 class Dispatcher:
@@ -38,7 +41,8 @@ class Dispatcher:
         self.routes = routes
 
     def advertised(self) -> list[tuple[int, int, int]]:
-        return sorted((key, r.min_version, r.max_version) for key, r in self.routes.items() if r.advertised)
+        return sorted((key, r.min_version if r.advertised_min_version is None else r.advertised_min_version,
+                       r.max_version) for key, r in self.routes.items() if r.advertised)
 
     async def __call__(self, body: memoryview, connection=None) -> bytes | list | None:
         header, offset = decode_request_header(body)

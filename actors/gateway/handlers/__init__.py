@@ -43,7 +43,7 @@ from actors.gateway.handlers.transactions import (handle_add_offsets_to_txn, han
 TRANSACTIONS_ADVERTISED = True
 
 ROUTES: dict[int, Route] = {
-    0: Route(transactional_produce(handle_produce), 3, 13, no_response=acks_zero),
+    0: Route(transactional_produce(handle_produce), 3, 13, no_response=acks_zero, advertised_min_version=0),
     1: Route(handle_fetch, 4, 18),  # v18 (KIP-1166) adds a follower's high watermark, tagged: nothing to do here
     2: Route(handle_list_offsets, 1, 11),
     3: Route(handle_metadata, 0, 13),  # the connection's listener: its addresses
