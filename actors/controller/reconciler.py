@@ -490,3 +490,35 @@ class Reconciler:
         self.registered = {b for b, (_, node_id, answered) in gateways.items()
                            if b in core.brokers and (not answered or core.brokers[b].node_id == node_id)}
 
+
+
+class SessionTicks:
+    """The controller's session tick, by the clocks passed in (wall ms for sessions, monotonic s
+    for the rebalance interval): a tick much later than due means the controller itself stalled
+    (CPU starved, paused), and every broker gets a fresh session rather than the blame (heartbeats
+    may be waiting in its queue); else the core fences brokers whose session expired, and every
+    `rebalance_interval_s` (None: never) leaders go back to their preferred replicas."""
+
+    def __init__(self, now_ms: int, now_s: float, tick_ms: int, stall_grace_ms: int,
+                 rebalance_interval_s: float | None):
+        self.last_tick_ms, self.last_balance_s = now_ms, now_s
+        self.tick_ms, self.stall_grace_ms = tick_ms, stall_grace_ms
+        self.rebalance_interval_s = rebalance_interval_s
+
+    def stalled_ms(self, now_ms: int) -> int:
+        """How long the controller stalled before this tick (0: it did not)."""
+        stalled_ms, self.last_tick_ms = now_ms - self.last_tick_ms - self.tick_ms, now_ms
+        return stalled_ms if stalled_ms > self.stall_grace_ms else 0
+
+    def rebalance_due(self, now_s: float) -> bool:
+        if self.rebalance_interval_s is None or now_s - self.last_balance_s < self.rebalance_interval_s:
+            return False
+        self.last_balance_s = now_s
+        return True
+
+
+def expired_sessions(replication, now_ms: int) -> list[tuple[int, int]]:
+    """(broker id, ms since its last heartbeat) of the unfenced brokers whose session expired."""
+    return [(b.broker_id, now_ms - b.last_heartbeat_ms) for b in replication.brokers.values()
+            if not b.fenced and b.last_heartbeat_ms is not None
+            and now_ms - b.last_heartbeat_ms > replication.broker_session_timeout_ms]
