@@ -167,14 +167,17 @@ def cli_page() -> str:
 
 def apis_page() -> str:
     from protocol.apis import API_BY_KEY
+    from protocol.generate import Manifest
     from actors.gateway.handlers import ROUTES
+    kafka = Manifest.load().kafka_version
     out = [HEADER, "# API reference\n\n",
            "Every Kafka API a Kray broker serves, with the versions it accepts, read from the gateway's routing "
            "table (`actors/gateway/handlers/__init__.py`), the single source of what ApiVersions advertises. "
-           "*Schema versions* are the versions of the message schema Kray's classes are generated from "
-           "(`protocol/messages.py`, `python -m protocol.generate`). A request for a version outside Kray's range "
+           f"*Kafka {kafka}* gives the versions of Apache Kafka {kafka}'s schema for the API, which Kray's message "
+           "classes are generated from (`protocol/messages.py`; the inputs are listed in `protocol/schemas.toml`, "
+           "`python -m protocol.generate --check` verifies them). A request for a version outside Kray's range "
            "closes the connection (ApiVersions answers UNSUPPORTED_VERSION in v0, as Kafka does).\n\n",
-           "| key | API | Kray serves | advertised in ApiVersions | schema versions |\n|---:|---|---|---|---|\n"]
+           f"| key | API | Kray serves | advertised in ApiVersions | Kafka {kafka} |\n|---:|---|---|---|---|\n"]
     for key in sorted(ROUTES):
         route, spec = ROUTES[key], API_BY_KEY.get(key)
         name = spec.name if spec else f"(api key {key})"
@@ -185,7 +188,7 @@ def apis_page() -> str:
     unserved = [spec for key, spec in API_BY_KEY.items() if key not in ROUTES]
     if unserved:
         out += ["\nIn the generated schema classes but not served (a request for them closes the connection):\n\n",
-                "| key | API | schema versions |\n|---:|---|---|\n"]
+                f"| key | API | Kafka {kafka} |\n|---:|---|---|\n"]
         out += [f"| {s.key} | {s.name} | {s.min_version}-{s.max_version} |\n" for s in unserved]
     return "".join(out)
 

@@ -27,8 +27,6 @@ class Route:
     min_version: int
     max_version: int
     no_response: Callable[[Any], bool] | None = None  # e.g. Produce with acks=0
-    # the request's class where it is not protocol/messages.py's (a version the generated class lacks)
-    request_class: type | None = None
     advertised: bool = True  # False: served, but left out of ApiVersions (an API whose whole path is not built yet)
 
 
@@ -51,7 +49,7 @@ class Dispatcher:
                 return self._unsupported_api_versions(header)
             raise CloseConnection(f"{spec.name} v{header.api_version} is not supported "
                                   f"(supported {route.min_version}-{route.max_version})")
-        request = (route.request_class or spec.request).decode(body[offset:], header.api_version)
+        request = spec.request.decode(body[offset:], header.api_version)
         # every handler takes the ClientConnection: its principal and host (the authorizer), its
         # listener (addresses), its share sessions and request order
         response = await route.handler(self.ctx, header, request, connection)
