@@ -11,6 +11,7 @@ and leaves itself out of the brokers it describes, as the controller would after
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import time
@@ -158,6 +159,9 @@ class GatewayContext:
         self.fetch_sessions = FetchSessions(int(self.config.get("max.incremental.fetch.session.cache.slots",
                                                                 SESSION_CACHE_SLOTS_DEFAULT)))
         self.data_paths = DataPaths()
+        # (transactional id, producer id, epoch, topic, partition) a transactional Produce v12+ added here, oldest
+        # first (actors/gateway/handlers/transactions.py add_produced_partitions)
+        self.txn_partitions_added: collections.OrderedDict = collections.OrderedDict()
         if self.client_for is None:
             self.client_for = lambda key, address: SocketPartition(address, key, self.data_paths)
 

@@ -38,6 +38,7 @@ UNINITIALIZED_START_OFFSET = -1  # the share-partition leader picks it by share.
 NO_LEADER_EPOCH = -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 TXN_OFFSET_COMMIT_ABORTABLE_VERSION = 4  # TxnOffsetCommit answers TRANSACTION_ABORTABLE from this version (KIP-890)
+TXN_OFFSET_COMMIT_ADDS_VERSION = 5       # transaction version 2: TxnOffsetCommit adds the group's partition itself
 
 
 def now_ms() -> int:
@@ -411,14 +412,16 @@ class GroupCoordinatorActor(PartitionActor):
     async def _verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                   api_version: int) -> int:
         """Ask the transactional id's coordinator whether this partition is in the producer's transaction
-        (AddPartitionsToTxn verify_only), with Kafka's mapping of its answer for TxnOffsetCommit."""
+        (AddPartitionsToTxn verify_only), with Kafka's mapping of its answer for TxnOffsetCommit; from v5
+        (transaction version 2: the client sends no AddOffsetsToTxn) add it to the transaction instead."""
         partition = (internal_topics.CONSUMER_OFFSETS, self.partition)
         try:
             coordinator = await self._transaction_coordinator(transactional_id)
             if coordinator is None:
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            adds = api_version >= TXN_OFFSET_COMMIT_ADDS_VERSION
             [step] = await coordinator.add_partitions.remote(
-                [AddPartitions(transactional_id, producer_id, producer_epoch, (partition,), True)])
+                [AddPartitions(transactional_id, producer_id, producer_epoch, (partition,), not adds, 2 if adds else 0)])
         except Exception as e:
             log.info("verifying the transaction of %r failed: %s", transactional_id, e)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE

@@ -224,9 +224,23 @@ class TransactionCoordinatorActor(PartitionActor):
         request = AddOffsets(transactional_id, producer_id, producer_epoch, group_id, partition)
         return await self._run_when_settled(transactional_id, lambda core: core.add_offsets(request, now_ms()))
 
-    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool) -> Step:
-        request = EndTxn(transactional_id, producer_id, producer_epoch, committed)
-        return await self._run(lambda core: core.end_txn(request, now_ms()))
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool,
+                      transaction_version: int = 0) -> Step:
+        """EndTxn. Version 2 with the epoch exhausted takes a fresh producer id from the controller first (outside
+        the step, as InitProducerId)."""
+        request = EndTxn(transactional_id, producer_id, producer_epoch, committed, transaction_version)
+        try:
+            core = await self._ready()
+        except CoordinatorLogError as e:
+            return Step(error=ErrorCode(e.error_code))
+        if core.needs_new_producer_id(request):
+            try:
+                request = request._replace(new_producer_id=await controller_client.call(
+                    self.controller, "allocate_producer_id", timeout_s=MARKER_REQUEST_TIMEOUT_S))
+            except Exception as e:
+                log.warning("allocating a producer id failed: %s", e)
+                return Step(error=E.COORDINATOR_NOT_AVAILABLE)
+        return await self._run(lambda c: c.end_txn(request, now_ms()))
 
     async def txn_operation(self, operation: str, args: list) -> list:
         """A TXN_COORDINATOR frame (actors/partition/wire.py) from this broker's gateway: the per-transaction
@@ -234,16 +248,16 @@ class TransactionCoordinatorActor(PartitionActor):
         a Ray call each; answered as wire.py's txn_answer."""
         if operation == "add_partitions":
             inputs = [AddPartitions(str(t), int(pid), int(epoch), tuple((str(topic), int(p)) for topic, p in tps),
-                                    bool(verify)) for t, pid, epoch, tps, verify in args]
+                                    bool(verify), int(version)) for t, pid, epoch, tps, verify, version in args]
             return [txn_answer(step) for step in await self.add_partitions(inputs)]
         if operation == "add_offsets":
             transactional_id, producer_id, producer_epoch, group_id = args
             return txn_answer(await self.add_offsets(str(transactional_id), int(producer_id), int(producer_epoch),
                                                      str(group_id)))
         if operation == "end_txn":
-            transactional_id, producer_id, producer_epoch, committed = args
+            transactional_id, producer_id, producer_epoch, committed, transaction_version = args
             return txn_answer(await self.end_txn(str(transactional_id), int(producer_id), int(producer_epoch),
-                                                 bool(committed)))
+                                                 bool(committed), int(transaction_version)))
         raise ValueError(f"unknown transaction coordinator operation {operation!r}")
 
     async def describe_transactions(self, ids: list[str]) -> list[tuple]:

@@ -9,9 +9,17 @@ durable). If an append fails, the core is ahead of the log: drop it and replay t
 the partition into a fresh core (`replay`) and sends `markers_to_resend()`.
 
 Kafka behaviour followed (TransactionCoordinator, TransactionMetadata, TransactionStateManager; trunk d79bd502ec7f),
-with transaction version 1 (KIP-98 + KIP-360): the epoch is bumped by InitProducerId and by a fence, not at the
-end of every transaction (KIP-890 part 2, transaction version 2, is not implemented: no EndTxn v5 epoch bump, no
-abort of an empty transaction). Kray does not advertise the `transaction.version` feature, so clients use 1.
+checked step by step against Apache Kafka 4.4 (tests/kafka/txn_script.py), for both transaction versions:
+
+* version 1 (KIP-98 + KIP-360): the epoch is bumped by InitProducerId and by a fence, never at the end of a
+  transaction; the client adds every partition with AddPartitionsToTxn (v0-3) and the group with AddOffsetsToTxn.
+* version 2 (KIP-890 part 2, Kafka 4's default; the broker finalizes `transaction.version` 2): every EndTxn (v5+)
+  bumps the epoch, and its markers carry the new epoch, so a zombie of the old one is fenced at every partition;
+  partitions are added implicitly by transactional Produce v12+ and TxnOffsetCommit v5+ (the gateway and the group
+  coordinator send `AddPartitions` with `transaction_version` 2); an EndTxn(abort) with no transaction open ends an
+  empty transaction (its epoch bumped); an EndTxn retried with the epoch before its bump is answered as done; an
+  exhausted epoch takes the next producer id at the end (`new_producer_id`, answered with epoch 0). Which version a
+  transaction follows is the one its last add or end came with (`client_transaction_version`, in its record).
 
 * InitProducerId: a new id gets `new_producer_id` (the shell asks the controller for one beforehand; unused, it is
   wasted, as ids are 64-bit) and epoch 0. An existing one in Empty/Complete* gets its epoch + 1, or, once the
@@ -110,6 +118,7 @@ class AddPartitions(NamedTuple):
     producer_epoch: int
     partitions: tuple[TopicPartition, ...]
     verify_only: bool = False             # KIP-890 part 1: a partition leader asks, nothing is added
+    transaction_version: int = 0          # 2: an implicit add (transactional Produce v12+, TxnOffsetCommit v5+)
 
 
 class AddOffsets(NamedTuple):
@@ -125,6 +134,8 @@ class EndTxn(NamedTuple):
     producer_id: int
     producer_epoch: int
     committed: bool
+    transaction_version: int = 0          # 2: EndTxn v5+, the epoch bumped at the end
+    new_producer_id: int = NO_PRODUCER_ID  # version 2 with the epoch exhausted: the id to continue with
 
 
 class MarkersWritten(NamedTuple):
@@ -287,7 +298,7 @@ class TransactionCoordinatorCore:
         starts = meta.state != TxnState.ONGOING
         new = replace(meta, state=TxnState.ONGOING, partitions=meta.partitions | frozenset(partitions),
                       txn_start_timestamp_ms=now_ms if starts else meta.txn_start_timestamp_ms,
-                      txn_last_update_timestamp_ms=now_ms)
+                      txn_last_update_timestamp_ms=now_ms, client_transaction_version=request.transaction_version)
         return Step(records=(self._transit(meta, new),), partition_errors=ok)
 
     def _verify(self, request: AddPartitions, partitions: tuple) -> Step:
@@ -305,27 +316,72 @@ class TransactionCoordinatorCore:
 
     # -- EndTxn and the markers -----------------------------------------------------------------------------------
 
+    def needs_new_producer_id(self, request: EndTxn) -> bool:
+        """Whether this EndTxn, if it ends a transaction, continues with a new producer id (version 2 with the
+        epoch exhausted): the shell allocates one first."""
+        meta = self.transactions.get(request.transactional_id)
+        return (request.transaction_version >= 2 and meta is not None and meta.producer_id == request.producer_id
+                and epoch_exhausted(meta.producer_epoch))
+
     def end_txn(self, request: EndTxn, now_ms: int) -> Step:
         if not request.transactional_id:
             return _fail(E.INVALID_REQUEST)
-        meta = self._producer_of(request.transactional_id, request.producer_id, request.producer_epoch)
-        if isinstance(meta, ErrorCode):
-            return _fail(meta)
+        meta = self.transactions.get(request.transactional_id)
+        if meta is None:
+            return _fail(E.INVALID_PRODUCER_ID_MAPPING)
+        committed, state, epoch = request.committed, meta.state, request.producer_epoch
+        bumps = request.transaction_version >= 2
+        v2 = meta.client_transaction_version >= 2
+        # version 2 retries: the end that was answered bumped the epoch (or rotated the producer id past an
+        # exhausted one), so the retry carries the epoch before it
+        retry_after_bump = v2 and meta.producer_epoch == epoch + 1
+        retry_after_rotation = (v2 and state in _COMPLETE and meta.prev_producer_id == request.producer_id
+                                and epoch == SHORT_MAX - 1 and meta.producer_epoch == 0)
+        if meta.producer_id != request.producer_id and not retry_after_rotation:
+            return _fail(E.INVALID_PRODUCER_ID_MAPPING)
+        # version 2: an abort with nothing open ends an empty transaction (Kafka 4.4 bumps the epoch for it)
+        empty_abort = bumps and not committed and state in (TxnState.EMPTY, *_COMPLETE) and epoch == meta.producer_epoch
+        if v2 and state in _PREPARE:
+            valid = retry_after_bump
+        elif v2 and state in _COMPLETE:  # (the current epoch too, as Kafka 4.4 answers: tests/kafka/txn_script.py)
+            valid = retry_after_bump or retry_after_rotation or epoch == meta.producer_epoch
+        else:
+            valid = epoch == meta.producer_epoch
+        if not valid:
+            return _fail(E.PRODUCER_FENCED)
         if request.transactional_id in self.pending:
             return _fail(E.CONCURRENT_TRANSACTIONS)
-        committed, state = request.committed, meta.state
-        if state == TxnState.ONGOING:
-            new = replace(meta, state=TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT,
-                          txn_last_update_timestamp_ms=now_ms)
-            record = self._transit(meta, new)
-            return Step(records=(record,), markers=(self._markers(self.transactions[meta.transactional_id]),),
-                        producer_id=new.producer_id, producer_epoch=new.producer_epoch)
+        if state == TxnState.ONGOING or empty_abort:
+            return self._prepare_end(meta, request, now_ms)
         same_result = (state in (TxnState.COMPLETE_COMMIT, TxnState.PREPARE_COMMIT)) == committed
         if state in _COMPLETE and same_result:
             return Step(producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)  # a retry
         if state in _PREPARE and same_result:
             return _fail(E.CONCURRENT_TRANSACTIONS)
         return _fail(E.INVALID_TXN_STATE)
+
+    def _prepare_end(self, meta: TxnMetadata, request: EndTxn, now_ms: int) -> Step:
+        """Ongoing (or, version 2, nothing open and aborted) -> Prepare{Commit,Abort}, with version 2's bump: the
+        markers carry the new epoch; the answer is the epoch (or, the epoch exhausted, the producer id) to go on
+        with."""
+        state = TxnState.PREPARE_COMMIT if request.committed else TxnState.PREPARE_ABORT
+        changes = dict(state=state, txn_last_update_timestamp_ms=now_ms)
+        answer = (meta.producer_id, meta.producer_epoch)
+        if request.transaction_version >= 2:
+            changes.update(producer_epoch=meta.producer_epoch + 1, last_producer_epoch=meta.producer_epoch,
+                           client_transaction_version=request.transaction_version)
+            answer = (meta.producer_id, meta.producer_epoch + 1)
+            if epoch_exhausted(meta.producer_epoch):
+                if request.new_producer_id == NO_PRODUCER_ID:
+                    return _fail(E.COORDINATOR_NOT_AVAILABLE)  # the shell had no id to give: the client retries
+                changes.update(next_producer_id=request.new_producer_id)
+                answer = (request.new_producer_id, 0)
+            if meta.state != TxnState.ONGOING:
+                changes.update(partitions=frozenset(), txn_start_timestamp_ms=now_ms)
+        new = replace(meta, **changes)
+        record = self._transit(meta, new)
+        return Step(records=(record,), markers=(self._markers(self.transactions[meta.transactional_id]),),
+                    producer_id=answer[0], producer_epoch=answer[1])
 
     def markers_written(self, report: MarkersWritten, now_ms: int) -> Step:
         meta = self._producer_of(report.transactional_id, report.producer_id, report.producer_epoch)
@@ -338,6 +394,9 @@ class TransactionCoordinatorCore:
             return _fail(E.INVALID_TXN_STATE)
         new = replace(meta, state=TxnState.COMPLETE_COMMIT if report.committed else TxnState.COMPLETE_ABORT,
                       partitions=frozenset(), next_producer_id=NO_PRODUCER_ID, txn_last_update_timestamp_ms=now_ms)
+        if meta.next_producer_id != NO_PRODUCER_ID:  # version 2, the epoch exhausted: on with the next id
+            new = replace(new, producer_id=meta.next_producer_id, producer_epoch=0,
+                          last_producer_epoch=NO_PRODUCER_EPOCH)
         return Step(records=(self._transit(meta, new),))
 
     # -- what the shell polls -------------------------------------------------------------------------------------

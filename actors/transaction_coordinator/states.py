@@ -32,13 +32,14 @@ STATE_NAMES = {
 STATE_BY_NAME = {name: state for state, name in STATE_NAMES.items()}
 
 _S = TxnState
-# to-state -> the states it may be reached from (Kafka's TransactionState.VALID_PREVIOUS_STATES, restricted to
-# transaction version 1: an abort with no transaction open, from Empty or Complete*, is KIP-890 part 2's)
+# to-state -> the states it may be reached from (Kafka's TransactionState.VALID_PREVIOUS_STATES; an abort with no
+# transaction open, from Empty or Complete*, is transaction version 2's)
 TRANSITIONS: dict[TxnState, frozenset[TxnState]] = {
     _S.EMPTY: frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),                  # InitProducerId
     _S.ONGOING: frozenset({_S.ONGOING, _S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),    # AddPartitions/Offsets
     _S.PREPARE_COMMIT: frozenset({_S.ONGOING}),                                              # EndTxn(commit)
-    _S.PREPARE_ABORT: frozenset({_S.ONGOING, _S.PREPARE_EPOCH_FENCE}),                       # EndTxn(abort), fence
+    _S.PREPARE_ABORT: frozenset({_S.ONGOING, _S.PREPARE_EPOCH_FENCE,                         # EndTxn(abort), fence
+                                 _S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),          # version 2's empty abort
     _S.COMPLETE_COMMIT: frozenset({_S.PREPARE_COMMIT}),                                      # markers written
     _S.COMPLETE_ABORT: frozenset({_S.PREPARE_ABORT}),                                        # markers written
     _S.DEAD: frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),                   # id expired

@@ -3,8 +3,8 @@ WriteTxnMarkers traffic a coordinator sends to partition leaders. Pure: the shel
 allocates producer ids and awaits appends; this module only translates.
 
 Versions: InitProducerId 0-6 (v6's two-phase commit of KIP-939 is refused as Kafka refuses it when it is off),
-AddPartitionsToTxn 0-3 (one transaction, the producer's) and 4-5 (a batch, brokers' KIP-890 verification), EndTxn
-0-5 (v5's producer id and epoch are the current ones: no end-of-transaction bump, transaction version 1),
+AddPartitionsToTxn 0-3 (one transaction, the producer's) and 4-5 (a batch, brokers' KIP-890 verification; v5's adds
+are transaction version 2's), EndTxn 0-5 (v5+ is transaction version 2: the epoch bumped, the new one answered),
 AddOffsetsToTxn 0-4, WriteTxnMarkers 1-2, DescribeTransactions 0, ListTransactions 0-2. Epoch errors go through
 `client_error` (INVALID_PRODUCER_EPOCH for versions that predate PRODUCER_FENCED).
 """
@@ -34,16 +34,17 @@ TopicPartition = tuple[str, int]
 
 def txn_answer(step: Step) -> list:
     """What the gateway needs of a Step, for a TXN_COORDINATOR frame's answer: [error, [[topic, partition,
-    error]...] or None]."""
+    error]...] or None, producer id, producer epoch] (the last two: what EndTxn v5+ answers)."""
     errors = step.partition_errors
-    return [int(step.error), None if errors is None else [[t, p, int(e)] for (t, p), e in errors.items()]]
+    return [int(step.error), None if errors is None else [[t, p, int(e)] for (t, p), e in errors.items()],
+            step.producer_id, step.producer_epoch]
 
 
 def txn_step(answer: list) -> Step:
     """The Step (its error and partition errors) a TXN_COORDINATOR frame answered."""
-    error, errors = answer
+    error, errors, producer_id, producer_epoch = answer
     return Step(error=E(error), partition_errors=None if errors is None else {
-        (str(t), int(p)): E(e) for t, p, e in errors})
+        (str(t), int(p)): E(e) for t, p, e in errors}, producer_id=int(producer_id), producer_epoch=int(producer_epoch))
 
 
 def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
@@ -72,8 +73,13 @@ def init_producer_id_response(version: int, step: Step | ErrorCode) -> InitProdu
                                   producer_id=step.producer_id, producer_epoch=step.producer_epoch)
 
 
-def end_txn_input(request) -> EndTxn:
-    return EndTxn(request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
+TRANSACTION_VERSION_2_END_TXN = 5          # EndTxn from this version is transaction version 2's (an epoch bump)
+TRANSACTION_VERSION_2_ADD_PARTITIONS = 5   # AddPartitionsToTxn (brokers') from this version adds for version 2
+
+
+def end_txn_input(request, version: int) -> EndTxn:
+    return EndTxn(request.transactional_id, request.producer_id, request.producer_epoch, request.committed,
+                  2 if version >= TRANSACTION_VERSION_2_END_TXN else 0)
 
 
 def end_txn_response(version: int, step: Step) -> EndTxnResponse:
@@ -96,8 +102,9 @@ def add_partitions_inputs(request: AddPartitionsToTxnRequest, version: int) -> l
     if version <= 3:
         return [AddPartitions(request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                               request.v3_and_below_producer_epoch, partitions(request.v3_and_below_topics))]
-    return [AddPartitions(t.transactional_id, t.producer_id, t.producer_epoch, partitions(t.topics), t.verify_only)
-            for t in request.transactions]
+    version_2 = 2 if version >= TRANSACTION_VERSION_2_ADD_PARTITIONS else 0
+    return [AddPartitions(t.transactional_id, t.producer_id, t.producer_epoch, partitions(t.topics), t.verify_only,
+                          0 if t.verify_only else version_2) for t in request.transactions]
 
 
 def _topic_results(partition_errors: dict[TopicPartition, ErrorCode], version: int):

@@ -38,7 +38,8 @@ def test_init_producer_id():
 
 def test_end_txn():
     request = EndTxnRequest(transactional_id="tx", producer_id=5, producer_epoch=2, committed=True)
-    assert wire.end_txn_input(request) == EndTxn("tx", 5, 2, True)
+    assert wire.end_txn_input(request, 4) == EndTxn("tx", 5, 2, True)
+    assert wire.end_txn_input(request, 5) == EndTxn("tx", 5, 2, True, transaction_version=2)
     response = wire.end_txn_response(5, Step(producer_id=5, producer_epoch=2))
     assert (roundtrip(response, 5).producer_id, roundtrip(response, 5).producer_epoch) == (5, 2)
     fenced = wire.end_txn_response(1, Step(error=E.PRODUCER_FENCED))

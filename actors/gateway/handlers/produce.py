@@ -20,6 +20,7 @@ from protocol.messages import ProduceResponse
 
 from actors.gateway.connection import CloseConnection, in_request_order
 from actors.gateway.handlers.routing import leader_clients
+from actors.gateway.handlers.transactions import PRODUCE_ADDS_PARTITIONS, add_produced_partitions, known_partition
 from actors.gateway.partition_client import PartitionNotHosted, by_listener
 from actors.security.authorizer import AclOperation, ResourceType
 
@@ -37,7 +38,7 @@ def acks_zero(request) -> bool:
 
 async def handle_produce(ctx, header, request, connection=None) -> ProduceResponse:
     by_id = header.api_version >= 13
-    responses, wanted, slots = [], [], []
+    responses, wanted, slots, known = [], [], [], []
     access = ctx.access(connection)
     names = {id(t): _topic_name(ctx, t, by_id) for t in request.topic_data}
     writable = access.allowed(AclOperation.WRITE, ResourceType.TOPIC, (n for n in names.values() if n is not None))
@@ -45,6 +46,8 @@ async def handle_produce(ctx, header, request, connection=None) -> ProduceRespon
     # answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition)
     refused = request.transactional_id is not None and not access.allows(
         AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
+    # transaction version 2: a transactional Produce v12+ adds its partitions to the transaction
+    adds = request.transactional_id is not None and header.api_version >= PRODUCE_ADDS_PARTITIONS
     for topic_data in request.topic_data:
         topic_response = ProduceResponse.TopicProduceResponse(name=topic_data.name, topic_id=topic_data.topic_id,
                                                               partition_responses=[])
@@ -66,9 +69,19 @@ async def handle_produce(ctx, header, request, connection=None) -> ProduceRespon
             else:
                 wanted.append((topic_data.name, topic_data.topic_id, pdata.index))
                 slots.append((presp, pdata.records))
+                known.append(name if adds and name is not None and known_partition(ctx, name, pdata.index) else None)
     answers = []  # (the partitions' responses, an awaitable of their results)
     try:
         async with in_request_order(connection):
+            if adds and any(name is not None for name in known):
+                # transaction version 2: the partitions join the transaction first (in the connection's turn, so
+                # a pipelined request's batches still reach their partitions in order)
+                added = await add_produced_partitions(ctx, request.transactional_id, [
+                    (name, w[2], records) for name, w, (_, records) in zip(known, wanted, slots) if name is not None])
+                results = iter(added)
+                kept = [(name is None or _set_error(slot[0], next(results)), w, slot)
+                        for name, w, slot in zip(known, wanted, slots)]
+                wanted, slots = [w for ok, w, _ in kept if ok], [slot for ok, _, slot in kept if ok]
             routed = []
             for (presp, records), (client, error) in zip(slots, await leader_clients(ctx, wanted, by_id)):
                 presp.error_code = error
@@ -107,6 +120,14 @@ async def handle_produce(ctx, header, request, connection=None) -> ProduceRespon
                 presp.record_errors = [ProduceResponse.BatchIndexAndErrorMessage(
                     batch_index=index, batch_index_error_message=message) for index, message in r.record_errors]
     return ProduceResponse(responses=responses, throttle_time_ms=0)
+
+
+def _set_error(presp, error_and_message) -> bool:
+    """True where the partition may be appended to; else its response carries the error."""
+    error, message = error_and_message
+    if error:
+        presp.error_code, presp.error_message = error, message
+    return not error
 
 
 async def _listed(result):

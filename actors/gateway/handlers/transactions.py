@@ -37,7 +37,7 @@ from actors.gateway.handlers.groups import NotCoordinator, _internal_partition, 
 from actors.gateway.partition_client import PartitionNotHosted
 from actors.security.authorizer import AclOperation, ResourceType
 from actors.transaction_coordinator import wire
-from actors.transaction_coordinator.core import ListResult, Step
+from actors.transaction_coordinator.core import AddPartitions, ListResult, Step
 from actors.transaction_coordinator.states import STATE_NAMES
 
 log = logging.getLogger("kray.gateway")
@@ -108,7 +108,7 @@ async def handle_transactional_init_producer_id(ctx, header, request, connection
 
 # ---- AddPartitionsToTxn --------------------------------------------------------------------------------------------
 
-def _known(ctx, topic: str, partition: int) -> bool:
+def known_partition(ctx, topic: str, partition: int) -> bool:
     state = ctx.metadata.topics.get(topic)
     return state is not None and 0 <= partition < len(state.partitions)
 
@@ -120,7 +120,7 @@ async def handle_add_partitions_to_txn(ctx, header, request, connection=None) ->
         return AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=E.CLUSTER_AUTHORIZATION_FAILED,
                                           results_by_transaction=[])
     inputs = wire.add_partitions_inputs(request, version)
-    if any(tp for i in inputs for tp in i.partitions if not _known(ctx, *tp)):
+    if any(tp for i in inputs for tp in i.partitions if not known_partition(ctx, *tp)):
         await ctx.catch_up_metadata()  # a topic created just now: never refuse on metadata older than the client's
     steps: list = [None] * len(inputs)
     by_coordinator: dict[int, list[int]] = {}
@@ -135,7 +135,7 @@ async def handle_add_partitions_to_txn(ctx, header, request, connection=None) ->
         internal = {t for t in topics if getattr(ctx.metadata.topics.get(t), "internal", False)}
         writable = access.allowed(WRITE, TOPIC, topics - internal) if version < 4 else topics
         refused = {tp: E.TOPIC_AUTHORIZATION_FAILED if tp[0] not in writable else E.UNKNOWN_TOPIC_OR_PARTITION
-                   for tp in i.partitions if tp[0] not in writable or not _known(ctx, *tp)}
+                   for tp in i.partitions if tp[0] not in writable or not known_partition(ctx, *tp)}
         if refused:  # one failed partition fails the transaction's request: the rest are not attempted
             steps[n] = {tp: refused.get(tp, E.OPERATION_NOT_ATTEMPTED) for tp in i.partitions}
             continue
@@ -146,8 +146,8 @@ async def handle_add_partitions_to_txn(ctx, header, request, connection=None) ->
         try:
             answers = [wire.txn_step(a) for a in await coordinator_operation(
                 ctx, inputs[numbers[0]].transactional_id, "add_partitions",
-                [[i.transactional_id, i.producer_id, i.producer_epoch, [list(tp) for tp in i.partitions], i.verify_only]
-                 for i in (inputs[n] for n in numbers)])]
+                [[i.transactional_id, i.producer_id, i.producer_epoch, [list(tp) for tp in i.partitions], i.verify_only,
+                  i.transaction_version] for i in (inputs[n] for n in numbers)])]
         except Exception as e:
             error = ErrorCode(coordinator_error(e))
             answers = [{tp: error for tp in inputs[n].partitions} for n in numbers]
@@ -189,8 +189,9 @@ async def handle_end_txn(ctx, header, request, connection=None) -> EndTxnRespons
     if not request.transactional_id:
         return wire.end_txn_response(version, Step(error=E.INVALID_REQUEST))
     try:
+        end = wire.end_txn_input(request, version)
         step = wire.txn_step(await coordinator_operation(ctx, request.transactional_id, "end_txn", [
-            request.transactional_id, request.producer_id, request.producer_epoch, request.committed]))
+            end.transactional_id, end.producer_id, end.producer_epoch, end.committed, end.transaction_version]))
     except Exception as e:
         step = Step(error=ErrorCode(coordinator_error(e)))
     return wire.end_txn_response(version, step)
@@ -233,7 +234,7 @@ async def handle_txn_offset_commit(ctx, header, request, connection=None) -> Txn
             return topic.name
         found = ctx.metadata.topic_by_id(topic.topic_id)
         return found.name if found is not None else None
-    if any(not (name_of(t) and _known(ctx, name_of(t), p.partition_index))
+    if any(not (name_of(t) and known_partition(ctx, name_of(t), p.partition_index))
            for t in request.topics for p in t.partitions):
         await ctx.catch_up_metadata()  # a topic created just now: never refuse on metadata older than the client's
     names = [name_of(t) for t in request.topics]
@@ -245,7 +246,7 @@ async def handle_txn_offset_commit(ctx, header, request, connection=None) -> Txn
                 slot.error_code = E.UNKNOWN_TOPIC_ID
             elif name not in readable:
                 slot.error_code = E.TOPIC_AUTHORIZATION_FAILED
-            elif not _known(ctx, name, p.partition_index):
+            elif not known_partition(ctx, name, p.partition_index):
                 slot.error_code = E.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 wanted.append((name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
@@ -325,6 +326,79 @@ def _transactional(records) -> bool:
     if records is None or len(records) < BATCH_ATTRIBUTES_AT + 2:
         return False
     return bool(memoryview(records)[BATCH_ATTRIBUTES_AT + 1] & TRANSACTIONAL_FLAG)
+
+
+# ---- transaction version 2: Produce v12+ adds its partitions -------------------------------------------------------
+
+PRODUCE_ADDS_PARTITIONS = 12   # a transactional Produce from this version adds its partitions to the transaction
+ADDED_REMEMBERED = 100_000     # (transactional id, producer id, epoch, partition) a gateway remembers as added
+# what a Produce answers when its partition could not be added (Kafka's ReplicaManager: retriable coordinator errors
+# become NOT_ENOUGH_REPLICAS, which every client retries without a metadata refresh; a fenced epoch is the
+# producer's INVALID_PRODUCER_EPOCH)
+_ADD_ERRORS = {E.CONCURRENT_TRANSACTIONS: E.NOT_ENOUGH_REPLICAS, E.COORDINATOR_LOAD_IN_PROGRESS: E.NOT_ENOUGH_REPLICAS,
+               E.COORDINATOR_NOT_AVAILABLE: E.NOT_ENOUGH_REPLICAS, E.NOT_COORDINATOR: E.NOT_ENOUGH_REPLICAS,
+               E.PRODUCER_FENCED: E.INVALID_PRODUCER_EPOCH}
+
+
+async def add_produced_partitions(ctx, transactional_id: str, batches: list[tuple[str, int, object]],
+                                  ) -> list[tuple[ErrorCode, str | None]]:
+    """Transaction version 2 (Produce v12+): the partitions of a transactional Produce join the producer's
+    transaction before anything is appended, as Kafka's broker adds them (AddPartitionsToTxn v5 to the
+    coordinator): `batches` are (topic, partition, records); each gets (error, message), NONE where its records
+    may be appended. A partition added for this producer id and epoch is remembered, so only a transaction's first
+    batch per partition asks the coordinator (a new transaction has a new epoch)."""
+    from protocol.record_batch import parse_header
+    added = ctx.txn_partitions_added
+    first = parse_header(batches[0][2], 0, whole=False)
+    producer_id, producer_epoch = first.producer_id, first.producer_epoch
+    out: list = [(E.NONE, None)] * len(batches)
+    wanted = {}
+    for n, (topic, partition, records) in enumerate(batches):
+        header = parse_header(records, 0, whole=False)
+        if (header.producer_id, header.producer_epoch) != (producer_id, producer_epoch):
+            out[n] = (E.INVALID_PRODUCER_ID_MAPPING, "a transactional produce carries one producer id and epoch")
+        elif (transactional_id, producer_id, producer_epoch, topic, partition) in added:
+            added.move_to_end((transactional_id, producer_id, producer_epoch, topic, partition))
+        else:
+            wanted.setdefault((topic, partition), []).append(n)
+    if not wanted:
+        return out
+    try:
+        errors = await _add_partitions(ctx, transactional_id, producer_id, producer_epoch, list(wanted))
+    except Exception as e:
+        error = ErrorCode(coordinator_error(e))
+        log.info("adding %d partitions to the transaction of %r: %s", len(wanted), transactional_id, e)
+        errors = {tp: error for tp in wanted}
+    for tp, numbers in wanted.items():
+        error = errors.get(tp, E.UNKNOWN_SERVER_ERROR)
+        if error == E.NONE:
+            added[(transactional_id, producer_id, producer_epoch, *tp)] = None
+            while len(added) > ADDED_REMEMBERED:
+                added.popitem(last=False)
+            continue
+        answer = _ADD_ERRORS.get(error, error)
+        message = (f"the partition could not be added to the transaction of {transactional_id!r} "
+                   f"({error.name}); retry" if answer == E.NOT_ENOUGH_REPLICAS else None)
+        for n in numbers:
+            out[n] = (answer, message)
+    return out
+
+
+async def _add_partitions(ctx, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+    """AddPartitionsToTxn (transaction version 2) at the id's coordinator: over the data path where this broker leads
+    it, else a call to its actor on the broker that does."""
+    partition, actor = await _coordinator_partition(ctx, transactional_id)
+    if partition.leader == ctx.broker_id:
+        [answer] = await coordinator_operation(ctx, transactional_id, "add_partitions", [
+            [transactional_id, producer_id, producer_epoch, [list(tp) for tp in partitions], False, 2]])
+        step = wire.txn_step(answer)
+    elif actor is not None:
+        [step] = await actor.add_partitions.remote([AddPartitions(transactional_id, producer_id, producer_epoch,
+                                                                  tuple(partitions), False, 2)])
+    else:
+        raise _not_coordinator(ctx, transactional_id, partition.leader)
+    return step.partition_errors or {tp: step.error for tp in partitions}
 
 
 def transactional_produce(handle_produce):

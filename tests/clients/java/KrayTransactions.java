@@ -190,6 +190,13 @@ public class KrayTransactions {
             }
             producer.commitTransaction();
         }
+        // transaction version 2 (finalized by the broker) bumps the epoch at each of the three ends; version 1 never
+        try (Admin admin = admin()) {
+            TransactionDescription done = admin.describeTransactions(List.of("java-txn-" + RUN))
+                .description("java-txn-" + RUN).get(30, TimeUnit.SECONDS);
+            out.put("producer_epoch", (int) done.producerEpoch());
+            out.put("transaction_state", done.state().toString());
+        }
         List<String> readCommitted = readAll(topic, 2, "read_committed", committed.size());
         List<String> readUncommitted = readAll(topic, 2, "read_uncommitted", committed.size() + aborted.size());
         out.put("read_committed", readCommitted);
