@@ -90,6 +90,13 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "group.consumer.max.heartbeat.interval.ms": 15000,
     "group.consumer.max.size": 2147483647,
     "group.consumer.assignors": "uniform,range",
+    # streams groups (KIP-1071), Kafka 4.4's shipped defaults (actors/group_coordinator/streams_group.py)
+    "group.streams.session.timeout.ms": 45000,
+    "group.streams.heartbeat.interval.ms": 5000,
+    "group.streams.max.size": 2147483647,
+    "group.streams.num.standby.replicas": 0,
+    "group.streams.max.standby.replicas": 2,
+    "group.streams.initial.rebalance.delay.ms": 3000,
     "offsets.retention.minutes": 10080,
     "offsets.retention.check.interval.ms": 600000,
     "offset.metadata.max.bytes": 4096,
@@ -314,39 +321,158 @@ class ConfigError(ValueError):
     """A config key or value Kray cannot accept; the message says which and why."""
 
 
-def parse_override(text: str) -> tuple[str, Any]:
-    key, sep, raw = text.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"override {text!r} is not key=value (example: --override num.partitions=3)")
-    return key.strip(), coerce(key.strip(), raw.strip())
+INT_MIN, INT_MAX = -2**31, 2**31 - 1
+LONG_MIN = -2**63
+SHORT_MAX = 2**15 - 1
+# (least, greatest) of each integer broker config: Kafka 4.4's ConfigDef validator where it has one,
+# else the width of its type (INT, LONG or SHORT); tests/kafka/test_broker_configs.py compares
+# them with Kafka's jars. Deliberate differences: log.segment.bytes keeps the pre-4.0 floor of 14
+# bytes (as the topic config segment.bytes, see INT_TOPIC_CONFIG_RANGES); broker.id is Kafka's
+# node.id (at least 0); num.partition.shards is Kray's own.
+BROKER_INT_RANGES: dict[str, tuple[int, int]] = {
+    "broker.id": (0, INT_MAX), "num.partitions": (1, INT_MAX), "num.partition.shards": (0, INT_MAX),
+    "default.replication.factor": (INT_MIN, INT_MAX), "log.segment.bytes": (14, INT_MAX),
+    "log.index.interval.bytes": (0, INT_MAX), "log.retention.ms": (LONG_MIN, LONG_MAX),
+    "log.retention.bytes": (LONG_MIN, LONG_MAX), "log.retention.check.interval.ms": (1, LONG_MAX),
+    "log.message.timestamp.before.max.ms": (0, LONG_MAX), "log.message.timestamp.after.max.ms": (0, LONG_MAX),
+    "log.roll.ms": (LONG_MIN, LONG_MAX), "log.roll.jitter.ms": (LONG_MIN, LONG_MAX),
+    "log.segment.delete.delay.ms": (0, LONG_MAX), "log.flush.interval.messages": (1, LONG_MAX),
+    "log.flush.interval.ms": (LONG_MIN, LONG_MAX), "log.local.retention.ms": (-2, LONG_MAX),
+    "log.local.retention.bytes": (-2, LONG_MAX), "compression.gzip.level": (1, 9), "compression.lz4.level": (1, 17),
+    "compression.zstd.level": (-131072, 22), "message.max.bytes": (0, INT_MAX), "min.insync.replicas": (1, INT_MAX),
+    "socket.request.max.bytes": (1, INT_MAX), "connections.max.idle.ms": (LONG_MIN, LONG_MAX),
+    "offsets.topic.num.partitions": (1, INT_MAX), "offsets.topic.replication.factor": (1, SHORT_MAX),
+    "offsets.topic.segment.bytes": (1, INT_MAX), "share.coordinator.state.topic.num.partitions": (1, INT_MAX),
+    "share.coordinator.state.topic.segment.bytes": (1, INT_MAX),
+    "share.coordinator.state.topic.replication.factor": (1, SHORT_MAX),
+    "share.coordinator.state.topic.min.isr": (1, SHORT_MAX), "transaction.state.log.num.partitions": (1, INT_MAX),
+    "transaction.state.log.replication.factor": (1, SHORT_MAX), "transaction.state.log.min.isr": (1, INT_MAX),
+    "transaction.state.log.segment.bytes": (1, INT_MAX), "transaction.max.timeout.ms": (1, INT_MAX),
+    "transactional.id.expiration.ms": (1, INT_MAX),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (1, INT_MAX),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (1, INT_MAX),
+    "broker.heartbeat.interval.ms": (INT_MIN, INT_MAX), "broker.session.timeout.ms": (INT_MIN, INT_MAX),
+    "replica.lag.time.max.ms": (LONG_MIN, LONG_MAX), "replica.fetch.wait.max.ms": (INT_MIN, INT_MAX),
+    "replica.fetch.max.bytes": (0, INT_MAX), "replica.fetch.response.max.bytes": (0, INT_MAX),
+    "leader.imbalance.check.interval.seconds": (1, LONG_MAX), "group.min.session.timeout.ms": (INT_MIN, INT_MAX),
+    "group.max.session.timeout.ms": (INT_MIN, INT_MAX), "group.initial.rebalance.delay.ms": (INT_MIN, INT_MAX),
+    "group.max.size": (1, INT_MAX), "group.consumer.session.timeout.ms": (1, INT_MAX),
+    "group.consumer.min.session.timeout.ms": (1, INT_MAX), "group.consumer.max.session.timeout.ms": (1, INT_MAX),
+    "group.consumer.heartbeat.interval.ms": (1, INT_MAX), "group.consumer.min.heartbeat.interval.ms": (1, INT_MAX),
+    "group.consumer.max.heartbeat.interval.ms": (1, INT_MAX), "group.consumer.max.size": (1, INT_MAX),
+    "offsets.retention.minutes": (1, INT_MAX), "offsets.retention.check.interval.ms": (1, LONG_MAX),
+    "offset.metadata.max.bytes": (INT_MIN, INT_MAX), "log.cleaner.min.compaction.lag.ms": (0, LONG_MAX),
+    "log.cleaner.max.compaction.lag.ms": (1, LONG_MAX), "log.cleaner.delete.retention.ms": (0, LONG_MAX),
+    "log.cleaner.backoff.ms": (0, LONG_MAX), "max.incremental.fetch.session.cache.slots": (0, INT_MAX),
+    "group.share.delivery.count.limit": (2, 10), "group.share.min.delivery.count.limit": (2, 5),
+    "group.share.max.delivery.count.limit": (5, 25), "group.share.record.lock.duration.ms": (1000, 3600000),
+    "group.share.min.record.lock.duration.ms": (1000, 30000),
+    "group.share.max.record.lock.duration.ms": (30000, 3600000),
+    "group.share.partition.max.record.locks": (100, 10000), "group.share.min.partition.max.record.locks": (100, 2000),
+    "group.share.max.partition.max.record.locks": (2000, 10000), "group.share.assignment.interval.ms": (0, INT_MAX),
+    "group.share.min.assignment.interval.ms": (0, INT_MAX), "group.share.max.assignment.interval.ms": (0, INT_MAX),
+    "group.share.max.share.sessions": (1, INT_MAX), "group.share.max.size": (1, 1000),
+    "group.share.session.timeout.ms": (1, INT_MAX), "group.share.min.session.timeout.ms": (1, INT_MAX),
+    "group.share.max.session.timeout.ms": (1, INT_MAX), "group.share.heartbeat.interval.ms": (1, INT_MAX),
+    "group.share.min.heartbeat.interval.ms": (1, INT_MAX), "group.share.max.heartbeat.interval.ms": (1, INT_MAX),
+    "group.share.initialize.retry.interval.ms": (1, INT_MAX),
+    "share.coordinator.snapshot.update.records.per.snapshot": (0, 500),
+    "connections.max.reauth.ms": (LONG_MIN, LONG_MAX), "connection.failed.authentication.delay.ms": (0, INT_MAX),
+    "controller.quorum.election.timeout.ms": (0, INT_MAX), "controller.quorum.fetch.timeout.ms": (0, INT_MAX),
+    "controller.quorum.election.backoff.max.ms": (0, INT_MAX), "controller.quorum.request.timeout.ms": (0, INT_MAX),
+    "controller.quorum.retry.backoff.ms": (0, INT_MAX),
+}
+BROKER_INT_ALSO: dict[str, set[int]] = {"compression.gzip.level": {-1}}  # Kafka's "[1,...,9] or -1"
+BROKER_FLOAT_RANGES: dict[str, tuple[float, float]] = {"log.cleaner.min.cleanable.ratio": (0.0, 1.0)}
+BROKER_CHOICES: dict[str, tuple[str, ...]] = {"log.message.timestamp.type": ("CreateTime", "LogAppendTime"),
+                                              "compression.type": tuple(sorted(COMPRESSION_TYPES))}
+KIND_WORDS = {"int": "an integer", "long": "an integer", "short": "an integer", "double": "a number",
+              "boolean": "true or false", "string": "a string", "password": "a string", "class": "a class name",
+              "list": "a comma-separated list"}
 
 
-def coerce(key: str, raw: Any) -> Any:
-    """Turn a string from the command line into the type of the key's default."""
+def broker_config_kind(key: str) -> str:
+    """The Kafka type (lower case: int, double, boolean, string, list) of a broker config Kray knows."""
     default = BROKER_DEFAULTS.get(base_key(key) or key)
-    if not isinstance(raw, str) or default is None:
-        return raw
     if isinstance(default, bool):
-        if raw.lower() not in ("true", "false"):
-            raise ConfigError(f"{key} must be true or false, not {raw!r}")
-        return raw.lower() == "true"
+        return "boolean"
+    if isinstance(default, int) or key in BROKER_INT_RANGES:
+        return "int"
     if isinstance(default, float):
-        try:
-            return float(raw)
-        except ValueError:
-            raise ConfigError(f"{key} must be a number, not {raw!r}") from None
-    if isinstance(default, int):
-        try:
-            return int(raw)
-        except ValueError:
-            raise ConfigError(f"{key} must be an integer, not {raw!r}") from None
-    return raw
+        return "double"
+    return "string"
+
+
+def parse_config_value(key: str, value: Any, kind: str, *, at_least=None, at_most=None, also=(), choices=()) -> Any:
+    """`value` of config `key` as a Kafka `kind` (int, long, short, double, boolean, string, password,
+    class, list) with its range: a string (a server.properties line, an --override) is parsed as
+    Kafka's ConfigDef parses it; a TOML value must have the type already (a number for an integer,
+    true/false unquoted or quoted). Raises ConfigError naming the key and what it takes."""
+    kind = kind.lower()
+    words = KIND_WORDS.get(kind, kind)
+    if kind in ("int", "long", "short"):
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise ConfigError(f"{key} must be an integer, not {value!r}") from None
+        elif isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key} must be an integer, not {value!r}")
+    elif kind == "double":
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise ConfigError(f"{key} must be a number, not {value!r}") from None
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key} must be a number, not {value!r}")
+        value = float(value)
+    elif kind == "boolean":
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            value = value.strip().lower() == "true"
+        elif not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, not {value!r}")
+    elif kind == "list" and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        value = ",".join(value)
+    elif not isinstance(value, str):
+        raise ConfigError(f"{key} must be {words}" + (" (in quotes in a TOML file)" if kind != "list" else "")
+                          + f", not {value!r}")
+    if value in also:
+        return value
+    if at_least is not None and value < at_least or at_most is not None and value > at_most:
+        low_is_width = at_least is None or at_least in (INT_MIN, LONG_MIN)
+        high_is_width = at_most is None or at_most in (INT_MAX, LONG_MAX)
+        too_high = at_most is not None and value > at_most
+        if low_is_width or (high_is_width and not too_high):
+            bound = f"at most {at_most}" if too_high else f"at least {at_least}"
+        else:
+            bound = f"between {at_least} and {at_most}"
+        extra = "".join(f" or {v}" for v in sorted(also))
+        raise ConfigError(f"{key}={value}: must be {bound}{extra}")
+    if choices and value not in choices:
+        raise ConfigError(f"{key}={value}: must be one of {', '.join(choices)}")
+    return value
+
+
+def broker_value(key: str, value: Any) -> Any:
+    """A broker config's value checked for its type and range (see parse_config_value); None
+    (unset) stays None."""
+    if value is None:
+        return None
+    name = base_key(key) or key
+    kind = broker_config_kind(name)
+    if name in ("listeners", "advertised.listeners", "log.dirs", "sasl.enabled.mechanisms", "ssl.enabled.protocols",
+                "group.consumer.assignors", "group.share.assignors", "controller.quorum.voters", "process.roles"):
+        kind = "list"
+    at_least, at_most = BROKER_INT_RANGES.get(name, BROKER_FLOAT_RANGES.get(name, (None, None)))
+    return parse_config_value(key, value, kind, at_least=at_least, at_most=at_most,
+                              also=BROKER_INT_ALSO.get(name, ()), choices=BROKER_CHOICES.get(name, ()))
 
 
 def _listeners(config: dict[str, Any]):
-    from actors.security.listeners import ListenerConfigError, listener_config
-    try:
-        return listener_config({k: v for k, v in config.items() if v is not None})
+    from actors.security.listeners import ListenerConfigError, listener_config, set_keys
+    try:  # (security.inter.broker.protocol's default is no setting: cluster/config.py refuses both set)
+        return listener_config(set_keys(config))
     except ListenerConfigError as e:
         raise ConfigError(str(e)) from None
 

@@ -50,13 +50,16 @@ def _start_and_serve(args, signals: StopSignals) -> int:
     overrides = list(args.override or [])
     if args.data_dir is not None:
         overrides.append(f"log.dirs={args.data_dir}")
+    notes: list[str] = []
     try:
-        config = with_listener(load_broker_config(config_path, overrides), args.host, args.port)
+        config = with_listener(load_broker_config(config_path, overrides, notes=notes), args.host, args.port)
         from actors.security.settings import security_settings
         security_settings(config)  # listeners, TLS files and SASL users: refuse a bad config before starting
     except (ValueError, OSError) as e:
         print(f"kray start: {e}", file=sys.stderr)
         return 2
+    for line in notes:  # (Kafka configs Kray does not use)
+        print(f"kray start: {line}", file=sys.stderr, flush=True)
     if args.nodes and args.address:
         print("kray start: --nodes starts a Ray cluster of its own; --address joins one: pick one", file=sys.stderr)
         return 2
@@ -247,7 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "several listeners: the inter-broker (PLAINTEXT) one's")
     broker_options.add_argument("--host", help="listener host, of every listener (default 127.0.0.1)")
     broker_options.add_argument("--data-dir", help="where logs and metadata live (default ./data)")
-    broker_options.add_argument("--config", help="a TOML file of broker configs (default configs/local.toml)")
+    broker_options.add_argument("--config", help="a file of broker configs: Kafka's server.properties format "
+                                                 "(key=value lines; a .properties file) or TOML (a .toml file, keys "
+                                                 "under [broker]); others by their content (default "
+                                                 "configs/local.toml). Kafka's keys and spellings "
+                                                 "(log.retention.hours, node.id, log.dir); a Kafka key Kray does not "
+                                                 "use is ignored with a note")
     broker_options.add_argument("--override", action="append", metavar="KEY=VALUE",
                                 help="set one broker config, e.g. --override num.partitions=3 (repeatable)")
 

@@ -24,6 +24,7 @@ import time
 from typing import Callable
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+REPEAT_WITHIN_S = 1.0  # a second signal this soon after the first is the same stop asked twice
 
 
 class Interrupted(KeyboardInterrupt):
@@ -47,6 +48,7 @@ class StopSignals:
         self.started = False
         self.give_up = give_up  # called from the watcher thread with the reason; should not return
         self._watching = False
+        self._first_at: float | None = None  # when the first signal was handled
 
     @property
     def name(self) -> str:
@@ -64,17 +66,20 @@ class StopSignals:
         keep_ray_off_sigterm()
 
     def _watch(self, read_end: int) -> None:
-        received, deadline = 0, None
+        received, deadline, first_at = 0, None, None
         while True:
             wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
             if select.select([read_end], [], [], wait_s)[0]:
                 signums = [s for s in os.read(read_end, 64) if s in SIGNALS]
                 if not signums:
                     continue
-                received += len(signums)
+                if first_at is not None and time.monotonic() - first_at < REPEAT_WITHIN_S:
+                    continue  # the same request delivered twice (to the process and to its group)
+                received += 1
                 if self.signum is None:
                     self.signum = signums[0]
                 if deadline is None:
+                    first_at = time.monotonic()
                     allowed_s = self.deadline_s if self.started else self.starting_deadline_s
                     deadline = time.monotonic() + allowed_s
                 if received >= 2:
@@ -86,8 +91,13 @@ class StopSignals:
                 return
 
     def _received(self, signum, frame) -> None:
+        now = time.monotonic()
+        if self._first_at is not None and now - self._first_at < REPEAT_WITHIN_S:
+            return  # the same stop asked twice
         if self.signum is None:
             self.signum = signum
+        if self._first_at is None:
+            self._first_at = now
         self.requested.set()
         if self.interrupting:
             raise Interrupted(signum)

@@ -28,6 +28,9 @@ class Route:
     max_version: int
     no_response: Callable[[Any], bool] | None = None  # e.g. Produce with acks=0
     advertised: bool = True  # False: served, but left out of ApiVersions (an API whose whole path is not built yet)
+    # ApiVersions' lowest version where it is below the lowest served (a request below min_version closes the
+    # connection): Produce from v0, as Kafka 4.4 advertises it for old clients' feature detection (KIP-896)
+    advertised_min_version: int | None = None
 
 
 class Dispatcher:
@@ -36,7 +39,8 @@ class Dispatcher:
         self.routes = routes
 
     def advertised(self) -> list[tuple[int, int, int]]:
-        return sorted((key, r.min_version, r.max_version) for key, r in self.routes.items() if r.advertised)
+        return sorted((key, r.min_version if r.advertised_min_version is None else r.advertised_min_version,
+                       r.max_version) for key, r in self.routes.items() if r.advertised)
 
     async def __call__(self, body: memoryview, connection=None) -> bytes | list | None:
         header, offset = decode_request_header(body)

@@ -29,6 +29,7 @@ from actors.gateway.handlers.share_admin import (handle_alter_share_group_offset
                                                  handle_describe_share_group_offsets)
 from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle_share_fetch
 from actors.gateway.handlers.share_state import handle_share_state
+from actors.gateway.handlers.streams_groups import handle_streams_group_describe, handle_streams_group_heartbeat
 from actors.gateway.handlers.txn_markers import handle_write_txn_markers
 from actors.gateway.handlers.topics import handle_create_partitions, handle_create_topics, handle_delete_topics
 from actors.gateway.handlers.transactions import (handle_add_offsets_to_txn, handle_add_partitions_to_txn,
@@ -41,7 +42,7 @@ from actors.gateway.handlers.transactions import (handle_add_offsets_to_txn, han
 TRANSACTIONS_ADVERTISED = True
 
 ROUTES: dict[int, Route] = {
-    0: Route(transactional_produce(handle_produce), 3, 13, no_response=acks_zero),
+    0: Route(transactional_produce(handle_produce), 3, 13, no_response=acks_zero, advertised_min_version=0),
     1: Route(handle_fetch, 4, 18),  # v18 (KIP-1166) adds a follower's high watermark, tagged: nothing to do here
     2: Route(handle_list_offsets, 1, 11),
     3: Route(handle_metadata, 0, 13),  # the connection's listener: its addresses
@@ -98,6 +99,8 @@ ROUTES: dict[int, Route] = {
     85: Route(handle_share_state, 0, 1),  # WriteShareGroupState
     86: Route(handle_share_state, 0, 0),  # DeleteShareGroupState
     87: Route(handle_share_state, 0, 1),  # ReadShareGroupStateSummary
+    88: Route(handle_streams_group_heartbeat, 0, 1),  # KIP-1071 (handlers/streams_groups.py)
+    89: Route(handle_streams_group_describe, 0, 1),
     90: Route(handle_describe_share_group_offsets, 0, 1),
     91: Route(handle_alter_share_group_offsets, 0, 0),
     92: Route(handle_delete_share_group_offsets, 0, 0),
