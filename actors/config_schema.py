@@ -90,6 +90,13 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "group.consumer.max.heartbeat.interval.ms": 15000,
     "group.consumer.max.size": 2147483647,
     "group.consumer.assignors": "uniform,range",
+    # streams groups (KIP-1071), Kafka 4.4's shipped defaults (actors/group_coordinator/streams_group.py)
+    "group.streams.session.timeout.ms": 45000,
+    "group.streams.heartbeat.interval.ms": 5000,
+    "group.streams.max.size": 2147483647,
+    "group.streams.num.standby.replicas": 0,
+    "group.streams.max.standby.replicas": 2,
+    "group.streams.initial.rebalance.delay.ms": 3000,
     "offsets.retention.minutes": 10080,
     "offsets.retention.check.interval.ms": 600000,
     "offset.metadata.max.bytes": 4096,

@@ -349,6 +349,21 @@ class GroupCoordinatorActor(PartitionActor):
         shard = await self._ready()
         return shard.describe_consumer(group_ids, self._topics())
 
+    # ---- streams groups (KIP-1071) -----------------------------------------------------------
+    async def streams_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, request: dict):
+        shard = await self._ready()
+        result, records = shard.streams_group_heartbeat(group_id, member_id, member_epoch, topics=self._topics(),
+                                                        now_ms=now_ms(), **request)
+        error = await self._commit(records)
+        if error:
+            result.error_code, result.error_message = error, "the group coordinator is reloading; retry"
+        self.wake.set()
+        return result
+
+    async def describe_streams(self, group_ids: list[str]):
+        shard = await self._ready()
+        return shard.describe_streams(group_ids)
+
     # ---- offsets -----------------------------------------------------------------------------
     async def commit_offsets(self, group_id: str, member_id: str, instance_id: str | None,
                              generation_or_epoch: int, partitions: list, api_version: int) -> list[int]:

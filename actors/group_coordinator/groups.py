@@ -1,5 +1,6 @@
 """Every group of one `__consumer_offsets` partition: share groups (core.py), classic groups (classic.py), KIP-848
-consumer groups (consumer_group.py) and the committed offsets (offsets.py), in one namespace. Pure, like its parts.
+consumer groups (consumer_group.py), streams groups (streams_group.py, KIP-1071) and the committed offsets
+(offsets.py), in one namespace. Pure, like its parts.
 
 A group id names one group of one type. This module routes each request to its type's state machine, answers
 requests aimed at a group of another type as Kafka does, converts an empty group between the classic and consumer
@@ -19,9 +20,11 @@ from actors.group_coordinator.consumer_group import ConsumerGroups, ConsumerHear
 from actors.group_coordinator.core import GroupCoordinatorShard, TopicsView
 from actors.group_coordinator.offsets import OffsetStore
 from actors.group_coordinator.records import Record
+from actors.group_coordinator.streams_group import DescribedStreamsGroup, StreamsGroups, StreamsHeartbeatResult
 from protocol.errors import ErrorCode
 
-SHARE, CLASSIC, CONSUMER = "share", "classic", "consumer"
+SHARE, CLASSIC, CONSUMER, STREAMS = "share", "classic", "consumer", "streams"
+STREAMS_PROTOCOL_TYPE = "streams"
 SHARE_PROTOCOL_TYPE = "share"
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
@@ -39,6 +42,7 @@ class Groups:
         self.share = GroupCoordinatorShard(config)
         self.classic = ClassicGroups(config)
         self.consumer = ConsumerGroups(config)
+        self.streams = StreamsGroups(config)
         self.offsets = OffsetStore(config)
         self.next_retention_check_ms = 0
 
@@ -49,6 +53,8 @@ class Groups:
             return CLASSIC
         if self.consumer.has_group(group_id):
             return CONSUMER
+        if self.streams.has_group(group_id):
+            return STREAMS
         return SHARE if self.share.group_type(group_id) == SHARE else None
 
     def _classic_created(self, group_id: str, existed: bool) -> None:
@@ -75,6 +81,12 @@ class Groups:
         if record_type == crec.CLASSIC_GROUP_METADATA:
             self.classic.replay(key_bytes, value_bytes, now_ms)
         self.consumer.replay(record_type, key_bytes, value_bytes)
+        streams_group = self.streams.replay(record_type, key_bytes, value_bytes)
+        if streams_group is not None:
+            if self.streams.has_group(streams_group):
+                self.share.register_foreign_group(streams_group, STREAMS)
+            else:
+                self.share.unregister_foreign_group(streams_group)
         self.share.replay(key_bytes, value_bytes)  # share records; other types' ids reserved in its namespace
 
     def finish_replay(self, now_ms: int) -> None:
@@ -156,7 +168,7 @@ class Groups:
         records: list[Record] = []
         if kind == CLASSIC and self.classic.is_empty(group_id) and member_epoch == 0:
             records = self._remove_classic(group_id)  # upgrade an empty classic group; its offsets stay
-        elif kind in (CLASSIC, SHARE):
+        elif kind in (CLASSIC, SHARE, STREAMS):
             return ConsumerHeartbeatResult(
                 error_code=ErrorCode.GROUP_ID_NOT_FOUND,
                 error_message=f"Group {group_id} is not a consumer group"
@@ -172,7 +184,7 @@ class Groups:
         out = []
         for group_id in group_ids:
             kind = self.group_type(group_id)
-            if kind in (CLASSIC, SHARE):
+            if kind in (CLASSIC, SHARE, STREAMS):
                 out.append(DescribedConsumerGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND,
                                                   f"Group {group_id} is not a consumer group."))
             else:
@@ -180,7 +192,36 @@ class Groups:
         return out
 
     def on_topics_changed(self, topics: TopicsView, now_ms: int) -> list[Record]:
-        return self.consumer.on_topics_changed(topics, now_ms)
+        return self.consumer.on_topics_changed(topics, now_ms) + self.streams.on_topics_changed(topics, now_ms)
+
+    # ---- streams protocol (KIP-1071) ------------------------------------------------------------------------------
+
+    def streams_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, *, topics: TopicsView,
+                                now_ms: int, **request) -> tuple[StreamsHeartbeatResult, list[Record]]:
+        kind = self.group_type(group_id)
+        records: list[Record] = []
+        if kind == CLASSIC and self.classic.is_empty(group_id) and member_epoch == 0:
+            records = self._remove_classic(group_id)  # an empty classic (or simple) group becomes a streams group
+        elif kind in (CLASSIC, SHARE, CONSUMER):
+            return StreamsHeartbeatResult(error_code=ErrorCode.GROUP_ID_NOT_FOUND,
+                                          error_message=f"Group {group_id} is not a streams group."), []
+        existed = self.streams.has_group(group_id)
+        result, heartbeat_records = self.streams.heartbeat(group_id, member_id, member_epoch, topics=topics,
+                                                           now_ms=now_ms, **request)
+        if not existed and self.streams.has_group(group_id):
+            self.share.register_foreign_group(group_id, STREAMS)
+        return result, records + heartbeat_records
+
+    def describe_streams(self, group_ids: Iterable[str]) -> list[DescribedStreamsGroup]:
+        out = []
+        for group_id in group_ids:
+            kind = self.group_type(group_id)
+            if kind in (CLASSIC, SHARE, CONSUMER):
+                out.append(DescribedStreamsGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND,
+                                                 f"Group {group_id} is not a streams group."))
+            else:
+                out += self.streams.describe([group_id])
+        return out
 
     # ---- offsets ---------------------------------------------------------------------------------------------------
 
@@ -206,6 +247,12 @@ class Groups:
                 return self._commit_unless_stale(group_id, member_id, generation_or_epoch, partitions,
                                                  ErrorCode.STALE_MEMBER_EPOCH,
                                                  lambda ps: self.offsets.commit(group_id, ps, now_ms))
+        elif kind == STREAMS:
+            error, _ = self.streams.validate_offset_commit(group_id, member_id, generation_or_epoch)
+            if not error:
+                return self._commit_unless_stale(group_id, member_id, generation_or_epoch, partitions,
+                                                 ErrorCode.STALE_MEMBER_EPOCH,
+                                                 lambda ps: self.offsets.commit(group_id, ps, now_ms), self.streams)
         else:
             error = ErrorCode.GROUP_ID_NOT_FOUND
         if error:
@@ -213,11 +260,11 @@ class Groups:
         return self.offsets.commit(group_id, partitions, now_ms)
 
     def _commit_unless_stale(self, group_id: str, member_id: str, member_epoch: int, partitions: list,
-                             stale_error: int, commit) -> tuple[list[int], list[Record]]:
-        """Commit the partitions a consumer-group member may commit at `member_epoch` (KIP-1251); the others
-        answer `stale_error`."""
-        stale = self.consumer.stale_commit_partitions(group_id, member_id, member_epoch,
-                                                      [(t, p) for t, p, *_ in partitions])
+                             stale_error: int, commit, groups=None) -> tuple[list[int], list[Record]]:
+        """Commit the partitions a consumer-group (or streams-group) member may commit at `member_epoch`
+        (KIP-1251); the others answer `stale_error`."""
+        stale = (groups or self.consumer).stale_commit_partitions(group_id, member_id, member_epoch,
+                                                                  [(t, p) for t, p, *_ in partitions])
         errors, records = commit([x for x, refused in zip(partitions, stale) if not refused])
         answers = iter(errors)
         return [stale_error if refused else next(answers) for refused in stale], records
@@ -253,6 +300,14 @@ class Groups:
                 return self._commit_unless_stale(
                     group_id, member_id, generation_or_epoch, partitions, ErrorCode.ILLEGAL_GENERATION,
                     lambda ps: self.offsets.commit_transactional(group_id, producer_id, ps, now_ms))
+        elif kind == STREAMS:
+            error, _ = self.streams.validate_offset_commit(group_id, member_id, generation_or_epoch)
+            if error == ErrorCode.STALE_MEMBER_EPOCH:
+                error = ErrorCode.ILLEGAL_GENERATION
+            if not error:
+                return self._commit_unless_stale(
+                    group_id, member_id, generation_or_epoch, partitions, ErrorCode.ILLEGAL_GENERATION,
+                    lambda ps: self.offsets.commit_transactional(group_id, producer_id, ps, now_ms), self.streams)
         else:
             error = ErrorCode.GROUP_ID_NOT_FOUND
         if error:
@@ -272,8 +327,9 @@ class Groups:
         kind = self.group_type(group_id)
         if kind == SHARE:
             return ErrorCode.GROUP_ID_NOT_FOUND, []
-        if kind == CONSUMER:
-            error, _ = self.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
+        if kind in (CONSUMER, STREAMS):
+            groups = self.consumer if kind == CONSUMER else self.streams
+            error, _ = groups.validate_offset_fetch(group_id, member_id, member_epoch)
             if error:
                 return error, []
         if require_stable:
@@ -287,12 +343,13 @@ class Groups:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, [], []
         kind = self.group_type(group_id)
-        if kind not in (CLASSIC, CONSUMER):
+        if kind not in (CLASSIC, CONSUMER, STREAMS):
             return ErrorCode.GROUP_ID_NOT_FOUND, [], []
         if kind == CLASSIC and not self.classic.is_empty(group_id) and \
                 self.classic.protocol_type(group_id) not in ("", CONSUMER_PROTOCOL_TYPE):
             return ErrorCode.NON_EMPTY_GROUP, [], []
         subscribed = (self.classic.subscribed_topics(group_id) if kind == CLASSIC
+                      else self.streams.subscribed_topics(group_id) if kind == STREAMS
                       else self.consumer.subscribed_topics(group_id))
         errors = [ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if topic in subscribed else ErrorCode.NONE
                   for topic, _ in partitions]
@@ -309,6 +366,7 @@ class Groups:
         rows = [(g, state, SHARE, SHARE_PROTOCOL_TYPE) for g, state, _ in self.share.list_groups()]
         rows += [(g, state, CLASSIC, protocol_type) for g, state, protocol_type in self.classic.list_groups()]
         rows += [(g, state, CONSUMER, CONSUMER_PROTOCOL_TYPE) for g, state in self.consumer.list_groups()]
+        rows += [(g, state, STREAMS, STREAMS_PROTOCOL_TYPE) for g, state in self.streams.list_groups()]
         return sorted(r for r in rows if (not states or r[1].lower() in states) and (not types or r[2] in types))
 
     def delete_groups(self, group_ids: Iterable[str]) -> tuple[list[tuple[str, int, str | None]], list[Record]]:
@@ -328,6 +386,12 @@ class Groups:
                     self.share.unregister_foreign_group(group_id)
                     records += self.offsets.delete_group(group_id) + group_records
                 results.append((group_id, error, message))
+            elif kind == STREAMS:
+                error, message, group_records = self.streams.delete_group(group_id)
+                if not error:
+                    self.share.unregister_foreign_group(group_id)
+                    records += self.offsets.delete_group(group_id) + group_records
+                results.append((group_id, error, message))
             elif not self.classic.is_empty(group_id):
                 results.append((group_id, ErrorCode.NON_EMPTY_GROUP, f"Group {group_id} is not empty."))
             else:
@@ -343,7 +407,7 @@ class Groups:
         committed offset. Appended as one batch, they make every record before them redundant: the shell deletes
         those (compaction by rewriting what is live, as the share coordinator prunes its log)."""
         return (self.share.live_records() + self.classic.live_records() + self.consumer.live_records()
-                + self.offsets.live_records())
+                + self.streams.live_records() + self.offsets.live_records())
 
     # ---- timers ----------------------------------------------------------------------------------------------------
 
@@ -351,6 +415,7 @@ class Groups:
         """Every timer due: classic rebalance phases and sessions, share and consumer sessions, offset retention."""
         out = self.classic.tick(now_ms)
         out.records += self.share.expire_sessions(now_ms) + self.consumer.expire(now_ms)
+        out.records += self.streams.expire(now_ms)
         if now_ms >= self.next_retention_check_ms:
             self.next_retention_check_ms = now_ms + self.offsets.check_interval_ms
             out.records += self.offsets.expire(now_ms, self._empty_since_ms, self._subscribed_now)
@@ -360,6 +425,10 @@ class Groups:
             for group_id in [g for g, _ in self.consumer.list_groups()
                              if self.consumer.is_empty(g) and not self.offsets.has_offsets(g)]:
                 out.records += self._remove_consumer(group_id)
+            for group_id in [g for g, _ in self.streams.list_groups()
+                             if self.streams.is_empty(g) and not self.offsets.has_offsets(g)]:
+                out.records += self.streams.delete_group(group_id)[2]
+                self.share.unregister_foreign_group(group_id)
         return out
 
     def _subscribed_now(self, group_id: str) -> set[str] | None:
@@ -371,19 +440,22 @@ class Groups:
             return self.classic.subscribed_topics(group_id)
         if kind == CONSUMER and not self.consumer.is_empty(group_id):
             return self.consumer.subscribed_topics(group_id)
+        if kind == STREAMS and not self.streams.is_empty(group_id):
+            return self.streams.subscribed_topics(group_id)
         return None
 
     def _empty_since_ms(self, group_id: str) -> int | None:
         kind = self.group_type(group_id)
         if kind == CLASSIC:
             return self.classic.empty_since_ms(group_id)
-        if kind == CONSUMER:
-            return -1 if self.consumer.is_empty(group_id) else None
+        if kind in (CONSUMER, STREAMS):
+            return -1 if (self.consumer if kind == CONSUMER else self.streams).is_empty(group_id) else None
         return -1 if kind is None else None
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [d for d in (self.classic.next_deadline_ms(), self.share.next_deadline_ms(),
-                                 self.consumer.next_deadline_ms(), self.next_retention_check_ms) if d is not None]
+                                 self.consumer.next_deadline_ms(), self.streams.next_deadline_ms(),
+                                 self.next_retention_check_ms) if d is not None]
         return min(deadlines, default=None)
 
     def session_deadlines(self) -> dict[tuple[str, str, str], int]:
@@ -396,11 +468,12 @@ class Groups:
         member id would wait for it in JoinGroup long after the cut healed. The actor carries these
         deadlines into the rebuilt shard (`carry_sessions`)."""
         return {(kind, *key): deadline for kind, groups in (("classic", self.classic), ("consumer", self.consumer),
-                                                             ("share", self.share))
+                                                             ("share", self.share), ("streams", self.streams))
                 for key, deadline in groups.session_deadlines().items()}
 
     def carry_sessions(self, deadlines: Mapping[tuple[str, str, str], int]) -> None:
-        for kind, groups in (("classic", self.classic), ("consumer", self.consumer), ("share", self.share)):
+        for kind, groups in (("classic", self.classic), ("consumer", self.consumer), ("share", self.share),
+                             ("streams", self.streams)):
             groups.carry_sessions({(g, m): d for (k, g, m), d in deadlines.items() if k == kind})
 
     # ---- metrics ---------------------------------------------------------------------------------------------------
@@ -410,8 +483,9 @@ class Groups:
         counts = {(SHARE, state): n for state, n in share.group_count_by_state.items()}
         counts.update({(CLASSIC, state): n for state, n in self.classic.count_by_state().items()})
         counts.update({(CONSUMER, state): n for state, n in self.consumer.count_by_state().items()})
+        counts.update({(STREAMS, state): n for state, n in self.streams.count_by_state().items()})
         return GroupMetrics(counts, {SHARE: share.rebalance_count, CLASSIC: self.classic.rebalance_count,
-                                     CONSUMER: self.consumer.rebalance_count()},
+                                     CONSUMER: self.consumer.rebalance_count(), STREAMS: self.streams.rebalance_count()},
                             {SHARE: share.member_count, CLASSIC: self.classic.member_count(),
-                             CONSUMER: self.consumer.member_count()})
+                             CONSUMER: self.consumer.member_count(), STREAMS: self.streams.member_count()})
 

@@ -140,6 +140,12 @@ _ROWS = [
     ApiAcls(85, "WriteShareGroupState", (_cluster(Op.CLUSTER_ACTION),)),
     ApiAcls(86, "DeleteShareGroupState", (_cluster(Op.CLUSTER_ACTION),)),
     ApiAcls(87, "ReadShareGroupStateSummary", (_cluster(Op.CLUSTER_ACTION),)),
+    ApiAcls(88, "StreamsGroupHeartbeat", (_group(Op.READ), _topics(Op.DESCRIBE, "the topology's source topics"),
+                                          Check(Op.CREATE, Res.CLUSTER, "cluster", "internal topics to create",
+                                                alternatives=(_topics(Op.CREATE),)))),
+    ApiAcls(89, "StreamsGroupDescribe", (_group(Op.DESCRIBE),
+                                         _topics(Op.DESCRIBE, "a group whose topology names topics not described "
+                                                              "answers TOPIC_AUTHORIZATION_FAILED"))),
     ApiAcls(90, "DescribeShareGroupOffsets", (_group(Op.DESCRIBE),
                                               _topics(Op.DESCRIBE, "offsets of topics not described are left out"))),
     ApiAcls(91, "AlterShareGroupOffsets", (_group(Op.READ), _topics(Op.READ))),

@@ -5,10 +5,14 @@ its leader's node dies it serves read_committed readers and fences markers as th
 DescribeProducers on the new leader shows the producers (epochs, sequences, coordinator epochs, open
 transactions) the old one showed. And confluent-kafka's exactly-once read-process-write pipeline
 produces each input record once across the kill of its transaction coordinator's node."""
+import json
+import shutil
+import subprocess
 import threading
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import ray
@@ -19,7 +23,7 @@ from actors import internal_topics
 from cluster.admin import KafkaConnection
 from cluster.local import LocalCluster
 from protocol.errors import ErrorCode
-from protocol.messages import DescribeProducersRequest
+from protocol.messages import DescribeProducersRequest, DescribeTransactionsRequest
 from tests.cluster.raw import Transactions
 
 FAST_LIVENESS = {"broker.session.timeout.ms": 3000, "broker.heartbeat.interval.ms": 500,
@@ -275,3 +279,108 @@ def test_a_read_process_write_pipeline_produces_exactly_once_across_a_node_kill(
     assert not missing, f"{len(missing)} input records missing from the output: {missing[:10]}"
     assert not twice, f"{len(twice)} input records in the output more than once: {twice[:10]}"
     assert set(out) == set(range(EOS_RECORDS))
+
+
+# ---- the same across a node kill with Apache Kafka's Java clients: transaction version 2 ----------------------------
+JAVA = Path(__file__).resolve().parents[1] / "clients" / "java"
+KAFKA_LIB = Path(__file__).resolve().parents[1] / "kafka" / "lib"
+
+
+class JavaPipeline:
+    """tests/clients/java/EosPipeline.java in a JVM: committed records counted from its output, `hold` as above."""
+
+    def __init__(self, classes, bootstrap, source, sink, group, transactional_id):
+        self.process = subprocess.Popen(
+            ["java", "-Xmx256m", f"-Dlog4j2.configurationFile={JAVA / 'log4j2.properties'}", "-cp",
+             f"{KAFKA_LIB}/*:{classes}", "EosPipeline", bootstrap, source, sink, group, transactional_id,
+             str(EOS_RECORDS)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.committed_records, self.lines = 0, []
+        self.holding = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.lines.append(line.strip())
+            if line.startswith("committed "):
+                self.committed_records = int(line.split()[1])
+            elif line.startswith("holding"):
+                self.holding.set()
+
+    def tell(self, command: str):
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+
+    def summary(self) -> dict:
+        return next((json.loads(line) for line in reversed(self.lines) if line.startswith("{")), {})
+
+
+@pytest.mark.skipif(shutil.which("javac") is None or not (KAFKA_LIB / "kafka-clients-4.4.0.jar").is_file(),
+                    reason="javac or Apache Kafka's Java client missing: ./dev test installs it (JDK 17+, mvn)")
+def test_the_java_clients_pipeline_runs_transaction_version_2_exactly_once_across_a_node_kill(cluster, tmp_path):
+    """Kafka's Java producer runs transaction version 2 on Kray (an epoch bump at every end, partitions added by the
+    broker, TxnOffsetCommit without AddOffsetsToTxn); its transaction coordinator's node is killed while a
+    transaction is open: every input record reaches the output once, and the epoch shows one bump per transaction."""
+    compiled = subprocess.run(["javac", "-cp", f"{KAFKA_LIB}/*", "-d", str(tmp_path), str(JAVA / "EosPipeline.java")],
+                              capture_output=True, text=True, timeout=120)
+    assert compiled.returncode == 0, compiled.stderr[-3000:]
+    name = uuid.uuid4().hex[:6]
+    source, sink, group = f"eos2-in-{name}", f"eos2-out-{name}", f"eos2-{name}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for f in admin.create_topics([NewTopic(t, 3, 3, config={"min.insync.replicas": "2"})
+                                  for t in (source, sink)]).values():
+        f.result(30)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 10})
+    for i in range(EOS_RECORDS):
+        p.produce(source, key=b"%d" % i, value=b"%d" % i, partition=i % 3)
+        p.poll(0)
+    assert p.flush(60) == 0
+    transactional_id = f"eos2-{name}"
+    pipeline = JavaPipeline(tmp_path, cluster.bootstrap, source, sink, group, transactional_id)
+    down = None
+    try:
+        _wait(lambda: pipeline.committed_records >= EOS_RECORDS // 3 or pipeline.process.poll() is not None, 120,
+              "a third of the input through the Java pipeline")
+        assert pipeline.process.poll() is None, pipeline.lines[-5:]
+        victim = _transaction_coordinator(cluster, transactional_id)
+        pipeline.tell("hold")
+        assert pipeline.holding.wait(60), "the pipeline opened no transaction"
+        at_kill = pipeline.committed_records
+        cluster.kill_node(victim)
+        down, killed_at = victim, time.monotonic()
+        pipeline.tell("resume")
+        assert pipeline.process.wait(240) == 0, pipeline.lines[-5:]
+        recovered_s = time.monotonic() - killed_at
+        with KafkaConnection(cluster.bootstrap, client_id="describe-transactions") as conn:
+            [state] = conn.send(DescribeTransactionsRequest(transactional_ids=[transactional_id])).transaction_states
+        cluster.restart_node(victim)
+        down = None
+    finally:
+        if pipeline.process.poll() is None:
+            pipeline.process.kill()
+        if down is not None:
+            cluster.restart_node(down)
+    out = Counter()
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"check-{name}",
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    c.assign([TopicPartition(sink, i, 0) for i in range(3)])
+    deadline, quiet_since = time.monotonic() + 60, time.monotonic()
+    while time.monotonic() < deadline and (len(out) < EOS_RECORDS or time.monotonic() - quiet_since < 3):
+        got = [m for m in c.consume(1000, timeout=0.5) if m.error() is None]
+        out.update(int(m.key()) for m in got)
+        quiet_since = time.monotonic() if got else quiet_since
+    c.close()
+    transactions = sum(1 for line in pipeline.lines if line.startswith("committed "))
+    aborts = pipeline.summary().get("aborts", [])
+    print(f"Java exactly-once pipeline across the kill of broker {victim} (its transaction coordinator): "
+          f"{at_kill} records committed before it, all {EOS_RECORDS} {recovered_s:.1f} s after it; "
+          f"{transactions} transactions committed, {len(aborts)} aborted {aborts[:3]}; epoch now "
+          f"{state.producer_epoch}")
+    missing = sorted(set(range(EOS_RECORDS)) - set(out))
+    twice = sorted(k for k, n in out.items() if n > 1)
+    assert not missing, f"{len(missing)} input records missing from the output: {missing[:10]}"
+    assert not twice, f"{len(twice)} input records in the output more than once: {twice[:10]}"
+    # version 2: every end bumps the epoch (as do an abort and a new producer's InitProducerId; none lowers it), so
+    # the epoch is at least the number of commits (version 1 would have kept it at the number of new producers)
+    assert state.error_code == 0 and state.transaction_state == "CompleteCommit"
+    assert state.producer_epoch >= transactions > 10, (state, transactions)

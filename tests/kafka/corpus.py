@@ -341,8 +341,6 @@ KNOWN_DIFFERENCES: dict[str, str] = {
 # ApiVersions: api key -> why Kray's (min, max) differs from Kafka 4.4's, or why it serves it when Kafka does
 # not; every other key must be advertised alike (see DIFFERENCES.md for the versions)
 API_VERSION_DIFFERENCES: dict[int, str] = {
-    0: "Kafka 4.4 advertises Produce from v0 (kept for old clients' negotiation after KIP-896); Kray serves v3+ "
-       "(record batches of magic 2 only); whether Kafka still takes v0-2 requests was not checked",
     23: "OffsetForLeaderEpoch not built: clients skip validating their position after a leader change (KIP-320)",
     33: "AlterConfigs (the non-incremental, deprecated one) not built; IncrementalAlterConfigs is",
     34: "AlterReplicaLogDirs: Kray has one log directory per broker",
@@ -354,12 +352,12 @@ API_VERSION_DIFFERENCES: dict[int, str] = {
     49: "client quotas not built yet (issue 36)",
     52: "Kray's metadata quorum speaks KRaft's Vote through the brokers' listeners; Kafka serves it on controller "
         "listeners only", 53: "as Vote (52)", 54: "as Vote (52)",
-    57: "UpdateFeatures: Kray finalizes no features (transaction.version 2 and the others: issue 35)",
+    57: "UpdateFeatures: Kray's feature levels are fixed (actors/gateway/handlers/api_versions.py FEATURES)",
     64: "UnregisterBroker: Kray's brokers are Ray nodes, which leave with their node",
     74: "ListConfigResources (client metrics, KIP-714/1142) not built",
     75: "DescribeTopicPartitions (KIP-966) not built: clients fall back to Metadata",
     80: "dynamic controller voters not built yet (issue 36)", 81: "dynamic controller voters not built yet (issue 36)",
-    88: "streams groups (KIP-1071) not built yet (issue 35)", 89: "streams groups (KIP-1071) not built yet (issue 35)",
-    93: "streams groups (KIP-1071) not built yet (issue 35)",
+    93: "StreamsGroupTopologyDescriptionUpdate not built: Kray's StreamsGroupDescribe has no topology descriptions "
+        "(streams groups themselves, 88/89, are: tests/kafka/test_streams.py)",
     94: "UnregisterController: Kray's controllers are fixed at deploy time (issue 36)",
 }

@@ -30,3 +30,32 @@ def test_kray_answers_as_kafka(outcomes, name):
         assert o.differs, f"{name} now answers as Kafka: remove it from KNOWN_DIFFERENCES"
     else:
         assert not o.differs, f"{name} (v{o.version}, {o.case.what}): Kafka vs Kray {shown}"
+
+
+def _closed_on_produce(bootstrap: str, version: int) -> bool:
+    """A Produce at `version` (a v2-shaped body: acks, timeout, topics) to a fresh connection: whether the broker
+    closed it without an answer."""
+    import socket
+    import struct
+
+    from protocol import messages as m
+    from protocol.record_batch import build_batch
+    body = bytes(m.ProduceRequest(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+        m.ProduceRequest.TopicProduceData(name="ref-topic", partition_data=[m.ProduceRequest.PartitionProduceData(
+            index=0, records=build_batch([(b"k", b"v", [], 0)]))])]).encode(3))[2:]  # v3 less its null txn id
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        header = struct.pack(">hhih", 0, version, 7, 3) + b"ref"
+        s.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
+        try:
+            return s.recv(4) == b""
+        except ConnectionResetError:
+            return True
+
+
+@pytest.mark.parametrize("version", [0, 2])
+def test_produce_below_v3_closes_the_connection_as_kafka_does(both, version):
+    """Kafka 4.4 advertises Produce from v0 (old clients' feature detection) but takes only v3+ (KIP-896): both
+    close the connection on a v0-2 request."""
+    assert _closed_on_produce(both["kafka"], version)
+    assert _closed_on_produce(both["kray"], version)

@@ -21,6 +21,7 @@ from actors.gateway.handlers.groups import handle_delete_groups, handle_share_gr
 from actors.gateway.handlers.share_admin import (handle_alter_share_group_offsets, handle_delete_share_group_offsets,
                                                  handle_describe_share_group_offsets)
 from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle_share_fetch
+from actors.gateway.handlers.streams_groups import handle_streams_group_describe, handle_streams_group_heartbeat
 from actors.gateway.handlers.transactions import handle_add_offsets_to_txn, handle_txn_offset_commit
 from actors.security.authorizer import (KAFKA_STANDARD_AUTHORIZER, AccessControlEntry, AclBinding,
                                         AclOperation, AclPermissionType, PatternType, ResourcePattern,
@@ -117,6 +118,11 @@ CASES = [
             name=TOPIC, partitions=[m.TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
                 partition_index=0, committed_offset=5, committed_metadata="")])]),
      lambda r: r.topics[0].partitions[0].error_code, AclOperation.READ),
+    ("StreamsGroupHeartbeat", handle_streams_group_heartbeat, 88, 0, m.StreamsGroupHeartbeatRequest(
+        group_id=GROUP, member_id="m", member_epoch=0, endpoint_information_epoch=0),
+     lambda r: r.error_code, AclOperation.READ),
+    ("StreamsGroupDescribe", handle_streams_group_describe, 89, 0, m.StreamsGroupDescribeRequest(group_ids=[GROUP]),
+     lambda r: r.groups[0].error_code, AclOperation.DESCRIBE),
     ("DeleteShareGroupOffsets", handle_delete_share_group_offsets, 92, 0, m.DeleteShareGroupOffsetsRequest(
         group_id=GROUP, topics=[]),
      lambda r: r.error_code, AclOperation.DELETE),

@@ -18,7 +18,6 @@ from actors.gateway.handlers.fetch import handle_fetch
 from actors.gateway.handlers.groups import (handle_delete_groups, handle_find_coordinator, handle_list_groups,
                                             handle_share_group_describe, handle_share_group_heartbeat)
 from actors.gateway.handlers.list_offsets import handle_list_offsets
-from actors.controller.quorum_shell.wire import VoteRequestV2
 from actors.gateway.handlers.metadata_quorum import handle_describe_quorum, handle_quorum_rpc
 from actors.gateway.handlers.produce import acks_zero, handle_produce
 from actors.gateway.handlers.producer_ids import handle_init_producer_id
@@ -30,6 +29,7 @@ from actors.gateway.handlers.share_admin import (handle_alter_share_group_offset
                                                  handle_describe_share_group_offsets)
 from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle_share_fetch
 from actors.gateway.handlers.share_state import handle_share_state
+from actors.gateway.handlers.streams_groups import handle_streams_group_describe, handle_streams_group_heartbeat
 from actors.gateway.handlers.txn_markers import handle_write_txn_markers
 from actors.gateway.handlers.topics import handle_create_partitions, handle_create_topics, handle_delete_topics
 from actors.gateway.handlers.transactions import (handle_add_offsets_to_txn, handle_add_partitions_to_txn,
@@ -42,7 +42,7 @@ from actors.gateway.handlers.transactions import (handle_add_offsets_to_txn, han
 TRANSACTIONS_ADVERTISED = True
 
 ROUTES: dict[int, Route] = {
-    0: Route(transactional_produce(handle_produce), 3, 13, no_response=acks_zero),
+    0: Route(transactional_produce(handle_produce), 3, 13, no_response=acks_zero, advertised_min_version=0),
     1: Route(handle_fetch, 4, 18),  # v18 (KIP-1166) adds a follower's high watermark, tagged: nothing to do here
     2: Route(handle_list_offsets, 1, 11),
     3: Route(handle_metadata, 0, 13),  # the connection's listener: its addresses
@@ -79,8 +79,7 @@ ROUTES: dict[int, Route] = {
     50: Route(handle_describe_user_scram_credentials, 0, 0),
     51: Route(handle_alter_user_scram_credentials, 0, 0),
     # KRaft's quorum: the voters' RPCs (CLUSTER_ACTION) and DescribeQuorum (handlers/metadata_quorum.py)
-    # Vote v2 is KIP-996's PreVote, which protocol/messages.py lacks (quorum_shell/wire.py: VoteRequestV2)
-    52: Route(handle_quorum_rpc, 0, 2, request_class=VoteRequestV2),
+    52: Route(handle_quorum_rpc, 0, 2),  # Vote; v2 carries KIP-996's PreVote
     53: Route(handle_quorum_rpc, 0, 1),  # BeginQuorumEpoch
     54: Route(handle_quorum_rpc, 0, 1),  # EndQuorumEpoch
     55: Route(handle_describe_quorum, 0, 2),
@@ -100,6 +99,8 @@ ROUTES: dict[int, Route] = {
     85: Route(handle_share_state, 0, 1),  # WriteShareGroupState
     86: Route(handle_share_state, 0, 0),  # DeleteShareGroupState
     87: Route(handle_share_state, 0, 1),  # ReadShareGroupStateSummary
+    88: Route(handle_streams_group_heartbeat, 0, 1),  # KIP-1071 (handlers/streams_groups.py)
+    89: Route(handle_streams_group_describe, 0, 1),
     90: Route(handle_describe_share_group_offsets, 0, 1),
     91: Route(handle_alter_share_group_offsets, 0, 0),
     92: Route(handle_delete_share_group_offsets, 0, 0),

@@ -3,9 +3,10 @@
 Features (v3+), as Kafka 4.4 reports them where Kray has what the level means: `transaction.version` 2
 (KIP-890 part 2: an epoch bump at every EndTxn, partitions added by Produce v12+ and TxnOffsetCommit v5+; a Java
 producer uses it only when finalized), `group.version` 1 (KIP-848 consumer groups), `share.version` 2 (KIP-932
-share groups with RENEW), `metadata.version` 33 (4.4-IV2: the level of the APIs and versions Kray serves). Not
-reported, as not built: `streams.version` (KIP-1071), `eligible.leader.replicas.version` (KIP-966), `kraft.version`
-(Kray's metadata quorum is its own, not KRaft). Levels are fixed: no UpdateFeatures.
+share groups with RENEW), `streams.version` 1 (KIP-1071 streams groups: a Kafka Streams application with
+group.protocol=streams looks for it), `metadata.version` 33 (4.4-IV2: the level of the APIs and versions Kray
+serves). Not reported, as not built: `eligible.leader.replicas.version` (KIP-966), `kraft.version` (Kray's metadata
+quorum is its own, not KRaft). Levels are fixed: no UpdateFeatures.
 
 v5 (KIP-1242): a client that names the cluster and node it means to reach (both, or neither) gets
 REBOOTSTRAP_REQUIRED where either is not this broker's, and INVALID_REQUEST where it names only
@@ -22,6 +23,7 @@ FEATURES = {
     "transaction.version": (0, 2, 2),
     "group.version": (0, 1, 1),
     "share.version": (0, 2, 2),
+    "streams.version": (0, 1, 1),
 }
 FEATURES_EPOCH = 0   # the levels never change
 
