@@ -110,6 +110,20 @@ def _heartbeats(bootstrap: str) -> list:
             time.sleep(0.5)
             r = hb(member_epoch=r.member_epoch, **steady)
         out.append(("internal topics created", not any(s.status_code == 3 for s in r.status)))
+        d = conn._call(m.StreamsGroupDescribeRequest(group_ids=[group], include_authorized_operations=False,
+                                                     include_topology_description=False), 89, 1).groups[0]
+
+        def named(name):
+            return name.replace(prefix, "PREFIX").replace(source, "SOURCE")
+        out.append(("described", d.error_code, d.group_state, d.assignor_name, d.topology_description_status,
+                    d.topology_description is None, d.topology.epoch,
+                    [(s.subtopology_id, [named(n) for n in s.source_topics], [named(n) for n in s.repartition_sink_topics],
+                      [(named(i.name), i.partitions, i.replication_factor, [(kv.key, kv.value) for kv in i.topic_configs])
+                       for i in s.state_changelog_topics + s.repartition_source_topics])
+                     for s in d.topology.subtopologies],
+                    [(x.client_id, x.client_host, x.process_id, x.topology_epoch, x.instance_id, x.rack_id,
+                      x.user_endpoint, x.client_tags, x.task_offsets, x.task_end_offsets, x.is_classic,
+                      x.member_epoch == d.assignment_epoch) for x in d.members]))
         hb(member_epoch=r.member_epoch + 5, **steady)
         left = hb(member_epoch=-1, **steady)
         out.append(("left with", left.member_epoch))
