@@ -23,7 +23,7 @@ replica's state, a new replica's files) before the records are committed (answer
 
 Calls to replicas have a timeout too: an `update` that gets no answer (its broker cut off) is
 told again a little later, so a broker that returns learns its partitions' state within
-about RETELL_S of the heal, not when TCP gives up on a broken connection.
+about reconciler.RETELL_S of the heal, not when TCP gives up on a broken connection.
 """
 from __future__ import annotations
 
@@ -51,8 +51,9 @@ from actors.controller.quorum_shell.node import monotonic_ms
 from actors.controller.quorum_shell.settings import DEDICATED_CONTROLLER_ID, combined_voters
 from actors.controller.quorum_shell.voter import LocalVoter, build_dedicated_voter
 from actors.controller.metadata_log import MetadataLog
-from actors.controller.nodes import (NodeView, proposed_broker_id, read_broker_id,
-                                     recorded_broker_id, replaces)
+from actors.controller.nodes import NodeView, read_broker_id, recorded_broker_id
+from actors.controller.reconciler import (Fence, Host, Kill, Reconciler, Say, ServeGateway, StartGateway, Tell,
+                                          desired_replicas, partition_state, placed_replicas)
 from actors.shard.hosted import HostedReplica, shard_index
 from actors import composition
 from actors.names import NAMESPACE, controller_name, gateway_name, shard_name
@@ -83,7 +84,6 @@ LEASE_SKEW_MS = 500
 # replicas hosted again (idempotent) and told their state
 ADOPT_TIMEOUT_S_STANDBY = 1.0
 SUPERVISE_RETRY_S = 0.2
-SUPERVISE_RETRY_S_MAX = 5.0
 NODE_POLL_S = 1.0
 # after a shard died (its node may have): ray.nodes() is polled this often for a while, so a lost
 # node's partitions move as soon as Ray declares it dead, not up to NODE_POLL_S later
@@ -93,7 +93,6 @@ REPLICATION_TICK_S = 0.25  # session expiry checks
 STALL_GRACE_MS = 1000  # a tick this late means the controller itself stalled
 LEADER_IMBALANCE_CHECK_INTERVAL_S_DEFAULT = 300  # leader.imbalance.check.interval.seconds
 REPLICA_UPDATE_TIMEOUT_S = 5.0  # a replica that does not take its partition state in this long is told again
-RETELL_S = 1.0                  # ... after this long
 BROKER_EVENTS_WAIT_S_MAX = 30.0
 NAMED_ACTORS_REFRESH_S = 5.0     # a standby controller refreshes its handles to the running actors
 NAMED_ACTOR_WARM_TIMEOUT_S = 5.0
@@ -113,10 +112,6 @@ def listen_failure(e: BaseException) -> bool:
     cause = getattr(e, "cause", None) or e
     return isinstance(cause, OSError) and not isinstance(cause, (TimeoutError, ConnectionError,
                                                                   ray.exceptions.RayError))
-
-
-class ReplicaHostDied(ConnectionError):
-    pass
 
 
 class ReplicaCallFailed(RuntimeError):
@@ -182,43 +177,23 @@ class ControllerActor:
         self.core: ControllerCore | None = None  # once the metadata is read
         self.loaded = asyncio.Event()
         self.loading: asyncio.Task | None = None
-        # replica actors and their listeners, keyed (topic id, partition, broker id)
-        self.replica_actors: dict[tuple[uuid.UUID, int, int], Any] = {}
-        self.replica_listeners: dict[tuple[uuid.UUID, int, int], str] = {}
-        self.told: dict[tuple[uuid.UUID, int, int], tuple] = {}  # the partition state each replica was sent
-        # the leader epoch in which each replica confirmed it leads: the image names a partition's
-        # leader (and its gateway routes to it) only once the leader knows it leads in this epoch
-        self.leading: dict[tuple[uuid.UUID, int, int], int] = {}
-        self.supervisors: dict[tuple, asyncio.Task] = {}
-        # one watcher per shard (by its actor id): a pending call that fails when the shard dies,
-        # setting that life's future, which the supervisors of its replicas wait on
-        self.shard_watchers: dict[Any, asyncio.Task] = {}
-        self.shard_lives: dict[Any, asyncio.Future] = {}
+        # what runs where, what each replica was told, and what to do next: decided by the reconciler
+        self.rec = Reconciler()
+        self.tasks: set[asyncio.Task] = set()  # the reconciler's actions under way (calls to actors)
+        self.wake = asyncio.Event()  # a result came back: the reconciler steps again
+        self.reconciling: asyncio.Task | None = None
+        self.shard_watchers: dict[tuple[int, int], asyncio.Task] = {}  # one per shard: fails when it dies
         # control calls to replicas, gathered per shard while the event loop turns (see _shard_call)
         self.shard_batches: dict[Any, list] = {}
         self.own_handle = None
-        self.shards: dict[tuple[int, int], Any] = {}  # (broker id, shard index) -> shard actor
         self.node_cpus: dict[str, int] = {}  # Ray node id -> its CPU count (the default shard count)
         self.changed = asyncio.Event()
-        self.node_brokers: dict[str, int | None] = {}  # Ray node id -> its broker id (None: no broker there)
-        self.gateways: dict[int, Any] = {}
-        self.serving: set[int] = set()  # brokers whose gateway registered in this incarnation
-        self.broker_failures: dict[int, str] = {}  # broker id -> why its gateway could not start
         self.node_watcher: asyncio.Task | None = None
         self.nodes_suspect_until = 0.0  # loop time until which ray.nodes() is polled fast
         self.node_poll_wake = asyncio.Event()
         self.ticker: asyncio.Task | None = None
         self.events = BrokerEvents()
         self.events_changed = asyncio.Event()
-        self.retell = asyncio.Event()  # a replica missed its partition state: tell the missing ones again
-        self.ever_registered: set[int] = set()  # brokers that registered with this incarnation
-        self.lost_nodes: set[str] = set()  # Ray nodes declared dead: a gateway left on one may not register
-        self.id_conflicts: set[tuple[str, str]] = set()  # (node, live node) claiming one broker id: said once
-        self.publisher: asyncio.Task | None = None
-        self.to_supervise: list[tuple] = []
-        # brokers that registered with this incarnation, or whose gateway it adopted: only they
-        # get replica actors (a broker the log knows may name a dead Ray node)
-        self.registered: set[int] = set()
         self.leadership_watch: asyncio.Task | None = None
         self.lease_until_ms = 0  # (monotonic ms) heartbeats are answered until then: _renew_lease
         # (monotonic ms) when its voter last heard from a majority of the voters, None with one voter
@@ -234,16 +209,15 @@ class ControllerActor:
             except RuntimeError:
                 pass
 
-    def _load(self, records: list[dict[str, Any]], found: list[tuple] | None = None) -> None:
+    def _load(self, records: list[dict[str, Any]], found: tuple[dict, dict] | None = None) -> None:
         """The state the metadata log's records make, and the actors still running from before
-        (`found`: adopted already, else found here)."""
+        (`found`: found already, else found here), adopted."""
         if self.core is None:
             self._replay(records)
-        if found is None:
-            found = self._adopt_running_actors()
-        self.to_supervise = found
-        self.registered = set(self.gateways)
-        for broker_id in set(self.core.brokers) - self.registered:  # gone while no controller ran
+        shards, gateways = found if found is not None else self._find_running_actors()
+        self.rec.adopt(self.core, shards, gateways,
+                       lambda shard, topic, p, b: HostedReplica(shard, self._replica_spec(topic, p, b)))
+        for broker_id in set(self.core.brokers) - self.rec.registered:  # gone while no controller ran
             self._persist(self.core.replication_outcome(self.core.replication.broker_died(broker_id).records))
         self.loaded.set()
 
@@ -289,7 +263,7 @@ class ControllerActor:
             # the one controller (started again by Ray, or new): Ray's GCS is on this node; the
             # actors it had started are asked for by name (off the event loop)
             predecessor = None
-            self._load(records, await asyncio.to_thread(self._adopt_running_actors))
+            self._load(records, await asyncio.to_thread(self._find_running_actors))
         else:
             if time.monotonic() - self.named_actors_at > NAMED_ACTORS_FRESH_S:
                 try:
@@ -299,7 +273,7 @@ class ControllerActor:
                                 e, len(self.named_actors))
             predecessor = await self._predecessor_heard()  # (its answer renews the lease too)
             # (shards of a dead node take a while to not answer: the event loop keeps turning meanwhile)
-            self._load(records, await asyncio.to_thread(self._adopt_running_actors, dict(self.named_actors),
+            self._load(records, await asyncio.to_thread(self._find_running_actors, dict(self.named_actors),
                                                          ADOPT_TIMEOUT_S_STANDBY))
         if self.voter_id is not None:
             log.warning("controller of broker %d: its voter leads the metadata quorum; this controller is active",
@@ -541,12 +515,13 @@ class ControllerActor:
         """Until every record persisted so far is committed: before anything learns of it."""
         await self.log.durable(self.log.appended)
 
-    def _adopt_running_actors(self, named: dict[str, Any] | None = None,
-                              timeout_s: float = ADOPT_TIMEOUT_S) -> list[tuple]:
+    def _find_running_actors(self, named: dict[str, Any] | None = None,
+                             timeout_s: float = ADOPT_TIMEOUT_S) -> tuple[dict, dict]:
         """After Ray restarts the controller, the actors it had started are still running under
-        their names: find them again instead of starting twins. Each shard says which replicas it
-        hosts (where they really are, whatever the shard count is now). `named`: the handles by
-        name, known already (a standby's, when the GCS may be cut off), else asked of Ray."""
+        their names: find them (the reconciler adopts them instead of starting twins). Each shard
+        says which replicas it hosts (where they really are, whatever the shard count is now), each
+        gateway where it runs. `named`: the handles by name, known already (a standby's, when the
+        GCS may be cut off), else asked of Ray. Runs off the event loop."""
         def running(name):
             if named is not None:
                 return named.get(name)
@@ -554,8 +529,6 @@ class ControllerActor:
                 return ray.get_actor(name, namespace=NAMESPACE)
             except ValueError:
                 return None
-        found = []
-        topics = {t.topic_id: t for t in self.core.topics.values()}
         names = set(named) if named is not None else {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                                                       if a.get("namespace") == NAMESPACE}
         asked = []
@@ -563,58 +536,50 @@ class ControllerActor:
             for index in range(SHARDS_PER_BROKER_MAX):
                 name = shard_name(broker_id, index)
                 shard = running(name) if name in names else None
-                if shard is None:
-                    continue
-                self.shards[(broker_id, index)] = shard
-                asked.append((broker_id, name, shard, shard.hosted.remote()))
+                if shard is not None:
+                    asked.append(((broker_id, index), name, shard, shard.hosted.remote()))
+        shards = {}
         deadline = time.monotonic() + timeout_s  # all asked at once: a dead node's shards cost one wait
-        for broker_id, name, shard, answer in asked:
+        for key, name, shard, answer in asked:
             try:
-                hosted = ray.get(answer, timeout=max(0.0, deadline - time.monotonic()))
+                shards[key] = (shard, ray.get(answer, timeout=max(0.0, deadline - time.monotonic())))
             except Exception as e:  # restarting: its replicas are started again when needed
                 log.info("shard %s did not say what it hosts: %s", name, e)
-                continue
-            for topic_id, partition in hosted:
-                topic = topics.get(topic_id)
-                if topic is None or partition >= len(topic.partitions) or \
-                        broker_id not in topic.partitions[partition].replicas:
-                    continue
-                key = (topic_id, partition, broker_id)
-                self.replica_actors[key] = actor = HostedReplica(shard, self._replica_spec(topic, partition, broker_id))
-                found.append((key, actor, "listen", None))
-        gateways = {b: running(gateway_name(b)) for b in self.core.brokers}
+                shards[key] = (shard, None)
+        # every broker's gateway, also one an earlier controller started that has not registered yet
+        brokers = set(self.core.brokers) | {int(n.split("-", 1)[1]) for n in names
+                                            if n.startswith("gateway-") and n.split("-", 1)[1].isdigit()}
+        gateways = {b: running(gateway_name(b)) for b in brokers}
         gateways = {b: g for b, g in gateways.items() if g is not None}
         # where each runs: the node its registration recorded, unless it says another (the voting
         # brokers' gateways of a restarted cluster, started on new nodes before the metadata was read)
         where = {b: g.node_id.remote() for b, g in gateways.items()}
+        found = {}
         for broker_id, gateway in gateways.items():
-            node_id = self.core.brokers[broker_id].node_id
+            registered = self.core.brokers.get(broker_id)
+            node_id, answered = registered.node_id if registered is not None else None, False
             try:
-                node_id = ray.get(where[broker_id], timeout=max(0.1, deadline - time.monotonic()))
+                node_id, answered = ray.get(where[broker_id], timeout=max(0.1, deadline - time.monotonic())), True
             except Exception as e:  # cut off, or restarting: as registered
                 log.info("broker %d's gateway did not say where it runs: %s", broker_id, e)
-            self.gateways[broker_id] = gateway
-            self.node_brokers[node_id] = broker_id
-            found.append((("gateway", broker_id), gateway, "start", "until_stopped"))
-        return found
+            if node_id is not None:
+                found[broker_id] = (gateway, node_id, answered)
+        return shards, found
 
     def _resume_supervision(self) -> None:
-        """Supervisors and the node watcher are asyncio tasks: start them from the first async call
-        (in quorum mode, once the metadata is read)."""
+        """The reconciler's loop and the node watcher are asyncio tasks: start them from the first
+        async call (in quorum mode, once the metadata is read)."""
         if not self.loaded.is_set():  # (the core may exist already: replayed, its actors being adopted)
             if self.loading is None:
                 self.loading = asyncio.ensure_future(self._load_from_quorum())
             return
-        for key, actor, serve, until in self.to_supervise:
-            self.supervisors[key] = asyncio.ensure_future(self._supervise(key, actor, serve, until))
-        self.to_supervise = []
         if self.node_watcher is None:
             # sessions are judged from now on: adopting the running actors, and the first call
             # after a restart, can take longer than a broker session
             self.core.replication.finish_replay(now_ms())
             self.node_watcher = asyncio.ensure_future(self._watch_nodes())
             self.ticker = asyncio.ensure_future(self._tick())
-            self.publisher = asyncio.ensure_future(self._publish())
+            self.reconciling = asyncio.ensure_future(self._keep_reconciling())
 
     # ---- brokers: one per Ray node -----------------------------------------------------------
     @answers_once_committed
@@ -627,13 +592,13 @@ class ControllerActor:
         self._resume_supervision()
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
-            serving = [self.core.brokers[b] for b in sorted(self.serving)]
+            serving = [self.core.brokers[b] for b in sorted(self.rec.serving)]
             if len(serving) >= expected:
                 for name in internal_topics.NAMES:
                     await self.ensure_internal_topic(name)
                 return serving
-            if self.broker_failures:
-                raise OSError("; ".join(f"broker {b}: {why}" for b, why in sorted(self.broker_failures.items())))
+            if self.rec.broker_failures:
+                raise OSError("; ".join(f"broker {b}: {why}" for b, why in sorted(self.rec.broker_failures.items())))
             if not await self._await_change(deadline):  # registrations and failures both bump
                 raise TimeoutError(f"{len(serving)} of {expected} brokers serve clients after {timeout_s:.0f} s; "
                                    f"Ray nodes: {len(ray.nodes())} (is every broker node up?)")
@@ -672,89 +637,75 @@ class ControllerActor:
         ray_nodes = await self.gcs(ray.nodes)
         self._learn_node_cpus(ray_nodes)
         nodes = list(map(NodeView.of, ray_nodes))
-        alive = {node.node_id for node in nodes if node.alive}
-        views = {node.node_id: node for node in nodes}
-        for node_id in [n for n in self.node_brokers if n not in alive]:
-            self._node_lost(node_id)
-        for node in nodes:
-            # (a node another took over, nodes.replaces, stays retired while Ray still lists it)
-            if not node.alive or node.node_id in self.node_brokers or node.node_id in self.lost_nodes:
-                continue
-            if not node.hosts_broker:
-                self.node_brokers[node.node_id] = None
-                continue
+        actions, new = self.rec.nodes_seen(nodes)
+        self._execute(actions)
+        for node in new:
             broker_id = node.labelled_broker_id
             if broker_id is None:
-                taken = {b for b in self.node_brokers.values() if b is not None}
-                proposed = proposed_broker_id(int(self.core.broker_config["broker.id"]), taken)
+                proposed = self.rec.proposed_broker_id(int(self.core.broker_config["broker.id"]))
                 broker_id = await composition.run_on_node(node.node_id, recorded_broker_id, str(self.data_dir),
                                                           proposed)
-            holder = next((n for n, b in self.node_brokers.items() if b == broker_id), None)
-            if holder is not None:
-                if not replaces(views.get(holder), node):
-                    if (node.node_id, holder) not in self.id_conflicts:
-                        self.id_conflicts.add((node.node_id, holder))
-                        self._say(f"Ray node {node.node_id[:12]} at {node.address} claims broker id {broker_id}, "
-                                  f"which live node {holder[:12]} at {views[holder].address} has: it runs no broker "
-                                  f"(give each node its own kray-broker-id label)")
-                    continue
-                self._node_lost(holder, replaced_by=node)
-            gateway = (self._running_gateway(broker_id) if self.quorum_voters else None) or \
-                composition.start_gateway(self.core.broker_config, broker_id, node.node_id,
-                                          self._own_handle(), node.port)
-            if self.voter_id is not None and broker_id in self.quorum_voters:
-                self._ensure_controller(broker_id, node.node_id)
-            self.node_brokers[node.node_id] = broker_id
-            self.gateways[broker_id] = gateway
-            key = ("gateway", broker_id)
-            self.supervisors[key] = asyncio.ensure_future(self._supervise(key, gateway, "start", "until_stopped"))
-            log.info("broker %d starting on Ray node %s", broker_id, node.node_id[:12])
-            if broker_id in self.ever_registered:  # lost with its node before, or restarted
-                self._say(f"broker {broker_id} returns on a new Ray node {node.node_id[:12]} at {node.address} (its "
-                          f"node was started again): its replicas recover from its data directory")
+            self._execute(self.rec.claim(node, broker_id, nodes))
 
-    def _node_lost(self, node_id: str, replaced_by: NodeView | None = None) -> None:
-        """A broker's Ray node died: its gateway and the replica actors it hosted died with it
-        (Ray can't restart them elsewhere: they are pinned to the node that holds their data).
-        The broker is fenced at once: its partitions get new leaders from their ISRs. Its actors
-        are forgotten, so that the node that returns with the same broker id (its label, or
-        meta.properties beside its logs) gets a gateway and its replicas again, recovered from
-        its data directory, to catch up and rejoin the ISRs. `replaced_by`: a new node on the same
-        host claims the broker before Ray declared this one dead (nodes.replaces)."""
-        broker_id = self.node_brokers.pop(node_id)
-        self.lost_nodes.add(node_id)
-        if broker_id is None:
-            return
-        log.warning("broker %d is gone with its Ray node %s", broker_id, node_id[:12])
-        if replaced_by is None:
-            self._say(f"broker {broker_id} lost: Ray declared its node {node_id[:12]} dead (the machine stopped, or "
-                      f"was cut off longer than Ray's health checks allow); it returns when its node does")
-        else:
-            self._say(f"broker {broker_id} lost: a new Ray node {replaced_by.node_id[:12]} on its host "
-                      f"{replaced_by.address} takes its place (the node {node_id[:12]} there was started again "
-                      f"before Ray declared it dead)")
-        self._persist(self.core.replication_outcome(self.core.replication.broker_died(broker_id).records))
-        self.serving.discard(broker_id)
-        self.registered.discard(broker_id)
-        self.broker_failures.pop(broker_id, None)  # its gateway failing to restart on a dead node: not a listener problem
-        doomed = [(("gateway", broker_id), self.gateways.pop(broker_id, None))]
-        doomed += [(("shard", *k), self.shards.pop(k)) for k in [k for k in self.shards if k[0] == broker_id]]
-        for key in [k for k in self.replica_actors if k[2] == broker_id]:
-            self.replica_actors.pop(key)  # died with its shard
-            doomed.append((key, None))
-            self.replica_listeners.pop(key, None)
-            self.told.pop(key, None)
-            self.leading.pop(key, None)
-        for key, actor in doomed:
-            supervisor = self.supervisors.pop(key, None)
-            if supervisor is not None:
-                supervisor.cancel()
-            if actor is not None:
+    def _execute(self, actions: list) -> None:
+        """Carry out the reconciler's actions: the quick ones here, calls to actors as tasks that
+        report their results back to it."""
+        for action in actions:
+            if isinstance(action, Say):
+                self._say(action.text)
+            elif isinstance(action, Fence):
+                log.warning("broker %d is gone with its Ray node", action.broker_id)
+                self._persist(self.core.replication_outcome(self.core.replication.broker_died(action.broker_id).records))
+            elif isinstance(action, Kill):
                 try:
-                    ray.kill(actor, no_restart=True)  # frees its name for the node that returns
+                    ray.kill(action.handle, no_restart=True)  # frees its name for the node that returns
                 except Exception as e:
-                    log.debug("could not kill %s: %s", key, e)
-        self._bump()
+                    log.debug("could not kill %s: %s", action.what, e)
+            elif isinstance(action, StartGateway):
+                self._start_gateway(action.broker_id, action.node)
+            elif isinstance(action, Host):
+                self._spawn(self._host(action))
+            elif isinstance(action, Tell):
+                self._spawn(self._tell(action))
+            elif isinstance(action, ServeGateway):
+                self._spawn(self._serve_gateway(action))
+            else:
+                raise TypeError(f"the controller does not carry out {action!r}")
+        self._note_changes()
+
+    def _start_gateway(self, broker_id: int, node: NodeView) -> None:
+        try:
+            gateway = (self._running_gateway(broker_id) if self.quorum_voters else None) or \
+                composition.start_gateway(self.core.broker_config, broker_id, node.node_id, self._own_handle(),
+                                          node.port)
+        except ray.exceptions.ActorAlreadyExistsError:  # an earlier controller started it: adopt it
+            gateway = ray.get_actor(gateway_name(broker_id), namespace=NAMESPACE)
+            self._spawn(self._locate_gateway(broker_id, gateway))
+        if self.voter_id is not None and broker_id in self.quorum_voters:
+            self._ensure_controller(broker_id, node.node_id)
+        self.rec.gateway_deployed(broker_id, gateway)
+        log.info("broker %d starting on Ray node %s", broker_id, node.node_id[:12])
+        self._wake()
+
+    async def _locate_gateway(self, broker_id: int, gateway) -> None:
+        try:
+            self.rec.gateway_located(broker_id, await gateway.node_id.remote())
+        except Exception as e:  # (dead, or cut off: its node is lost or found by the node watcher)
+            log.info("broker %d's running gateway did not say where it runs: %s", broker_id, e)
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _note_changes(self) -> None:
+        """What the reconciler learnt changed the image: a new version."""
+        if self.rec.take_changed():
+            self._bump()
+
+    def _wake(self) -> None:
+        """The reconciler has news (a result): it steps again."""
+        self.wake.set()
 
     # ---- metadata --------------------------------------------------------------------------
     def image(self) -> MetadataImage:
@@ -766,17 +717,16 @@ class ControllerActor:
         the image routes to a leader, the leader can append (a partition without one answers
         LEADER_NOT_AVAILABLE in Metadata, and clients wait instead of failing a first send)."""
         c = self.core
-        live = {b: info for b, info in c.brokers.items() if b in self.registered and c.replication.is_live(b)}
+        live = {b: info for b, info in c.brokers.items() if b in self.rec.registered and c.replication.is_live(b)}
         leaders, listeners, coordinators = {}, {}, {}
         for topic in c.topics.values():
             for p in topic.partitions:
-                replica = (topic.topic_id, p.index, p.leader)
-                actor = self.replica_actors.get(replica)
+                actor, listener = self.rec.route((topic.topic_id, p.index, p.leader), p.leader_epoch)
                 if actor is None:
                     continue
                 leaders[(topic.topic_id, p.index)] = actor
-                if replica in self.replica_listeners and self.leading.get(replica) == p.leader_epoch:
-                    listeners[(topic.topic_id, p.index)] = self.replica_listeners[replica]
+                if listener is not None:
+                    listeners[(topic.topic_id, p.index)] = listener
                 if topic.internal:  # the leader of an internal-topic partition is its coordinator
                     coordinators[(topic.name, p.index)] = actor
         return MetadataImage(c.metadata_version, c.cluster_id, c.controller_id(), live, dict(c.topics),
@@ -845,25 +795,21 @@ class ControllerActor:
         """A gateway (re)starts its broker: a new broker epoch, unfenced, and its replicas start.
         Returns at once with the image and the broker epoch its heartbeats carry (replicas may
         take longer to start than a broker session lasts); `broker_ready` then waits for them."""
-        if info.node_id in self.lost_nodes:
+        if info.node_id in self.rec.lost_nodes:
             raise ValueError(f"broker {info.broker_id}: its Ray node {info.node_id[:12]} was declared dead; the "
                              f"broker starts again on the node that replaces it")
+        previous = self.core.brokers.get(info.broker_id)
         outcome = self.core.register_broker(info, now_ms())
         self._persist(outcome)
         log.info("broker %d registered (broker epoch %d) at %s:%d", info.broker_id, outcome.broker_epoch,
                  info.host, info.port)
-        if info.broker_id in self.ever_registered:
-            self._say(f"broker {info.broker_id} back: registered again at {info.host}:{info.port} "
-                      f"(broker epoch {outcome.broker_epoch}); its replicas catch up and rejoin the ISRs")
-        self.ever_registered.add(info.broker_id)
-        self.registered.add(info.broker_id)
-        self.broker_failures.pop(info.broker_id, None)
-        self._bump()
-        if gateway is not None and ("gateway", info.broker_id) not in self.supervisors:
-            self.supervisors[("gateway", info.broker_id)] = asyncio.ensure_future(
-                self._supervise(("gateway", info.broker_id), gateway, "start", "until_stopped"))
+        self._execute(self.rec.broker_registered(info.broker_id, info.node_id, info.host, info.port,
+                                                   outcome.broker_epoch, previous and previous.node_id))
+        if gateway is not None:
+            self.rec.supervise_gateway(info.broker_id, gateway)
         for topic in list(self.core.topics.values()):
             self._start_partitions(topic)
+        self._wake()
         return self.image(), outcome.broker_epoch
 
     @answers_once_committed
@@ -872,15 +818,15 @@ class ControllerActor:
         broker then counts as serving."""
         await self._await_listening([key for topic in list(self.core.topics.values())
                                      for key in self._start_partitions(topic) if key[2] == broker_id])
-        self.serving.add(broker_id)  # ready: its partitions listen and it knows it is published
-        self._bump()
+        self.rec.broker_serving(broker_id)  # ready: its partitions listen and it knows it is published
+        self._note_changes()
         return self.image()
 
     def listen_failures(self) -> dict[int, tuple[str, str | None]]:
         """Brokers whose gateway could not start (its listener could not open) and has not
         registered since: broker id -> (why, its Ray node id or None). `kray start` reports them."""
-        nodes = {b: node_id for node_id, b in self.node_brokers.items() if b is not None}
-        return {b: (why, nodes.get(b)) for b, why in self.broker_failures.items()}
+        nodes = {b: node_id for node_id, b in self.rec.node_brokers.items() if b is not None}
+        return {b: (why, nodes.get(b)) for b, why in self.rec.broker_failures.items()}
 
     @answers_once_committed
     def heartbeat(self, broker_id: int, broker_epoch: int) -> tuple[int, int]:
@@ -893,7 +839,7 @@ class ControllerActor:
         that, so from no later than that contact, and a successor elected after this controller was
         cut off fences the broker a session after it last heard from this voter (and a skew), not a
         session after this controller's lease ran out."""
-        if broker_id not in self.registered:
+        if broker_id not in self.rec.registered:
             return ErrorCode.STALE_BROKER_EPOCH, 0
         now = monotonic_ms()
         if self.voter_id is not None and now >= self.lease_until_ms:
@@ -995,19 +941,11 @@ class ControllerActor:
         if outcome.error_code:
             return outcome.error_code, outcome.message, None
         await self._durable()  # before any replica deletes its files
-        keys = [k for k in self.replica_actors if k[0] == topic.topic_id]
-        actors = [self.replica_actors.pop(k) for k in keys]
-        for k in keys:
-            supervisor = self.supervisors.pop(k, None)
-            if supervisor is not None:
-                supervisor.cancel()
-        for k in keys:
-            self.replica_listeners.pop(k, None)
-            self.told.pop(k, None)
-            self.leading.pop(k, None)
+        stops = self.rec.unwanted(placed_replicas(self.core, []), {topic.topic_id})
+        self._note_changes()
         # (a replica cut off from the controller is not waited for: it deletes its files when told
         # again, or when its broker returns without the topic)
-        await self._await_replicas([a.delete.remote() for a in actors if a is not None])
+        await self._await_replicas([stop.handle.delete.remote() for stop in stops])
         return 0, None, topic.topic_id
 
     @answers_once_committed
@@ -1027,8 +965,7 @@ class ControllerActor:
             await self._durable()
             topic = self.core.topics[name]
             config = TopicConfig.from_kafka(self.core.effective_configs(topic))
-            await self._await_replicas([actor.reconfigure.remote(config) for key, actor
-                                        in list(self.replica_actors.items()) if key[0] == topic.topic_id])
+            await self._await_replicas([actor.reconfigure.remote(config) for actor in self.rec.handles(topic.topic_id)])
         return outcome.error_code, outcome.message
 
     @staticmethod
@@ -1041,12 +978,6 @@ class ControllerActor:
         if tasks:
             await asyncio.wait(tasks, timeout=REPLICA_UPDATE_TIMEOUT_S)
 
-    def _register_listener(self, key: tuple, address: str) -> None:
-        """A replica's data-path listener is up: its node's gateway may connect."""
-        if key in self.replica_actors and self.replica_listeners.get(key) != address:
-            self.replica_listeners[key] = address
-            self._bump()
-
     @answers_once_committed
     def allocate_producer_id(self) -> int:
         producer_id, outcome = self.core.allocate_producer_id()
@@ -1057,20 +988,20 @@ class ControllerActor:
         """Stop the gateways, close every partition actor this controller started (flushing their
         logs), then kill them."""
         self.shutting_down = True  # its voter stops with its gateway: that is no reason to restart
-        for task in [*self.supervisors.values(), *self.shard_watchers.values(), self.node_watcher, self.ticker,
-                     self.publisher, self.leadership_watch]:
+        for task in [*self.tasks, *self.shard_watchers.values(), self.node_watcher, self.ticker,
+                     self.reconciling, self.leadership_watch]:
             if task is not None:
                 task.cancel()
-        gateways = list(self.gateways.values())
-        self.gateways.clear()
+        gateways = list(self.rec.gateways.values())
+        self.rec.gateways.clear()
         await asyncio.gather(*(g.stop.remote() for g in gateways), return_exceptions=True)
         for g in gateways:
             ray.kill(g, no_restart=True)
-        actors = list(self.replica_actors.values())
-        self.replica_actors.clear()
+        actors = self.rec.handles()
+        self.rec.replicas.clear()
         await asyncio.gather(*(a.close.remote() for a in actors), return_exceptions=True)
-        shards = list(self.shards.values())
-        self.shards.clear()
+        shards = list(self.rec.shards.values())
+        self.rec.shards.clear()
         await asyncio.gather(*(s.close.remote() for s in shards), return_exceptions=True)
         for shard in shards:
             ray.kill(shard, no_restart=True)
@@ -1092,44 +1023,84 @@ class ControllerActor:
         self.changed.set()
         self.changed = asyncio.Event()
 
-    async def _supervise(self, key, actor, serve: str = "listen", until: str | None = None) -> None:
-        """Keep a replica (or a gateway) serving: when Ray restarts it, call `serve` again, so it
-        listens, knows its partition's state, and the metadata names its new address. A gateway's
-        restart fails its pending `until` call; a replica's is its shard's death, which one watcher
-        per shard reports to every supervisor of its replicas (not a pending call per replica)."""
-        delay_s = SUPERVISE_RETRY_S
-        gateway = key[0] == "gateway"
-        while gateway or self.replica_actors.get(key) is actor:
+    async def _keep_reconciling(self) -> None:
+        """Step the reconciler after every change (coalesced), every result it waits for, and when
+        its next retry is due; carry out what it decides."""
+        loop = asyncio.get_running_loop()
+        while True:
             try:
-                life = None if gateway else self._shard_life(actor.shard)
-                if not gateway:
-                    await self._durable()  # its partition (a new topic's) is committed before it has files
-                address = await (getattr(actor, serve).remote() if gateway else
-                                 self._shard_call(actor, "host"))
-                delay_s = SUPERVISE_RETRY_S
-                if gateway:
-                    await getattr(actor, until).remote()
-                    return
-                # its address first: the image routes to a leader only once it also confirmed
-                # that it leads (`_tell`), so no moment names a new leader at an old address
-                self._register_listener(key, address)
-                self.told.pop(key, None)
-                await self._tell(key, actor)
-                await asyncio.shield(life)
-                raise ReplicaHostDied(f"the shard hosting {key} died")
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                if gateway:
-                    self.serving.discard(key[1])
-                    if listen_failure(e):  # (not a gateway cut off, or on a node Ray declared dead)
-                        self.broker_failures[key[1]] = str(getattr(e, "cause", None) or e).splitlines()[-1]
-                    self._bump()
-                elif self.replica_actors.get(key) is actor and self.leading.pop(key, None) is not None:
-                    self._bump()  # no route to it until it is back, listening and told it leads
-                log.info("%s failed or restarted (%s); asking it to serve again", key, type(e).__name__)
-                await asyncio.sleep(delay_s)
-                delay_s = min(delay_s * 2, SUPERVISE_RETRY_S_MAX)
+                self._execute(self.rec.step(loop.time(), lambda key: partition_state(self.core, key)))
+            except Exception:
+                log.exception("reconciling the controller's actors failed")
+            wake_at = self.rec.next_wake()
+            deadline = loop.time() + METADATA_WAIT_S_MAX
+            if await self._await_change_or_wake(deadline if wake_at is None else min(deadline, wake_at)):
+                await asyncio.sleep(CHANGES_COALESCE_S)
+
+    async def _await_change_or_wake(self, deadline: float) -> bool:
+        wake = asyncio.ensure_future(self.wake.wait())
+        change = asyncio.ensure_future(self._await_change(deadline))
+        done, pending = await asyncio.wait({wake, change}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        if wake in done:
+            self.wake.clear()
+            return True
+        return change.result()
+
+    async def _host(self, action: Host) -> None:
+        """Have a replica's shard host it (idempotent) and learn its listener's address."""
+        loop = asyncio.get_running_loop()
+        try:
+            self._watch_shard(action.shard)
+            await self._durable()  # its partition (a new topic's) is committed before it has files
+            address = await self._shard_call(action.handle, "host")
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.info("%s failed or restarted (%s); asking it to serve again", action.key, type(e).__name__)
+            self.rec.host_failed(action, loop.time())
+        else:
+            self.rec.hosted(action, address, loop.time())
+        self._note_changes()
+        self._wake()
+
+    async def _tell(self, action: Tell) -> None:
+        """Send a replica its partition's state (only committed state), at most
+        REPLICA_UPDATE_TIMEOUT_S: one cut off is told again after reconciler.RETELL_S."""
+        try:
+            await self._durable()
+            await asyncio.wait_for(self._shard_call(action.handle, "update", *self._update_args(action.state)),
+                                   REPLICA_UPDATE_TIMEOUT_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # died (hosted again once its shard is back), or cut off
+            log.debug("could not tell %s its partition state: %s", action.key, e)
+            self.rec.tell_failed(action, asyncio.get_running_loop().time())
+        else:
+            self.rec.told(action)
+        self._note_changes()
+        self._wake()
+
+    async def _serve_gateway(self, action: ServeGateway) -> None:
+        """Keep a gateway serving: ask it to start, wait until it stops; when Ray restarts it (the
+        call fails), ask again."""
+        try:
+            await action.handle.start.remote()
+            self.rec.gateway_started(action)
+            await action.handle.until_stopped.remote()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.info("broker %d's gateway failed or restarted (%s); asking it to serve again", action.broker_id,
+                     type(e).__name__)
+            # (not a gateway cut off, or on a node Ray declared dead)
+            why = str(getattr(e, "cause", None) or e).splitlines()[-1] if listen_failure(e) else None
+            self.rec.gateway_failed(action, why, asyncio.get_running_loop().time())
+        else:
+            self.rec.gateway_stopped(action)
+        self._note_changes()
+        self._wake()
 
     def _hosting_spec(self, actor: HostedReplica) -> dict:
         """What a replica is hosted with now: its spec with its topic's configs as they are now. A
@@ -1141,87 +1112,43 @@ class ControllerActor:
             actor.spec["config"] = TopicConfig.from_kafka(self.core.effective_configs(topic))
         return actor.spec
 
-    def _shard_life(self, shard) -> asyncio.Future:
-        """A future set when `shard` dies (Ray then restarts it empty): its current life."""
-        shard_id = shard._actor_id
-        watcher = self.shard_watchers.get(shard_id)
-        if watcher is None or watcher.done():
-            self.shard_lives[shard_id] = asyncio.get_running_loop().create_future()
-            self.shard_watchers[shard_id] = asyncio.ensure_future(self._watch_shard(shard_id, shard))
-        return self.shard_lives[shard_id]
-
-    async def _watch_shard(self, shard_id, shard) -> None:
-        while any(s._actor_id == shard_id for s in self.shards.values()):
+    async def _watch_shard_life(self, key: tuple[int, int], shard) -> None:
+        while self.rec.shards.get(key) is shard:
             try:
                 await shard.until_stopped.remote()
                 return  # closed on purpose
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                log.info("shard %s died (%s): its replicas are hosted again", shard_id.hex()[:8], type(e).__name__)
+                log.info("shard %s died (%s): its replicas are hosted again", shard_name(*key), type(e).__name__)
                 self._suspect_nodes()
-                self.shard_lives[shard_id].set_result(None)
-                self.shard_lives[shard_id] = asyncio.get_running_loop().create_future()
+                self.rec.shard_died(key, asyncio.get_running_loop().time())
+                self._note_changes()
+                self._wake()
                 await asyncio.sleep(SUPERVISE_RETRY_S)
-        self.shard_watchers.pop(shard_id, None)
+
+    def _watch_shard(self, key: tuple[int, int]) -> None:
+        """One watcher per shard: a pending call that fails when the shard dies (Ray then restarts
+        it empty), which the reconciler hears (it hosts the shard's replicas again)."""
+        watcher = self.shard_watchers.get(key)
+        if watcher is None or watcher.done():
+            self.shard_watchers[key] = asyncio.ensure_future(self._watch_shard_life(key, self.rec.shards[key]))
 
     async def _await_listening(self, keys: list) -> None:
         """Answer only once new replicas listen and know their partition's state, so a client's
         first produce after a create finds the leader reachable from its gateway."""
         deadline = asyncio.get_running_loop().time() + PARTITION_START_TIMEOUT_S
-        waiting = [key for key in keys if not self._serving(key)]
+        waiting = [key for key in keys if not self.rec.serving_replica(key, self.core)]
         while waiting and await self._await_change(deadline):
-            waiting = [key for key in waiting if not self._serving(key)]  # only those not ready yet
-
-    def _serving(self, key: tuple) -> bool:
-        """Replica `key` listens and, if it is its partition's leader, confirmed that it leads."""
-        if key not in self.replica_listeners:
-            return False
-        topic = self.core.topics_by_id.get(key[0])
-        if topic is None or key[1] >= len(topic.partitions):
-            return True  # deleted meanwhile: nothing to wait for
-        p = topic.partitions[key[1]]
-        return p.leader != key[2] or self.leading.get(key) == p.leader_epoch
+            waiting = [key for key in waiting if not self.rec.serving_replica(key, self.core)]  # those not ready yet
 
     # ---- telling replicas their partition's state --------------------------------------------
-    def _partition_state(self, key: tuple) -> tuple | None:
-        """What replica `key` must know: its partition's registration, where the leader's broker
-        listens, its own broker's epoch, and which replicas' brokers are fenced."""
-        topic = self.core.topics_by_id.get(key[0])
-        if topic is None or key[1] >= len(topic.partitions):
-            return None
-        p = topic.partitions[key[1]]
-        leader = self.core.brokers.get(p.leader)
-        liveness = self.core.replication.brokers.get(key[2])
-        return (p.leader, p.leader_epoch, p.partition_epoch, tuple(p.replicas), tuple(p.isr),
-                (leader.host, leader.port) if leader is not None else None,
-                liveness.broker_epoch if liveness is not None else -1,
-                tuple(r for r in p.replicas if not self.core.replication.is_live(r)))
-
     @staticmethod
     def _update_args(state: tuple) -> list:
-        """A replica's `update` arguments for partition state `state` (see `_partition_state`)."""
+        """A replica's `update` arguments for partition state `state` (reconciler.partition_state)."""
         leader, leader_epoch, partition_epoch, replicas, isr, endpoint, broker_epoch, fenced = state
         return [{"leader": leader, "leader_epoch": leader_epoch, "partition_epoch": partition_epoch,
                  "replicas": list(replicas), "isr": list(isr)}, endpoint, broker_epoch, list(fenced)]
-
-    def _confirmed(self, key: tuple, actor, state: tuple) -> bool:
-        """Replica `key` took `state`: if it leads, the image may route to it now (True: changed)."""
-        leader, leader_epoch = state[0], state[1]
-        if leader == key[2] and self.replica_actors.get(key) is actor and self.leading.get(key, -1) < leader_epoch:
-            self.leading[key] = leader_epoch
-            return True
-        return False
-
-    async def _tell(self, key: tuple, actor, timeout_s: float | None = None) -> None:
-        state = self._partition_state(key)
-        if state is None:
-            return
-        self.told[key] = state
-        await self._durable()  # a replica learns only committed state
-        await asyncio.wait_for(self._shard_call(actor, "update", *self._update_args(state)), timeout_s)
-        if self._confirmed(key, actor, state):
-            self._bump()
 
     def _shard_call(self, replica: HostedReplica, method: str, *args) -> asyncio.Future:
         """A control call to a hosted replica ("host": have its shard host it). Calls to one shard
@@ -1260,39 +1187,6 @@ class ControllerActor:
             else:
                 answer.set_exception(result if isinstance(result, Exception) else
                                      ReplicaCallFailed(f"{method} of {replica.key}: {result}"))
-
-    async def _publish(self) -> None:
-        """After every change, tell each listening replica whose partition state moved. A replica
-        that is down hears it from its supervisor when it returns; one that is paused gets it
-        when it wakes (older states are ignored by the replica)."""
-        while True:
-            try:
-                for key, actor in list(self.replica_actors.items()):
-                    if key in self.replica_listeners and self.told.get(key) != self._partition_state(key):
-                        asyncio.ensure_future(self._tell_quietly(key, actor))  # (one Ray call per shard)
-            except Exception:
-                log.exception("telling replicas their partitions' state failed")
-            if await self._await_change_or_retell(asyncio.get_running_loop().time() + METADATA_WAIT_S_MAX):
-                await asyncio.sleep(CHANGES_COALESCE_S)
-
-    async def _await_change_or_retell(self, deadline: float) -> bool:
-        retell = asyncio.ensure_future(self.retell.wait())
-        change = asyncio.ensure_future(self._await_change(deadline))
-        done, pending = await asyncio.wait({retell, change}, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        if retell in done:
-            self.retell.clear()
-            return True
-        return change.result()
-
-    async def _tell_quietly(self, key: tuple, actor) -> None:
-        try:
-            await self._tell(key, actor, REPLICA_UPDATE_TIMEOUT_S)
-        except Exception as e:  # died: its supervisor tells it again once Ray restarted it; cut off
-            self.told.pop(key, None)  # (no answer in time): told again after RETELL_S
-            asyncio.get_running_loop().call_later(RETELL_S, self.retell.set)
-            log.debug("could not tell %s its partition state: %s", key, e)
 
     async def _tick(self) -> None:
         """Fence brokers whose session expired; now and then, give partitions back to their
@@ -1368,18 +1262,18 @@ class ControllerActor:
             composition.start_controller(ControllerActor, self.broker_config, node_id, broker_id)
             log.info("controller of broker %d started on its node %s, standing by", broker_id, node_id[:12])
 
-    def _start_replica(self, spec: dict, broker) -> HostedReplica:
+    def _start_replica(self, spec: dict, broker) -> tuple[HostedReplica, tuple[int, int]]:
         """A replica on its broker's node, in the shard a stable function of its partition picks
-        (started if it is not yet); the shard hosts it when its supervisor first asks it to listen."""
+        (started if it is not yet); the shard hosts it when the reconciler first asks it to."""
         index = shard_index(spec["topic_id"], spec["partition"], self._shard_count(broker))
-        shard = self.shards.get((broker.broker_id, index))
+        shard = self.rec.shards.get((broker.broker_id, index))
         if shard is None:
             try:
                 shard = composition.start_shard(broker.broker_id, index, self.core.broker_config, broker.node_id)
             except ray.exceptions.ActorAlreadyExistsError:  # running, unknown to this controller: adopt it
                 shard = ray.get_actor(shard_name(broker.broker_id, index), namespace=NAMESPACE)
-            self.shards[(broker.broker_id, index)] = shard
-        return HostedReplica(shard, spec)
+            self.rec.shards[(broker.broker_id, index)] = shard
+        return HostedReplica(shard, spec), (broker.broker_id, index)
 
     def _shard_count(self, broker) -> int:
         """num.partition.shards, or (0, the default) the CPUs Ray gives the broker's node."""
@@ -1393,31 +1287,22 @@ class ControllerActor:
         return self.node_cpus.get(broker.node_id, 1)
 
     def _start_partitions(self, topic: TopicState) -> list:
-        """Start the missing replicas of a topic, each in a shard on its broker's node
-        (each supervised: asked to listen and told its partition's state, and again after Ray
-        restarts it); return the keys of all its replicas that run or start."""
+        """Start the missing replicas of a topic that the reconciler wants, each in a shard on its
+        broker's node (it hosts them and tells them their state, again after Ray restarts their
+        shard); return the keys of all its wanted replicas that run or start."""
         config = TopicConfig.from_kafka(self.core.effective_configs(topic))
-        listening, started = [], False
-        for p in topic.partitions:
-            for broker_id in p.replicas:
-                key = (topic.topic_id, p.index, broker_id)
-                broker = self.core.brokers.get(broker_id)
-                # a broker that has not registered in this incarnation may name a dead Ray node: its
-                # replicas start when it registers (an actor pinned to a dead node never starts)
-                if key in self.replica_actors:
-                    listening.append(key)  # started before: the caller waits for it too
-                    continue
-                if broker is None or not broker.node_id or broker_id not in self.registered:
-                    continue
-                try:
-                    actor = self._start_replica(self._replica_spec(topic, p.index, broker_id, config), broker)
-                except LookupError as e:  # started later: when the node watcher has seen the node
-                    log.info("replica %s-%d on broker %d waits: %s", topic.name, p.index, broker_id, e)
-                    continue
-                self.replica_actors[key] = actor
-                self.supervisors[key] = asyncio.ensure_future(self._supervise(key, actor))
-                listening.append(key)
-                started = True
-        if started:
-            self._bump()
+        listening, starts = self.rec.missing(desired_replicas(self.core, self.rec.registered, [topic]))
+        for start in starts:
+            _, index, broker_id = start.key
+            try:
+                replica, shard = self._start_replica(self._replica_spec(topic, index, broker_id, config),
+                                                     self.core.brokers[broker_id])
+            except LookupError as e:  # started later: when the node watcher has seen the node
+                log.info("replica %s-%d on broker %d waits: %s", topic.name, index, broker_id, e)
+                continue
+            self.rec.replica_started(start.key, replica, shard)
+            listening.append(start.key)
+        if starts:
+            self._note_changes()
         return listening
+
