@@ -18,7 +18,6 @@ from actors.gateway.handlers.fetch import handle_fetch
 from actors.gateway.handlers.groups import (handle_delete_groups, handle_find_coordinator, handle_list_groups,
                                             handle_share_group_describe, handle_share_group_heartbeat)
 from actors.gateway.handlers.list_offsets import handle_list_offsets
-from actors.controller.quorum_shell.wire import VoteRequestV2
 from actors.gateway.handlers.metadata_quorum import handle_describe_quorum, handle_quorum_rpc
 from actors.gateway.handlers.produce import acks_zero, handle_produce
 from actors.gateway.handlers.producer_ids import handle_init_producer_id
@@ -80,8 +79,7 @@ ROUTES: dict[int, Route] = {
     50: Route(handle_describe_user_scram_credentials, 0, 0),
     51: Route(handle_alter_user_scram_credentials, 0, 0),
     # KRaft's quorum: the voters' RPCs (CLUSTER_ACTION) and DescribeQuorum (handlers/metadata_quorum.py)
-    # Vote v2 is KIP-996's PreVote, which protocol/messages.py lacks (quorum_shell/wire.py: VoteRequestV2)
-    52: Route(handle_quorum_rpc, 0, 2, request_class=VoteRequestV2),
+    52: Route(handle_quorum_rpc, 0, 2),  # Vote; v2 carries KIP-996's PreVote
     53: Route(handle_quorum_rpc, 0, 1),  # BeginQuorumEpoch
     54: Route(handle_quorum_rpc, 0, 1),  # EndQuorumEpoch
     55: Route(handle_describe_quorum, 0, 2),
