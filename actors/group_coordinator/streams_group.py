@@ -410,6 +410,9 @@ class StreamsGroups:
                 raise _invalid("InstanceId can't be null.")
         elif member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             raise _invalid("MemberEpoch is invalid.")
+        sent = [tasks is not None for tasks in (active_tasks, standby_tasks, warmup_tasks)]
+        if any(sent) and not all(sent):
+            raise _invalid("If one task-type is non-null, all must be non-null.")
 
     def _group(self, group_id: str) -> _Group:
         group = self._groups.get(group_id)

@@ -106,6 +106,7 @@ def _heartbeats(bootstrap: str) -> list:
         hb(rebalance_timeout_ms=-1)
         hb(active_tasks=[H.TaskIds(subtopology_id="0", partitions=[0])])
         first = hb()
+        hb(member_epoch=first.member_epoch, topology=None, active_tasks=[], standby_tasks=None, warmup_tasks=None)
         steady = dict(topology=None, active_tasks=None, standby_tasks=None, warmup_tasks=None)
         deadline = time.monotonic() + 20
         r = first
