@@ -1,8 +1,9 @@
 """The README's, the quickstart's and the transactions guide's snippets, run exactly as printed
 against a real `kray start`.
 
-The README's ```python block runs on a broker of its own, as a newcomer runs it first. Every ```bash and
-```python block of docs/get-started/quickstart.md runs in order on another, then the transactions guide's: shell blocks with bash (the venv's `kray` on PATH, as after `source .venv/bin/activate`),
+The README's ```python block runs on a broker of its own, as a newcomer runs it first. Every ```bash
+and ```python block of docs/get-started/quickstart.md runs in order on another, then the transactions
+guide's: shell blocks with bash (the venv's `kray` on PATH, as after `source .venv/bin/activate`),
 Python blocks with this interpreter. The quickstart's first block, `./dev start`, is the broker: the
 test runs `kray start` on 127.0.0.1:9092 in its place (./dev start is that command after an install),
 with its data in a fresh directory. ```console blocks are not run.
