@@ -261,3 +261,15 @@ def test_members_learn_which_user_endpoint_holds_which_partitions():
     r1 = g.heartbeat("app", "m1", r1.member_epoch, now_ms=1, topics=view, active_tasks=r1.active_tasks,
                      endpoint_information_epoch=r1.endpoint_information_epoch)[0]
     assert r1.partitions_by_user_endpoint is None
+
+
+def test_a_transactional_commit_with_a_stale_streams_epoch_is_an_illegal_generation():
+    g, view = Groups({"group.streams.initial.rebalance.delay.ms": 0}), topics()
+    r, _ = g.streams_group_heartbeat("app", "m1", 0, topics=view, now_ms=0, rebalance_timeout_ms=1000,
+                                     topology=topology(), active_tasks=[], standby_tasks=[], warmup_tasks=[],
+                                     process_id="p")
+    partitions = [("in", 0, 5, -1, None)]
+    errors, records = g.commit_transactional_offsets("app", 7, "m1", None, r.member_epoch, partitions, now_ms=1)
+    assert errors == [0] and records
+    errors, _ = g.commit_transactional_offsets("app", 7, "m1", None, r.member_epoch + 1, partitions, now_ms=1)
+    assert errors == [ErrorCode.ILLEGAL_GENERATION]

@@ -16,13 +16,15 @@ import org.apache.kafka.streams.kstream.*;
  *  processing), each with one stream thread. Prints one JSON line: the final count per word read back from the
  *  output topic, the application's internal topics (partitions, cleanup.policy), the states the instances went
  *  through, and the streams group as Admin.describeStreamsGroups sees it at the end.
- *  Arguments: bootstrap, application id (also the prefix of the topics), the number of lines. */
+ *  Arguments: bootstrap, application id (also the prefix of the topics), the number of lines, and optionally the
+ *  processing guarantee (at_least_once, the default, or exactly_once_v2: transactions, read back read_committed). */
 public class WordCount {
     static final String[] WORDS = {"apple", "banana", "cherry", "damson", "elder", "fig", "grape"};
 
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], app = args[1];
         int lines = Integer.parseInt(args[2]);
+        String guarantee = args.length > 3 ? args[3] : StreamsConfig.AT_LEAST_ONCE;
         String input = app + "-lines", output = app + "-counts";
         Properties common = new Properties();
         common.put("bootstrap.servers", bootstrap);
@@ -71,6 +73,7 @@ public class WordCount {
                 sp.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class.getName());
                 sp.put(StreamsConfig.STATE_DIR_CONFIG, Files.createTempDirectory("wordcount-state").toString());
                 sp.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, "200");
+                sp.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, guarantee);
                 sp.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, "0");
                 sp.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
                 sp.put(StreamsConfig.APPLICATION_SERVER_CONFIG, "localhost:" + (7070 + n));  // for the IQ metadata
@@ -85,6 +88,7 @@ public class WordCount {
             cp.putAll(common);
             cp.put("group.id", app + "-reader");
             cp.put("auto.offset.reset", "earliest");
+            cp.put("isolation.level", StreamsConfig.AT_LEAST_ONCE.equals(guarantee) ? "read_uncommitted" : "read_committed");
             cp.put("key.deserializer", StringDeserializer.class.getName());
             cp.put("value.deserializer", LongDeserializer.class.getName());
             long deadline = System.currentTimeMillis() + 90_000;
