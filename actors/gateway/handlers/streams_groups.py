@@ -18,6 +18,7 @@ from protocol.messages import StreamsGroupDescribeResponse, StreamsGroupHeartbea
     StreamsGroupHeartbeatResponse
 
 from actors.gateway.handlers.groups import AUTHORIZED_OPERATIONS_OMITTED, coordinator_error, group_coordinator
+from actors.group_coordinator.streams_group import ASSIGNOR_NAME
 from actors.group_coordinator.streams_topology import Subtopology, TopicInfo, Topology
 from actors.security.authorizer import AclOperation, ResourceType
 
@@ -29,7 +30,8 @@ _creating: set[str] = set()                # internal topics whose creation is u
 
 
 def _peer(connection) -> str:
-    return str(connection.peer[0]) if connection is not None and connection.peer else ""
+    """The client's address as Kafka's StreamsGroupDescribe shows it (Java's InetAddress.toString(): "/1.2.3.4")."""
+    return "/" + str(connection.peer[0]) if connection is not None and connection.peer else ""
 
 
 def _topology(t: StreamsGroupHeartbeatRequest.Topology | None) -> Topology | None:
@@ -46,6 +48,10 @@ def _topology(t: StreamsGroupHeartbeatRequest.Topology | None) -> Topology | Non
         tuple((tuple(g.source_topics), tuple(g.source_topic_regex), tuple(g.repartition_source_topics))
               for g in s.copartition_groups))
         for s in t.subtopologies))
+
+
+def _offsets(offsets):
+    return None if offsets is None else [(o.subtopology_id, o.partition, o.offset) for o in offsets]
 
 
 def _tasks(tasks):
@@ -89,7 +95,8 @@ async def handle_streams_group_heartbeat(ctx, header, request, connection=None) 
                                                                         for kv in request.client_tags],
                   shutdown_application=request.shutdown_application,
                   endpoint_information_epoch=request.endpoint_information_epoch,
-                  client_id=header.client_id or "", client_host=_peer(connection))
+                  client_id=header.client_id or "", client_host=_peer(connection),
+                  task_offsets=_offsets(request.task_offsets), task_end_offsets=_offsets(request.task_end_offsets))
     try:
         coordinator = await group_coordinator(ctx, request.group_id or "")
         r = await coordinator.streams_group_heartbeat.remote(request.group_id, request.member_id or "",
@@ -177,6 +184,7 @@ async def handle_streams_group_describe(ctx, header, request, connection=None) -
         groups.append(R.DescribedGroup(
             error_code=0, error_message=None, group_id=group_id, group_state=d.group_state,
             group_epoch=d.group_epoch, assignment_epoch=d.assignment_epoch, topology=topology,
+            assignor_name=ASSIGNOR_NAME,
             authorized_operations=access.authorized_operations(GROUP, group_id)
             if request.include_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED,
             members=[R.Member(member_id=m.member_id, member_epoch=m.member_epoch, instance_id=m.instance_id,
@@ -185,7 +193,11 @@ async def handle_streams_group_describe(ctx, header, request, connection=None) -
                               user_endpoint=None if m.user_endpoint is None
                               else R.Endpoint(host=m.user_endpoint[0], port=m.user_endpoint[1]),
                               client_tags=[R.KeyValue(key=k, value=v) for k, v in m.client_tags],
-                              task_offsets=[], task_end_offsets=[], assignment=assignment(m.assignment),
+                              task_offsets=[R.TaskOffset(subtopology_id=s, partition=p, offset=o)
+                                            for s, p, o in m.task_offsets],
+                              task_end_offsets=[R.TaskOffset(subtopology_id=s, partition=p, offset=o)
+                                                for s, p, o in m.task_end_offsets],
+                              assignment=assignment(m.assignment),
                               target_assignment=assignment(m.target_assignment), is_classic=False)
                      for m in d.members]))
     return R(throttle_time_ms=0, groups=groups)
