@@ -31,7 +31,7 @@ _creating: set[str] = set()                # internal topics whose creation is u
 
 def _peer(connection) -> str:
     """The client's address as Kafka's StreamsGroupDescribe shows it (Java's InetAddress.toString(): "/1.2.3.4")."""
-    return "/" + str(connection.peer[0]) if connection is not None and connection.peer else ""
+    return connection.client_host if connection is not None else ""
 
 
 def _topology(t: StreamsGroupHeartbeatRequest.Topology | None) -> Topology | None:
