@@ -154,3 +154,39 @@ def test_streams_group_heartbeat_answers_as_kafka(both):
                 out.append(row)
         return out
     assert squeeze(kray) == squeeze(kafka), (kray, kafka)
+
+
+def _bad_config_statuses(bootstrap: str) -> list:
+    """A topology whose changelog topic carries an invalid config: the broker cannot create it. What the statuses
+    of the member's heartbeats say over a few seconds: (status code, detail names the topic, detail text)."""
+    source = f"sg-src-{uuid.uuid4().hex[:6]}"
+    group, prefix = f"sg-{uuid.uuid4().hex[:6]}", f"sgb-{uuid.uuid4().hex[:6]}"
+    topo = _topology(source, prefix)
+    topo.subtopologies[1].state_changelog_topics[0].topic_configs = [H.KeyValue(key="cleanup.policy", value="bogus")]
+    seen = []
+    with KafkaConnection(bootstrap, client_id="streams-probe") as conn:
+        conn._call(m.CreateTopicsRequest(topics=[m.CreateTopicsRequest.CreatableTopic(
+            name=source, num_partitions=1, replication_factor=1, assignments=[], configs=[])], timeout_ms=30000,
+            validate_only=False), 19, 7)
+        time.sleep(1.0)
+        r = conn._call(H(group_id=group, member_id="m1", member_epoch=0, endpoint_information_epoch=0,
+                         rebalance_timeout_ms=30000, process_id="p1", active_tasks=[], standby_tasks=[],
+                         warmup_tasks=[], topology=topo), 88, 0)
+        for _ in range(8):
+            time.sleep(0.5)
+            r = conn._call(H(group_id=group, member_id="m1", member_epoch=r.member_epoch,
+                             endpoint_information_epoch=0), 88, 0)
+            seen += [(s.status_code, f"{prefix}-store-changelog" in s.status_detail, s.status_detail)
+                     for s in r.status if s.status_code == 3]
+        conn._call(H(group_id=group, member_id="m1", member_epoch=-1, endpoint_information_epoch=0), 88, 0)
+    return seen
+
+
+def test_an_internal_topic_the_broker_cannot_create_is_named_in_the_status(both):
+    seen = {side: _bad_config_statuses(bootstrap) for side, bootstrap in both.items()}
+    for side, statuses in seen.items():
+        assert statuses and all(code == 3 for code, _, _ in statuses), (side, statuses)
+    # after the first attempt, both say why: "Internal topics are missing: X; Creation failed: X (reason)."
+    for side, statuses in seen.items():
+        assert any(names and "; Creation failed: " in detail and "cleanup.policy" in detail
+                   for _, names, detail in statuses), (side, statuses)

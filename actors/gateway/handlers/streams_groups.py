@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from protocol.errors import ErrorCode
 from protocol.messages import StreamsGroupDescribeResponse, StreamsGroupHeartbeatRequest, \
@@ -27,6 +28,9 @@ GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 STREAMS_ACCEPTABLE_RECOVERY_LAG_V0 = 0     # what Kafka 4.4 answers in v0's acceptable_recovery_lag_legacy
 
 _creating: set[str] = set()                # internal topics whose creation is under way (per gateway process)
+# internal topic -> (monotonic deadline, why its creation failed): named in the heartbeats' status and not tried
+# again until the deadline (Kafka keeps such errors for twice the heartbeat interval)
+_failures: dict[str, tuple[float, str]] = {}
 
 
 def _peer(connection) -> str:
@@ -58,17 +62,21 @@ def _tasks(tasks):
     return None if tasks is None else [(t.subtopology_id, list(t.partitions)) for t in tasks]
 
 
-async def _create_internal_topics(ctx, topics) -> None:
+async def _create_internal_topics(ctx, topics, remember_s: float) -> None:
     for t in topics:
+        why = None
         try:
             error, message, _ = await ctx.controller.create_topic(t.name, t.partitions, t.replication_factor,
                                                                   dict(t.configs), False, None)
             if error and error != ErrorCode.TOPIC_ALREADY_EXISTS:
-                log.warning("creating the streams internal topic %s failed: %s %s", t.name, error, message)
+                why = message or ErrorCode(error).name
         except Exception as e:
-            log.warning("creating the streams internal topic %s failed: %s", t.name, e)
+            why = str(e)
         finally:
             _creating.discard(t.name)
+        if why:
+            log.warning("creating the streams internal topic %s failed: %s", t.name, why)
+            _failures[t.name] = (time.monotonic() + remember_s, why)
     await ctx.refresh_metadata()
 
 
@@ -113,10 +121,22 @@ async def handle_streams_group_heartbeat(ctx, header, request, connection=None) 
         if denied:
             status.append(R.Status(status_code=3, status_detail="Unauthorized to CREATE on topics "
                                                                  + ", ".join(denied) + "."))
-        todo = [t for t in r.topics_to_create if t.name in creatable and t.name not in _creating]
+        now = time.monotonic()
+        failed_lately = {t.name: _failures[t.name][1] for t in r.topics_to_create
+                         if t.name in _failures and _failures[t.name][0] > now}
+        if failed_lately:   # named in the MISSING_INTERNAL_TOPICS status, as Kafka 4.4 words it
+            failures = ", ".join(f"{name} ({why})" for name, why in sorted(failed_lately.items()))
+            missing = next((s for s in status if s.status_code == 3), None)
+            if missing is None:
+                missing = R.Status(status_code=3, status_detail="Internal topics are missing: "
+                                                                + ", ".join(sorted(failed_lately)))
+                status.append(missing)
+            missing.status_detail = f"{missing.status_detail}; Creation failed: {failures}."
+        todo = [t for t in r.topics_to_create
+                if t.name in creatable and t.name not in _creating and t.name not in failed_lately]
         if todo:
             _creating.update(t.name for t in todo)
-            asyncio.ensure_future(_create_internal_topics(ctx, todo))
+            asyncio.ensure_future(_create_internal_topics(ctx, todo, 2 * r.heartbeat_interval_ms / 1000))
 
     def topic_partitions(pairs):
         return [R.TopicPartition(topic=topic, partitions=list(ps)) for topic, ps in pairs]
