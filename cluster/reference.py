@@ -56,7 +56,11 @@ def configs_page() -> str:
                                       GROUP_CONFIG_SOURCES, LISTENER_SCOPED_KEYS, SENSITIVE_KEYS,
                                       TOPIC_CONFIG_FIXED_DEFAULTS, TOPIC_CONFIG_SOURCES,
                                       TOPIC_CONFIGS_WITHOUT_EFFECT)
+    from cluster.config import ALIASES
+    from cluster.kafka_broker_configs import KAFKA_BROKER_CONFIG_TYPES
     local = tomllib.loads((REPO / "configs" / "local.toml").read_text())["broker"]
+    spellings = {target: [name for name, _ in names if name != target] for target, names in ALIASES.items()}
+    spellings["broker.id"] = ["node.id"]
     supplies = {source: topic for topic, source in TOPIC_CONFIG_SOURCES.items() if source}
     group_supplies = {source: group for group, source in GROUP_CONFIG_SOURCES.items() if source}
     out = [HEADER, "# Configuration reference\n\n",
@@ -75,6 +79,8 @@ def configs_page() -> str:
            "| key | default | `configs/local.toml` | Kafka | in Kray |\n|---|---|---|---|---|\n"]
     for key in sorted(BROKER_DEFAULTS):
         kafka = _kafka("brokerconfigs", key, KRAY_OWN_BROKER_CONFIGS)
+        if spellings.get(key):
+            kafka += "; also " + ", ".join(f"`{name}`" for name in spellings[key])
         marks = [m for m, on in (("per listener", key in LISTENER_SCOPED_KEYS), ("sensitive", key in SENSITIVE_KEYS))
                  if on]
         if key in BROKER_CONFIGS_IN_PART:
@@ -93,6 +99,15 @@ def configs_page() -> str:
         shipped = _value(local[key]) if key in local else ""
         out.append(f"| `{key}` | {_cell(_value(BROKER_DEFAULTS[key]))} | {_cell(shipped)} | {_cell(kafka)} | "
                    f"{_cell(honoured)} |\n")
+    ignored = sorted(set(KAFKA_BROKER_CONFIG_TYPES) - set(BROKER_DEFAULTS) - {"node.id"}
+                     - {name for names in spellings.values() for name in names})
+    out += ["\n## Kafka's broker configs that Kray ignores\n\n",
+            f"These {len(ignored)} broker configs of Apache Kafka 4.4 are accepted, so that a `server.properties` "
+            "brought from Kafka loads: each value is checked for its Kafka type, then the key is ignored and "
+            "`kray start` says so. Any other key that is in neither list stops `kray start`, with a suggestion.\n\n",
+            "| key | Kafka type |\n|---|---|\n"]
+    out += [f"| [`{key}`]({KAFKA_DOCS}#brokerconfigs_{key}) | {KAFKA_BROKER_CONFIG_TYPES[key].lower()} |\n"
+            for key in ignored]
     out += ["\n## Topic configs\n\n",
             "A topic's config falls back to the broker config named in *broker default*, as in Kafka.\n\n",
             "| key | default | broker default | Kafka | in Kray |\n|---|---|---|---|---|\n"]

@@ -1726,6 +1726,122 @@ class OffsetDeleteResponse(Message):
         )
 
 
+class DescribeClientQuotasRequest(Message):
+    API_KEY = 48
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 1
+    __slots__ = ('components', 'strict')
+    FIELDS = (
+        F('components', '[]ComponentData', '0+'),
+        F('strict', 'bool', '0+'),
+    )
+
+    class ComponentData(Message):
+        __slots__ = ('entity_type', 'match_type', 'match')
+        FIELDS = (
+            F('entity_type', 'string', '0+'),
+            F('match_type', 'int8', '0+'),
+            F('match', 'string', '0+', nullable='0+'),
+        )
+
+
+class DescribeClientQuotasResponse(Message):
+    API_KEY = 48
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 1
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'entries')
+    FIELDS = (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+        F('entries', '[]EntryData', '0+', nullable='0+'),
+    )
+
+    class EntryData(Message):
+        __slots__ = ('entity', 'values')
+        FIELDS = (
+            F('entity', '[]EntityData', '0+'),
+            F('values', '[]ValueData', '0+'),
+        )
+
+    class EntityData(Message):
+        __slots__ = ('entity_type', 'entity_name')
+        FIELDS = (
+            F('entity_type', 'string', '0+'),
+            F('entity_name', 'string', '0+', nullable='0+'),
+        )
+
+    class ValueData(Message):
+        __slots__ = ('key', 'value')
+        FIELDS = (
+            F('key', 'string', '0+'),
+            F('value', 'float64', '0+'),
+        )
+
+
+class AlterClientQuotasRequest(Message):
+    API_KEY = 49
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 1
+    __slots__ = ('entries', 'validate_only')
+    FIELDS = (
+        F('entries', '[]EntryData', '0+'),
+        F('validate_only', 'bool', '0+'),
+    )
+
+    class EntryData(Message):
+        __slots__ = ('entity', 'ops')
+        FIELDS = (
+            F('entity', '[]EntityData', '0+'),
+            F('ops', '[]OpData', '0+'),
+        )
+
+    class EntityData(Message):
+        __slots__ = ('entity_type', 'entity_name')
+        FIELDS = (
+            F('entity_type', 'string', '0+'),
+            F('entity_name', 'string', '0+', nullable='0+'),
+        )
+
+    class OpData(Message):
+        __slots__ = ('key', 'value', 'remove')
+        FIELDS = (
+            F('key', 'string', '0+'),
+            F('value', 'float64', '0+'),
+            F('remove', 'bool', '0+'),
+        )
+
+
+class AlterClientQuotasResponse(Message):
+    API_KEY = 49
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 1
+    __slots__ = ('throttle_time_ms', 'entries')
+    FIELDS = (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('entries', '[]EntryData', '0+'),
+    )
+
+    class EntryData(Message):
+        __slots__ = ('error_code', 'error_message', 'entity')
+        FIELDS = (
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+            F('entity', '[]EntityData', '0+'),
+        )
+
+    class EntityData(Message):
+        __slots__ = ('entity_type', 'entity_name')
+        FIELDS = (
+            F('entity_type', 'string', '0+'),
+            F('entity_name', 'string', '0+', nullable='0+'),
+        )
+
+
 class DescribeUserScramCredentialsRequest(Message):
     API_KEY = 50
     MIN_VERSION = 0

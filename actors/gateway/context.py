@@ -120,6 +120,9 @@ class RayController:
     async def alter_user_scram_credentials(self, deletions, upsertions):
         return await self._call("alter_user_scram_credentials", deletions, upsertions)
 
+    async def alter_client_quotas(self, entries, validate_only):
+        return await self._call("alter_client_quotas", entries, validate_only)
+
 
 @dataclass
 class GatewayContext:
@@ -162,6 +165,7 @@ class GatewayContext:
         # (transactional id, producer id, epoch, topic, partition) a transactional Produce v12+ added here, oldest
         # first (actors/gateway/handlers/transactions.py add_produced_partitions)
         self.txn_partitions_added: collections.OrderedDict = collections.OrderedDict()
+        self.quota_throttles: dict = {}  # quota key -> actors.quotas.Throttles (actors/gateway/handlers/quotas.py)
         if self.client_for is None:
             self.client_for = lambda key, address: SocketPartition(address, key, self.data_paths)
 

@@ -348,8 +348,7 @@ API_VERSION_DIFFERENCES: dict[int, str] = {
     38: "delegation tokens not built (SASL PLAIN and SCRAM are)", 39: "delegation tokens not built",
     40: "delegation tokens not built", 41: "delegation tokens not built",
     43: "ElectLeaders not built yet (issue 36)", 45: "partition reassignment not built yet (issue 36)",
-    46: "partition reassignment not built yet (issue 36)", 48: "client quotas not built yet (issue 36)",
-    49: "client quotas not built yet (issue 36)",
+    46: "partition reassignment not built yet (issue 36)",
     52: "Kray's metadata quorum speaks KRaft's Vote through the brokers' listeners; Kafka serves it on controller "
         "listeners only", 53: "as Vote (52)", 54: "as Vote (52)",
     57: "UpdateFeatures: Kray's feature levels are fixed (actors/gateway/handlers/api_versions.py FEATURES)",

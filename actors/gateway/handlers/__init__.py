@@ -27,6 +27,7 @@ from actors.gateway.handlers.scram_credentials import (handle_alter_user_scram_c
                                                        handle_describe_user_scram_credentials)
 from actors.gateway.handlers.share_admin import (handle_alter_share_group_offsets, handle_delete_share_group_offsets,
                                                  handle_describe_share_group_offsets)
+from actors.gateway.handlers.quotas import handle_alter_client_quotas, handle_describe_client_quotas
 from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle_share_fetch
 from actors.gateway.handlers.share_state import handle_share_state
 from actors.gateway.handlers.streams_groups import handle_streams_group_describe, handle_streams_group_heartbeat
@@ -76,6 +77,8 @@ ROUTES: dict[int, Route] = {
     42: Route(handle_delete_groups, 0, 3),
     44: Route(handle_incremental_alter_configs, 0, 1),
     47: Route(handle_offset_delete, 0, 0),
+    48: Route(handle_describe_client_quotas, 0, 1),
+    49: Route(handle_alter_client_quotas, 0, 1),
     50: Route(handle_describe_user_scram_credentials, 0, 0),
     51: Route(handle_alter_user_scram_credentials, 0, 0),
     # KRaft's quorum: the voters' RPCs (CLUSTER_ACTION) and DescribeQuorum (handlers/metadata_quorum.py)

@@ -19,9 +19,11 @@ from protocol.errors import ErrorCode
 from protocol.messages import ProduceResponse
 
 from actors.gateway.connection import CloseConnection, in_request_order
+from actors.gateway.handlers.quotas import throttle as quota_throttle
 from actors.gateway.handlers.routing import leader_clients
 from actors.gateway.handlers.transactions import PRODUCE_ADDS_PARTITIONS, add_produced_partitions, known_partition
 from actors.gateway.partition_client import PartitionNotHosted, by_listener
+from actors.quotas import PRODUCER_BYTE_RATE
 from actors.security.authorizer import AclOperation, ResourceType
 
 log = logging.getLogger("kray.gateway")
@@ -119,7 +121,12 @@ async def handle_produce(ctx, header, request, connection=None) -> ProduceRespon
             if r.record_errors:   # Produce v8+ (KIP-467): which records of the batch were refused
                 presp.record_errors = [ProduceResponse.BatchIndexAndErrorMessage(
                     batch_index=index, batch_index_error_message=message) for index, message in r.record_errors]
-    return ProduceResponse(responses=responses, throttle_time_ms=0)
+    # producer_byte_rate: the request's record bytes count against its client's quota (the answer says how long to
+    # wait, and the connection is muted for that long, as Kafka's)
+    throttle_ms = quota_throttle(ctx, connection, header.client_id, PRODUCER_BYTE_RATE,
+                                 sum(len(p.records) for t in request.topic_data for p in t.partition_data
+                                     if p.records is not None))
+    return ProduceResponse(responses=responses, throttle_time_ms=throttle_ms)
 
 
 def _set_error(presp, error_and_message) -> bool:
