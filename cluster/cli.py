@@ -111,6 +111,9 @@ def _start_and_serve(args, signals: StopSignals) -> int:
             if advice := host_advice():
                 print(f"kray start: {advice}", file=sys.stderr, flush=True)
         broker.report_broker_events(lambda line: print(line, flush=True))  # broker N lost / fenced / back
+        if args.nodes:  # kray broker --kill/--restart/--pause/--resume N, from another terminal
+            from cluster import broker_control
+            broker_control.serve(broker, config["log.dirs"], stop)
         if args.command == "chaos":
             from cluster.chaos import Stopped
             try:
@@ -332,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
     chaos.add_argument("--max-down", type=int, default=1, help="brokers down at once at most (default 1)")
     chaos.set_defaults(func=cmd_chaos, address=None)
 
+    from cluster import broker_control
+    broker_control.add_parser(sub)
     from cluster.tools import (acls, configs, console_share_consumer, consumer_groups, delete_records,
                                metadata_quorum, perf, share_groups, share_workers, topics, transactions)
     topics.add_parser(sub)
