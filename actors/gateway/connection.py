@@ -62,6 +62,11 @@ class ClientConnection:
         self._abort = abort
         self.muted_until = 0.0  # loop time before which no more of the client's bytes are read (a quota's throttle)
 
+    @property
+    def client_host(self) -> str:
+        """The client's address as Kafka's group describes show a member's (Java's InetAddress: "/127.0.0.1")."""
+        return "/" + str(self.peer[0]) if self.peer else ""
+
     def mute_for(self, throttle_ms: int) -> None:
         """Read nothing more from the client for `throttle_ms` (Kafka mutes a throttled client's channel, KIP-219)."""
         loop_time = asyncio.get_running_loop().time()

@@ -35,7 +35,7 @@ _failures: dict[str, tuple[float, str]] = {}
 
 def _peer(connection) -> str:
     """The client's address as Kafka's StreamsGroupDescribe shows it (Java's InetAddress.toString(): "/1.2.3.4")."""
-    return "/" + str(connection.peer[0]) if connection is not None and connection.peer else ""
+    return connection.client_host if connection is not None else ""
 
 
 def _topology(t: StreamsGroupHeartbeatRequest.Topology | None) -> Topology | None:
