@@ -338,13 +338,15 @@ def build_parser() -> argparse.ArgumentParser:
     from cluster import broker_control
     broker_control.add_parser(sub)
     from cluster.tools import (acls, configs, console_share_consumer, consumer_groups, delete_records,
-                               metadata_quorum, perf, share_groups, share_workers, topics, transactions)
+                               metadata_quorum, perf, share_groups, share_workers, streams_groups, topics,
+                               transactions)
     topics.add_parser(sub)
     delete_records.add_parser(sub)
     acls.add_parser(sub)
     configs.add_parser(sub)
     share_groups.add_parser(sub)
     consumer_groups.add_parser(sub)
+    streams_groups.add_parser(sub)
     metadata_quorum.add_parser(sub)
     console_share_consumer.add_parser(sub)
     perf.add_parsers(sub)
