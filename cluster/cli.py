@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from actors.config_schema import with_listener
@@ -83,6 +84,7 @@ def _start_and_serve(args, signals: StopSignals) -> int:
     from cluster.local import LocalBroker, LocalCluster
     if getattr(args, "own_process", False):
         signals.install()  # (again: importing Ray must not have replaced Kray's handlers)
+        _ray_messages_into(log_dir / RAY_MESSAGES_LOG)
 
     stop = signals.requested
     if args.nodes:
@@ -147,6 +149,25 @@ def _start_and_serve(args, signals: StopSignals) -> int:
     finally:
         _stop(broker, signals, end_the_rest=getattr(args, "own_process", False))
     return status
+
+
+RAY_MESSAGES_LOG = "ray-messages.log"
+
+
+def _ray_messages_into(path: Path) -> None:
+    """What Ray's driver would print on kray start's console (its GCS's error messages: "(raylet)
+    The node ... has been marked dead ...", in colour even when redirected) goes into `path`
+    instead: kray start says what matters to a Kray user in its own words (broker N lost, back)."""
+    import ray._private.worker as ray_worker
+
+    def into_file(data, ignore_prefix=False):
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                for line in data.get("lines", ()):
+                    f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ({data.get('pid', 'ray')}) {line}\n")
+        except OSError:
+            pass
+    ray_worker.print_to_stdstream = into_file
 
 
 def _link_ray_logs(log_dir: Path) -> Path | None:

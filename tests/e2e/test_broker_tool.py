@@ -60,6 +60,10 @@ def test_kray_broker_kills_and_restarts_one_broker_of_kray_start_nodes(tmp_path)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
     assert any("Kray stopped: every process it started has exited" in line for line in output), "\n".join(output)
+    # Kray says it in its words (broker 2 lost ... back); Ray's own messages ("(raylet) The node ... has been
+    # marked dead", in colour even when redirected) stay in the log directory
+    assert any("broker 2 lost" in line for line in output), "\n".join(output)
+    assert not any("(raylet)" in line or "\x1b[" in line for line in output), "\n".join(output)
     nowhere = subprocess.run([KRAY, "broker", "--data-dir", str(data), "--kill", "1"], capture_output=True, text=True,
                              timeout=30)
     assert nowhere.returncode == 1 and "no kray start --nodes runs with data in" in nowhere.stderr
