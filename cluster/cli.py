@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from actors.config_schema import with_listener
@@ -83,6 +84,7 @@ def _start_and_serve(args, signals: StopSignals) -> int:
     from cluster.local import LocalBroker, LocalCluster
     if getattr(args, "own_process", False):
         signals.install()  # (again: importing Ray must not have replaced Kray's handlers)
+        _ray_messages_into(log_dir / RAY_MESSAGES_LOG)
 
     stop = signals.requested
     if args.nodes:
@@ -111,6 +113,9 @@ def _start_and_serve(args, signals: StopSignals) -> int:
             if advice := host_advice():
                 print(f"kray start: {advice}", file=sys.stderr, flush=True)
         broker.report_broker_events(lambda line: print(line, flush=True))  # broker N lost / fenced / back
+        if args.nodes:  # kray broker --kill/--restart/--pause/--resume N, from another terminal
+            from cluster import broker_control
+            broker_control.serve(broker, config["log.dirs"], stop)
         if args.command == "chaos":
             from cluster.chaos import Stopped
             try:
@@ -144,6 +149,25 @@ def _start_and_serve(args, signals: StopSignals) -> int:
     finally:
         _stop(broker, signals, end_the_rest=getattr(args, "own_process", False))
     return status
+
+
+RAY_MESSAGES_LOG = "ray-messages.log"
+
+
+def _ray_messages_into(path: Path) -> None:
+    """What Ray's driver would print on kray start's console (its GCS's error messages: "(raylet)
+    The node ... has been marked dead ...", in colour even when redirected) goes into `path`
+    instead: kray start says what matters to a Kray user in its own words (broker N lost, back)."""
+    import ray._private.worker as ray_worker
+
+    def into_file(data, ignore_prefix=False):
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                for line in data.get("lines", ()):
+                    f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ({data.get('pid', 'ray')}) {line}\n")
+        except OSError:
+            pass
+    ray_worker.print_to_stdstream = into_file
 
 
 def _link_ray_logs(log_dir: Path) -> Path | None:
@@ -332,14 +356,18 @@ def build_parser() -> argparse.ArgumentParser:
     chaos.add_argument("--max-down", type=int, default=1, help="brokers down at once at most (default 1)")
     chaos.set_defaults(func=cmd_chaos, address=None)
 
+    from cluster import broker_control
+    broker_control.add_parser(sub)
     from cluster.tools import (acls, configs, console_share_consumer, consumer_groups, delete_records,
-                               metadata_quorum, perf, share_groups, share_workers, topics, transactions)
+                               metadata_quorum, perf, share_groups, share_workers, streams_groups, topics,
+                               transactions)
     topics.add_parser(sub)
     delete_records.add_parser(sub)
     acls.add_parser(sub)
     configs.add_parser(sub)
     share_groups.add_parser(sub)
     consumer_groups.add_parser(sub)
+    streams_groups.add_parser(sub)
     metadata_quorum.add_parser(sub)
     console_share_consumer.add_parser(sub)
     perf.add_parsers(sub)

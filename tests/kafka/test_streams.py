@@ -8,6 +8,7 @@ reference_full). The low-level answers (validation errors, statuses, fencing, St
 below with raw StreamsGroupHeartbeat requests."""
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 
@@ -190,3 +191,107 @@ def test_an_internal_topic_the_broker_cannot_create_is_named_in_the_status(both)
     for side, statuses in seen.items():
         assert any(names and "; Creation failed: " in detail and "cleanup.policy" in detail
                    for _, names, detail in statuses), (side, statuses)
+
+
+def _group_with_tasks(bootstrap: str) -> tuple[str, str, str]:
+    """A streams group of one member (raw heartbeats) that holds every task of a two-subtopology topology over a
+    2-partition source topic, its internal topics created by the broker. (group, source topic, prefix)"""
+    source = f"sg-src-{uuid.uuid4().hex[:6]}"
+    group, prefix = f"sgt-{uuid.uuid4().hex[:6]}", f"sgp-{uuid.uuid4().hex[:6]}"
+    with KafkaConnection(bootstrap, client_id="streams-probe") as conn:
+        conn._call(m.CreateTopicsRequest(topics=[m.CreateTopicsRequest.CreatableTopic(
+            name=source, num_partitions=2, replication_factor=1, assignments=[], configs=[])], timeout_ms=30000,
+            validate_only=False), 19, 7)
+        time.sleep(1.0)
+        r = conn._call(H(group_id=group, member_id="m1", member_epoch=0, endpoint_information_epoch=0,
+                         rebalance_timeout_ms=30000, process_id="p1", active_tasks=[], standby_tasks=[],
+                         warmup_tasks=[], topology=_topology(source, prefix)), 88, 0)
+        owned = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            r = conn._call(H(group_id=group, member_id="m1", member_epoch=r.member_epoch,
+                             endpoint_information_epoch=0, active_tasks=owned, standby_tasks=[], warmup_tasks=[]),
+                           88, 0)
+            if r.active_tasks is not None:
+                owned = [H.TaskIds(subtopology_id=t.subtopology_id, partitions=t.partitions) for t in r.active_tasks]
+            if sum(len(t.partitions) for t in owned) == 4 and not r.status:
+                break
+    return group, source, prefix
+
+
+def _masked(text: str, names: dict[str, str]) -> str:
+    import re
+    for real, alias in names.items():
+        text = text.replace(real, alias)
+    text = re.sub(r"127\.0\.0\.1:\d+ \(\d+\)", "<coordinator>", text)
+    return re.sub(r"[ \t]+", " ", text).strip()
+
+
+@pytest.mark.reference_full
+def test_kafkas_streams_groups_tool_reads_kray_as_kafka_and_kray_streams_groups_prints_the_same(both):
+    """kafka-streams-groups.sh (its main class) against both brokers: the same output once names are masked; and
+    `kray streams-groups` against Kray prints what Kafka's tool prints against Kafka (spaces aside)."""
+    from tests.kafka.broker import java
+    outputs, kray_tool = {}, {}
+    for side, bootstrap in both.items():
+        group, source, prefix = _group_with_tasks(bootstrap)
+        names = {group: "<group>", source: "<source>", prefix: "<prefix>"}
+        runs = {}
+        for name, args in {"list-state": ["--list", "--state"],
+                           "describe-state": ["--describe", "--group", group, "--state"],
+                           "describe-state-verbose": ["--describe", "--group", group, "--state", "--verbose"],
+                           "describe-members": ["--describe", "--group", group, "--members"],
+                           "describe-offsets": ["--describe", "--group", group],
+                           "describe-offsets-verbose": ["--describe", "--group", group, "--verbose"]}.items():
+            run = subprocess.run(java("org.apache.kafka.tools.streams.StreamsGroupCommand", "--bootstrap-server",
+                                      bootstrap, *args), capture_output=True, text=True, timeout=120)
+            runs[name] = (run.returncode, _masked(run.stdout, names))
+            if side == "kray":
+                mine = subprocess.run([sys.executable, "-m", "cluster.cli", "streams-groups", "--bootstrap-server",
+                                       bootstrap, *args], capture_output=True, text=True, timeout=120)
+                kray_tool[name] = (mine.returncode, _masked(mine.stdout, names))
+        outputs[side] = runs
+    kafka, kray = outputs["kafka"], outputs["kray"]
+    for name in kafka:
+        if name == "list-state":   # each broker lists the groups the session made on it: compare this one's line
+            kafka[name] = (kafka[name][0], "\n".join(l for l in kafka[name][1].splitlines()
+                                                      if l.startswith(("GROUP", "<group>"))))
+            kray[name] = (kray[name][0], "\n".join(l for l in kray[name][1].splitlines()
+                                                    if l.startswith(("GROUP", "<group>"))))
+            kray_tool[name] = (kray_tool[name][0], "\n".join(l for l in kray_tool[name][1].splitlines()
+                                                              if l.startswith(("GROUP", "<group>"))))
+        if name.startswith("describe-offsets"):   # Kafka's tool prints the partitions in no particular order
+            kafka[name], kray[name], kray_tool[name] = (
+                (code, "\n".join(text.splitlines()[:1] + sorted(text.splitlines()[1:])))
+                for code, text in (kafka[name], kray[name], kray_tool[name]))
+        assert kray[name] == kafka[name], (name, kafka[name], kray[name])
+    for name, printed in kray_tool.items():
+        assert printed == kafka[name], (name, kafka[name], printed)
+
+
+def test_kray_streams_groups_tool(both):
+    """`kray streams-groups` against Kray (in ./dev test; its output is compared with Kafka's tool by the
+    reference_full test above): list, describe (state, members, offsets), delete once empty."""
+    bootstrap = both["kray"]
+    group, source, prefix = _group_with_tasks(bootstrap)
+
+    def kray(*args):
+        run = subprocess.run([sys.executable, "-m", "cluster.cli", "streams-groups", "--bootstrap-server", bootstrap,
+                              *args], capture_output=True, text=True, timeout=120)
+        return run.returncode, run.stdout, run.stderr
+    assert group in kray("--list")[1].split()
+    code, out, _ = kray("--describe", "--group", group, "--state")
+    assert code == 0 and out.split("\n")[1].split()[-3:] == ["sticky", "Stable", "1"], out
+    code, out, _ = kray("--describe", "--group", group, "--members")
+    assert code == 0 and "ACTIVE: 0:[0,1]; 1:[0,1];" in out, out
+    code, out, _ = kray("--describe", "--group", group)      # nothing committed, nothing produced: no lag
+    assert code == 0 and sorted(line.split()[1:] for line in out.strip().split("\n")[1:]) == sorted([
+        [source, "0", "0"], [source, "1", "0"], [f"{prefix}-rep", "0", "0"], [f"{prefix}-rep", "1", "0"]]), out
+    code, _, err = kray("--delete", "--group", group)
+    assert code == 1 and "NON_EMPTY_GROUP" in err, err
+    with KafkaConnection(bootstrap, client_id="streams-probe") as conn:
+        conn._call(H(group_id=group, member_id="m1", member_epoch=-1, endpoint_information_epoch=0), 88, 0)
+    code, out, _ = kray("--delete", "--group", group)
+    assert code == 0 and out.strip() == f"Deletion of requested streams groups ('{group}') was successful.", out
+    assert group not in kray("--list")[1].split()
