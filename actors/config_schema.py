@@ -63,6 +63,9 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "transaction.state.log.min.isr": 2,
     "transaction.state.log.segment.bytes": 104857600,
     "transaction.max.timeout.ms": 900000,
+    # KIP-890 part 1: a transaction version 1 Produce is appended only to a partition the coordinator has in the
+    # producer's transaction (actors/gateway/handlers/transactions.py); version 2 adds partitions whatever this says
+    "transaction.partition.verification.enable": True,
     "quota.window.num": 11,                # client quotas' rate: samples (actors/quotas.py)
     "quota.window.size.seconds": 1,        # ... of this length
     "transactional.id.expiration.ms": 604800000,
