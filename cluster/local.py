@@ -74,6 +74,11 @@ def _init_ray(address: str) -> None:
         signal.signal(sig, handler)
 
 
+# Ray keeps up to this many idle workers (default: one per CPU) for tasks to come; Kray's broker runs
+# actors, and tasks only as it starts or a node joins: an idle ray::IDLE worker held ~120 MB
+IDLE_WORKERS_KEPT_ENV = "RAY_num_workers_soft_limit"
+
+
 def trim_own_ray() -> list[str]:
     """On the Ray this process started for a broker (`kray start`), end Ray's processes that a
     broker does not use: the log monitor (it streams workers' output to a driver that asks for it:
@@ -381,6 +386,8 @@ class LocalBroker(_Controllers):
         other (cluster/inter_broker_login.py), each saying what to do."""
         if not ray.is_initialized():
             if self.address is None:
+                if self.trim_ray:  # no idle worker kept for later tasks: Kray runs a few, at start-up
+                    os.environ.setdefault(IDLE_WORKERS_KEPT_ENV, "0")
                 _init_ray("local")
                 if self.trim_ray:
                     trim_own_ray()
