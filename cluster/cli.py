@@ -94,7 +94,7 @@ def _start_and_serve(args, signals: StopSignals) -> int:
                               host=args.host or "127.0.0.1")
         what = f"{args.nodes} broker nodes on this machine"
     else:
-        broker = LocalBroker(config, address=args.address)
+        broker = LocalBroker(config, address=args.address, trim_ray=True)
         what = f"brokers on every node of the Ray cluster at {args.address}" if args.address else "a broker"
     print(f"Starting Kray: {what} (data in {Path(config['log.dirs']).resolve()}) ...", flush=True)
     status = 0
