@@ -63,6 +63,11 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "transaction.state.log.min.isr": 2,
     "transaction.state.log.segment.bytes": 104857600,
     "transaction.max.timeout.ms": 900000,
+    # KIP-890 part 1: a transaction version 1 Produce is appended only to a partition the coordinator has in the
+    # producer's transaction (actors/gateway/handlers/transactions.py); version 2 adds partitions whatever this says
+    "transaction.partition.verification.enable": True,
+    "quota.window.num": 11,                # client quotas' rate: samples (actors/quotas.py)
+    "quota.window.size.seconds": 1,        # ... of this length
     "transactional.id.expiration.ms": 604800000,
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": 10000,
     "transaction.remove.expired.transaction.cleanup.interval.ms": 3600000,
@@ -348,6 +353,7 @@ BROKER_INT_RANGES: dict[str, tuple[int, int]] = {
     "share.coordinator.state.topic.min.isr": (1, SHORT_MAX), "transaction.state.log.num.partitions": (1, INT_MAX),
     "transaction.state.log.replication.factor": (1, SHORT_MAX), "transaction.state.log.min.isr": (1, INT_MAX),
     "transaction.state.log.segment.bytes": (1, INT_MAX), "transaction.max.timeout.ms": (1, INT_MAX),
+    "quota.window.num": (1, INT_MAX), "quota.window.size.seconds": (1, INT_MAX),
     "transactional.id.expiration.ms": (1, INT_MAX),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (1, INT_MAX),
     "transaction.remove.expired.transaction.cleanup.interval.ms": (1, INT_MAX),

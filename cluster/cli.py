@@ -16,13 +16,17 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from actors.config_schema import with_listener
 from cluster.config import DEFAULT_LOCAL_CONFIG, load_broker_config
+from cluster.console_log import follow_errors
 from cluster.process_tree import adopt_orphans, descendants, end_descendants
 from cluster.start_errors import CannotListen, InterBrokerLoginFailed, RayUnreachable
 from cluster.stop_signals import StopSignals
+
+DEFAULT_PORT = 9092  # the first broker's, as Kafka's; with --nodes the others count up from it
 
 
 def cmd_start(args) -> int:
@@ -63,18 +67,34 @@ def _start_and_serve(args, signals: StopSignals) -> int:
     if args.nodes and args.address:
         print("kray start: --nodes starts a Ray cluster of its own; --address joins one: pick one", file=sys.stderr)
         return 2
+    from actors import LOG_DIR_ENV, LOG_LEVEL_ENV, LOG_LEVELS, SERVER_LOG
+    log_dir = Path(args.log_dir or Path(config["log.dirs"].split(",")[0]) / "logs").resolve()
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"kray start: cannot make the log directory {log_dir}: {e}; pick another with --log-dir", file=sys.stderr)
+        return 2
+    if args.log_level.upper() not in LOG_LEVELS:
+        print(f"kray start: --log-level {args.log_level}: one of {', '.join(LOG_LEVELS)}", file=sys.stderr)
+        return 2
+    # the actors' processes inherit these through the Ray that kray start starts (on a Ray cluster
+    # joined with --address, the actors log into each node's Ray session directory only)
+    if getattr(args, "own_process", False):  # (not into the environment of a Python caller, a test)
+        os.environ[LOG_DIR_ENV], os.environ[LOG_LEVEL_ENV] = str(log_dir), args.log_level.upper()
     from cluster.local import LocalBroker, LocalCluster
     if getattr(args, "own_process", False):
         signals.install()  # (again: importing Ray must not have replaced Kray's handlers)
+        _ray_messages_into(log_dir / RAY_MESSAGES_LOG)
 
     stop = signals.requested
     if args.nodes:
         broker = LocalCluster(args.nodes, data_dir=config["log.dirs"], config_path=config_path,
                               overrides={k: v for k, v in (o.split("=", 1) for o in overrides)},
-                              port=args.port if args.port is not None else 0, host=args.host or "127.0.0.1")
+                              port=args.port if args.port is not None else DEFAULT_PORT,
+                              host=args.host or "127.0.0.1")
         what = f"{args.nodes} broker nodes on this machine"
     else:
-        broker = LocalBroker(config, address=args.address)
+        broker = LocalBroker(config, address=args.address, trim_ray=True)
         what = f"brokers on every node of the Ray cluster at {args.address}" if args.address else "a broker"
     print(f"Starting Kray: {what} (data in {Path(config['log.dirs']).resolve()}) ...", flush=True)
     status = 0
@@ -82,6 +102,10 @@ def _start_and_serve(args, signals: StopSignals) -> int:
         bootstrap = broker.start()
         signals.serving()
         print(f"Kray is ready: bootstrap={bootstrap}", flush=True)
+        ray_logs = _link_ray_logs(log_dir)
+        print(f"Logs: {log_dir / SERVER_LOG} (Kray's actors, at {args.log_level.upper()})"
+              + (f", {ray_logs} (Ray's)" if ray_logs else ""), flush=True)
+        follow_errors(log_dir / SERVER_LOG, lambda line: print(line, file=sys.stderr, flush=True), stop)
         for line in getattr(broker, "notes", ()):
             print(f"kray start: {line}", file=sys.stderr if line.startswith("warning") else sys.stdout, flush=True)
         if args.address:  # brokers on hosts of their own: network cuts are theirs to heal from
@@ -89,6 +113,9 @@ def _start_and_serve(args, signals: StopSignals) -> int:
             if advice := host_advice():
                 print(f"kray start: {advice}", file=sys.stderr, flush=True)
         broker.report_broker_events(lambda line: print(line, flush=True))  # broker N lost / fenced / back
+        if args.nodes:  # kray broker --kill/--restart/--pause/--resume N, from another terminal
+            from cluster import broker_control
+            broker_control.serve(broker, config["log.dirs"], stop)
         if args.command == "chaos":
             from cluster.chaos import Stopped
             try:
@@ -122,6 +149,45 @@ def _start_and_serve(args, signals: StopSignals) -> int:
     finally:
         _stop(broker, signals, end_the_rest=getattr(args, "own_process", False))
     return status
+
+
+RAY_MESSAGES_LOG = "ray-messages.log"
+
+
+def _ray_messages_into(path: Path) -> None:
+    """What Ray's driver would print on kray start's console (its GCS's error messages: "(raylet)
+    The node ... has been marked dead ...", in colour even when redirected) goes into `path`
+    instead: kray start says what matters to a Kray user in its own words (broker N lost, back)."""
+    import ray._private.worker as ray_worker
+
+    def into_file(data, ignore_prefix=False):
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                for line in data.get("lines", ()):
+                    f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ({data.get('pid', 'ray')}) {line}\n")
+        except OSError:
+            pass
+    ray_worker.print_to_stdstream = into_file
+
+
+def _link_ray_logs(log_dir: Path) -> Path | None:
+    """log_dir/ray: a link to this Ray session's log directory (Ray's own processes' and the
+    actors' stdout/stderr files); None where there is none here."""
+    try:
+        import ray._private.worker as ray_worker
+        target = Path(ray_worker.global_worker.node.get_logs_dir_path())
+    except Exception:
+        return None
+    link = log_dir / "ray"
+    try:
+        if link.is_symlink():
+            link.unlink()
+        if not link.exists():
+            link.symlink_to(target, target_is_directory=True)
+            return link
+    except OSError:
+        pass
+    return target
 
 
 def _end_everything_and_exit(why: str, status: int) -> None:
@@ -256,6 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "configs/local.toml). Kafka's keys and spellings "
                                                  "(log.retention.hours, node.id, log.dir); a Kafka key Kray does not "
                                                  "use is ignored with a note")
+    broker_options.add_argument("--log-dir", help="where Kray's actors write server.log (default: logs/ in the "
+                                                  "data directory); kray start shows each error in it once, and links "
+                                                  "Ray's own logs there as ray/")
+    broker_options.add_argument("--log-level", default="INFO", help="the actors' log level: TRACE, DEBUG, INFO "
+                                                                    "(default), WARN, ERROR")
     broker_options.add_argument("--override", action="append", metavar="KEY=VALUE",
                                 help="set one broker config, e.g. --override num.partitions=3 (repeatable)")
 
@@ -285,14 +356,18 @@ def build_parser() -> argparse.ArgumentParser:
     chaos.add_argument("--max-down", type=int, default=1, help="brokers down at once at most (default 1)")
     chaos.set_defaults(func=cmd_chaos, address=None)
 
+    from cluster import broker_control
+    broker_control.add_parser(sub)
     from cluster.tools import (acls, configs, console_share_consumer, consumer_groups, delete_records,
-                               metadata_quorum, perf, share_groups, share_workers, topics, transactions)
+                               metadata_quorum, perf, share_groups, share_workers, streams_groups, topics,
+                               transactions)
     topics.add_parser(sub)
     delete_records.add_parser(sub)
     acls.add_parser(sub)
     configs.add_parser(sub)
     share_groups.add_parser(sub)
     consumer_groups.add_parser(sub)
+    streams_groups.add_parser(sub)
     metadata_quorum.add_parser(sub)
     console_share_consumer.add_parser(sub)
     perf.add_parsers(sub)

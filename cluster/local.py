@@ -74,6 +74,32 @@ def _init_ray(address: str) -> None:
         signal.signal(sig, handler)
 
 
+# Ray keeps up to this many idle workers (default: one per CPU) for tasks to come; Kray's broker runs
+# actors, and tasks only as it starts or a node joins: an idle ray::IDLE worker held ~120 MB
+IDLE_WORKERS_KEPT_ENV = "RAY_num_workers_soft_limit"
+
+
+def trim_own_ray() -> list[str]:
+    """On the Ray this process started for a broker (`kray start`), end Ray's processes that a
+    broker does not use: the log monitor (it streams workers' output to a driver that asks for it:
+    Kray's does not, log_to_driver=False), the autoscaler's monitor (one node: nothing to scale)
+    and the dashboard's head (started even with include_dashboard=False, for Ray's job and state
+    APIs, which Kray does not call). About 280 MB of resident memory (benchmarks/results/
+    idle-broker.md). Ray's agents stay: the raylet shares its fate with them, and the metrics
+    agent exports metrics when asked. Returns what it ended."""
+    import ray._private.worker as ray_worker
+    node = getattr(ray_worker.global_worker, "node", None)
+    ended = []
+    for name, kill in (("log monitor", "kill_log_monitor"), ("autoscaler monitor", "kill_monitor"),
+                       ("dashboard", "kill_dashboard")):
+        try:
+            getattr(node, kill)(check_alive=False)
+            ended.append(name)
+        except Exception as e:  # (not running, or a Ray without it)
+            log.debug("could not end Ray's %s: %s", name, e)
+    return ended
+
+
 @contextlib.contextmanager
 def _stderr_into(file):
     """Send this process's file descriptor 2 (where Ray's C++ client logs) into `file` for a while."""
@@ -336,8 +362,9 @@ class _Controllers:
 
 
 class LocalBroker(_Controllers):
-    def __init__(self, broker_config: dict[str, Any], address: str | None = None):
+    def __init__(self, broker_config: dict[str, Any], address: str | None = None, *, trim_ray: bool = False):
         self.config = dict(broker_config)
+        self.trim_ray = trim_ray  # end what Ray runs that a broker does not use (trim_own_ray)
         self.config["log.dirs"] = str(Path(self.config["log.dirs"]).resolve())
         self.address = address
         self._voters: tuple[int, ...] = ()  # the metadata quorum's, known once the nodes are (start)
@@ -359,7 +386,11 @@ class LocalBroker(_Controllers):
         other (cluster/inter_broker_login.py), each saying what to do."""
         if not ray.is_initialized():
             if self.address is None:
+                if self.trim_ray:  # no idle worker kept for later tasks: Kray runs a few, at start-up
+                    os.environ.setdefault(IDLE_WORKERS_KEPT_ENV, "0")
                 _init_ray("local")
+                if self.trim_ray:
+                    trim_own_ray()
             else:
                 self._join_ray(self.address)
             self._owns_ray = True

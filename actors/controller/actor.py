@@ -234,7 +234,8 @@ class ControllerActor:
         return MetadataImage(c.metadata_version, c.cluster_id, c.controller_id(), live, dict(c.topics),
                              leaders, listeners, coordinators,
                              {g: dict(cfg) for g, cfg in c.group_configs.items()}, tuple(c.acls), c.acl_version,
-                             dict(c.scram_credentials), c.scram_version)
+                             dict(c.scram_credentials), c.scram_version,
+                             {e: dict(values) for e, values in c.client_quotas.items()})
 
     @answers_once_committed
     async def wait_for_metadata(self, known_version: int, timeout_s: float) -> MetadataImage:
@@ -284,6 +285,13 @@ class ControllerActor:
     def alter_user_scram_credentials(self, deletions: list, upsertions: list) -> list:
         """AlterUserScramCredentials (scram_credentials.Deletion / Upsertion): per user an AlterResult."""
         results, outcome = self.core.alter_user_scram_credentials(deletions, upsertions)
+        self._persist(outcome)
+        return results
+
+    @answers_once_committed
+    def alter_client_quotas(self, entries: list, validate_only: bool) -> list[tuple[int, str | None]]:
+        """AlterClientQuotas: per entry (error code, message)."""
+        results, outcome = self.core.alter_client_quotas(entries, validate_only)
         self._persist(outcome)
         return results
 

@@ -17,6 +17,7 @@ from protocol.errors import ErrorCode
 from actors.security.authorizer import AclBinding, AclBindingFilter, acl_binding_problem, binding_from_row, \
     binding_row
 from actors.security import scram_credentials
+from actors import quotas
 
 from .elections import DEFAULT_BROKER_SESSION_TIMEOUT_MS, RECORD_TYPES as REPLICATION_RECORD_TYPES, ReplicationControl
 
@@ -86,6 +87,7 @@ class ControllerCore:
         # SCRAM credentials (KIP-554), keyed (user name, mechanism): salts, iterations and keys only
         self.scram_credentials: dict[scram_credentials.CredentialKey, Any] = {}
         self.scram_version = 0  # SCRAM records applied: gateways re-index credentials when it moves
+        self.client_quotas: dict[quotas.Entity, dict[str, float]] = {}  # (KIP-546) entity -> key -> value
         # liveness, leaders, epochs and ISRs: partition keys are (topic_id bytes, index), the
         # partition objects are this core's own PartitionStates (updated in place by its records)
         self.replication = ReplicationControl(
@@ -298,6 +300,31 @@ class ControllerCore:
         results, records = scram_credentials.alter_credentials(self.scram_credentials, deletions, upsertions)
         return results, self._commit(records) if records else Outcome()
 
+    def alter_client_quotas(self, entries: list[tuple[list, list]], validate_only: bool = False
+                            ) -> tuple[list[tuple[int, str | None]], Outcome]:
+        """AlterClientQuotas: entries of (entity as [(type, name or None)...], ops as [(key, value, remove)...]);
+        per entry (error code, message). An entry is all or nothing, as in Kafka's ClientQuotaControlManager."""
+        results, records = [], []
+        for pairs, ops in entries:
+            pairs = [(str(t), None if n is None else str(n)) for t, n in pairs]
+            problem = quotas.entity_problem(pairs)
+            entity = quotas.entity_of(pairs)
+            for key, value, remove in ops:
+                if problem is None and not remove:
+                    problem = quotas.value_problem(entity, key, float(value))
+                elif problem is None and key not in (quotas.IP_KEYS if entity[0][0] == quotas.IP
+                                                     else quotas.CLIENT_KEYS):
+                    problem = f"Invalid configuration key {key}"
+            if problem is not None:
+                results.append((ErrorCode.INVALID_REQUEST, problem))
+                continue
+            results.append((0, None))
+            records.extend({"type": "client_quota", "entity": [list(p) for p in entity], "key": key,
+                            "value": None if remove else float(value)} for key, value, remove in ops)
+        if validate_only or not records:
+            return results, Outcome()
+        return results, self._commit(records)
+
     def allocate_producer_id(self) -> tuple[int, Outcome]:
         """Hand out the next producer id; ids are reserved in the log a block at a time."""
         outcome = Outcome()
@@ -355,6 +382,15 @@ class ControllerCore:
         elif kind in scram_credentials.RECORD_KINDS:
             scram_credentials.apply_record(self.scram_credentials, record)
             self.scram_version += 1
+        elif kind == "client_quota":
+            entity = quotas.entity_of((t, n) for t, n in record["entity"])
+            values = self.client_quotas.setdefault(entity, {})
+            if record["value"] is None:
+                values.pop(record["key"], None)
+            else:
+                values[record["key"]] = record["value"]
+            if not values:
+                del self.client_quotas[entity]
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
         self.metadata_version += 1

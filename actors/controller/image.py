@@ -32,6 +32,8 @@ class MetadataImage:
     # passwords); a gateway re-indexes them only when scram_version moves
     scram_credentials: dict = field(default_factory=dict)
     scram_version: int = 0
+    # client quotas (actors/quotas.py): entity -> key -> value
+    client_quotas: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.topics_by_id = {t.topic_id: t for t in self.topics.values()}

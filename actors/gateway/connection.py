@@ -60,6 +60,17 @@ class ClientConnection:
         self.turn = asyncio.Lock()  # FIFO: waiters get it in the order they asked
         self.broken: str | None = None
         self._abort = abort
+        self.muted_until = 0.0  # loop time before which no more of the client's bytes are read (a quota's throttle)
+
+    @property
+    def client_host(self) -> str:
+        """The client's address as Kafka's group describes show a member's (Java's InetAddress: "/127.0.0.1")."""
+        return "/" + str(self.peer[0]) if self.peer else ""
+
+    def mute_for(self, throttle_ms: int) -> None:
+        """Read nothing more from the client for `throttle_ms` (Kafka mutes a throttled client's channel, KIP-219)."""
+        loop_time = asyncio.get_running_loop().time()
+        self.muted_until = max(self.muted_until, loop_time + throttle_ms / 1000)
 
     @contextlib.asynccontextmanager
     async def in_request_order(self):
@@ -231,6 +242,11 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
                 break
             if not data:
                 break
+            # a quota's throttle mutes the connection: what the client sent meanwhile waits (and, as the reads
+            # stop, so does the client)
+            muted_s = connection.muted_until - asyncio.get_running_loop().time()
+            if muted_s > 0:
+                await asyncio.sleep(muted_s)
             try:
                 frames = decoder.feed(data)
             except (FrameTooLarge, MalformedFrame) as e:

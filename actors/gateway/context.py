@@ -23,6 +23,7 @@ from typing import Any, Callable, Protocol
 from actors import controller_client
 from actors.gateway.broker_session import BrokerSession
 from actors.gateway.partition_client import DataPaths, RayPartition, SocketPartition
+from actors.gateway.txn_verifications import TxnVerifications
 from actors.security.access import ALLOW_ALL, Access, authorizer_config, connection_host
 from actors.security.authorizer import StandardAuthorizer
 from actors.security.inter_broker import broker_credentials
@@ -120,6 +121,9 @@ class RayController:
     async def alter_user_scram_credentials(self, deletions, upsertions):
         return await self._call("alter_user_scram_credentials", deletions, upsertions)
 
+    async def alter_client_quotas(self, entries, validate_only):
+        return await self._call("alter_client_quotas", entries, validate_only)
+
 
 @dataclass
 class GatewayContext:
@@ -162,6 +166,9 @@ class GatewayContext:
         # (transactional id, producer id, epoch, topic, partition) a transactional Produce v12+ added here, oldest
         # first (actors/gateway/handlers/transactions.py add_produced_partitions)
         self.txn_partitions_added: collections.OrderedDict = collections.OrderedDict()
+        # transaction version 1 partitions verified with their coordinator (KIP-890 part 1)
+        self.txn_verifications = TxnVerifications()
+        self.quota_throttles: dict = {}  # quota key -> actors.quotas.Throttles (actors/gateway/handlers/quotas.py)
         if self.client_for is None:
             self.client_for = lambda key, address: SocketPartition(address, key, self.data_paths)
 

@@ -27,8 +27,6 @@ class Route:
     min_version: int
     max_version: int
     no_response: Callable[[Any], bool] | None = None  # e.g. Produce with acks=0
-    # the request's class where it is not protocol/messages.py's (a version the generated class lacks)
-    request_class: type | None = None
     advertised: bool = True  # False: served, but left out of ApiVersions (an API whose whole path is not built yet)
     # ApiVersions' lowest version where it is below the lowest served (a request below min_version closes the
     # connection): Produce from v0, as Kafka 4.4 advertises it for old clients' feature detection (KIP-896)
@@ -55,7 +53,7 @@ class Dispatcher:
                 return self._unsupported_api_versions(header)
             raise CloseConnection(f"{spec.name} v{header.api_version} is not supported "
                                   f"(supported {route.min_version}-{route.max_version})")
-        request = (route.request_class or spec.request).decode(body[offset:], header.api_version)
+        request = spec.request.decode(body[offset:], header.api_version)
         # every handler takes the ClientConnection: its principal and host (the authorizer), its
         # listener (addresses), its share sessions and request order
         response = await route.handler(self.ctx, header, request, connection)

@@ -34,6 +34,7 @@ COMPACTION_CHECK_INTERVAL_S = 30.0
 COMPACTION_MIN_RECORDS = 1000  # a log shorter than this is left as it is
 DEADLINE_POLL_S_MAX = 1.0
 TIMERS_RETRY_S = 1.0  # timers whose records could not be written fire again after this long
+INITIALIZE_WAIT_S = 3.0  # a share-group heartbeat that starts initializing share-partitions waits for them this long
 UNINITIALIZED_START_OFFSET = -1  # the share-partition leader picks it by share.auto.offset.reset
 NO_LEADER_EPOCH = -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -492,7 +493,29 @@ class GroupCoordinatorActor(PartitionActor):
         if error:
             result.error_code, result.error_message = error, "the group coordinator is reloading; retry"
         elif result.initialize:
-            self.tasks.append(asyncio.ensure_future(self._initialize(group_id, result.initialize, result.state_epoch)))
+            initializing = asyncio.ensure_future(self._initialize(group_id, result.initialize, result.state_epoch))
+            self.tasks.append(initializing)
+            # a new group's (or topic's) share-partitions are assigned once initialized: wait a little
+            # for that and answer this heartbeat with them, not the member's next one a heartbeat
+            # interval (5 s) later, as Kafka 4.4 does (issue 37: a new group's first records came 5 s
+            # after subscribe())
+            try:
+                await asyncio.wait_for(asyncio.shield(initializing), INITIALIZE_WAIT_S)
+            except Exception:  # (still initializing: the next heartbeat assigns them)
+                return result
+            shard = await self._ready()
+            again, records = shard.share.share_group_heartbeat(
+                group_id, result.member_id, result.member_epoch, rack_id=rack_id,
+                subscribed_topic_names=subscribed_topic_names, client_id=client_id, client_host=client_host,
+                now_ms=now_ms(), topics=self._topics())
+            if again.error_code or await self._commit(records):
+                return result
+            if again.initialize:
+                self.tasks.append(asyncio.ensure_future(self._initialize(group_id, again.initialize,
+                                                                         again.state_epoch)))
+            if again.assignment is None:  # (unchanged since the first answer: that one's stands)
+                again.assignment = result.assignment
+            return again
         return result
 
     async def _initialize(self, group_id: str, partitions: list, state_epoch: int) -> None:

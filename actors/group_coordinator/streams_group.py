@@ -54,6 +54,7 @@ JOIN_GROUP_MEMBER_EPOCH = 0
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 TASK_OFFSET_INTERVAL_MS = 60000   # what Kafka 4.4 answers (no broker config sets it)
+ASSIGNOR_NAME = "sticky"          # Kafka's name for its (only) streams assignor, group.streams.assignors' default
 
 STREAMS_GROUP_CONFIG_DEFAULTS: dict[str, Any] = {key: value for key, value in BROKER_DEFAULTS.items()
                                                  if key.startswith("group.streams.")}
@@ -143,6 +144,8 @@ class DescribedStreamsMember:
     client_tags: list[tuple[str, str]]
     assignment: tuple[list, list, list]          # (active, standby, warmup) as [(subtopology id, [partitions])]
     target_assignment: tuple[list, list, list]
+    task_offsets: list[tuple[str, int, int]] = field(default_factory=list)
+    task_end_offsets: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -203,6 +206,8 @@ class _Member:
     # KIP-1251 for streams: (subtopology id, partition) -> the member epoch the active task was given at
     task_epochs: dict[tuple[str, int], int] = field(default_factory=dict)
     last_sent: tuple | None = None
+    task_offsets: tuple[tuple[str, int, int], ...] = ()        # as the member last reported them
+    task_end_offsets: tuple[tuple[str, int, int], ...] = ()
     session_deadline_ms: int = 0
     rebalance_deadline_ms: int | None = None
 
@@ -355,6 +360,8 @@ class StreamsGroups:
                   process_id: str | None = None, user_endpoint: tuple[str, int] | None = None,
                   client_tags: list[tuple[str, str]] | None = None, shutdown_application: bool = False,
                   endpoint_information_epoch: int = 0, client_id: str = "", client_host: str = "",
+                  task_offsets: list[tuple[str, int, int]] | None = None,
+                  task_end_offsets: list[tuple[str, int, int]] | None = None,
                   ) -> tuple[StreamsHeartbeatResult, list[Record]]:
         """The answer and the records to append before answering."""
         records: list[Record] = []
@@ -368,7 +375,7 @@ class StreamsGroups:
                                    rebalance_timeout_ms, topology, _as_tasks(active_tasks), _as_tasks(standby_tasks),
                                    _as_tasks(warmup_tasks), process_id, user_endpoint, client_tags,
                                    shutdown_application, client_id, client_host, records,
-                                   endpoint_information_epoch), records
+                                   endpoint_information_epoch, task_offsets, task_end_offsets), records
         except _GroupError as e:
             return StreamsHeartbeatResult(error_code=e.error_code, error_message=e.message), records
 
@@ -403,6 +410,9 @@ class StreamsGroups:
                 raise _invalid("InstanceId can't be null.")
         elif member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             raise _invalid("MemberEpoch is invalid.")
+        sent = [tasks is not None for tasks in (active_tasks, standby_tasks, warmup_tasks)]
+        if any(sent) and not all(sent):
+            raise _invalid("If one task-type is non-null, all must be non-null.")
 
     def _group(self, group_id: str) -> _Group:
         group = self._groups.get(group_id)
@@ -429,7 +439,8 @@ class StreamsGroups:
     def _heartbeat(self, group_id, member_id, member_epoch, now_ms, topics, instance_id, rack_id,
                    rebalance_timeout_ms, topology, owned_active, owned_standby, owned_warmup, process_id,
                    user_endpoint, client_tags, shutdown_application, client_id, client_host,
-                   records: list[Record], endpoint_information_epoch: int = 0) -> StreamsHeartbeatResult:
+                   records: list[Record], endpoint_information_epoch: int = 0, task_offsets=None,
+                   task_end_offsets=None) -> StreamsHeartbeatResult:
         group = self._groups.get(group_id)
         if group is None:
             if member_epoch != JOIN_GROUP_MEMBER_EPOCH:
@@ -474,6 +485,10 @@ class StreamsGroups:
         if rebalance_timeout_ms != -1:
             member.rebalance_timeout_ms = rebalance_timeout_ms
         member.client_id, member.client_host = client_id, client_host
+        if task_offsets is not None:      # (subtopology id, partition, offset): what describe shows
+            member.task_offsets = tuple(sorted(task_offsets))
+        if task_end_offsets is not None:
+            member.task_end_offsets = tuple(sorted(task_end_offsets))
         member.session_deadline_ms = now_ms + self.config.session_timeout_ms
         if shutdown_application:
             group.shutdown_requested = True
@@ -718,7 +733,8 @@ class StreamsGroups:
                 m.process_id, m.user_endpoint, list(m.client_tags),
                 _TaskSets(_union(m.assigned.active, m.pending_revocation), m.assigned.standby,
                           m.assigned.warmup).as_lists(),
-                group.target.get(m.member_id, _TaskSets()).as_lists())
+                group.target.get(m.member_id, _TaskSets()).as_lists(), list(m.task_offsets),
+                list(m.task_end_offsets))
                 for m in sorted(group.members.values(), key=lambda m: m.member_id)]
             out.append(DescribedStreamsGroup(
                 group_id, group_state=group.state, group_epoch=group.group_epoch,

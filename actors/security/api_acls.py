@@ -113,6 +113,8 @@ _ROWS = [
                                             Check(Op.ALTER_CONFIGS, Res.GROUP, "config resource",
                                                   "GROUP resources"))),
     ApiAcls(47, "OffsetDelete", (_group(Op.DELETE), _topics(Op.READ))),
+    ApiAcls(48, "DescribeClientQuotas", (_cluster(Op.DESCRIBE_CONFIGS),)),
+    ApiAcls(49, "AlterClientQuotas", (_cluster(Op.ALTER_CONFIGS),)),
     ApiAcls(50, "DescribeUserScramCredentials", (_cluster(Op.DESCRIBE),)),
     ApiAcls(51, "AlterUserScramCredentials", (_cluster(Op.ALTER),)),
     ApiAcls(52, "Vote", (_cluster(Op.CLUSTER_ACTION),)),

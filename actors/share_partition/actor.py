@@ -172,7 +172,8 @@ class ShareLeaders:
         ssl_context, login = self.transport
         return await BrokerStateConnection.open(*address, STATE_WRITE_TIMEOUT_S, ssl_context, login)
 
-    async def _write_state(self, group_id: str, start_offset: int, batches: list) -> tuple[int, str | None]:
+    async def _write_state(self, group_id: str, start_offset: int, batches: list,
+                           delivery_complete_count: int = -1) -> tuple[int, str | None]:
         """WriteShareGroupState over the brokers' own listeners, not a Ray call (see
         actors/share_coordinator/wire.py): to this broker's coordinator shard, or to another
         broker's inter-broker listener. A group's writes leave in the order they are made (finding the
@@ -189,10 +190,12 @@ class ShareLeaders:
                 state_epoch = self.state_epochs[group_id]
                 if isinstance(connection, LocalStateConnection):
                     answer = connection.send_write(key, group_id, p.topic_id, p.partition, state_epoch,
-                                                   p.leader_epoch, start_offset, batches, STATE_WRITE_TIMEOUT_S)
+                                                   p.leader_epoch, start_offset, batches, STATE_WRITE_TIMEOUT_S,
+                                                   delivery_complete_count)
                 else:
                     answer = connection.send_write(group_id, p.topic_id, p.partition, state_epoch, p.leader_epoch,
-                                                   start_offset, batches, STATE_WRITE_TIMEOUT_S)
+                                                   start_offset, batches, STATE_WRITE_TIMEOUT_S,
+                                                   delivery_complete_count)
             return await answer
         answer = await self._answer_unless_moved(index, sent, write())
         return (ErrorCode.NOT_COORDINATOR, "the share coordinator moved while the write waited") \
@@ -267,10 +270,13 @@ class ShareLeaders:
         dirty = sp.take_dirty()
         if dirty is None:
             return 0, None
+        # the records beyond the start offset delivered for good (acknowledged, rejected, archived):
+        # DescribeShareGroupOffsets' lag leaves them out (WriteShareGroupState v1's DeliveryCompleteCount)
+        complete = sp.delivery_complete_count()
         for attempt in range(len(MOVED_RETRY_DELAYS_S) + 1):
             start_offset, batches = dirty
             try:
-                error, message = await self._write_state(group_id, start_offset, batches)
+                error, message = await self._write_state(group_id, start_offset, batches, complete)
             except Exception as e:
                 error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, f"share coordinator unreachable: {e}"
             if not error:
@@ -286,6 +292,7 @@ class ShareLeaders:
             await asyncio.sleep(MOVED_RETRY_DELAYS_S[attempt])
             version = sp.durable_version
             dirty = sp.take_dirty()  # the coordinator moved: once more, the whole state to where it is now
+            complete = sp.delivery_complete_count()
             if dirty is None:
                 break
         if not error and sp.made_durable(version) and wake_freed:

@@ -38,13 +38,14 @@ class BrokerStateConnection(BrokerConnection):
     RESPONSE_BYTES_MAX = RESPONSE_BYTES_MAX
 
     def send_write(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int, leader_epoch: int,
-                   start_offset: int, batches: list, timeout_s: float) -> Awaitable[tuple[int, str | None]]:
+                   start_offset: int, batches: list, timeout_s: float,
+                   delivery_complete_count: int = -1) -> Awaitable[tuple[int, str | None]]:
         """WriteShareGroupState of one share-partition, written now (in the order callers send);
         an awaitable of (error code, message)."""
         W = wire.REQUESTS[wire.WRITE]
         request = W(group_id=group_id, topics=[W.WriteStateData(topic_id=topic_id, partitions=[W.PartitionData(
             partition=partition, state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=start_offset,
-            delivery_complete_count=-1, state_batches=[
+            delivery_complete_count=delivery_complete_count, state_batches=[
                 W.StateBatch(first_offset=b[0], last_offset=b[1], delivery_state=b[2], delivery_count=b[3])
                 for b in batches])])])
         answer = self.send(request, WRITE_VERSION, timeout_s)
@@ -118,11 +119,11 @@ class LocalStateConnection:
 
     def send_write(self, coordinator_key: tuple[uuid.UUID, int], group_id: str, topic_id: uuid.UUID, partition: int,
                    state_epoch: int, leader_epoch: int, start_offset: int, batches: list,
-                   timeout_s: float) -> Awaitable[tuple[int, str | None]]:
+                   timeout_s: float, delivery_complete_count: int = -1) -> Awaitable[tuple[int, str | None]]:
         """A share-partition's write, as BrokerStateConnection.send_write (NOT_COORDINATOR where
         the shard hosts no coordinator of `coordinator_key`)."""
         answer = self.send(coordinator_key, wire.WRITE, group_id, [wire.write_item(
-            topic_id, partition, state_epoch, leader_epoch, start_offset, batches)], timeout_s)
+            topic_id, partition, state_epoch, leader_epoch, start_offset, batches, delivery_complete_count)], timeout_s)
 
         async def result():
             results = await answer

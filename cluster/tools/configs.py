@@ -5,6 +5,11 @@
       --add-config 'SCRAM-SHA-512=[iterations=8192,password=alice-secret]'
   kray configs --entity-type users --entity-name alice --alter --delete-config SCRAM-SHA-512
   kray configs --entity-type users [--entity-name alice] --describe
+  kray configs --entity-type users --entity-name alice --entity-type clients --entity-name app --alter \
+      --add-config producer_byte_rate=1048576,consumer_byte_rate=2097152
+  kray configs --entity-type clients --entity-default --alter --add-config producer_byte_rate=1048576
+  kray configs --entity-type users --entity-name alice --describe     (SCRAM credentials and quotas)
+  kray configs --entity-type clients --describe                       (every client id's quotas)
 
 `--add-config` is split as Kafka splits it: at commas outside square brackets, the brackets then
 dropped from the value. A SCRAM credential is `[iterations=N,]password=P` (4096 iterations unless
@@ -23,7 +28,8 @@ from actors.security.scram import (ITERATIONS_MIN, SALT_BYTES_DEFAULT, ScramMech
                                    salted_password)
 from cluster.admin import COMMAND_CONFIG_HELP, AdminError, KafkaConnection
 from protocol.errors import ErrorCode
-from protocol.messages import (AlterUserScramCredentialsRequest, DescribeConfigsRequest,
+from protocol.messages import (AlterClientQuotasRequest, AlterUserScramCredentialsRequest,
+                               DescribeClientQuotasRequest, DescribeConfigsRequest,
                                DescribeUserScramCredentialsRequest, IncrementalAlterConfigsRequest)
 
 RESOURCE_TYPES = {"topics": 2, "brokers": 4, "groups": 32}
@@ -31,7 +37,11 @@ RESOURCE_TYPES = {"topics": 2, "brokers": 4, "groups": 32}
 CONFIG_SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
                   3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
                   6: "DYNAMIC_BROKER_LOGGER_CONFIG", 7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG"}
-ENTITY_TYPES = sorted([*RESOURCE_TYPES, "users"])
+# client quota entities (KIP-546): kafka-configs.sh's entity type -> the protocol's
+QUOTA_ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
+QUOTA_ENTITY_NAMES = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
+ENTITY_TYPES = sorted([*RESOURCE_TYPES, *QUOTA_ENTITY_TYPES])
+DEFAULT_ENTITY = object()  # --entity-default
 OP_SET, OP_DELETE = 0, 1
 _OUTSIDE_BRACKETS = r"(?=[^\]]*(?:\[|$))"  # Kafka's lookahead: the next '[' comes before any ']'
 _SCRAM_VALUE = re.compile(r"(?:iterations=(-?[0-9]*),)?password=(.*)", re.S)
@@ -42,8 +52,11 @@ def add_parser(sub) -> None:
                                        "credentials (like kafka-configs.sh)")
     p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
     p.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
-    p.add_argument("--entity-type", choices=ENTITY_TYPES, required=True)
-    p.add_argument("--entity-name", help="required but for --describe of every user")
+    p.add_argument("--entity-type", choices=ENTITY_TYPES, required=True, action="append",
+                   help="repeat with --entity-name for a user and client id's quotas (users, then clients)")
+    p.add_argument("--entity-name", action="append", help="required but for --describe of every user, client or ip")
+    p.add_argument("--entity-default", action="append_const", const=DEFAULT_ENTITY, dest="entity_name",
+                   help="the default user, client id or ip (quotas), in place of --entity-name")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true")
     action.add_argument("--alter", action="store_true")
@@ -92,8 +105,7 @@ def _alter_users(conn: KafkaConnection, user: str, to_add: dict[str, str], to_de
     scram_names = [m.mechanism_name for m in ScramMechanism]
     unknown = [k for k in [*to_add, *to_delete] if k not in scram_names]
     if unknown:
-        raise AdminError(f"only SCRAM credential configs ({', '.join(scram_names)}) can be altered for users in "
-                         f"Kray (quotas are not built); unexpected config names: {', '.join(unknown)}")
+        raise AdminError(f"unexpected SCRAM credential config names: {', '.join(unknown)}")
     requests = [scram_deletion(user, name) for name in to_delete]
     requests += [scram_upsertion(user, name, value) for name, value in to_add.items()]
     for request in requests:
@@ -122,20 +134,77 @@ def _describe_users(conn: KafkaConnection, user: str | None) -> int:
     return 0
 
 
+def _quota_entity(args) -> list[tuple[str, str | None]]:
+    """(protocol entity type, name or None for the default) per --entity-type given."""
+    names = list(args.entity_name or [])
+    if len(names) > len(args.entity_type):
+        raise AdminError("an --entity-name or --entity-default without its --entity-type")
+    names += [None] * (len(args.entity_type) - len(names))  # (describe: any)
+    return [(QUOTA_ENTITY_TYPES[t], n) for t, n in zip(args.entity_type, names)]
+
+
+def _alter_quotas(conn: KafkaConnection, entity, to_add: dict[str, str], to_delete: list[str]) -> None:
+    A = AlterClientQuotasRequest
+    ops = [A.OpData(key=k, value=_quota_value(k, v), remove=False) for k, v in to_add.items()]
+    ops += [A.OpData(key=k, value=0.0, remove=True) for k in to_delete]
+    response = conn.send(A(validate_only=False, entries=[A.EntryData(entity=[
+        A.EntityData(entity_type=t, entity_name=None if n is DEFAULT_ENTITY else n) for t, n in entity], ops=ops)]))
+    for entry in response.entries:
+        if entry.error_code:
+            raise AdminError(f"{ErrorCode(entry.error_code).name}: {entry.error_message or ''}")
+
+
+def _quota_value(key: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise AdminError(f"invalid value {value!r} for {key}: a quota is a number") from None
+
+
+def _describe_quotas(conn: KafkaConnection, entity) -> int:
+    D = DescribeClientQuotasRequest
+    components = [D.ComponentData(entity_type=t, match_type=2 if n is None else 1 if n is DEFAULT_ENTITY else 0,
+                                  match=None if n is None or n is DEFAULT_ENTITY else n) for t, n in entity]
+    response = conn.send(D(components=components, strict=True))
+    if response.error_code:
+        raise AdminError(f"{ErrorCode(response.error_code).name}: {response.error_message or ''}")
+    for entry in sorted(response.entries or [], key=lambda e: [(d.entity_type, d.entity_name or "") for d in e.entity]):
+        who = ", ".join(f"{QUOTA_ENTITY_NAMES.get(d.entity_type, d.entity_type)} "
+                        f"{'<default>' if d.entity_name is None else repr(d.entity_name)}" for d in entry.entity)
+        values = ", ".join(f"{v.key}={v.value}" for v in sorted(entry.values, key=lambda v: v.key))
+        print(f"Quota configs for {who} are {values}")
+    return 0
+
+
 def run(args) -> int:
     try:
+        types = args.entity_type
+        if len(types) > 1 or types[0] in ("clients", "ips") or DEFAULT_ENTITY in (args.entity_name or []):
+            return _run_quotas(args)
+        args.entity_type = types[0]
+        args.entity_name = (args.entity_name or [None])[0]
         if args.entity_name is None and not (args.describe and args.entity_type == "users"):
             raise AdminError("--entity-name is required (only --describe of users may leave it out: every user)")
         with KafkaConnection(args.bootstrap_server, client_id="kray-configs") as conn:
             if args.entity_type == "users":
+                entity = [("user", args.entity_name)]
                 if args.describe:
-                    return _describe_users(conn, args.entity_name)
+                    _describe_users(conn, args.entity_name)
+                    return _describe_quotas(conn, entity)
                 to_add = parse_add_config(args.add_config)
                 to_delete = [k.strip() for k in args.delete_config.split(",") if k.strip()]
                 if not to_add and not to_delete:
                     raise AdminError("--alter needs --add-config 'SCRAM-SHA-512=[password=…]' or "
-                                     "--delete-config SCRAM-SHA-512")
-                _alter_users(conn, args.entity_name, to_add, to_delete)
+                                     "--delete-config SCRAM-SHA-512, or quotas (producer_byte_rate=1048576)")
+                scram_names = {m.mechanism_name for m in ScramMechanism}
+                quota_add = {k: v for k, v in to_add.items() if k not in scram_names}
+                quota_delete = [k for k in to_delete if k not in scram_names]
+                if quota_add or quota_delete:
+                    _alter_quotas(conn, entity, quota_add, quota_delete)
+                scram_add = {k: v for k, v in to_add.items() if k in scram_names}
+                scram_delete = [k for k in to_delete if k in scram_names]
+                if scram_add or scram_delete:
+                    _alter_users(conn, args.entity_name, scram_add, scram_delete)
                 print(f"Completed updating config for user {args.entity_name}.")
                 return 0
             resource_type = RESOURCE_TYPES[args.entity_type]
@@ -165,3 +234,24 @@ def run(args) -> int:
     except AdminError as e:
         print(f"kray configs: {e}", file=sys.stderr)
         return 1
+
+
+def _run_quotas(args) -> int:
+    """Quotas of clients, ips, a user and client id together, or a default entity (kafka-configs.sh's forms)."""
+    if any(t not in QUOTA_ENTITY_TYPES for t in args.entity_type):
+        raise AdminError("only users, clients and ips combine (--entity-type users --entity-type clients)")
+    entity = _quota_entity(args)
+    with KafkaConnection(args.bootstrap_server, client_id="kray-configs") as conn:
+        if args.describe:
+            return _describe_quotas(conn, entity)
+        if any(n is None for _, n in entity):
+            raise AdminError("--alter needs an --entity-name or --entity-default for each --entity-type")
+        to_add = parse_add_config(args.add_config)
+        to_delete = [k.strip() for k in args.delete_config.split(",") if k.strip()]
+        if not to_add and not to_delete:
+            raise AdminError("--alter needs --add-config K=V[,K=V] or --delete-config K[,K]")
+        _alter_quotas(conn, entity, to_add, to_delete)
+    who = " and ".join(f"{t[:-1]} {'<default>' if n is DEFAULT_ENTITY else n}"
+                       for t, n in zip(args.entity_type, args.entity_name))
+    print(f"Completed updating config for {who}.")
+    return 0

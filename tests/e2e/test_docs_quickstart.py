@@ -1,8 +1,9 @@
-"""The quickstart's, the README's and the transactions guide's snippets, run exactly as printed
+"""The README's, the quickstart's and the transactions guide's snippets, run exactly as printed
 against a real `kray start`.
 
-Every ```bash and ```python block of docs/get-started/quickstart.md runs in order, then the README's
-```python block and the transactions guide's: shell blocks with bash (the venv's `kray` on PATH, as after `source .venv/bin/activate`),
+The README's ```python block runs on a broker of its own, as a newcomer runs it first. Every ```bash
+and ```python block of docs/get-started/quickstart.md runs in order on another, then the transactions
+guide's: shell blocks with bash (the venv's `kray` on PATH, as after `source .venv/bin/activate`),
 Python blocks with this interpreter. The quickstart's first block, `./dev start`, is the broker: the
 test runs `kray start` on 127.0.0.1:9092 in its place (./dev start is that command after an install),
 with its data in a fresh directory. ```console blocks are not run.
@@ -44,28 +45,42 @@ def run(lang: str, body: str, cwd: Path) -> str:
     return result.stdout
 
 
-def test_quickstart_and_readme_snippets_run_as_printed(tmp_path):
-    quickstart = blocks(REPO / "docs" / "get-started" / "quickstart.md")
-    readme = blocks(REPO / "README.md", ("python",))
-    guides = blocks(REPO / "docs" / "guides" / "transactions.md", ("python",))
-    assert quickstart[0] == ("bash", "./dev start\n"), "the quickstart starts with ./dev start"
-    assert len(readme) == 1, "the README's produce + share consumer example"
+def kray_on_9092(data_dir: Path) -> KrayProcess:
     if port_taken(9092):
         message = "127.0.0.1:9092 is taken: the snippets, as printed, need it"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-    server = KrayProcess(tmp_path / "data", port=9092)
+    server = KrayProcess(data_dir, port=9092)
     server.start()
+    return server
+
+
+def test_readme_example_runs_as_printed_on_a_new_broker(tmp_path):
+    """What a newcomer runs first: the README's produce + share consumer example, on a fresh `./dev start`."""
+    readme = blocks(REPO / "README.md", ("python",))
+    assert len(readme) == 1, "the README's produce + share consumer example"
+    server = kray_on_9092(tmp_path / "data")
     try:
-        outputs = [run(lang, body, tmp_path) for lang, body in quickstart[1:] + readme + guides]
+        out = run(*readme[0], tmp_path)
     finally:
         server.stop()
-    consumed, shared, described, readme_out, txn = outputs[1], outputs[3], outputs[4], outputs[5], outputs[6]
+    assert out.count("delivery 1") == 10, out      # each of the 10 records shared out once
+
+
+def test_quickstart_and_guide_snippets_run_as_printed(tmp_path):
+    quickstart = blocks(REPO / "docs" / "get-started" / "quickstart.md")
+    guides = blocks(REPO / "docs" / "guides" / "transactions.md", ("python",))
+    assert quickstart[0] == ("bash", "./dev start\n"), "the quickstart starts with ./dev start"
+    server = kray_on_9092(tmp_path / "data")
+    try:
+        outputs = [run(lang, body, tmp_path) for lang, body in quickstart[1:] + guides]
+    finally:
+        server.stop()
+    consumed, shared, described, txn = outputs[1], outputs[3], outputs[4], outputs[5]
     assert consumed.count("b'order ") == 10, consumed          # the consumer group read the 10 records
     assert shared.count("delivery 1") == 10, shared            # the share group got each record once
     assert "workers" in described and "orders" in described    # kray share-groups --describe
-    assert readme_out.count("delivery") == 10, readme_out      # the README's 10 new records, shared
     assert txn.strip() == "b'invoice 11'", txn                 # the transactions guide's committed record
 
 

@@ -26,7 +26,9 @@ SHARE_RECORDS, SHARE_FIRST = 1000, 400
 SHARE_GROUP = "durable-workers"
 TXN_TOPIC, TXN_PID = "txn-restart", PID_BASE + 50
 # the share consumers' heartbeats, fast for the whole server (the other groups do not use them)
-FAST_SHARE_HEARTBEATS = ("group.share.heartbeat.interval.ms=1000", "group.share.min.heartbeat.interval.ms=500")
+# (and KIP-890's verification off: the transactions here are written without a coordinator, tests.cluster.raw)
+FAST_SHARE_HEARTBEATS = ("group.share.heartbeat.interval.ms=1000", "group.share.min.heartbeat.interval.ms=500",
+                         "transaction.partition.verification.enable=false")
 
 
 # --- before the restart: each returns what its test checks after it

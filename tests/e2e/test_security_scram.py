@@ -317,8 +317,13 @@ def test_kray_configs_describes_alters_and_refuses_as_kafka_configs(secured, tmp
     assert too_few.returncode == 1 and "less than the minimum 4096" in too_few.stderr
     missing = kray_configs(secured, admin, "--entity-name", "carol", "--alter", "--delete-config", "SCRAM-SHA-512")
     assert missing.returncode == 1 and "RESOURCE_NOT_FOUND" in missing.stderr
+    # a quota goes beside the credentials, as with kafka-configs.sh (client quotas: tests/e2e/test_client_quotas.py)
     quota = kray_configs(secured, admin, "--entity-name", "carol", "--alter", "--add-config", "producer_byte_rate=1")
-    assert quota.returncode == 1 and "only SCRAM credential configs" in quota.stderr
+    assert quota.returncode == 0, quota.stderr
+    described = kray_configs(secured, admin, "--entity-name", "carol", "--describe")
+    assert "Quota configs for user-principal 'carol' are producer_byte_rate=1.0" in described.stdout, described
+    assert kray_configs(secured, admin, "--entity-name", "carol", "--alter", "--delete-config",
+                        "producer_byte_rate").returncode == 0
 
     alice = secured.properties(tmp_path, "alice", "SCRAM-SHA-256", PASSWORDS["alice"])
     refused = kray_configs(secured, alice, "--entity-name", "alice", "--alter", "--add-config",

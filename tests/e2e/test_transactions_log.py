@@ -14,9 +14,20 @@ from kafka import TopicPartition as KafkaTopicPartition
 from cluster.admin import KafkaConnection
 from protocol.errors import ErrorCode
 from tests.cluster.raw import Transactions
+from tests.kray_process import KrayProcess
 
 # producer ids far above what InitProducerId hands out in a test session
 PID_BASE = 7_000_000_000
+# these tests write transactional batches without a coordinator (the log's side alone), which KIP-890's
+# verification refuses: off here, with Kafka's switch for it
+NO_VERIFICATION = ("transaction.partition.verification.enable=false",)
+
+
+@pytest.fixture(scope="module")
+def kray(tmp_path_factory):
+    server = KrayProcess(tmp_path_factory.mktemp("kray-txn-log"), overrides=NO_VERIFICATION)
+    yield server.start()
+    server.stop()
 
 
 @pytest.fixture()
@@ -176,8 +187,7 @@ def test_transactions_survive_a_restart(tmp_path):
     """After a kill -9 (no clean stop: the log is recovered as it was left): an aborted transaction
     stays invisible to read_committed readers, an open one still holds the last stable offset and
     its marker still ends it. The clean stop's case is in test_restart.py, on the restart it shares."""
-    from tests.kray_process import KrayProcess
-    server = KrayProcess(tmp_path / "data")
+    server = KrayProcess(tmp_path / "data", overrides=NO_VERIFICATION)
     bootstrap = server.start()
     topic, pid = "txn-restart", PID_BASE + 50
     try:
@@ -191,7 +201,7 @@ def test_transactions_survive_a_restart(tmp_path):
         t.close()
     finally:
         server.kill()
-    server = KrayProcess(tmp_path / "data", port=server.port)
+    server = KrayProcess(tmp_path / "data", port=server.port, overrides=NO_VERIFICATION)
     bootstrap = server.start()
     try:
         assert read_committed_watermarks(bootstrap, topic) == (0, 2)   # latest: the open transaction's first offset

@@ -331,10 +331,11 @@ CASES: list[Case] = [
 KNOWN_DIFFERENCES: dict[str, str] = {
     "create-topic-small-segment": "deliberate for now: Kafka 4 refuses segment.bytes below 1 MiB (KIP-1030); Kray "
                                   "keeps the pre-4.0 floor of 14 bytes, which its retention and compaction tests use",
-    "consumer-heartbeat-join": "Kafka 4.4 starts every new group at epoch 2 (group, assignment and member epoch 2 "
-                               "after the first join, also when the subscribed topic does not exist: measured), "
-                               "Kray at 1; why was not found (Kafka's 4.4 source was not at hand); clients use the "
-                               "epoch they are given",
+    "consumer-heartbeat-join": "Kafka 4.4 creates a KIP-848 or share group at epoch 1 (ModernGroup's constructor sets "
+                               "groupEpoch 1: read in its 4.4 jar, and its log says 'Bumped group epoch to 2' at the "
+                               "first join), so the first member joins at 2; Kray creates it at 0 and the first "
+                               "member joins at 1. Clients use the epoch they are given; changing Kray's start "
+                               "renumbers 76 unit tests' expectations, not done yet",
     "share-heartbeat-join": "as consumer-heartbeat-join, for share groups",
 }
 
@@ -348,8 +349,7 @@ API_VERSION_DIFFERENCES: dict[int, str] = {
     38: "delegation tokens not built (SASL PLAIN and SCRAM are)", 39: "delegation tokens not built",
     40: "delegation tokens not built", 41: "delegation tokens not built",
     43: "ElectLeaders not built yet (issue 36)", 45: "partition reassignment not built yet (issue 36)",
-    46: "partition reassignment not built yet (issue 36)", 48: "client quotas not built yet (issue 36)",
-    49: "client quotas not built yet (issue 36)",
+    46: "partition reassignment not built yet (issue 36)",
     52: "Kray's metadata quorum speaks KRaft's Vote through the brokers' listeners; Kafka serves it on controller "
         "listeners only", 53: "as Vote (52)", 54: "as Vote (52)",
     57: "UpdateFeatures: Kray's feature levels are fixed (actors/gateway/handlers/api_versions.py FEATURES)",

@@ -59,3 +59,26 @@ def test_produce_below_v3_closes_the_connection_as_kafka_does(both, version):
     close the connection on a v0-2 request."""
     assert _closed_on_produce(both["kafka"], version)
     assert _closed_on_produce(both["kray"], version)
+
+
+def _described_host(bootstrap: str) -> tuple[str, str]:
+    """(a KIP-848 member's client_host in ConsumerGroupDescribe, a share member's in ShareGroupDescribe), each
+    just after its first heartbeat."""
+    import uuid
+
+    from protocol import messages as m
+    from tests.kafka.corpus import _cgh, _sgh, _uuid_b64
+    hosts = []
+    with compare.connect(bootstrap) as conn:
+        for heartbeat, describe in ((_cgh, m.ConsumerGroupDescribeRequest), (_sgh, m.ShareGroupDescribeRequest)):
+            group = f"ref-host-{uuid.uuid4().hex[:6]}"
+            conn.send(m.FindCoordinatorRequest(key=group, key_type=0, coordinator_keys=[group]))
+            assert conn.send(heartbeat(group, _uuid_b64(), 0)).error_code == 0
+            [described] = conn.send(describe(group_ids=[group], include_authorized_operations=False)).groups
+            hosts.append(described.members[0].client_host)
+    return tuple(hosts)
+
+
+def test_members_client_host_is_shown_as_kafka_shows_it(both):
+    """Kafka shows a member's address as Java's InetAddress prints it ("/127.0.0.1"), in every describe."""
+    assert _described_host(both["kray"]) == _described_host(both["kafka"]) == ("/127.0.0.1", "/127.0.0.1")

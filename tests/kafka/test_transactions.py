@@ -12,12 +12,7 @@ from tests.kafka.broker import HERE, LIB
 
 JAVA_TRANSACTIONS = HERE.parent / "clients" / "java"
 # step -> why Kray answers otherwise (the test fails on any other difference, and on one listed here that went away)
-KNOWN_DIFFERENCES = {
-    "v1 produce before AddPartitionsToTxn": "Kafka verifies a version 1 transactional Produce (v11 and older) with "
-        "the coordinator (KIP-890 part 1, transaction.partition.verification.enable) and answers "
-        "TRANSACTION_ABORTABLE; Kray appends it (version 2 producers add their partitions, checked above)",
-    "v1 producers p0": "follows from the step above: Kray appended one more batch of that producer",
-}
+KNOWN_DIFFERENCES: dict[str, str] = {}
 
 
 def test_transaction_version_2_answers_step_by_step_as_kafka_does(both):

@@ -29,3 +29,25 @@ def test_hosts_that_cannot_be_made_or_a_bad_fault_stop_before_anything_starts(mo
     monkeypatch.setattr(net, "filter_unavailable_reason", lambda: None)
     assert cli.main(["chaos", "--hosts", "3", "--seed", "1", "--faults", "isolate,jitter"]) == 2
     assert "must be among" in capsys.readouterr().err
+
+
+def test_kray_chaos_and_start_nodes_listen_on_9092_and_up_as_their_help_says(monkeypatch, tmp_path):
+    """`--port`'s help: default 9092; with --nodes the first broker's, the others count up (issue 37:
+    kray chaos listened on random ports)."""
+    import cluster.local
+    seen = []
+
+    class Cluster:
+        def __init__(self, nodes, **kwargs):
+            seen.append(kwargs["port"])
+
+        def start(self):
+            raise cluster.local.CannotListen("stop here")
+
+        def stop(self):
+            pass
+    monkeypatch.setattr(cluster.local, "LocalCluster", Cluster)
+    assert cli.main(["chaos", "--seed", "3", "--data-dir", str(tmp_path)]) == 1
+    assert cli.main(["start", "--nodes", "3", "--data-dir", str(tmp_path)]) == 1
+    assert cli.main(["start", "--nodes", "3", "--port", "0", "--data-dir", str(tmp_path)]) == 1
+    assert seen == [9092, 9092, 0]

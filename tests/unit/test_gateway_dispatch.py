@@ -22,9 +22,20 @@ def dispatcher():
 
 def test_advertised_versions_are_within_what_the_codec_supports():
     for key, lo, hi in dispatcher().advertised():
-        spec = API_BY_KEY[key]
-        request_class = ROUTES[key].request_class or spec.request
-        assert request_class.MIN_VERSION <= lo <= hi <= request_class.MAX_VERSION, spec.name
+        spec, route = API_BY_KEY[key], ROUTES[key]
+        assert spec.request.MIN_VERSION <= route.min_version <= hi <= spec.request.MAX_VERSION, spec.name
+        # advertised below what is served only where Kafka does so too (Produce from v0, after KIP-896)
+        assert lo == route.min_version or (key, lo) == (0, 0), spec.name
+
+
+def test_a_produce_below_v3_closes_the_connection():
+    """Produce is advertised from v0, as Kafka 4.4 does, and v0-2 close the connection, as on Kafka."""
+    from actors.gateway.connection import CloseConnection
+    d = dispatcher()
+    assert (0, 0, 13) in d.advertised()
+    for version in (0, 2):
+        with pytest.raises(CloseConnection, match="Produce v%d is not supported" % version):
+            asyncio.run(d(memoryview(encode_request(RequestHeader(0, version, 5, "t"), b"\x00\x01")[4:])))
 
 
 def test_api_versions_lists_exactly_the_routes():

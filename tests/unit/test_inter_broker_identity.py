@@ -202,7 +202,7 @@ def test_kray_start_prints_a_failed_inter_broker_login_and_exits_1(monkeypatch, 
     stopped = []
 
     class Refused:
-        def __init__(self, config, address=None):
+        def __init__(self, config, address=None, **options):
             pass
 
         def start(self):

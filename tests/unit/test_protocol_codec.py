@@ -1,7 +1,6 @@
 """Wire rules, defaults, malformed input and zero-copy behaviour of the message codec and headers."""
 
 import time
-from pathlib import Path
 from uuid import UUID
 
 import pytest
@@ -55,32 +54,6 @@ def test_snake_case_rule():
     assert generate.snake("ISRNodes") == "isr_nodes"
     assert generate.snake("TopicId") == "topic_id"
     assert generate.snake("ApiKey") == "api_key"
-
-
-def test_generated_modules_are_current():
-    if not generate.DEFAULT_SCHEMAS_DIR.exists():
-        pytest.skip("schemas not available")
-    package = Path(generate.__file__).parent
-    text = (package / "messages.py").read_text()
-    shared, marker, extra = text.partition(generate.EXTRA_MARKER)
-    expected = generate.generate_messages(generate.DEFAULT_SCHEMAS_DIR, regenerate=generate.REGENERATE_MESSAGES)
-    assert shared.rstrip("\n") == expected.rstrip("\n")
-    # the ACL APIs come from a folder of Kafka's schemas outside the repo (see protocol/generate.py)
-    assert marker and all(f"class {n}Acls{kind}(Message):" in extra
-                          for n in ("Create", "Describe", "Delete") for kind in ("Request", "Response"))
-    assert all(f"class {n}{kind}(Message):" in extra
-               for n in ("AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "WriteTxnMarkers", "TxnOffsetCommit",
-                         "DescribeTransactions", "ListTransactions", "DescribeProducers")
-               for kind in ("Request", "Response"))
-    # the coordinators' records likewise, with __transaction_state's from an --extra-records folder
-    text = (package / "coordinator_records.py").read_text()
-    shared, marker, extra = text.partition(generate.EXTRA_RECORDS_MARKER)
-    expected = generate.generate_messages(generate.DEFAULT_SCHEMAS_DIR.parent / "records",
-                                          "coordinator record schemas", regenerate=generate.REGENERATE)
-    assert shared.rstrip("\n") == expected.rstrip("\n")
-    assert marker and "class TransactionLogKey(Message):" in extra and "class TransactionLogValue(Message):" in extra
-    errors_md = generate.DEFAULT_SCHEMAS_DIR.parent / "ERRORS.md"
-    assert (package / "error_codes.py").read_text() == generate.generate_error_codes(errors_md)
 
 
 def test_error_codes():

@@ -31,9 +31,10 @@ TRANSACTION_APIS = [
 # What the gateway advertised in ApiVersions before the transaction APIs were generated: generating a message
 # class must never add an API to ApiVersions; only a route in actors/gateway/handlers does.
 ADVERTISED_BEFORE_ISSUE_19 = [  # and DeleteRecords (21), added later
-    (0, 3, 13), (1, 4, 18), (2, 1, 11), (3, 0, 13), (8, 2, 10), (9, 1, 10), (10, 0, 6), (11, 0, 9), (12, 0, 4),
+    (0, 0, 13), (1, 4, 18), (2, 1, 11), (3, 0, 13), (8, 2, 10), (9, 1, 10), (10, 0, 6), (11, 0, 9), (12, 0, 4),
     (13, 0, 5), (14, 0, 5), (15, 0, 6), (16, 0, 5), (17, 0, 1), (18, 0, 5), (19, 2, 7), (20, 1, 6), (21, 0, 2), (22, 0, 5),
     (29, 1, 3), (30, 1, 3), (31, 1, 3), (32, 1, 4), (36, 0, 2), (37, 0, 3), (42, 0, 3), (44, 0, 1), (47, 0, 0),
+    (48, 0, 1), (49, 0, 1),  # client quotas, added later
     (50, 0, 0), (51, 0, 0), (52, 0, 2), (53, 0, 1), (54, 0, 1), (55, 0, 2), (60, 0, 2), (68, 0, 1), (69, 0, 1),
     (76, 1, 1), (77, 1, 1), (78, 1, 2), (79, 1, 2), (83, 0, 0), (84, 0, 0), (85, 0, 1), (86, 0, 0), (87, 0, 1),
     (88, 0, 1), (89, 0, 1),  # streams groups (KIP-1071), added later

@@ -12,7 +12,7 @@ from actors.controller.quorum_shell import wire
 from actors.controller.quorum_shell.transport import PeerTransport
 from actors.pipelined import serve_multiplexed
 
-CLASSES = {52: wire.VoteRequestV2, 53: m.BeginQuorumEpochRequest}
+CLASSES = {52: m.VoteRequest, 53: m.BeginQuorumEpochRequest}
 
 
 async def _scenario():

@@ -35,7 +35,7 @@ def test_pre_vote_round_trip_v2():
     assert wire.vote_request_from_wire(wire_req) == req
     # v0-1 bytes are the generated class's: the stop-gap adds only v2
     real = wire.vote_request_to_wire(VoteRequest(2, 7, 6, 41, False), dst=3, cluster_id=CLUSTER, version=1)
-    assert m.VoteRequest.decode(real.encode(1), 1).topics[0].partitions[0].candidate_id == 2
+    assert m.VoteRequest.decode(real.encode(1), 1).topics[0].partitions[0].replica_id == 2
     resp = VoteResponse(src=3, error=ErrorCode.NONE, epoch=7, leader_id=-1, vote_granted=True, pre_vote=True)
     assert wire.vote_response_from_wire(_through(wire.vote_response_to_wire(resp), 2), src=3, request=req) == resp
 

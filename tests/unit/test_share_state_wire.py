@@ -389,6 +389,9 @@ class DirtyState:
     def invalidate_persisted(self):
         self.whole = True
 
+    def delivery_complete_count(self):
+        return 0
+
     def archiving_count(self):  # no records waiting for their dead-letter record (KIP-1191)
         return 0
 

@@ -36,7 +36,9 @@ def join(groups, member, now_ms, view, process=None, **kw):
 
 
 def beat(groups, member, epoch, now_ms, view, active=None):
-    return groups.heartbeat("app", member, epoch, now_ms=now_ms, topics=view, active_tasks=active)[0]
+    other = None if active is None else []
+    return groups.heartbeat("app", member, epoch, now_ms=now_ms, topics=view, active_tasks=active,
+                            standby_tasks=other, warmup_tasks=other)[0]
 
 
 def active_of(result):
@@ -99,6 +101,15 @@ def test_invalid_heartbeats_are_answered_as_kafka(change, message):
     r, records = StreamsGroups({}).heartbeat(**request)
     assert records == []
     assert (r.error_code, r.error_message) == (ErrorCode.INVALID_REQUEST, message)
+
+
+def test_a_member_sends_all_its_task_kinds_or_none():
+    g, view = StreamsGroups({}), topics()
+    r = join(g, "m1", 0, view)
+    r, _ = g.heartbeat("app", "m1", r.member_epoch, now_ms=1, topics=view, active_tasks=[], standby_tasks=None,
+                       warmup_tasks=None)
+    assert (r.error_code, r.error_message) == (ErrorCode.INVALID_REQUEST,
+                                               "If one task-type is non-null, all must be non-null.")
 
 
 def test_a_join_before_the_internal_topics_exist_gets_epoch_1_and_no_tasks():
@@ -259,5 +270,17 @@ def test_members_learn_which_user_endpoint_holds_which_partitions():
     assert active == [("in", [0, 1, 2]), ("rep", [0, 1, 2])]
     # a member that already has the group's endpoint epoch is not sent the map again
     r1 = g.heartbeat("app", "m1", r1.member_epoch, now_ms=1, topics=view, active_tasks=r1.active_tasks,
-                     endpoint_information_epoch=r1.endpoint_information_epoch)[0]
+                     standby_tasks=[], warmup_tasks=[], endpoint_information_epoch=r1.endpoint_information_epoch)[0]
     assert r1.partitions_by_user_endpoint is None
+
+
+def test_a_transactional_commit_with_a_stale_streams_epoch_is_an_illegal_generation():
+    g, view = Groups({"group.streams.initial.rebalance.delay.ms": 0}), topics()
+    r, _ = g.streams_group_heartbeat("app", "m1", 0, topics=view, now_ms=0, rebalance_timeout_ms=1000,
+                                     topology=topology(), active_tasks=[], standby_tasks=[], warmup_tasks=[],
+                                     process_id="p")
+    partitions = [("in", 0, 5, -1, None)]
+    errors, records = g.commit_transactional_offsets("app", 7, "m1", None, r.member_epoch, partitions, now_ms=1)
+    assert errors == [0] and records
+    errors, _ = g.commit_transactional_offsets("app", 7, "m1", None, r.member_epoch + 1, partitions, now_ms=1)
+    assert errors == [ErrorCode.ILLEGAL_GENERATION]

@@ -7,6 +7,7 @@ from actors.gateway.handlers import ROUTES
 from actors.gateway.dispatch import Dispatcher
 from actors.gateway.handlers.txn_markers import handle_write_txn_markers
 from actors.gateway.partition_client import PartitionNotHosted
+from actors.gateway.txn_verifications import TxnVerifications
 from protocol.errors import ErrorCode
 from protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
@@ -33,6 +34,7 @@ class Ctx:
         topic = SimpleNamespace(name="t", topic_id=TOPIC_ID, partitions=[0, 1, 2])
         self.metadata = SimpleNamespace(topics={"t": topic}, topic_by_id=lambda _id: None)
         self.leaders = {i: Leader((TOPIC_ID, i), a) for i, a in (answers or {}).items()}
+        self.txn_verifications = TxnVerifications()
 
     def access(self, connection):
         return SimpleNamespace(allows_cluster=lambda operation: self.allowed)

@@ -66,7 +66,7 @@ class PeerTransport:
 
     async def request(self, dst: int, msg: Message) -> Message | None:
         request, version, to_core = self._encode(dst, msg)
-        response_class = {52: wire.VoteResponseV2, 53: m.BeginQuorumEpochResponse, 54: m.EndQuorumEpochResponse,
+        response_class = {52: m.VoteResponse, 53: m.BeginQuorumEpochResponse, 54: m.EndQuorumEpochResponse,
                           1: m.FetchResponse}[request.API_KEY]
         # a held Fetch answers after up to its max wait: the timeout counts from then
         timeout_s = self.request_timeout_s + (msg.max_wait_ms / 1000 if isinstance(msg, FetchRequest) else 0)

@@ -4,17 +4,15 @@ and Fetch (1) on `__cluster_metadata` partition 0, as KRaft carries them. Pure: 
 What the wire does not say, the transport does. Kafka's responses name no sender and do not repeat
 the request; the core's do (`src`, `pre_vote`, the fetch position), so a response is mapped back
 with the request it answers (the connection pairs them by correlation id) and the peer it was sent
-to. Requests name their sender in their own fields (candidate_id, leader_id, Fetch's replica id).
+to. Requests name their sender in their own fields (Vote's replica_id, leader_id, Fetch's replica id).
 
 Records: a data batch's records are bytes (the record values; the state machine's encoding is the
 shell's business), a control batch holds one LeaderChange written as Kafka's LeaderChangeMessage
 control record (type 2). Each Batch is one RecordBatch v2: base offset, partition leader epoch =
 the batch's epoch, the control bit. Timestamps are not carried by the core: 0 on the wire.
 
-Pre-vote (KIP-996) needs VoteRequest v2 (its PreVote field); protocol/messages.py is generated at
-v0-1 so far (from a Kafka commit before KIP-996's schema bump), so `VoteRequestV2` below adds v2 by
-hand, field for field as Kafka's schema has it, until the generator is rerun on a newer schema; a
-pre-vote refuses to encode below v2 (`NotOnWire`) rather than travel as a real vote.
+Pre-vote (KIP-996) needs VoteRequest v2 (its PreVote field); a pre-vote refuses to encode below v2
+(`NotOnWire`) rather than travel as a real vote.
 """
 from __future__ import annotations
 
@@ -22,7 +20,6 @@ import struct
 from uuid import UUID
 
 from protocol import messages as m
-from protocol.codec import Field as F, Message
 from protocol import record_batch as rb
 from protocol.errors import ErrorCode
 
@@ -40,47 +37,6 @@ FETCH_TOPIC_ID_MIN_VERSION = 13
 CONTROL_TYPE_LEADER_CHANGE = 2
 LEADER_CHANGE_VERSION = 0
 FETCH_MAX_BYTES = 8 * 1024 * 1024        # per Fetch; the core's fetch_max_records bounds it first
-
-
-class VoteRequestV2(Message):
-    """VoteRequest v0-2: v2 adds PartitionData.PreVote (KIP-996), as Kafka's schema has it. A stop-gap
-    until protocol/generate.py is rerun on a schema with v2; v0-1 bytes are those of m.VoteRequest."""
-    API_KEY = 52
-    MIN_VERSION = 0
-    MAX_VERSION = 2
-    FLEXIBLE_MIN = 0
-    __slots__ = ('cluster_id', 'voter_id', 'topics')
-    FIELDS = m.VoteRequest.FIELDS
-
-    class TopicData(Message):
-        __slots__ = ('topic_name', 'partitions')
-        FIELDS = m.VoteRequest.TopicData.FIELDS
-
-    class PartitionData(Message):
-        __slots__ = m.VoteRequest.PartitionData.__slots__ + ('pre_vote',)
-        FIELDS = m.VoteRequest.PartitionData.FIELDS + (F('pre_vote', 'bool', '2+', default=False),)
-
-
-class VoteResponseV2(Message):
-    """VoteResponse v0-2 (v2: no new field; it answers a v2 request). Same stop-gap."""
-    API_KEY = 52
-    MIN_VERSION = 0
-    MAX_VERSION = 2
-    FLEXIBLE_MIN = 0
-    __slots__ = ('error_code', 'topics', 'node_endpoints')
-    FIELDS = m.VoteResponse.FIELDS
-
-    class TopicData(Message):
-        __slots__ = ('topic_name', 'partitions')
-        FIELDS = m.VoteResponse.TopicData.FIELDS
-
-    class PartitionData(Message):
-        __slots__ = m.VoteResponse.PartitionData.__slots__
-        FIELDS = m.VoteResponse.PartitionData.FIELDS
-
-    class NodeEndpoint(Message):
-        __slots__ = m.VoteResponse.NodeEndpoint.__slots__
-        FIELDS = m.VoteResponse.NodeEndpoint.FIELDS
 
 
 class NotOnWire(ValueError):
@@ -213,24 +169,24 @@ def _leader(leader_id: int | None) -> int:
 def vote_request_to_wire(msg: VoteRequest, *, dst: int, cluster_id: str | None, version: int) -> m.VoteRequest:
     if msg.pre_vote and version < VOTE_PRE_VOTE_MIN_VERSION:
         raise NotOnWire(f"a pre-vote needs VoteRequest v{VOTE_PRE_VOTE_MIN_VERSION}+, not v{version}")
-    part = VoteRequestV2.PartitionData(partition_index=METADATA_PARTITION, candidate_epoch=msg.epoch,
-                                       candidate_id=msg.src, last_offset_epoch=msg.last_epoch,
+    part = m.VoteRequest.PartitionData(partition_index=METADATA_PARTITION, replica_epoch=msg.epoch,
+                                       replica_id=msg.src, last_offset_epoch=msg.last_epoch,
                                        last_offset=msg.last_offset, pre_vote=msg.pre_vote)
-    return VoteRequestV2(cluster_id=cluster_id, voter_id=dst,
-                         topics=[VoteRequestV2.TopicData(topic_name=METADATA_TOPIC, partitions=[part])])
+    return m.VoteRequest(cluster_id=cluster_id, voter_id=dst,
+                         topics=[m.VoteRequest.TopicData(topic_name=METADATA_TOPIC, partitions=[part])])
 
 
 def vote_request_from_wire(req: m.VoteRequest) -> VoteRequest:
     part = _one_partition(req.topics)
-    return VoteRequest(src=part.candidate_id, epoch=part.candidate_epoch, last_epoch=part.last_offset_epoch,
-                       last_offset=part.last_offset, pre_vote=bool(getattr(part, "pre_vote", False)))
+    return VoteRequest(src=part.replica_id, epoch=part.replica_epoch, last_epoch=part.last_offset_epoch,
+                       last_offset=part.last_offset, pre_vote=bool(part.pre_vote))
 
 
 def vote_response_to_wire(msg: VoteResponse) -> m.VoteResponse:
-    part = VoteResponseV2.PartitionData(partition_index=METADATA_PARTITION, error_code=int(msg.error),
+    part = m.VoteResponse.PartitionData(partition_index=METADATA_PARTITION, error_code=int(msg.error),
                                         leader_id=msg.leader_id, leader_epoch=msg.epoch,
                                         vote_granted=msg.vote_granted)
-    return VoteResponseV2(error_code=0, topics=[VoteResponseV2.TopicData(topic_name=METADATA_TOPIC,
+    return m.VoteResponse(error_code=0, topics=[m.VoteResponse.TopicData(topic_name=METADATA_TOPIC,
                                                                           partitions=[part])])
 
 

@@ -18,7 +18,6 @@ from actors.gateway.handlers.fetch import handle_fetch
 from actors.gateway.handlers.groups import (handle_delete_groups, handle_find_coordinator, handle_list_groups,
                                             handle_share_group_describe, handle_share_group_heartbeat)
 from actors.gateway.handlers.list_offsets import handle_list_offsets
-from actors.controller.quorum_shell.wire import VoteRequestV2
 from actors.gateway.handlers.metadata_quorum import handle_describe_quorum, handle_quorum_rpc
 from actors.gateway.handlers.produce import acks_zero, handle_produce
 from actors.gateway.handlers.producer_ids import handle_init_producer_id
@@ -28,6 +27,7 @@ from actors.gateway.handlers.scram_credentials import (handle_alter_user_scram_c
                                                        handle_describe_user_scram_credentials)
 from actors.gateway.handlers.share_admin import (handle_alter_share_group_offsets, handle_delete_share_group_offsets,
                                                  handle_describe_share_group_offsets)
+from actors.gateway.handlers.quotas import handle_alter_client_quotas, handle_describe_client_quotas
 from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle_share_fetch
 from actors.gateway.handlers.share_state import handle_share_state
 from actors.gateway.handlers.streams_groups import handle_streams_group_describe, handle_streams_group_heartbeat
@@ -77,11 +77,12 @@ ROUTES: dict[int, Route] = {
     42: Route(handle_delete_groups, 0, 3),
     44: Route(handle_incremental_alter_configs, 0, 1),
     47: Route(handle_offset_delete, 0, 0),
+    48: Route(handle_describe_client_quotas, 0, 1),
+    49: Route(handle_alter_client_quotas, 0, 1),
     50: Route(handle_describe_user_scram_credentials, 0, 0),
     51: Route(handle_alter_user_scram_credentials, 0, 0),
     # KRaft's quorum: the voters' RPCs (CLUSTER_ACTION) and DescribeQuorum (handlers/metadata_quorum.py)
-    # Vote v2 is KIP-996's PreVote, which protocol/messages.py lacks (quorum_shell/wire.py: VoteRequestV2)
-    52: Route(handle_quorum_rpc, 0, 2, request_class=VoteRequestV2),
+    52: Route(handle_quorum_rpc, 0, 2),  # Vote; v2 carries KIP-996's PreVote
     53: Route(handle_quorum_rpc, 0, 1),  # BeginQuorumEpoch
     54: Route(handle_quorum_rpc, 0, 1),  # EndQuorumEpoch
     55: Route(handle_describe_quorum, 0, 2),

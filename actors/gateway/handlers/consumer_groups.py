@@ -43,7 +43,7 @@ def _may_read_group(ctx, connection, group_id) -> bool:
 
 
 def _peer(connection) -> str:
-    return str(connection.peer[0]) if connection is not None and connection.peer else ""
+    return connection.client_host if connection is not None else ""
 
 
 async def handle_join_group(ctx, header, request, connection=None) -> JoinGroupResponse:

@@ -28,7 +28,9 @@ from protocol.messages import FetchRequest, FetchResponse
 from actors.controller.quorum_shell import wire as quorum_wire
 from actors.gateway.fetch_sessions import FINAL_EPOCH, NO_SESSION, FetchSessions, SessionStep
 from actors.gateway.file_region import FileRegion
+from actors.gateway.handlers.quotas import throttle as quota_throttle
 from actors.gateway.handlers.routing import partition_client, resolve_topic
+from actors.quotas import CONSUMER_BYTE_RATE
 from actors.gateway.partition_client import (
     by_listener, fetch_args, fetch_result, replica_fetch_args, replica_fetch_result,
 )
@@ -230,7 +232,17 @@ async def handle_fetch(ctx, header, request, connection=None) -> FetchResponse:
         if idle:
             if await _wait_for_any(idle, request.max_wait_ms, isolation):
                 sizes = await _read_all(wanted, isolation)
-    _trim_to_max_bytes(wanted, sizes, request.max_bytes)
+    fetched_bytes = _trim_to_max_bytes(wanted, sizes, request.max_bytes)
+    # consumer_byte_rate: a fetch that takes its client above the quota is answered empty, with the time to wait
+    # (as Kafka's throttled fetch response; its bytes are not counted, as they were not sent)
+    throttle_ms = quota_throttle(ctx, connection, header.client_id, CONSUMER_BYTE_RATE, fetched_bytes,
+                                 count_throttled=False) if replica_id == NO_REPLICA and fetched_bytes else 0
+    if throttle_ms:
+        _drop_records(wanted)
+        if step.session is not None and step.incremental:
+            step.session.advance()
+        return FetchResponse(throttle_time_ms=throttle_ms, error_code=0, session_id=step.session.session_id
+                             if step.session is not None and step.incremental else NO_SESSION, responses=[])
     if step.session is None:
         return FetchResponse(throttle_time_ms=0, error_code=0, session_id=NO_SESSION, responses=responses)
     held = step.session.partitions
@@ -260,8 +272,8 @@ def _session_topics(session) -> list:
     return list(topics.values())
 
 
-def _trim_to_max_bytes(wanted: list[_Wanted], sizes: list[int], max_bytes: int) -> None:
-    """Keep the response within max_bytes, but always keep the first non-empty partition (KIP-74)."""
+def _trim_to_max_bytes(wanted: list[_Wanted], sizes: list[int], max_bytes: int) -> int:
+    """Keep the response within max_bytes, but always keep the first non-empty partition (KIP-74); the bytes kept."""
     total = 0
     for w, size in zip(wanted, sizes):
         if size and total and total + size > max_bytes:
@@ -270,5 +282,13 @@ def _trim_to_max_bytes(wanted: list[_Wanted], sizes: list[int], max_bytes: int) 
             w.response.records = b""
             continue
         total += size
+    return total
+
+
+def _drop_records(wanted: list[_Wanted]) -> None:
+    for w in wanted:
+        if isinstance(w.response.records, FileRegion):
+            w.response.records.close()
+        w.response.records = b""
 
 

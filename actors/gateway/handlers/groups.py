@@ -164,7 +164,7 @@ async def handle_share_group_heartbeat(ctx, header, request, connection=None) ->
         r = await coordinator.share_group_heartbeat.remote(
             request.group_id, request.member_id, request.member_epoch, request.rack_id,
             request.subscribed_topic_names, header.client_id or "",
-            str(connection.peer[0]) if connection and connection.peer else "")
+            connection.client_host if connection is not None else "")
     except Exception as e:
         log.warning("share group heartbeat failed: %s", e)
         return ShareGroupHeartbeatResponse(error_code=coordinator_error(e), error_message=str(e), member_epoch=-1)

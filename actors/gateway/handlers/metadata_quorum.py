@@ -29,7 +29,7 @@ NO_QUORUM_MESSAGE = ("this broker is not a voter of the metadata quorum (control
 
 def _refusal(request, error: ErrorCode):
     """The response of `request`'s API with `error` at the top."""
-    response_class = {52: wire.VoteResponseV2, 53: m.BeginQuorumEpochResponse,
+    response_class = {52: m.VoteResponse, 53: m.BeginQuorumEpochResponse,
                       54: m.EndQuorumEpochResponse}[request.API_KEY]
     return response_class(error_code=int(error), topics=[])
 

@@ -19,9 +19,12 @@ from protocol.errors import ErrorCode
 from protocol.messages import ProduceResponse
 
 from actors.gateway.connection import CloseConnection, in_request_order
+from actors.gateway.handlers.quotas import throttle as quota_throttle
 from actors.gateway.handlers.routing import leader_clients
-from actors.gateway.handlers.transactions import PRODUCE_ADDS_PARTITIONS, add_produced_partitions, known_partition
+from actors.gateway.handlers.transactions import (PRODUCE_ADDS_PARTITIONS, add_produced_partitions, known_partition,
+                                                  verify_produced_partitions)
 from actors.gateway.partition_client import PartitionNotHosted, by_listener
+from actors.quotas import PRODUCER_BYTE_RATE
 from actors.security.authorizer import AclOperation, ResourceType
 
 log = logging.getLogger("kray.gateway")
@@ -46,8 +49,10 @@ async def handle_produce(ctx, header, request, connection=None) -> ProduceRespon
     # answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition)
     refused = request.transactional_id is not None and not access.allows(
         AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
-    # transaction version 2: a transactional Produce v12+ adds its partitions to the transaction
-    adds = request.transactional_id is not None and header.api_version >= PRODUCE_ADDS_PARTITIONS
+    # a transactional Produce's partitions join (transaction version 2: Produce v12+) or are checked to be in
+    # (version 1, KIP-890 part 1) the producer's transaction before anything is appended
+    transactional = request.transactional_id is not None
+    adds = transactional and header.api_version >= PRODUCE_ADDS_PARTITIONS
     for topic_data in request.topic_data:
         topic_response = ProduceResponse.TopicProduceResponse(name=topic_data.name, topic_id=topic_data.topic_id,
                                                               partition_responses=[])
@@ -69,16 +74,26 @@ async def handle_produce(ctx, header, request, connection=None) -> ProduceRespon
             else:
                 wanted.append((topic_data.name, topic_data.topic_id, pdata.index))
                 slots.append((presp, pdata.records))
-                known.append(name if adds and name is not None and known_partition(ctx, name, pdata.index) else None)
+                known.append(name if transactional and name is not None and known_partition(ctx, name, pdata.index)
+                             else None)
     answers = []  # (the partitions' responses, an awaitable of their results)
     try:
         async with in_request_order(connection):
-            if adds and any(name is not None for name in known):
-                # transaction version 2: the partitions join the transaction first (in the connection's turn, so
-                # a pipelined request's batches still reach their partitions in order)
-                added = await add_produced_partitions(ctx, request.transactional_id, [
-                    (name, w[2], records) for name, w, (_, records) in zip(known, wanted, slots) if name is not None])
-                results = iter(added)
+            verified = {}  # version 1: id(partition response) -> what to check again right before writing
+            if transactional and any(name is not None for name in known):
+                # in the connection's turn, so a pipelined request's batches still reach their partitions in order
+                batches = [(name, w[2], records) for name, w, (_, records) in zip(known, wanted, slots)
+                           if name is not None]
+                if adds:
+                    checked = await add_produced_partitions(ctx, request.transactional_id, batches)
+                elif not verification_enabled(ctx):
+                    checked = [(ErrorCode.NONE, None)] * len(batches)
+                else:
+                    checked = await verify_produced_partitions(ctx, request.transactional_id, header.api_version,
+                                                               batches)
+                    verified = {id(slot[0]): (name, w[2], slot[1]) for name, w, slot in zip(known, wanted, slots)
+                                if name is not None}
+                results = iter(checked)
                 kept = [(name is None or _set_error(slot[0], next(results)), w, slot)
                         for name, w, slot in zip(known, wanted, slots)]
                 wanted, slots = [w for ok, w, _ in kept if ok], [slot for ok, _, slot in kept if ok]
@@ -88,6 +103,11 @@ async def handle_produce(ctx, header, request, connection=None) -> ProduceRespon
                 if client is not None:
                     routed.append((presp, records, client))
             for group in by_listener(routed, lambda item: item[2]):
+                if verified:  # version 1: no marker of the producer for the partition since it was verified
+                    group = [item for item in group if _still_verified(ctx, request.transactional_id, item[0],
+                                                                       verified.get(id(item[0])))]
+                    if not group:
+                        continue
                 # Produce carries no leader epoch: the replica itself knows whether it leads now
                 if len(group) == 1:
                     presp, records, client = group[0]
@@ -119,7 +139,31 @@ async def handle_produce(ctx, header, request, connection=None) -> ProduceRespon
             if r.record_errors:   # Produce v8+ (KIP-467): which records of the batch were refused
                 presp.record_errors = [ProduceResponse.BatchIndexAndErrorMessage(
                     batch_index=index, batch_index_error_message=message) for index, message in r.record_errors]
-    return ProduceResponse(responses=responses, throttle_time_ms=0)
+    # producer_byte_rate: the request's record bytes count against its client's quota (the answer says how long to
+    # wait, and the connection is muted for that long, as Kafka's)
+    throttle_ms = quota_throttle(ctx, connection, header.client_id, PRODUCER_BYTE_RATE,
+                                 sum(len(p.records) for t in request.topic_data for p in t.partition_data
+                                     if p.records is not None))
+    return ProduceResponse(responses=responses, throttle_time_ms=throttle_ms)
+
+
+def verification_enabled(ctx) -> bool:
+    return ctx.config.get("transaction.partition.verification.enable", True) in (True, "true")
+
+
+def _still_verified(ctx, transactional_id: str, presp, checked) -> bool:
+    """Right before its batch is written (no await between): whether the partition is still verified in the
+    producer's transaction; else its answer says retry (the transaction ended meanwhile)."""
+    if checked is None:
+        return True
+    from protocol.record_batch import parse_header
+    name, index, records = checked
+    header = parse_header(records, 0, whole=False)
+    if ctx.txn_verifications.is_verified(transactional_id, header.producer_id, header.producer_epoch, name, index):
+        return True
+    presp.error_code = ErrorCode.NOT_ENOUGH_REPLICAS
+    presp.error_message = "the transaction ended while its partition was being verified; retry"
+    return False
 
 
 def _set_error(presp, error_and_message) -> bool:

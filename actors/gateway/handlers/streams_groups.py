@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from protocol.errors import ErrorCode
 from protocol.messages import StreamsGroupDescribeResponse, StreamsGroupHeartbeatRequest, \
     StreamsGroupHeartbeatResponse
 
 from actors.gateway.handlers.groups import AUTHORIZED_OPERATIONS_OMITTED, coordinator_error, group_coordinator
+from actors.group_coordinator.streams_group import ASSIGNOR_NAME
 from actors.group_coordinator.streams_topology import Subtopology, TopicInfo, Topology
 from actors.security.authorizer import AclOperation, ResourceType
 
@@ -26,10 +28,14 @@ GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 STREAMS_ACCEPTABLE_RECOVERY_LAG_V0 = 0     # what Kafka 4.4 answers in v0's acceptable_recovery_lag_legacy
 
 _creating: set[str] = set()                # internal topics whose creation is under way (per gateway process)
+# internal topic -> (monotonic deadline, why its creation failed): named in the heartbeats' status and not tried
+# again until the deadline (Kafka keeps such errors for twice the heartbeat interval)
+_failures: dict[str, tuple[float, str]] = {}
 
 
 def _peer(connection) -> str:
-    return str(connection.peer[0]) if connection is not None and connection.peer else ""
+    """The client's address as Kafka's StreamsGroupDescribe shows it (Java's InetAddress.toString(): "/1.2.3.4")."""
+    return connection.client_host if connection is not None else ""
 
 
 def _topology(t: StreamsGroupHeartbeatRequest.Topology | None) -> Topology | None:
@@ -48,21 +54,29 @@ def _topology(t: StreamsGroupHeartbeatRequest.Topology | None) -> Topology | Non
         for s in t.subtopologies))
 
 
+def _offsets(offsets):
+    return None if offsets is None else [(o.subtopology_id, o.partition, o.offset) for o in offsets]
+
+
 def _tasks(tasks):
     return None if tasks is None else [(t.subtopology_id, list(t.partitions)) for t in tasks]
 
 
-async def _create_internal_topics(ctx, topics) -> None:
+async def _create_internal_topics(ctx, topics, remember_s: float) -> None:
     for t in topics:
+        why = None
         try:
             error, message, _ = await ctx.controller.create_topic(t.name, t.partitions, t.replication_factor,
                                                                   dict(t.configs), False, None)
             if error and error != ErrorCode.TOPIC_ALREADY_EXISTS:
-                log.warning("creating the streams internal topic %s failed: %s %s", t.name, error, message)
+                why = message or ErrorCode(error).name
         except Exception as e:
-            log.warning("creating the streams internal topic %s failed: %s", t.name, e)
+            why = str(e)
         finally:
             _creating.discard(t.name)
+        if why:
+            log.warning("creating the streams internal topic %s failed: %s", t.name, why)
+            _failures[t.name] = (time.monotonic() + remember_s, why)
     await ctx.refresh_metadata()
 
 
@@ -89,7 +103,8 @@ async def handle_streams_group_heartbeat(ctx, header, request, connection=None) 
                                                                         for kv in request.client_tags],
                   shutdown_application=request.shutdown_application,
                   endpoint_information_epoch=request.endpoint_information_epoch,
-                  client_id=header.client_id or "", client_host=_peer(connection))
+                  client_id=header.client_id or "", client_host=_peer(connection),
+                  task_offsets=_offsets(request.task_offsets), task_end_offsets=_offsets(request.task_end_offsets))
     try:
         coordinator = await group_coordinator(ctx, request.group_id or "")
         r = await coordinator.streams_group_heartbeat.remote(request.group_id, request.member_id or "",
@@ -106,10 +121,22 @@ async def handle_streams_group_heartbeat(ctx, header, request, connection=None) 
         if denied:
             status.append(R.Status(status_code=3, status_detail="Unauthorized to CREATE on topics "
                                                                  + ", ".join(denied) + "."))
-        todo = [t for t in r.topics_to_create if t.name in creatable and t.name not in _creating]
+        now = time.monotonic()
+        failed_lately = {t.name: _failures[t.name][1] for t in r.topics_to_create
+                         if t.name in _failures and _failures[t.name][0] > now}
+        if failed_lately:   # named in the MISSING_INTERNAL_TOPICS status, as Kafka 4.4 words it
+            failures = ", ".join(f"{name} ({why})" for name, why in sorted(failed_lately.items()))
+            missing = next((s for s in status if s.status_code == 3), None)
+            if missing is None:
+                missing = R.Status(status_code=3, status_detail="Internal topics are missing: "
+                                                                + ", ".join(sorted(failed_lately)))
+                status.append(missing)
+            missing.status_detail = f"{missing.status_detail}; Creation failed: {failures}."
+        todo = [t for t in r.topics_to_create
+                if t.name in creatable and t.name not in _creating and t.name not in failed_lately]
         if todo:
             _creating.update(t.name for t in todo)
-            asyncio.ensure_future(_create_internal_topics(ctx, todo))
+            asyncio.ensure_future(_create_internal_topics(ctx, todo, 2 * r.heartbeat_interval_ms / 1000))
 
     def topic_partitions(pairs):
         return [R.TopicPartition(topic=topic, partitions=list(ps)) for topic, ps in pairs]
@@ -177,6 +204,7 @@ async def handle_streams_group_describe(ctx, header, request, connection=None) -
         groups.append(R.DescribedGroup(
             error_code=0, error_message=None, group_id=group_id, group_state=d.group_state,
             group_epoch=d.group_epoch, assignment_epoch=d.assignment_epoch, topology=topology,
+            assignor_name=ASSIGNOR_NAME,
             authorized_operations=access.authorized_operations(GROUP, group_id)
             if request.include_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED,
             members=[R.Member(member_id=m.member_id, member_epoch=m.member_epoch, instance_id=m.instance_id,
@@ -185,7 +213,11 @@ async def handle_streams_group_describe(ctx, header, request, connection=None) -
                               user_endpoint=None if m.user_endpoint is None
                               else R.Endpoint(host=m.user_endpoint[0], port=m.user_endpoint[1]),
                               client_tags=[R.KeyValue(key=k, value=v) for k, v in m.client_tags],
-                              task_offsets=[], task_end_offsets=[], assignment=assignment(m.assignment),
+                              task_offsets=[R.TaskOffset(subtopology_id=s, partition=p, offset=o)
+                                            for s, p, o in m.task_offsets],
+                              task_end_offsets=[R.TaskOffset(subtopology_id=s, partition=p, offset=o)
+                                                for s, p, o in m.task_end_offsets],
+                              assignment=assignment(m.assignment),
                               target_assignment=assignment(m.target_assignment), is_classic=False)
                      for m in d.members]))
     return R(throttle_time_ms=0, groups=groups)

@@ -384,18 +384,70 @@ async def add_produced_partitions(ctx, transactional_id: str, batches: list[tupl
     return out
 
 
+PRODUCE_ABORTABLE_VERSION = 11   # Produce answers TRANSACTION_ABORTABLE from this version (older: INVALID_TXN_STATE)
+
+
+async def verify_produced_partitions(ctx, transactional_id: str, version: int, batches: list[tuple[str, int, object]],
+                                     ) -> list[tuple[ErrorCode, str | None]]:
+    """Transaction version 1 (Produce v3-11): KIP-890 part 1, on as in Kafka 4.4 (transaction.partition.verification
+    .enable): a transactional batch is appended only to a partition the coordinator has in the producer's open
+    transaction. Each of `batches` (topic, partition, records) gets (error, message); a partition verified before
+    (and no marker of the producer since: actors/gateway/txn_verifications.py) is not asked again. The caller
+    checks `ctx.txn_verifications.is_verified` once more right before writing the batch."""
+    from protocol.record_batch import parse_header
+    verifications = ctx.txn_verifications
+    first = parse_header(batches[0][2], 0, whole=False)
+    producer_id, producer_epoch = first.producer_id, first.producer_epoch
+    out: list = [(E.NONE, None)] * len(batches)
+    wanted: dict[tuple[str, int], list[int]] = {}
+    for n, (topic, partition, records) in enumerate(batches):
+        header = parse_header(records, 0, whole=False)
+        if (header.producer_id, header.producer_epoch) != (producer_id, producer_epoch):
+            out[n] = (E.INVALID_PRODUCER_ID_MAPPING, "a transactional produce carries one producer id and epoch")
+        elif not verifications.is_verified(transactional_id, producer_id, producer_epoch, topic, partition):
+            wanted.setdefault((topic, partition), []).append(n)
+    if not wanted:
+        return out
+    guards = {tp: verifications.guard(producer_id, *tp) for tp in wanted}
+    try:
+        errors = await _add_partitions(ctx, transactional_id, producer_id, producer_epoch, list(wanted), verify=True)
+    except Exception as e:
+        error = ErrorCode(coordinator_error(e))
+        log.info("verifying %d partitions of the transaction of %r: %s", len(wanted), transactional_id, e)
+        errors = {tp: error for tp in wanted}
+    for tp, numbers in wanted.items():
+        error = errors.get(tp, E.UNKNOWN_SERVER_ERROR)
+        if error == E.NONE and not verifications.keep(transactional_id, producer_id, producer_epoch, *tp, guards[tp]):
+            error = E.CONCURRENT_TRANSACTIONS  # a marker came meanwhile: the transaction ended
+        if error == E.NONE:
+            continue
+        answer, message = _ADD_ERRORS.get(error, error), None
+        if answer == E.TRANSACTION_ABORTABLE and version < PRODUCE_ABORTABLE_VERSION:
+            answer = E.INVALID_TXN_STATE
+        if answer in (E.TRANSACTION_ABORTABLE, E.INVALID_TXN_STATE):
+            message = "Partition was not added to the transaction"
+        elif answer == E.NOT_ENOUGH_REPLICAS:
+            message = (f"Unable to verify the partition has been added to the transaction ({error.name}); retry")
+        for n in numbers:
+            out[n] = (answer, message)
+    return out
+
+
 async def _add_partitions(ctx, transactional_id: str, producer_id: int, producer_epoch: int,
-                          partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
-    """AddPartitionsToTxn (transaction version 2) at the id's coordinator: over the data path where this broker leads
-    it, else a call to its actor on the broker that does."""
+                          partitions: list[tuple[str, int]], verify: bool = False,
+                          ) -> dict[tuple[str, int], ErrorCode]:
+    """AddPartitionsToTxn at the id's coordinator, adding (transaction version 2) or, `verify`, only checking
+    (KIP-890 part 1): over the data path where this broker leads it, else a call to its actor on the broker that
+    does."""
     partition, actor = await _coordinator_partition(ctx, transactional_id)
+    version = 0 if verify else 2
     if partition.leader == ctx.broker_id:
         [answer] = await coordinator_operation(ctx, transactional_id, "add_partitions", [
-            [transactional_id, producer_id, producer_epoch, [list(tp) for tp in partitions], False, 2]])
+            [transactional_id, producer_id, producer_epoch, [list(tp) for tp in partitions], verify, version]])
         step = wire.txn_step(answer)
     elif actor is not None:
         [step] = await actor.add_partitions.remote([AddPartitions(transactional_id, producer_id, producer_epoch,
-                                                                  tuple(partitions), False, 2)])
+                                                                  tuple(partitions), verify, version)])
     else:
         raise _not_coordinator(ctx, transactional_id, partition.leader)
     return step.partition_errors or {tp: step.error for tp in partitions}

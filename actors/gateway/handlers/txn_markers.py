@@ -44,6 +44,8 @@ async def handle_write_txn_markers(ctx, header, request, connection=None) -> Wri
                     continue
                 wanted.append((topic.name, None, index))
                 slots.append((answer, marker))
+                # the producer's transaction ends here: a later batch of it is verified again (KIP-890 part 1)
+                ctx.txn_verifications.marker(marker.producer_id, topic.name, index)
     routed = []
     for (answer, marker), (client, error) in zip(slots, await leader_clients(ctx, wanted, False)):
         answer.error_code = error

@@ -13,16 +13,20 @@ import org.apache.kafka.streams.kstream.*;
 /** Kafka Streams word count with group.protocol=streams (KIP-1071): lines from an input topic of 3 partitions are
  *  split into words, re-keyed by word (a repartition topic), counted in a state store (its changelog topic) and
  *  written to an output topic. Two instances of the application run at once (the second joins while the first is
- *  processing), each with one stream thread. Prints one JSON line: the final count per word read back from the
- *  output topic, the application's internal topics (partitions, cleanup.policy), the states the instances went
- *  through, and the streams group as Admin.describeStreamsGroups sees it at the end.
- *  Arguments: bootstrap, application id (also the prefix of the topics), the number of lines. */
+ *  processing), each with one stream thread; then the first leaves and as many lines again are counted by the
+ *  second alone. Prints one JSON line: the final count per word read back from the output topic (and whether it
+ *  matched after the leave), the application's internal topics (partitions, cleanup.policy), the interactive-query
+ *  metadata, the states the instances went through, and the streams group as Admin.describeStreamsGroups sees it
+ *  at the end (one member).
+ *  Arguments: bootstrap, application id (also the prefix of the topics), the number of lines, and optionally the
+ *  processing guarantee (at_least_once, the default, or exactly_once_v2: transactions, read back read_committed). */
 public class WordCount {
     static final String[] WORDS = {"apple", "banana", "cherry", "damson", "elder", "fig", "grape"};
 
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], app = args[1];
         int lines = Integer.parseInt(args[2]);
+        String guarantee = args.length > 3 ? args[3] : StreamsConfig.AT_LEAST_ONCE;
         String input = app + "-lines", output = app + "-counts";
         Properties common = new Properties();
         common.put("bootstrap.servers", bootstrap);
@@ -35,18 +39,7 @@ public class WordCount {
         pp.putAll(common);
         pp.put("key.serializer", StringSerializer.class.getName());
         pp.put("value.serializer", StringSerializer.class.getName());
-        try (KafkaProducer<String, String> p = new KafkaProducer<>(pp)) {
-            for (int i = 0; i < lines; i++) {
-                StringBuilder line = new StringBuilder();
-                for (int j = 0; j <= i % 4; j++) {
-                    String word = WORDS[(i * 3 + j) % WORDS.length];
-                    line.append(j == 0 ? "" : " ").append(word);
-                    expected.merge(word, 1L, Long::sum);
-                }
-                p.send(new ProducerRecord<>(input, "line" + i, line.toString()));
-            }
-            p.flush();
-        }
+        produce(pp, input, 0, lines, expected);
 
         StreamsBuilder builder = new StreamsBuilder();
         builder.<String, String>stream(input)
@@ -71,6 +64,7 @@ public class WordCount {
                 sp.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class.getName());
                 sp.put(StreamsConfig.STATE_DIR_CONFIG, Files.createTempDirectory("wordcount-state").toString());
                 sp.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, "200");
+                sp.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, guarantee);
                 sp.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, "0");
                 sp.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
                 sp.put(StreamsConfig.APPLICATION_SERVER_CONFIG, "localhost:" + (7070 + n));  // for the IQ metadata
@@ -85,16 +79,11 @@ public class WordCount {
             cp.putAll(common);
             cp.put("group.id", app + "-reader");
             cp.put("auto.offset.reset", "earliest");
+            cp.put("isolation.level", StreamsConfig.AT_LEAST_ONCE.equals(guarantee) ? "read_uncommitted" : "read_committed");
             cp.put("key.deserializer", StringDeserializer.class.getName());
             cp.put("value.deserializer", LongDeserializer.class.getName());
-            long deadline = System.currentTimeMillis() + 90_000;
-            try (KafkaConsumer<String, Long> c = new KafkaConsumer<>(cp)) {
-                c.subscribe(List.of(output));
-                while (!counts.equals(expected) && System.currentTimeMillis() < deadline) {
-                    for (ConsumerRecord<String, Long> r : c.poll(Duration.ofMillis(300))) counts.put(r.key(), r.value());
-                }
-            }
-            result.put("counts", counts);
+            readCounts(cp, output, counts, expected);
+            result.put("counts", new TreeMap<>(counts));
             // interactive queries: which instance (application.server) holds which partitions, as the group
             // coordinator told the members (KIP-1071's partitions_by_user_endpoint)
             Map<String, Object> iq = new TreeMap<>();
@@ -113,7 +102,14 @@ public class WordCount {
                 Thread.sleep(200);
             }
             result.put("iq", iq);
-            result.put("expected", expected);
+            result.put("expected", new TreeMap<>(expected));
+            // the first instance leaves: its tasks move to the second, which restores their counts from the
+            // changelog topic and goes on counting the lines produced after
+            instances.get(0).close(Duration.ofSeconds(20));
+            produce(pp, input, lines, 2 * lines, expected);
+            cp.put("group.id", app + "-reader2");
+            readCounts(cp, output, counts, expected);
+            result.put("counts_after_leave_match", counts.equals(expected));
             try (Admin admin = Admin.create(common)) {
                 Map<String, Object> internal = new TreeMap<>();
                 Set<String> names = new TreeSet<>();
@@ -167,6 +163,33 @@ public class WordCount {
         }
         result.put("states", new ArrayList<>(states));
         System.out.println(toJson(result));
+    }
+
+    static void produce(Properties pp, String input, int from, int to, Map<String, Long> expected) {
+        try (KafkaProducer<String, String> p = new KafkaProducer<>(pp)) {
+            for (int i = from; i < to; i++) {
+                StringBuilder line = new StringBuilder();
+                for (int j = 0; j <= i % 4; j++) {
+                    String word = WORDS[(i * 3 + j) % WORDS.length];
+                    line.append(j == 0 ? "" : " ").append(word);
+                    expected.merge(word, 1L, Long::sum);
+                }
+                p.send(new ProducerRecord<>(input, "line" + i, line.toString()));
+            }
+            p.flush();
+        }
+    }
+
+    /** The last count per word on the output topic, read from its start until it equals `expected` (90 s at most). */
+    static void readCounts(Properties cp, String output, Map<String, Long> counts, Map<String, Long> expected) {
+        counts.clear();
+        long deadline = System.currentTimeMillis() + 90_000;
+        try (KafkaConsumer<String, Long> c = new KafkaConsumer<>(cp)) {
+            c.subscribe(List.of(output));
+            while (!counts.equals(expected) && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<String, Long> r : c.poll(Duration.ofMillis(300))) counts.put(r.key(), r.value());
+            }
+        }
     }
 
     static String toJson(Object o) {

@@ -1,0 +1,179 @@
+"""Client quotas, as Kafka keeps and applies them (KIP-13, KIP-55, KIP-546): pure, no Ray, no clock.
+
+An entity is a tuple of (entity type, name) pairs sorted by type: ("user", "alice"), ("client-id", None) (None: the
+default entity of that type), or both a user and a client id; or an ip alone. Each entity has quota values by
+key. The controller keeps them (AlterClientQuotas records, replayed) and every gateway gets them in its metadata
+image; DescribeClientQuotas reads them there.
+
+A gateway applies `producer_byte_rate` to Produce and `consumer_byte_rate` to Fetch per broker, as Kafka does: the
+quota of a (user, client id) is resolved in Kafka's order (the most specific entity that has the key), the bytes are
+recorded in a rate over `quota.window.num` samples of `quota.window.size.seconds`, and a request that takes the
+rate above its quota is answered with the time to wait (throttle_time_ms: the excess over the quota, in window
+time, at most the whole window); the connection then takes no request for that long (KIP-219: the client waits too).
+`request_percentage`, `controller_mutation_rate` and `connection_creation_rate` are kept and described, not applied.
+"""
+from __future__ import annotations
+
+import ipaddress
+import math
+from collections import deque
+from typing import Iterable
+
+from protocol.errors import ErrorCode
+
+__all__ = ["USER", "CLIENT_ID", "IP", "PRODUCER_BYTE_RATE", "CONSUMER_BYTE_RATE", "Entity", "entity_problem",
+           "value_problem", "describe", "resolve", "RateWindow", "Throttles", "MATCH_EXACT", "MATCH_DEFAULT",
+           "MATCH_ANY"]
+
+USER, CLIENT_ID, IP = "user", "client-id", "ip"
+PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE = "producer_byte_rate", "consumer_byte_rate"
+REQUEST_PERCENTAGE, CONTROLLER_MUTATION_RATE = "request_percentage", "controller_mutation_rate"
+CONNECTION_CREATION_RATE = "connection_creation_rate"
+# key -> whether its value is a whole number (Kafka's QuotaConfig types: LONG, else DOUBLE)
+CLIENT_KEYS = {PRODUCER_BYTE_RATE: True, CONSUMER_BYTE_RATE: True, REQUEST_PERCENTAGE: False,
+               CONTROLLER_MUTATION_RATE: False}
+IP_KEYS = {CONNECTION_CREATION_RATE: True}
+MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
+
+Entity = tuple[tuple[str, str | None], ...]
+
+
+def entity_of(pairs: Iterable[tuple[str, str | None]]) -> Entity:
+    return tuple(sorted(pairs, key=lambda pair: pair[0]))
+
+
+def entity_problem(pairs: list[tuple[str, str | None]]) -> str | None:
+    """Why Kafka refuses this entity in AlterClientQuotas (INVALID_REQUEST), or None."""
+    if not pairs:
+        return "Invalid empty client quota entity"
+    types = [t for t, _ in pairs]
+    if len(set(types)) != len(types):
+        return f"Invalid client quota entity: duplicate entity type in {types}"
+    for entity_type, name in pairs:
+        if entity_type not in (USER, CLIENT_ID, IP):
+            return f"Unhandled client quota entity type: {entity_type}"
+        if name == "" and entity_type != CLIENT_ID:
+            return f"Invalid empty {entity_type} name"
+    if IP in types:
+        if len(types) > 1:
+            return "Invalid quota entity combination, IP entity should not be combined with User or ClientId"
+        name = dict(pairs)[IP]
+        if name is not None:
+            try:
+                ipaddress.ip_address(name)
+            except ValueError:
+                return f"{name} is not a valid IP or resolvable host."
+    return None
+
+
+def value_problem(entity: Entity, key: str, value: float) -> str | None:
+    """Why Kafka refuses this key or value for the entity (INVALID_REQUEST), or None."""
+    keys = IP_KEYS if any(t == IP for t, _ in entity) else CLIENT_KEYS
+    if key not in keys:
+        return f"Invalid configuration key {key}"
+    if keys[key] and (not math.isfinite(value) or value != int(value)):
+        return f"Configuration {key} must be a Long value"
+    if value <= 0:
+        return f"Invalid quota value {value} for {key}: it must be greater than 0"  # (Kafka refuses 0 too)
+    return None
+
+
+def describe(quotas: dict[Entity, dict[str, float]], components: list[tuple[str, int, str | None]],
+             strict: bool) -> tuple[ErrorCode, str | None, list[tuple[Entity, dict[str, float]]]]:
+    """DescribeClientQuotas: the entities matching every component (and, strict, no other type)."""
+    types = [t for t, _, _ in components]
+    if len(set(types)) != len(types):
+        return ErrorCode.INVALID_REQUEST, f"Duplicate entity type in filter: {types}", []
+    for entity_type, match_type, match in components:
+        if match_type not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY):
+            return ErrorCode.INVALID_REQUEST, f"Unknown match type {match_type}", []
+        if match_type == MATCH_EXACT and match is None:
+            return ErrorCode.INVALID_REQUEST, "Exact match requires a name", []
+    out = []
+    for entity, values in quotas.items():
+        names = dict(entity)
+        if strict and set(names) != set(types):
+            continue
+        ok = True
+        for entity_type, match_type, match in components:
+            if entity_type not in names:
+                ok = False
+            elif match_type == MATCH_EXACT:
+                ok = names[entity_type] == match
+            elif match_type == MATCH_DEFAULT:
+                ok = names[entity_type] is None
+            if not ok:
+                break
+        if ok and values:
+            out.append((entity, dict(values)))
+    return ErrorCode.NONE, None, out
+
+
+def resolve(quotas: dict[Entity, dict[str, float]], user: str, client_id: str, key: str) -> float | None:
+    """The quota of `key` for this user and client id, in Kafka's order: user and client id, the user with the
+    default client id, the user, the default user with the client id, the default user with the default client
+    id, the default user, the client id, the default client id."""
+    for entity in ((("client-id", client_id), ("user", user)), (("client-id", None), ("user", user)),
+                   (("user", user),), (("client-id", client_id), ("user", None)),
+                   (("client-id", None), ("user", None)), (("user", None),), (("client-id", client_id),),
+                   (("client-id", None),)):
+        value = quotas.get(entity, {}).get(key)
+        if value is not None:
+            return value
+    return None
+
+
+class RateWindow:
+    """Kafka's Rate over `samples` samples of `sample_ms`: the total recorded in the samples still in the window,
+    over the window's elapsed time (at least samples - 1 sample lengths, as Kafka measures it)."""
+
+    def __init__(self, samples: int = 11, sample_ms: int = 1000):
+        self.samples, self.sample_ms = samples, sample_ms
+        self.buckets: deque[list] = deque()  # [start ms, total]
+
+    def record(self, value: float, now_ms: int) -> None:
+        if not self.buckets or now_ms - self.buckets[-1][0] >= self.sample_ms:
+            self.buckets.append([now_ms, 0.0])
+        self.buckets[-1][1] += value
+        self._expire(now_ms)
+
+    def _expire(self, now_ms: int) -> None:
+        while self.buckets and now_ms - self.buckets[0][0] >= self.samples * self.sample_ms:
+            self.buckets.popleft()
+
+    def window_ms(self, now_ms: int) -> float:
+        elapsed = now_ms - self.buckets[0][0] if self.buckets else 0
+        return max(elapsed, (self.samples - 1) * self.sample_ms)
+
+    def rate(self, now_ms: int) -> float:
+        self._expire(now_ms)
+        return sum(total for _, total in self.buckets) / (self.window_ms(now_ms) / 1000)
+
+    def throttle_ms(self, quota: float, now_ms: int) -> int:
+        """How long the client must wait for the rate to come back to `quota` (0: it is within it)."""
+        rate = self.rate(now_ms)
+        if rate <= quota:
+            return 0
+        return int(min((rate - quota) / quota * self.window_ms(now_ms), self.samples * self.sample_ms))
+
+
+class Throttles:
+    """A gateway's rates for one quota key, by (user, client id): record a request's bytes, get its throttle."""
+
+    def __init__(self, key: str, samples: int = 11, sample_ms: int = 1000, max_entries: int = 100_000):
+        self.key, self.samples, self.sample_ms, self.max_entries = key, samples, sample_ms, max_entries
+        self.windows: dict[tuple[str, str], RateWindow] = {}
+
+    def record(self, quotas: dict[Entity, dict[str, float]], user: str, client_id: str, size_bytes: int,
+               now_ms: int) -> int:
+        """throttle_time_ms for a request of `size_bytes` (0 where no quota applies)."""
+        quota = resolve(quotas, user, client_id, self.key) if quotas else None
+        if quota is None:
+            return 0
+        window = self.windows.get((user, client_id))
+        if window is None:
+            if len(self.windows) >= self.max_entries:
+                self.windows.pop(next(iter(self.windows)))
+            window = self.windows[(user, client_id)] = RateWindow(self.samples, self.sample_ms)
+        window.record(size_bytes, now_ms)
+        return window.throttle_ms(quota, now_ms)

@@ -1,0 +1,123 @@
+"""Client quotas against Apache Kafka 4.4 and Kray, compared: AlterClientQuotas's validation, DescribeClientQuotas's
+matching, and a producer over its producer_byte_rate told to wait (throttle_time_ms) by both brokers."""
+import time
+import uuid
+
+from cluster.admin import KafkaConnection
+from protocol import messages as m
+from protocol.record_batch import build_batch
+
+SETTLE_S = 1.5  # Kafka's broker applies quotas from its metadata log, a moment after AlterClientQuotas answers
+A = m.AlterClientQuotasRequest
+D = m.DescribeClientQuotasRequest
+
+
+def alter(conn, entries, validate_only=False):
+    """entries: [(entity {type: name or None}, [(key, value, remove)])] -> sorted [(error code, entity)] (Kafka
+    answers in no particular order, one result per distinct entity: the entities here are distinct)."""
+    r = conn.send(A(entries=[A.EntryData(entity=[A.EntityData(entity_type=t, entity_name=n) for t, n in e.items()],
+                                         ops=[A.OpData(key=k, value=v, remove=rm) for k, v, rm in ops])
+                             for e, ops in entries], validate_only=validate_only))
+    time.sleep(SETTLE_S)
+    return sorted((e.error_code, sorted((d.entity_type, d.entity_name) for d in e.entity)) for e in r.entries)
+
+
+def describe(conn, components, strict=False, names=()):
+    """-> (error code, sorted [(entity, values)]) of the entities naming one of `names` (other tests' are left out)."""
+    r = conn.send(D(components=[D.ComponentData(entity_type=t, match_type=mt, match=mm) for t, mt, mm in components],
+                    strict=strict))
+    entries = sorted((tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)),
+                      tuple(sorted((v.key, v.value) for v in entry.values))) for entry in (r.entries or ()))
+    return r.error_code, [e for e in entries if any(name in names for _, name in e[0]) or not names]
+
+
+def steps(bootstrap: str) -> list:
+    s = uuid.uuid4().hex[:6]
+    alice, bob, app = f"alice-{s}", f"bob-{s}", f"app-{s}"
+    out = []
+    with KafkaConnection(bootstrap, client_id="kray-quotas") as conn:
+        out.append(("alter", alter(conn, [
+            ({"user": alice, "client-id": app}, [("producer_byte_rate", 1024.0, False)]),
+            ({"user": alice}, [("consumer_byte_rate", 2048.0, False), ("request_percentage", 12.5, False)]),
+            ({"client-id": app}, [("producer_byte_rate", 4096.0, False)]),
+            ({"user": bob}, [("no_such_key", 1.0, False)]),
+            ({"user": bob + "-2"}, [("producer_byte_rate", 1.5, False)]),
+            ({"user": bob + "-3"}, [("producer_byte_rate", 0.0, False)]),
+            ({"user": bob + "-4"}, [("producer_byte_rate", -5.0, False)]),
+            ({"ip": "127.0.0.9", "user": bob}, [("connection_creation_rate", 5.0, False)]),
+            ({"ip": "not-an-ip"}, [("connection_creation_rate", 5.0, False)]),
+            ({"ip": "127.0.0.9"}, [("producer_byte_rate", 5.0, False)]),
+            ({}, [("producer_byte_rate", 1.0, False)]),
+            ({"group": "g"}, [("producer_byte_rate", 1.0, False)]),
+        ])))
+        out.append(("validate only", alter(conn, [({"user": bob}, [("producer_byte_rate", 10.0, False)])], True)))
+        names = (alice, bob, app)
+        out.append(("describe all", describe(conn, [], names=names)))
+        out.append(("describe alice", describe(conn, [("user", 0, alice)], names=names)))
+        out.append(("describe alice strict", describe(conn, [("user", 0, alice)], strict=True, names=names)))
+        out.append(("describe any client strict", describe(conn, [("client-id", 2, None)], strict=True, names=names)))
+        out.append(("describe user and client", describe(conn, [("user", 2, None), ("client-id", 0, app)],
+                                                         names=names)))
+        out.append(("describe duplicate type", describe(conn, [("user", 2, None), ("user", 1, None)])[0]))
+        out.append(("describe exact without a name", describe(conn, [("user", 0, None)])[0]))
+        out.append(("remove", alter(conn, [({"user": alice}, [("request_percentage", 0, True)])])))
+        out.append(("describe alice after remove", describe(conn, [("user", 0, alice)], strict=True, names=names)))
+        out.append(("remove the rest", alter(conn, [
+            ({"user": alice, "client-id": app}, [("producer_byte_rate", 0, True)]),
+            ({"user": alice}, [("consumer_byte_rate", 0, True)]),
+            ({"client-id": app}, [("producer_byte_rate", 0, True)])])))
+        out.append(("describe after removing", describe(conn, [], names=names)))
+    return _without(out, "-" + s)
+
+
+def _without(value, suffix: str):
+    """`value` with the run's suffix taken out of every name, so two brokers' answers compare."""
+    if isinstance(value, str):
+        return value.replace(suffix, "")
+    if isinstance(value, (list, tuple)):
+        return type(value)(_without(v, suffix) for v in value)
+    return value
+
+
+def test_client_quotas_are_altered_and_described_as_kafka_does(both):
+    kafka, kray = steps(both["kafka"]), steps(both["kray"])
+    for (name, k), (_, r) in zip(kafka, kray):
+        assert r == k, name
+    assert [error for error, _ in kray[0][1]].count(0) == 3  # the three good entries; the other nine refused
+
+
+def _produce_throttles(bootstrap: str, client_id: str, requests: int = 3, size_bytes: int = 50_000) -> list[int]:
+    with KafkaConnection(bootstrap, client_id=client_id) as conn:
+        C = m.CreateTopicsRequest
+        topic = f"quota-{uuid.uuid4().hex[:6]}"
+        conn.send(C(topics=[C.CreatableTopic(name=topic, num_partitions=1, replication_factor=1, assignments=[],
+                                             configs=[])], timeout_ms=30_000, validate_only=False))
+        throttles, deadline = [], time.monotonic() + 30
+        while len(throttles) < requests:
+            batch = build_batch([(None, b"x" * size_bytes, [], int(time.time() * 1000))])
+            r = conn.send(m.ProduceRequest(transactional_id=None, acks=1, timeout_ms=10_000, topic_data=[
+                m.ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                    m.ProduceRequest.PartitionProduceData(index=0, records=batch)])]), 12)  # (v13: topic ids)
+            error = r.responses[0].partition_responses[0].error_code
+            if error in (3, 5, 6) and not throttles and time.monotonic() < deadline:  # the new topic's leader: not yet
+                time.sleep(0.2)
+                continue
+            assert error == 0, error
+            throttles.append(r.throttle_time_ms)
+        return throttles
+
+
+def test_a_producer_over_its_byte_rate_is_told_to_wait_as_kafka_tells_it(both):
+    """producer_byte_rate 10 KiB/s for one client id: three requests of 50 KB, back to back. Kafka measures the
+    rate over a window of at least 10 s: 100 KB is within the quota, 150 KB is not, so both brokers answer the
+    first two with no wait and the third with one (about 5 s); a client id without a quota is never throttled."""
+    seen = {}
+    for broker, bootstrap in both.items():
+        client = f"throttled-{uuid.uuid4().hex[:6]}"
+        with KafkaConnection(bootstrap, client_id="kray-quotas") as conn:
+            assert alter(conn, [({"client-id": client}, [("producer_byte_rate", 10_240.0, False)])])[0][0] == 0
+        time.sleep(1)  # Kafka applies quotas from its metadata log: let the change reach the broker
+        seen[broker] = (_produce_throttles(bootstrap, client), _produce_throttles(bootstrap, f"free-{client}", 2))
+    for broker, (throttled, free) in seen.items():
+        assert throttled[:2] == [0, 0] and 3_000 < throttled[2] < 7_000, (broker, throttled)
+        assert free == [0, 0], (broker, free)

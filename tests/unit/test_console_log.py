@@ -1,0 +1,54 @@
+"""kray start's console shows each error its actors log into server.log once, as one line naming
+the exception, with where the whole record is (cluster/console_log.py)."""
+import logging
+import threading
+import time
+
+import actors
+from cluster.console_log import error_lines, follow_errors
+
+
+def test_an_actors_error_reaches_the_console_once(tmp_path, monkeypatch):
+    monkeypatch.setenv(actors.LOG_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(actors.LOG_LEVEL_ENV, "WARN")
+    kray_logger = logging.getLogger("kray")
+    saved = kray_logger.handlers[:], kray_logger.level, kray_logger.propagate
+    kray_logger.handlers, kray_logger.disabled = [], False
+    said, stopping = [], threading.Event()
+    try:
+        actors.log_to_stderr()  # as an actor's process does: server.log in KRAY_LOG_DIR, at KRAY_LOG_LEVEL
+        follow_errors(tmp_path / actors.SERVER_LOG, said.append, stopping)
+        log = logging.getLogger("kray.console_log_test")  # (a name no other test's logging config touched)
+        log.disabled, log.level = False, logging.NOTSET
+        log.info("not at WARN")
+        for _ in range(3):  # the same failure, three requests
+            try:
+                int("three")
+            except ValueError:
+                log.exception("unexpected error handling a request; closing the connection")
+        log.warning("a warning is not an error")
+        deadline = time.monotonic() + 10
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2.5)
+    finally:
+        stopping.set()
+        for handler in kray_logger.handlers:
+            handler.close()
+        kray_logger.handlers, kray_logger.level, kray_logger.propagate = saved
+        kray_logger.disabled = False
+    assert said == [f"kray start: error in kray.console_log_test: unexpected error handling a request; closing the connection: "
+                    f"ValueError: invalid literal for int() with base 10: 'three' (details: {tmp_path}/server.log)"]
+    text = (tmp_path / "server.log").read_text()
+    assert "not at WARN" not in text and text.count("Traceback") == 3
+
+
+def test_error_lines_reads_whole_records():
+    text = ("2026-01-01 10:00:00,001 INFO kray.controller [pid 1]: broker 0 registered\n"
+            "2026-01-01 10:00:01,002 ERROR kray.shard [pid 2]: replica failed\n"
+            "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+            "OSError: [Errno 28] No space left on device\n"
+            "2026-01-01 10:00:02,003 ERROR kray.shard [pid 2]: plain\n")
+    assert [line for _, line in error_lines(text)] == [
+        "error in kray.shard: replica failed: OSError: [Errno 28] No space left on device",
+        "error in kray.shard: plain"]

@@ -1,0 +1,93 @@
+"""Client quotas (actors/quotas.py and the controller's records): Kafka's entity and value rules, describe's
+matching, the resolution order of a (user, client id), and the rate and throttle time a gateway computes."""
+import pytest
+
+from actors import quotas
+from actors.controller.core import ControllerCore
+from protocol.errors import ErrorCode as E
+
+ALICE, ALICE_APP = (("user", "alice"),), (("client-id", "app"), ("user", "alice"))
+DEFAULT_USER, APP = (("user", None),), (("client-id", "app"),)
+
+
+def core() -> ControllerCore:
+    return ControllerCore({}, "cluster")
+
+
+def test_alter_client_quotas_validates_each_entry_as_kafka_and_commits_only_the_good_ones():
+    c = core()
+    results, outcome = c.alter_client_quotas([
+        ([("user", "alice"), ("client-id", "app")], [("producer_byte_rate", 1024.0, False)]),
+        ([("user", "bob")], [("no_such_key", 1.0, False)]),
+        ([("user", "carol")], [("producer_byte_rate", 1.5, False)]),
+        ([("ip", "1.2.3.4"), ("user", "x")], [("connection_creation_rate", 5.0, False)]),
+        ([("ip", "not-an-ip")], [("connection_creation_rate", 5.0, False)]),
+        ([], [("producer_byte_rate", 1.0, False)]),
+        ([("user", None)], [("request_percentage", 12.5, False), ("consumer_byte_rate", 2048.0, False)]),
+        ([("user", "dave")], [("consumer_byte_rate", 0.0, False)]),
+    ])
+    assert [error for error, _ in results] == [0, E.INVALID_REQUEST, E.INVALID_REQUEST, E.INVALID_REQUEST,
+                                               E.INVALID_REQUEST, E.INVALID_REQUEST, 0, E.INVALID_REQUEST]
+    assert c.client_quotas == {ALICE_APP: {"producer_byte_rate": 1024.0},
+                               DEFAULT_USER: {"request_percentage": 12.5, "consumer_byte_rate": 2048.0}}
+    assert len(outcome.records) == 3
+    replayed = core()
+    for record in outcome.records:
+        replayed.apply(record)
+    assert replayed.client_quotas == c.client_quotas
+    # removing the last key removes the entity; validate_only changes nothing
+    c.alter_client_quotas([([("user", "alice"), ("client-id", "app")], [("producer_byte_rate", 0, True)])])
+    assert ALICE_APP not in c.client_quotas
+    results, outcome = c.alter_client_quotas([([("user", "eve")], [("producer_byte_rate", 10.0, False)])],
+                                             validate_only=True)
+    assert results == [(0, None)] and not outcome.records and (("user", "eve"),) not in c.client_quotas
+
+
+QUOTAS = {ALICE: {"producer_byte_rate": 1.0}, ALICE_APP: {"producer_byte_rate": 2.0},
+          DEFAULT_USER: {"consumer_byte_rate": 3.0}, APP: {"producer_byte_rate": 4.0},
+          (("client-id", None),): {"producer_byte_rate": 5.0}}
+
+
+@pytest.mark.parametrize("components,strict,expected", [
+    ([], False, set(QUOTAS)),
+    ([("user", quotas.MATCH_EXACT, "alice")], False, {ALICE, ALICE_APP}),
+    ([("user", quotas.MATCH_EXACT, "alice")], True, {ALICE}),
+    ([("user", quotas.MATCH_DEFAULT, None)], False, {DEFAULT_USER}),
+    ([("client-id", quotas.MATCH_ANY, None)], True, {APP, (("client-id", None),)}),
+    ([("client-id", quotas.MATCH_ANY, None)], False, {APP, (("client-id", None),), ALICE_APP}),
+    ([("user", quotas.MATCH_ANY, None), ("client-id", quotas.MATCH_EXACT, "app")], False, {ALICE_APP}),
+])
+def test_describe_matches_components_as_kafka(components, strict, expected):
+    error, _, found = quotas.describe(QUOTAS, components, strict)
+    assert error == E.NONE and {entity for entity, _ in found} == expected
+
+
+def test_describe_refuses_duplicate_types_and_an_exact_match_without_a_name():
+    assert quotas.describe(QUOTAS, [("user", 2, None), ("user", 1, None)], False)[0] == E.INVALID_REQUEST
+    assert quotas.describe(QUOTAS, [("user", quotas.MATCH_EXACT, None)], False)[0] == E.INVALID_REQUEST
+
+
+def test_a_client_gets_the_most_specific_quota_in_kafkas_order():
+    key = "producer_byte_rate"
+    assert quotas.resolve(QUOTAS, "alice", "app", key) == 2.0        # /users/alice/clients/app
+    assert quotas.resolve(QUOTAS, "alice", "other", key) == 1.0      # /users/alice
+    assert quotas.resolve(QUOTAS, "bob", "app", key) == 4.0          # /clients/app
+    assert quotas.resolve(QUOTAS, "bob", "other", key) == 5.0        # /clients/<default>
+    assert quotas.resolve(QUOTAS, "bob", "other", "consumer_byte_rate") == 3.0   # /users/<default>
+    assert quotas.resolve({}, "bob", "other", key) is None
+
+
+def test_the_rate_is_measured_over_the_window_and_the_excess_is_the_throttle_time():
+    window = quotas.RateWindow(samples=11, sample_ms=1000)
+    window.record(5_000, 0)
+    assert window.rate(0) == 500.0                 # a young window counts as 10 s, as Kafka's Rate
+    assert window.throttle_ms(1_000, 0) == 0
+    window.record(15_000, 500)                     # 20,000 bytes in the window: 2,000 B/s against a 1,000 B/s quota
+    assert window.throttle_ms(1_000, 500) == 10_000
+    assert window.rate(12_000) == 0.0              # every sample left the window
+    throttles = quotas.Throttles("producer_byte_rate", samples=11, sample_ms=1000)
+    limit = {(("client-id", None),): {"producer_byte_rate": 200.0}}
+    assert throttles.record(limit, "bob", "other", 1_000, 0) == 0      # 100 B/s against 200
+    assert throttles.record({}, "bob", "other", 10**9, 0) == 0         # no quota: never counted, never throttled
+    assert throttles.record(limit, "bob", "other", 2_000, 0) == 5_000  # 300 B/s: (300 - 200) / 200 * 10 s
+    assert throttles.record(limit, "bob", "other", 10**6, 0) == 11_000  # at most the whole window
