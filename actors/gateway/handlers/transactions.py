@@ -1,5 +1,8 @@
 """The transaction APIs a client sends: InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn,
-EndTxn, TxnOffsetCommit, DescribeTransactions, ListTransactions; and Produce's check of transactional records.
+EndTxn, TxnOffsetCommit, DescribeTransactions, ListTransactions; and Produce's check of transactional records:
+with transaction version 2 (Produce v12+) the broker adds the partitions to the transaction itself
+(`add_produced_partitions`), with version 1 it verifies them with the coordinator first (KIP-890 part 1,
+`verify_produced_partitions`), as Kafka 4.4 does.
 
 TxnOffsetCommit (sendOffsetsToTransaction) goes to the group's coordinator, as OffsetCommit does: it checks the
 producer against the partition and the transaction's coordinator, the group's generation or member epoch, and keeps
