@@ -96,13 +96,15 @@ def _heartbeats(bootstrap: str) -> list:
             validate_only=False), 19, 7)
         time.sleep(1.0)   # Kafka's group coordinator learns of a new topic from the metadata log a little later
 
-        def hb(**kw):
+        def hb(record=True, **kw):
             fields = dict(group_id=group, member_id="m1", member_epoch=0, endpoint_information_epoch=0,
                           rebalance_timeout_ms=30000, process_id="p1", active_tasks=[], standby_tasks=[],
                           warmup_tasks=[], topology=_topology(source, prefix))
             r = conn._call(H(**{**fields, **kw}), 88, 0)
-            out.append((r.error_code, r.error_message if r.error_code else None,
-                        sorted(s.status_code for s in r.status), r.heartbeat_interval_ms, r.task_offset_interval_ms))
+            if record:
+                out.append((r.error_code, r.error_message if r.error_code else None,
+                            sorted(s.status_code for s in r.status), r.heartbeat_interval_ms,
+                            r.task_offset_interval_ms))
             return r
         hb(group_id="")
         hb(member_id="")
@@ -114,9 +116,11 @@ def _heartbeats(bootstrap: str) -> list:
         steady = dict(topology=None, active_tasks=None, standby_tasks=None, warmup_tasks=None)
         deadline = time.monotonic() + 20
         r = first
+        # (the answers while the broker creates the internal topics are not compared: how many say MISSING_INTERNAL_
+        # TOPICS, and whether the assignment delay has passed by the end, depend on each broker's timing)
         while any(s.status_code in (1, 3) for s in r.status) and time.monotonic() < deadline:
             time.sleep(0.5)
-            r = hb(member_epoch=r.member_epoch, **steady)
+            r = hb(record=False, member_epoch=r.member_epoch, **steady)
         out.append(("internal topics created", not any(s.status_code == 3 for s in r.status)))
         d = conn._call(m.StreamsGroupDescribeRequest(group_ids=[group], include_authorized_operations=False,
                                                      include_topology_description=False), 89, 1).groups[0]
