@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -156,11 +157,22 @@ def test_failing_spark_job_releases_its_batch_and_the_retry_sees_delivery_count_
 
 
 def test_two_readers_split_the_work_and_no_record_is_accepted_twice(bootstrap, spark):
-    topic, group = queue(bootstrap, 6_000, partitions=2)
+    # the records arrive once both readers are in the group, as in a running pipeline (a new share group's first
+    # member is assigned at once, so records queued before would all go to the reader that joined first)
+    topic, group = queue(bootstrap, 0, partitions=2)
+
+    def produce_later():
+        time.sleep(3.0)
+        p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+        for i in range(6_000):
+            p.produce(topic, key=b"%d" % i, value=b"v%d" % i, partition=i % 2)
+        assert p.flush(30) == 0
     accepted: list[tuple[int, int]] = []
     readers_seen: set[str] = set()
     with ShareGroupReader(spark, bootstrap, group, [topic], readers=2) as reader:
-        for batch in reader.batches(max_records=1_000, timeout_s=2.0, stop_after_idle_s=3.0):
+        producer = threading.Thread(target=produce_later, daemon=True)
+        producer.start()
+        for batch in reader.batches(max_records=1_000, timeout_s=2.0, stop_after_idle_s=6.0):
             with batch:
                 rows = batch.df.select("partition", "offset", "delivery_count").collect()
             assert {r.delivery_count for r in rows} == {1}
