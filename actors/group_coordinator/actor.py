@@ -338,8 +338,12 @@ class GroupCoordinatorActor(PartitionActor):
     # ---- consumer groups (KIP-848) -----------------------------------------------------------
     async def consumer_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, request: dict):
         shard = await self._ready()
-        result, records = shard.consumer_group_heartbeat(group_id, member_id, member_epoch, topics=self._topics(),
-                                                         now_ms=now_ms(), **request)
+        return await self._heartbeat(shard.consumer_group_heartbeat(
+            group_id, member_id, member_epoch, topics=self._topics(), now_ms=now_ms(), **request))
+
+    async def _heartbeat(self, stepped):
+        """A KIP-848 or streams heartbeat's (result, records): the records committed, the timers woken."""
+        result, records = stepped
         error = await self._commit(records)
         if error:
             result.error_code, result.error_message = error, "the group coordinator is reloading; retry"
@@ -353,13 +357,8 @@ class GroupCoordinatorActor(PartitionActor):
     # ---- streams groups (KIP-1071) -----------------------------------------------------------
     async def streams_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, request: dict):
         shard = await self._ready()
-        result, records = shard.streams_group_heartbeat(group_id, member_id, member_epoch, topics=self._topics(),
-                                                        now_ms=now_ms(), **request)
-        error = await self._commit(records)
-        if error:
-            result.error_code, result.error_message = error, "the group coordinator is reloading; retry"
-        self.wake.set()
-        return result
+        return await self._heartbeat(shard.streams_group_heartbeat(
+            group_id, member_id, member_epoch, topics=self._topics(), now_ms=now_ms(), **request))
 
     async def describe_streams(self, group_ids: list[str]):
         shard = await self._ready()

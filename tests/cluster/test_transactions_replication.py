@@ -146,6 +146,38 @@ def _transaction_coordinator(cluster, transactional_id: str) -> int:
     return state.partitions[internal_topics.transaction_partition(transactional_id, len(state.partitions))].leader
 
 
+def _pipeline_topics(cluster, prefix: str) -> tuple[str, str, str, str, str]:
+    """(run name, source, sink, group, transactional id): two topics of 3 partitions, RF 3, min.insync.replicas 2,
+    the source holding EOS_RECORDS records keyed 0..EOS_RECORDS-1."""
+    name = uuid.uuid4().hex[:6]
+    source, sink, group = f"{prefix}-in-{name}", f"{prefix}-out-{name}", f"{prefix}-{name}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for f in admin.create_topics([NewTopic(t, 3, 3, config={"min.insync.replicas": "2"})
+                                  for t in (source, sink)]).values():
+        f.result(30)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 10})
+    for i in range(EOS_RECORDS):
+        p.produce(source, key=b"%d" % i, value=b"%d" % i, partition=i % 3)
+        p.poll(0)
+    assert p.flush(60) == 0
+    return name, source, sink, group, f"{prefix}-{name}"
+
+
+def _output_keys(cluster, sink: str, name: str) -> Counter:
+    """How many times a read_committed reader sees each input key in the sink (read until quiet for 3 s)."""
+    out = Counter()
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"check-{name}",
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    c.assign([TopicPartition(sink, i, 0) for i in range(3)])
+    deadline, quiet_since = time.monotonic() + 60, time.monotonic()
+    while time.monotonic() < deadline and (len(out) < EOS_RECORDS or time.monotonic() - quiet_since < 3):
+        got = [m for m in c.consume(1000, timeout=0.5) if m.error() is None]
+        out.update(int(m.key()) for m in got)
+        quiet_since = time.monotonic() if got else quiet_since
+    c.close()
+    return out
+
+
 class Pipeline(threading.Thread):
     """confluent-kafka's exactly-once read-process-write loop, as its documentation writes it: a
     read_committed group member without auto-commit, a transactional producer; per transaction up
@@ -225,18 +257,7 @@ def test_a_read_process_write_pipeline_produces_exactly_once_across_a_node_kill(
     (records and offsets sent, EndTxn not yet): the new coordinator, loaded from the replicated
     `__transaction_state`, completes or aborts it; markers reach partition leaders that moved. A
     read_committed reader of the output sees every input record exactly once."""
-    name = uuid.uuid4().hex[:6]
-    source, sink, group = f"eos-in-{name}", f"eos-out-{name}", f"eos-{name}"
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    for f in admin.create_topics([NewTopic(t, 3, 3, config={"min.insync.replicas": "2"})
-                                  for t in (source, sink)]).values():
-        f.result(30)
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 10})
-    for i in range(EOS_RECORDS):
-        p.produce(source, key=b"%d" % i, value=b"%d" % i, partition=i % 3)
-        p.poll(0)
-    assert p.flush(60) == 0
-    transactional_id = f"eos-{name}"
+    name, source, sink, group, transactional_id = _pipeline_topics(cluster, "eos")
     pipeline = Pipeline(cluster.bootstrap, source, sink, group, transactional_id)
     pipeline.start()
     down = None
@@ -263,16 +284,7 @@ def test_a_read_process_write_pipeline_produces_exactly_once_across_a_node_kill(
         pipeline.join(60)
         if down is not None:
             cluster.restart_node(down)
-    out = Counter()
-    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"check-{name}",
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
-    c.assign([TopicPartition(sink, i, 0) for i in range(3)])
-    deadline, quiet_since = time.monotonic() + 60, time.monotonic()
-    while time.monotonic() < deadline and (len(out) < EOS_RECORDS or time.monotonic() - quiet_since < 3):
-        got = [m for m in c.consume(1000, timeout=0.5) if m.error() is None]
-        out.update(int(m.key()) for m in got)
-        quiet_since = time.monotonic() if got else quiet_since
-    c.close()
+    out = _output_keys(cluster, sink, name)
     print(f"exactly-once pipeline across the kill of broker {victim} (its transaction coordinator): {at_kill} "
           f"records committed before it, all {EOS_RECORDS} {recovered_s:.1f} s after it; aborted transactions "
           f"{len(pipeline.aborts)} {pipeline.aborts[:3]}")
@@ -341,18 +353,7 @@ def test_the_java_clients_pipeline_runs_transaction_version_2_exactly_once_acros
     compiled = subprocess.run(["javac", "-cp", f"{KAFKA_LIB}/*", "-d", str(tmp_path), str(JAVA / "EosPipeline.java")],
                               capture_output=True, text=True, timeout=120)
     assert compiled.returncode == 0, compiled.stderr[-3000:]
-    name = uuid.uuid4().hex[:6]
-    source, sink, group = f"eos2-in-{name}", f"eos2-out-{name}", f"eos2-{name}"
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    for f in admin.create_topics([NewTopic(t, 3, 3, config={"min.insync.replicas": "2"})
-                                  for t in (source, sink)]).values():
-        f.result(30)
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 10})
-    for i in range(EOS_RECORDS):
-        p.produce(source, key=b"%d" % i, value=b"%d" % i, partition=i % 3)
-        p.poll(0)
-    assert p.flush(60) == 0
-    transactional_id = f"eos2-{name}"
+    name, source, sink, group, transactional_id = _pipeline_topics(cluster, "eos2")
     pipeline = JavaPipeline(tmp_path, cluster.bootstrap, source, sink, group, transactional_id)
     down = None
     try:
@@ -376,16 +377,7 @@ def test_the_java_clients_pipeline_runs_transaction_version_2_exactly_once_acros
             pipeline.process.kill()
         if down is not None:
             cluster.restart_node(down)
-    out = Counter()
-    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"check-{name}",
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
-    c.assign([TopicPartition(sink, i, 0) for i in range(3)])
-    deadline, quiet_since = time.monotonic() + 60, time.monotonic()
-    while time.monotonic() < deadline and (len(out) < EOS_RECORDS or time.monotonic() - quiet_since < 3):
-        got = [m for m in c.consume(1000, timeout=0.5) if m.error() is None]
-        out.update(int(m.key()) for m in got)
-        quiet_since = time.monotonic() if got else quiet_since
-    c.close()
+    out = _output_keys(cluster, sink, name)
     transactions = sum(1 for line in pipeline.lines if line.startswith("committed "))
     aborts = pipeline.summary().get("aborts", [])
     print(f"Java exactly-once pipeline across the kill of broker {victim} (its transaction coordinator): "

@@ -17,6 +17,7 @@ import logging
 
 from protocol.errors import ErrorCode
 from protocol.messages import ProduceResponse
+from protocol.record_batch import parse_header
 
 from actors.gateway.connection import CloseConnection, in_request_order
 from actors.gateway.handlers.quotas import throttle as quota_throttle
@@ -156,7 +157,6 @@ def _still_verified(ctx, transactional_id: str, presp, checked) -> bool:
     producer's transaction; else its answer says retry (the transaction ended meanwhile)."""
     if checked is None:
         return True
-    from protocol.record_batch import parse_header
     name, index, records = checked
     header = parse_header(records, 0, whole=False)
     if ctx.txn_verifications.is_verified(transactional_id, header.producer_id, header.producer_epoch, name, index):

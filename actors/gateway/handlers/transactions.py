@@ -33,6 +33,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import (AddOffsetsToTxnResponse, AddPartitionsToTxnResponse, DescribeTransactionsResponse,
                                EndTxnResponse, InitProducerIdResponse, ListTransactionsResponse, ProduceResponse,
                                TxnOffsetCommitResponse)
+from protocol.record_batch import parse_header
 
 from actors import internal_topics
 from actors.gateway.connection import in_request_order
@@ -343,6 +344,23 @@ _ADD_ERRORS = {E.CONCURRENT_TRANSACTIONS: E.NOT_ENOUGH_REPLICAS, E.COORDINATOR_L
                E.PRODUCER_FENCED: E.INVALID_PRODUCER_EPOCH}
 
 
+def _partitions_to_ask(batches: list[tuple[str, int, object]], known):
+    """What a transactional Produce's batches need from the coordinator: (producer id, producer epoch, an answer per
+    batch (NONE, or INVALID_PRODUCER_ID_MAPPING for a batch of another producer or epoch than the first's), the
+    partitions `known(producer id, epoch, topic, partition)` does not cover -> the indexes of their batches)."""
+    first = parse_header(batches[0][2], 0, whole=False)
+    producer_id, producer_epoch = first.producer_id, first.producer_epoch
+    out: list = [(E.NONE, None)] * len(batches)
+    wanted: dict[tuple[str, int], list[int]] = {}
+    for n, (topic, partition, records) in enumerate(batches):
+        header = parse_header(records, 0, whole=False)
+        if (header.producer_id, header.producer_epoch) != (producer_id, producer_epoch):
+            out[n] = (E.INVALID_PRODUCER_ID_MAPPING, "a transactional produce carries one producer id and epoch")
+        elif not known(producer_id, producer_epoch, topic, partition):
+            wanted.setdefault((topic, partition), []).append(n)
+    return producer_id, producer_epoch, out, wanted
+
+
 async def add_produced_partitions(ctx, transactional_id: str, batches: list[tuple[str, int, object]],
                                   ) -> list[tuple[ErrorCode, str | None]]:
     """Transaction version 2 (Produce v12+): the partitions of a transactional Produce join the producer's
@@ -350,20 +368,15 @@ async def add_produced_partitions(ctx, transactional_id: str, batches: list[tupl
     coordinator): `batches` are (topic, partition, records); each gets (error, message), NONE where its records
     may be appended. A partition added for this producer id and epoch is remembered, so only a transaction's first
     batch per partition asks the coordinator (a new transaction has a new epoch)."""
-    from protocol.record_batch import parse_header
     added = ctx.txn_partitions_added
-    first = parse_header(batches[0][2], 0, whole=False)
-    producer_id, producer_epoch = first.producer_id, first.producer_epoch
-    out: list = [(E.NONE, None)] * len(batches)
-    wanted = {}
-    for n, (topic, partition, records) in enumerate(batches):
-        header = parse_header(records, 0, whole=False)
-        if (header.producer_id, header.producer_epoch) != (producer_id, producer_epoch):
-            out[n] = (E.INVALID_PRODUCER_ID_MAPPING, "a transactional produce carries one producer id and epoch")
-        elif (transactional_id, producer_id, producer_epoch, topic, partition) in added:
-            added.move_to_end((transactional_id, producer_id, producer_epoch, topic, partition))
-        else:
-            wanted.setdefault((topic, partition), []).append(n)
+
+    def known(producer_id, producer_epoch, topic, partition) -> bool:
+        key = (transactional_id, producer_id, producer_epoch, topic, partition)
+        if key in added:
+            added.move_to_end(key)
+            return True
+        return False
+    producer_id, producer_epoch, out, wanted = _partitions_to_ask(batches, known)
     if not wanted:
         return out
     try:
@@ -397,18 +410,10 @@ async def verify_produced_partitions(ctx, transactional_id: str, version: int, b
     transaction. Each of `batches` (topic, partition, records) gets (error, message); a partition verified before
     (and no marker of the producer since: actors/gateway/txn_verifications.py) is not asked again. The caller
     checks `ctx.txn_verifications.is_verified` once more right before writing the batch."""
-    from protocol.record_batch import parse_header
     verifications = ctx.txn_verifications
-    first = parse_header(batches[0][2], 0, whole=False)
-    producer_id, producer_epoch = first.producer_id, first.producer_epoch
-    out: list = [(E.NONE, None)] * len(batches)
-    wanted: dict[tuple[str, int], list[int]] = {}
-    for n, (topic, partition, records) in enumerate(batches):
-        header = parse_header(records, 0, whole=False)
-        if (header.producer_id, header.producer_epoch) != (producer_id, producer_epoch):
-            out[n] = (E.INVALID_PRODUCER_ID_MAPPING, "a transactional produce carries one producer id and epoch")
-        elif not verifications.is_verified(transactional_id, producer_id, producer_epoch, topic, partition):
-            wanted.setdefault((topic, partition), []).append(n)
+    producer_id, producer_epoch, out, wanted = _partitions_to_ask(
+        batches, lambda pid, epoch, topic, partition: verifications.is_verified(transactional_id, pid, epoch, topic,
+                                                                                partition))
     if not wanted:
         return out
     guards = {tp: verifications.guard(producer_id, *tp) for tp in wanted}
