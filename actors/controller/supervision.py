@@ -20,8 +20,9 @@ from actors.controller.core import TopicState
 from actors.controller.leadership import running_gateway
 from actors.controller.nodes import NodeView, recorded_broker_id
 from actors.controller.ray_calls import SHARDS_PER_BROKER_MAX, ShardCalls, listen_failure
-from actors.controller.reconciler import (Fence, Host, Kill, Say, ServeGateway, SessionTicks, StartGateway, Tell,
-                                          desired_replicas, expired_sessions, partition_state)
+from actors.controller.reconciler import (Fence, Host, Kill, Say, ServeGateway, SessionTicks, StartGateway,
+                                          StopReplica, Tell, desired_replicas, expired_sessions, partition_state,
+                                          placed_replicas)
 from actors.names import NAMESPACE, controller_name, gateway_name, shard_name
 from actors.shard.hosted import HostedReplica, shard_index
 
@@ -151,6 +152,8 @@ class Supervision:
                 self._spawn(self._tell(action))
             elif isinstance(action, ServeGateway):
                 self._spawn(self._serve_gateway(action))
+            elif isinstance(action, StopReplica):
+                self._spawn(self._stop_replica(action))
             else:
                 raise TypeError(f"the controller does not carry out {action!r}")
         self.note_changes()
@@ -195,6 +198,7 @@ class Supervision:
         loop = asyncio.get_running_loop()
         while True:
             try:
+                self.follow_placements()
                 self.execute(self.rec.step(loop.time(), lambda key: partition_state(self.core, key)))
             except Exception:
                 log.exception("reconciling the controller's actors failed")
@@ -247,6 +251,27 @@ class Supervision:
             self.rec.told(action)
         self.note_changes()
         self.wake_up()
+
+    def follow_placements(self) -> None:
+        """Replicas follow their partitions' placement (a reassignment): the replicas a move adds
+        start (hosted, told their state: they fetch from the leader and join the ISR once caught
+        up), and those it removed (the move completed, or was cancelled) stop and delete their files."""
+        for topic in self.core.take_placement_changes():
+            self.start_partitions(topic)
+            self.execute(self.rec.unwanted(placed_replicas(self.core, [topic]), {topic.topic_id}))
+
+    async def _stop_replica(self, action: StopReplica) -> None:
+        """A replica no longer placed on its broker: deleted once the change is committed (a cut
+        off one deletes its files when its broker returns and finds it no longer placed there)."""
+        try:
+            await self.shell._durable()
+            await asyncio.wait_for(action.handle.delete.remote(), REPLICA_UPDATE_TIMEOUT_S)
+            log.info("replica %s stopped and deleted: no longer placed on its broker", action.key)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.info("could not stop replica %s (%s): its broker deletes it when it next starts", action.key,
+                     type(e).__name__)
 
     async def _serve_gateway(self, action: ServeGateway) -> None:
         """Keep a gateway serving: ask it to start, wait until it stops; when Ray restarts it (the

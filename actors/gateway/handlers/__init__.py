@@ -28,6 +28,8 @@ from actors.gateway.handlers.scram_credentials import (handle_alter_user_scram_c
 from actors.gateway.handlers.share_admin import (handle_alter_share_group_offsets, handle_delete_share_group_offsets,
                                                  handle_describe_share_group_offsets)
 from actors.gateway.handlers.quotas import handle_alter_client_quotas, handle_describe_client_quotas
+from actors.gateway.handlers.reassignments import (handle_alter_partition_reassignments, handle_elect_leaders,
+                                                   handle_list_partition_reassignments)
 from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle_share_fetch
 from actors.gateway.handlers.share_state import handle_share_state
 from actors.gateway.handlers.streams_groups import handle_streams_group_describe, handle_streams_group_heartbeat
@@ -75,7 +77,10 @@ ROUTES: dict[int, Route] = {
     32: Route(handle_describe_configs, 1, 4),
     37: Route(handle_create_partitions, 0, 3),
     42: Route(handle_delete_groups, 0, 3),
+    43: Route(handle_elect_leaders, 0, 2),  # PREFERRED and UNCLEAN (handlers/reassignments.py)
     44: Route(handle_incremental_alter_configs, 0, 1),
+    45: Route(handle_alter_partition_reassignments, 0, 1),
+    46: Route(handle_list_partition_reassignments, 0, 0),
     47: Route(handle_offset_delete, 0, 0),
     48: Route(handle_describe_client_quotas, 0, 1),
     49: Route(handle_alter_client_quotas, 0, 1),
