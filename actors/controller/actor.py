@@ -237,7 +237,8 @@ class ControllerActor:
                              leaders, listeners, coordinators,
                              {g: dict(cfg) for g, cfg in c.group_configs.items()}, tuple(c.acls), c.acl_version,
                              dict(c.scram_credentials), c.scram_version,
-                             {e: dict(values) for e, values in c.client_quotas.items()})
+                             {e: dict(values) for e, values in c.client_quotas.items()},
+                             {b: dict(values) for b, values in c.dynamic_broker_configs.items()})
 
     @answers_once_committed
     async def wait_for_metadata(self, known_version: int, timeout_s: float) -> MetadataImage:
@@ -494,6 +495,17 @@ class ControllerActor:
         self._persist(outcome)
         self.supervision.follow_placements()
         return results
+
+    @answers_once_committed
+    def alter_broker_configs(self, broker: str, configs: dict[str, Any], validate_only: bool = False
+                             ) -> tuple[int, str | None]:
+        """Dynamic broker configs (the replication throttles); the shards of the brokers concerned apply the
+        new rates at once."""
+        outcome = self.core.alter_broker_configs(broker, configs, validate_only=validate_only)
+        self._persist(outcome)
+        if outcome.records:
+            self.supervision.push_replication_throttles()
+        return outcome.error_code, outcome.message
 
     @answers_once_committed
     def list_partition_reassignments(self, topics: list | None) -> list:

@@ -10,7 +10,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.config_schema import ConfigError, topic_config_defaults, validate_group_configs, validate_topic_configs
+from actors.config_schema import ConfigError, topic_config_defaults, validate_dynamic_broker_configs, \
+    validate_group_configs, validate_topic_configs
 from actors.topic_names import topic_name_error
 from protocol.errors import ErrorCode
 
@@ -95,6 +96,9 @@ class ControllerCore:
         # partitions being reassigned, keyed as ReplicationControl's ((topic id bytes, index)), and the
         # topics whose replica placement changed since the shell last looked (`take_placement_changes`)
         self.reassigning: set[tuple[bytes, int]] = set()
+        # dynamic broker configs (the replication throttles): broker id as a string, or "" for the cluster's
+        # default -> key -> value (overrides of the static broker config)
+        self.dynamic_broker_configs: dict[str, dict[str, Any]] = {}
         self.placement_changed: set[uuid.UUID] = set()
         # liveness, leaders, epochs and ISRs: partition keys are (topic_id bytes, index), the
         # partition objects are this core's own PartitionStates (updated in place by its records)
@@ -289,6 +293,25 @@ class ControllerCore:
             return Outcome()
         return self._commit([{"type": "group_configs", "group_id": group_id, "configs": merged}])
 
+    def alter_broker_configs(self, broker: str, configs: dict[str, Any], *, validate_only: bool = False) -> Outcome:
+        """IncrementalAlterConfigs of a BROKER resource: `broker` is a broker id, or "" for the cluster's
+        default; None deletes a key (a key that is not set: nothing to delete, no error, as Kafka)."""
+        if broker != "" and not (broker.isdigit() and int(broker) >= 0):
+            return Outcome(ErrorCode.INVALID_REQUEST, f"broker {broker!r}: a broker id, or \"\" for the cluster's "
+                                                      f"default")
+        try:
+            typed = validate_dynamic_broker_configs({k: v for k, v in configs.items() if v is not None})
+            validate_dynamic_broker_configs({k: 0 for k, v in configs.items() if v is None})
+        except ConfigError as e:
+            return Outcome(ErrorCode.INVALID_CONFIG, str(e))
+        merged = dict(self.dynamic_broker_configs.get(broker, {}))
+        merged.update(typed)
+        for key in [k for k, v in configs.items() if v is None]:
+            merged.pop(key, None)
+        if validate_only or merged == self.dynamic_broker_configs.get(broker, {}):
+            return Outcome()
+        return self._commit([{"type": "broker_configs", "broker": broker, "configs": merged}])
+
     def create_acls(self, bindings: list[AclBinding]) -> tuple[list[tuple[int, str | None]], Outcome]:
         """CreateAcls: per binding (error code, message); a binding that exists already is a success
         that adds nothing, as in Kafka's AclControlManager."""
@@ -470,6 +493,11 @@ class ControllerCore:
                 self.group_configs[record["group_id"]] = dict(record["configs"])
             else:
                 self.group_configs.pop(record["group_id"], None)
+        elif kind == "broker_configs":
+            if record["configs"]:
+                self.dynamic_broker_configs[record["broker"]] = dict(record["configs"])
+            else:
+                self.dynamic_broker_configs.pop(record["broker"], None)
         elif kind == "producer_ids":
             self.producer_id_limit = record["limit"]
         elif kind == "acls":

@@ -15,7 +15,7 @@ import time
 import ray
 
 from actors import composition
-from actors.config_schema import TopicConfig
+from actors.config_schema import TopicConfig, effective_dynamic_broker_config
 from actors.controller.core import TopicState
 from actors.controller.leadership import running_gateway
 from actors.controller.nodes import NodeView, recorded_broker_id
@@ -301,7 +301,39 @@ class Supervision:
         topic = self.core.topics_by_id.get(actor.spec["topic_id"])
         if topic is not None:
             actor.spec["config"] = TopicConfig.from_kafka(self.core.effective_configs(topic))
+        broker = self.core.brokers.get(actor.spec["broker_id"])
+        if broker is not None:  # the shard's part of its broker's replication throttle, as it is now
+            actor.spec["follower_throttle_bytes_per_s"] = self._shard_throttle(broker)
         return actor.spec
+
+    def _shard_throttle(self, broker) -> float | None:
+        """One shard's part of its broker's follower.replication.throttled.rate (the broker's rate shared by
+        its shards, whose fetchers fetch independently); None: no throttle."""
+        rate = int(effective_dynamic_broker_config("follower.replication.throttled.rate", broker.broker_id,
+                                                   self.core.broker_config, self.core.dynamic_broker_configs))
+        if rate >= 2**63 - 1:
+            return None
+        try:
+            shards = self._shard_count(broker)
+        except LookupError:
+            shards = max(1, sum(1 for b, _ in self.rec.shards if b == broker.broker_id))
+        return rate / shards
+
+    def push_replication_throttles(self) -> None:
+        """Every shard takes its part of its broker's replication throttle as the dynamic configs say now."""
+        for (broker_id, _), shard in list(self.rec.shards.items()):
+            broker = self.core.brokers.get(broker_id)
+            if broker is not None:
+                self._spawn(self._set_throttle(shard, self._shard_throttle(broker)))
+
+    @staticmethod
+    async def _set_throttle(shard, rate: float | None) -> None:
+        try:
+            await asyncio.wait_for(shard.set_replication_throttle.remote(rate), REPLICA_UPDATE_TIMEOUT_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # (a shard that restarts takes the rate when it hosts its replicas again)
+            log.info("could not set a shard's replication throttle: %s", e)
 
     async def _watch_shard_life(self, key: tuple[int, int], shard) -> None:
         while self.rec.shards.get(key) is shard:

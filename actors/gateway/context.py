@@ -128,6 +128,9 @@ class RayController:
         """(a retry of a move that landed changes nothing: the same target is no change)"""
         return await self._call("alter_partition_reassignments", topics, allow_replication_factor_change)
 
+    async def alter_broker_configs(self, broker, configs, validate_only):
+        return await self._call("alter_broker_configs", broker, configs, validate_only)
+
     async def list_partition_reassignments(self, topics):
         return await self._call("list_partition_reassignments", topics)
 

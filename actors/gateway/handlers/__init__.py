@@ -18,6 +18,7 @@ from actors.gateway.handlers.fetch import handle_fetch
 from actors.gateway.handlers.groups import (handle_delete_groups, handle_find_coordinator, handle_list_groups,
                                             handle_share_group_describe, handle_share_group_heartbeat)
 from actors.gateway.handlers.list_offsets import handle_list_offsets
+from actors.gateway.handlers.log_dirs import handle_describe_log_dirs
 from actors.gateway.handlers.metadata_quorum import handle_describe_quorum, handle_quorum_rpc
 from actors.gateway.handlers.produce import acks_zero, handle_produce
 from actors.gateway.handlers.producer_ids import handle_init_producer_id
@@ -75,6 +76,7 @@ ROUTES: dict[int, Route] = {
     30: Route(handle_create_acls, 1, 3),
     31: Route(handle_delete_acls, 1, 3),
     32: Route(handle_describe_configs, 1, 4),
+    35: Route(handle_describe_log_dirs, 1, 5),  # one log directory per broker (v5: never cordoned, KIP-1066)
     37: Route(handle_create_partitions, 0, 3),
     42: Route(handle_delete_groups, 0, 3),
     43: Route(handle_elect_leaders, 0, 2),  # PREFERRED and UNCLEAN (handlers/reassignments.py)
