@@ -97,6 +97,7 @@ def _start_and_serve(args, signals: StopSignals) -> int:
         broker = LocalBroker(config, address=args.address, trim_ray=True)
         what = f"brokers on every node of the Ray cluster at {args.address}" if args.address else "a broker"
     print(f"Starting Kray: {what} (data in {Path(config['log.dirs']).resolve()}) ...", flush=True)
+    broker.progress = lambda line: print(f"kray start: {line}", flush=True)  # what the deploy waits for
     status = 0
     try:
         bootstrap = broker.start()

@@ -38,7 +38,7 @@ from actors.controller.nodes import (BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABE
                                      proposed_broker_id, recorded_broker_id, recorded_voters)
 from actors.controller_client import NotController
 from actors.security.inter_broker import with_broker_secret
-from cluster import inter_broker_login
+from cluster import inter_broker_login, start_progress
 from cluster.start_errors import CannotListen, ProblemLog, RayUnreachable, ray_port_closed, ray_unreachable
 
 log = logging.getLogger("kray")
@@ -49,6 +49,7 @@ LISTEN_PROBLEMS_WAIT_S = 2.0
 RAY_PROBE_TIMEOUT_S = 10  # kray start --address HOST:PORT: how long the head's port may take to accept
 NODE_SUPERVISION_POLL_S = 0.5
 BROKER_EVENTS_POLL_S = 10.0
+PROGRESS_ASK_TIMEOUT_S = 3.0
 # Ray's health checks on one machine: a node whose raylet is gone is refused at once, so Ray may
 # declare it dead in ~1.5 s (failover tests stay short). A stall longer than that (pause_node) gets
 # the node declared dead too: its raylet exits when it wakes, and the node supervisor starts it
@@ -281,6 +282,29 @@ def _signal_all(pids: list[int], sig: int) -> None:
             pass
 
 
+def _named_actor_exists(name: str) -> bool:
+    try:
+        ray.get_actor(name, namespace=names.NAMESPACE)
+        return True
+    except ValueError:
+        return False
+
+
+class _Said:
+    """Says a progress line when it changed, or again every PROGRESS_REPEAT_S (still waiting)."""
+
+    def __init__(self, say):
+        self.say, self.last, self.at = say, None, 0.0
+
+    def __call__(self, line: str) -> None:
+        if self.say is None:
+            return
+        now = time.monotonic()
+        if line != self.last or now - self.at >= start_progress.PROGRESS_REPEAT_S:
+            self.last, self.at = line, now
+            self.say(line)
+
+
 class _Controllers:
     """The controller as LocalBroker and LocalCluster hold it: the dedicated controller (one actor on
     the Ray head, the metadata quorum's single voter inside it), or with combined voters
@@ -289,6 +313,7 @@ class _Controllers:
     election)."""
     _voters: tuple = ()
     _controller = None
+    progress = None  # a function given each progress line while start() deploys (kray start prints them)
 
     @property
     def controller(self):
@@ -315,16 +340,42 @@ class _Controllers:
         serving), asked again of the next active one when the controller changes meanwhile (a
         restarted cluster's voters may elect twice: the first controller stops when its epoch ends)."""
         deadline = time.monotonic() + RAY_STARTUP_TIMEOUT_S
+        said = _Said(self.progress)
         while True:
             controller = self.controller
             try:
-                return ray.get(controller.deploy_brokers.remote(expected, max(1.0, deadline - time.monotonic())))
+                call = controller.deploy_brokers.remote(expected, max(1.0, deadline - time.monotonic()))
+                while not ray.wait([call], timeout=start_progress.PROGRESS_EVERY_S)[0]:
+                    said(self._deploy_progress_line(expected))
+                return ray.get(call)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, NotController) as e:
                 if time.monotonic() > deadline:
                     raise
                 log.info("the active controller changed while the brokers started (%s); asking the new one",
                          str(e).splitlines()[0])
+                said("the active controller changed (an election of the metadata quorum, or its controller started "
+                     "again): asking the new one")
                 time.sleep(0.5)
+                while self._voters and time.monotonic() < deadline:  # (an election: say so while it lasts)
+                    try:
+                        self._controller = active_controller(self._voters, start_progress.PROGRESS_EVERY_S)
+                        break
+                    except TimeoutError:
+                        said(self._deploy_progress_line(expected))
+
+    def _deploy_progress_line(self, expected: int) -> str:
+        """What the deploy waits for now (cluster/start_progress.py), asked of the controllers."""
+        active, progress = None, None
+        handles = [(v, ray.get_actor(names.controller_name(v), namespace=names.NAMESPACE)) for v in self._voters
+                   if _named_actor_exists(names.controller_name(v))] if self._voters else [(None, self._controller)]
+        for voter, handle in handles:
+            try:
+                progress = ray.get(handle.deploy_progress.remote(), timeout=PROGRESS_ASK_TIMEOUT_S)
+                active = voter
+                break
+            except Exception:  # a standby, one restarting, or busy: the next
+                continue
+        return start_progress.progress_line(self._voters, active, progress, expected)
 
     def _start_controllers(self, voter_nodes: dict[int, str]):
         """One controller per voting broker whose node is alive, on that node (one broker secret for

@@ -206,8 +206,27 @@ class ControllerActor:
             if self.rec.broker_failures:
                 raise OSError("; ".join(f"broker {b}: {why}" for b, why in sorted(self.rec.broker_failures.items())))
             if not await self._await_change(deadline):  # registrations and failures both bump
+                waiting = {b: what for b, what in self.deploy_progress()["brokers"].items() if what != "serving"}
                 raise TimeoutError(f"{len(serving)} of {expected} brokers serve clients after {timeout_s:.0f} s; "
-                                   f"Ray nodes: {len(ray.nodes())} (is every broker node up?)")
+                                   f"Ray nodes: {len(ray.nodes())} (is every broker node up?); not serving: "
+                                   + (", ".join(f"broker {b} ({what})" for b, what in sorted(waiting.items()))
+                                      or "no broker node known yet"))
+
+    def deploy_progress(self) -> dict[str, Any]:
+        """What deploy_brokers waits for, for `kray start`'s progress lines: each broker known to
+        this controller (a node's, or registered) as "serving", "registered" (its replicas recover
+        and start listening), "starting" (its gateway starts: it has not registered), or "cannot
+        listen"; and the internal topics not created yet. A standby answers NotController."""
+        if self.voter_id is not None and not self.loaded.is_set():
+            self._resume_supervision()
+            raise NotController(f"the controller on broker {self.voter_id} stands by")
+        if self.core is None:
+            raise NotController("the controller is reading the metadata")
+        known = {b for b in self.rec.node_brokers.values() if b is not None} | self.rec.registered | self.rec.serving
+        brokers = {b: ("serving" if b in self.rec.serving else "cannot listen" if b in self.rec.broker_failures
+                       else "registered" if b in self.rec.registered else "starting") for b in sorted(known)}
+        return {"brokers": brokers, "voter_id": self.voter_id,
+                "internal_topics_missing": [n for n in internal_topics.NAMES if n not in self.core.topics]}
 
     # ---- metadata --------------------------------------------------------------------------
     def image(self) -> MetadataImage:
