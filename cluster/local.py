@@ -282,6 +282,15 @@ def _signal_all(pids: list[int], sig: int) -> None:
             pass
 
 
+def _running_controller(voter: int):
+    """The controller of voting broker `voter` if it runs already (detached: it outlives the
+    `kray start` that started it), else None."""
+    try:
+        return ray.get_actor(names.controller_name(voter), namespace=names.NAMESPACE)
+    except ValueError:
+        return None
+
+
 def _named_actor_exists(name: str) -> bool:
     try:
         ray.get_actor(name, namespace=names.NAMESPACE)
@@ -313,6 +322,7 @@ class _Controllers:
     election)."""
     _voters: tuple = ()
     _controller = None
+    attached = False  # start() found Kray's controllers running (a kray start lost with its host) and took them over
     progress = None  # a function given each progress line while start() deploys (kray start prints them)
 
     @property
@@ -388,8 +398,14 @@ class _Controllers:
                                f"{BROKER_ID_LABEL}=<id> for them: start those nodes with `ray start --labels "
                                f"{BROKER_ID_LABEL}=<id>` (or name other voters)")
         self.config = with_broker_secret(self.config)
-        handles = [composition.start_controller(ControllerActor, self.config, voter_nodes[v], v) for v in self._voters
-                   if v in voter_nodes]
+        handles = []
+        for v in self._voters:
+            running = _running_controller(v)
+            if running is not None:  # Kray runs on this Ray cluster already (its kray start was lost: the Ray
+                handles.append(running)  # head's host died): its controllers and brokers are taken over as they are
+                self.attached = True
+            elif v in voter_nodes:
+                handles.append(composition.start_controller(ControllerActor, self.config, voter_nodes[v], v))
         return handles[0]
 
     def _stop_controllers(self) -> None:
