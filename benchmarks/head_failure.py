@@ -177,6 +177,7 @@ def run(down_s: float = 20.0, *, say=log) -> dict:
         time.sleep(10)
     finally:
         stop_producer.set()
+        producer_stopped_s = h.now()
         threads_alive = [t for t in threading.enumerate() if t.name == "producer"]
         for t in threads_alive:
             t.join(150)
@@ -198,7 +199,7 @@ def run(down_s: float = 20.0, *, say=log) -> dict:
                                    commits=h.commits, observed=h.observed, share=h.share, faults=[fault],
                                    partitions=list(range(PARTITIONS)))
             result["checker"] = report.to_json()
-            end_s = h.now()
+            end_s = producer_stopped_s  # (the gaps: while records were being produced)
             gap, gap_at = longest_gap([a.acked_s for a in h.acks], kill_s, end_s)
             result["writes_longest_gap_s"] = round(gap, 1)
             result["writes_longest_gap_from_kill_s"] = round(gap_at - kill_s, 1)
@@ -210,8 +211,13 @@ def run(down_s: float = 20.0, *, say=log) -> dict:
             result["acknowledged"] = len(h.acks)
             result["produce_failures"] = len(h.produce_failures)
             result["client_errors"] = dict(h.errors)
-            result["acknowledged_never_accepted_by_share_group"] = len(
-                {(a.partition, a.offset) for a in h.acks} - {(e.partition, e.offset) for e in h.share if e.kind == "accepted"})
+            never = sorted({(a.partition, a.offset) for a in h.acks} -
+                           {(e.partition, e.offset) for e in h.share if e.kind == "accepted"})
+            result["acknowledged_never_accepted_by_share_group"] = len(never)
+            result["never_accepted_examples"] = [
+                {"partition": p, "offset": o, "deliveries_s": [round(e.at_s - kill_s, 1) for e in h.share
+                                                               if (e.partition, e.offset) == (p, o)]}
+                for p, o in never[:5]]
         except Exception as e:
             result["checker_failed"] = repr(e)[:500]
         result["kray_log"] = hosts.kray_log(time.time() - 600, limit=60)

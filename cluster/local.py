@@ -381,10 +381,11 @@ class _Controllers:
         for voter, handle in handles:
             try:
                 progress = ray.get(handle.deploy_progress.remote(), timeout=PROGRESS_ASK_TIMEOUT_S)
+            except Exception:  # one restarting, or busy: the next
+                continue
+            if progress is not None:  # (None: a standby)
                 active = voter
                 break
-            except Exception:  # a standby, one restarting, or busy: the next
-                continue
         return start_progress.progress_line(self._voters, active, progress, expected)
 
     def _start_controllers(self, voter_nodes: dict[int, str]):

@@ -206,22 +206,22 @@ class ControllerActor:
             if self.rec.broker_failures:
                 raise OSError("; ".join(f"broker {b}: {why}" for b, why in sorted(self.rec.broker_failures.items())))
             if not await self._await_change(deadline):  # registrations and failures both bump
-                waiting = {b: what for b, what in self.deploy_progress()["brokers"].items() if what != "serving"}
+                waiting = {b: what for b, what in (self.deploy_progress() or {"brokers": {}})["brokers"].items()
+                           if what != "serving"}
                 raise TimeoutError(f"{len(serving)} of {expected} brokers serve clients after {timeout_s:.0f} s; "
                                    f"Ray nodes: {len(ray.nodes())} (is every broker node up?); not serving: "
                                    + (", ".join(f"broker {b} ({what})" for b, what in sorted(waiting.items()))
                                       or "no broker node known yet"))
 
-    def deploy_progress(self) -> dict[str, Any]:
+    def deploy_progress(self) -> dict[str, Any] | None:
         """What deploy_brokers waits for, for `kray start`'s progress lines: each broker known to
         this controller (a node's, or registered) as "serving", "registered" (its replicas recover
         and start listening), "starting" (its gateway starts: it has not registered), or "cannot
-        listen"; and the internal topics not created yet. A standby answers NotController."""
-        if self.voter_id is not None and not self.loaded.is_set():
+        listen"; and the internal topics not created yet. None from a standby, or one still
+        reading the metadata (an answer, not an error: the caller asks every voter's controller)."""
+        if not self.loaded.is_set() or self.core is None:
             self._resume_supervision()
-            raise NotController(f"the controller on broker {self.voter_id} stands by")
-        if self.core is None:
-            raise NotController("the controller is reading the metadata")
+            return None
         known = {b for b in self.rec.node_brokers.values() if b is not None} | self.rec.registered | self.rec.serving
         brokers = {b: ("serving" if b in self.rec.serving else "cannot listen" if b in self.rec.broker_failures
                        else "registered" if b in self.rec.registered else "starting") for b in sorted(known)}
