@@ -177,7 +177,7 @@ def active_controller(voters, timeout_s: float, prefer=None):
 
 
 def stop_controller(controller) -> None:
-    """Stop the brokers and partition actors the controller started, then the controller."""
+    """Stop the brokers and partition replicas the controller started, then the controller."""
     try:
         ray.get(controller.shutdown.remote(), timeout=60)
     except Exception as e:  # stopping anyway
@@ -677,7 +677,7 @@ class LocalCluster(_Controllers):
     # ---- failover testing: what a machine's loss, return and stall look like to Kray ----------
     def kill_node(self, broker_id: int, graceful: bool = False) -> None:
         """Broker `broker_id`'s Ray node dies: with graceful=False the raylet and every process
-        on the node (gateway, partition actors, Ray's agents) get SIGKILL at the same moment, as
+        on the node (gateway, partition replicas, Ray's agents) get SIGKILL at the same moment, as
         when a machine loses power; graceful=True stops them with SIGTERM first. The node
         supervisor leaves it dead: restart_node brings it back."""
         with self._nodes_lock:

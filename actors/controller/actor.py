@@ -233,7 +233,7 @@ class ControllerActor:
         """The metadata as gateways need it. Only gateways follow it (a few per cluster): every
         actor handle in an image is deserialized, and reference counted, by every receiver.
         Brokers: registered with this controller and unfenced (Kafka leaves fenced ones out).
-        Partition actors and listeners: each partition's leader replica; a listener only once that
+        Partition replicas and listeners: each partition's leader replica; a listener only once that
         replica listens and has confirmed that it leads in the current leader epoch, so whatever
         the image routes to a leader, the leader can append (a partition without one answers
         LEADER_NOT_AVAILABLE in Metadata, and clients wait instead of failing a first send)."""
@@ -510,7 +510,7 @@ class ControllerActor:
         return producer_id
 
     async def shutdown(self) -> None:
-        """Stop the gateways, close every partition actor this controller started (flushing their
+        """Stop the gateways, close every partition replica this controller started (flushing their
         logs), then kill them."""
         self.leadership.stopping = True  # its voter stops with its gateway: that is no reason to restart
         self.supervision.stop()
