@@ -521,6 +521,10 @@ class PartitionReplica:
         self.replica.config = self._replication_config(config)
 
     async def close(self) -> None:
+        # acks=all produces waiting here are answered now (NOT_LEADER_OR_FOLLOWER: their producers go to the
+        # leader the controller named), not left to their request timeout: a reassignment stops the replica
+        # that led until its move completed
+        self.release_acks_waits()
         self._stop_following()
         self.shares.close()
         # after any checkpoint still queued (so the last one written is this one, and `delete`
