@@ -53,8 +53,8 @@ class TxnWrite(NamedTuple):
 
 
 class CoordinatorLog:
-    def __init__(self, partition_actor, leader_epoch: int = -1):
-        self.partition = partition_actor  # the PartitionActor instance in this process
+    def __init__(self, partition_replica, leader_epoch: int = -1):
+        self.partition = partition_replica  # the PartitionReplica instance in this process
         self.leader_epoch = leader_epoch
         self.next_offset = 0
         self.waiting: list[tuple[list, asyncio.Future]] = []

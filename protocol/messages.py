@@ -1625,6 +1625,54 @@ class DeleteGroupsResponse(Message):
         )
 
 
+class ElectLeadersRequest(Message):
+    API_KEY = 43
+    MIN_VERSION = 0
+    MAX_VERSION = 2
+    FLEXIBLE_MIN = 2
+    __slots__ = ('election_type', 'topic_partitions', 'timeout_ms')
+    FIELDS = (
+        F('election_type', 'int8', '1+'),
+        F('topic_partitions', '[]TopicPartitions', '0+', nullable='0+'),
+        F('timeout_ms', 'int32', '0+', default=60000),
+    )
+
+    class TopicPartitions(Message):
+        __slots__ = ('topic', 'partitions')
+        FIELDS = (
+            F('topic', 'string', '0+'),
+            F('partitions', '[]int32', '0+'),
+        )
+
+
+class ElectLeadersResponse(Message):
+    API_KEY = 43
+    MIN_VERSION = 0
+    MAX_VERSION = 2
+    FLEXIBLE_MIN = 2
+    __slots__ = ('throttle_time_ms', 'error_code', 'replica_election_results')
+    FIELDS = (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '1+'),
+        F('replica_election_results', '[]ReplicaElectionResult', '0+'),
+    )
+
+    class ReplicaElectionResult(Message):
+        __slots__ = ('topic', 'partition_result')
+        FIELDS = (
+            F('topic', 'string', '0+'),
+            F('partition_result', '[]PartitionResult', '0+'),
+        )
+
+    class PartitionResult(Message):
+        __slots__ = ('partition_id', 'error_code', 'error_message')
+        FIELDS = (
+            F('partition_id', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+        )
+
+
 class IncrementalAlterConfigsRequest(Message):
     API_KEY = 44
     MIN_VERSION = 0
@@ -1671,6 +1719,112 @@ class IncrementalAlterConfigsResponse(Message):
             F('error_message', 'string', '0+', nullable='0+'),
             F('resource_type', 'int8', '0+'),
             F('resource_name', 'string', '0+'),
+        )
+
+
+class AlterPartitionReassignmentsRequest(Message):
+    API_KEY = 45
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 0
+    __slots__ = ('timeout_ms', 'allow_replication_factor_change', 'topics')
+    FIELDS = (
+        F('timeout_ms', 'int32', '0+', default=60000),
+        F('allow_replication_factor_change', 'bool', '1+', default=True),
+        F('topics', '[]ReassignableTopic', '0+'),
+    )
+
+    class ReassignableTopic(Message):
+        __slots__ = ('name', 'partitions')
+        FIELDS = (
+            F('name', 'string', '0+'),
+            F('partitions', '[]ReassignablePartition', '0+'),
+        )
+
+    class ReassignablePartition(Message):
+        __slots__ = ('partition_index', 'replicas')
+        FIELDS = (
+            F('partition_index', 'int32', '0+'),
+            F('replicas', '[]int32', '0+', nullable='0+', default=None),
+        )
+
+
+class AlterPartitionReassignmentsResponse(Message):
+    API_KEY = 45
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 0
+    __slots__ = ('throttle_time_ms', 'allow_replication_factor_change', 'error_code', 'error_message', 'responses')
+    FIELDS = (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('allow_replication_factor_change', 'bool', '1+', default=True),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+        F('responses', '[]ReassignableTopicResponse', '0+'),
+    )
+
+    class ReassignableTopicResponse(Message):
+        __slots__ = ('name', 'partitions')
+        FIELDS = (
+            F('name', 'string', '0+'),
+            F('partitions', '[]ReassignablePartitionResponse', '0+'),
+        )
+
+    class ReassignablePartitionResponse(Message):
+        __slots__ = ('partition_index', 'error_code', 'error_message')
+        FIELDS = (
+            F('partition_index', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+        )
+
+
+class ListPartitionReassignmentsRequest(Message):
+    API_KEY = 46
+    MIN_VERSION = 0
+    MAX_VERSION = 0
+    FLEXIBLE_MIN = 0
+    __slots__ = ('timeout_ms', 'topics')
+    FIELDS = (
+        F('timeout_ms', 'int32', '0+', default=60000),
+        F('topics', '[]ListPartitionReassignmentsTopics', '0+', nullable='0+', default=None),
+    )
+
+    class ListPartitionReassignmentsTopics(Message):
+        __slots__ = ('name', 'partition_indexes')
+        FIELDS = (
+            F('name', 'string', '0+'),
+            F('partition_indexes', '[]int32', '0+'),
+        )
+
+
+class ListPartitionReassignmentsResponse(Message):
+    API_KEY = 46
+    MIN_VERSION = 0
+    MAX_VERSION = 0
+    FLEXIBLE_MIN = 0
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'topics')
+    FIELDS = (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+        F('topics', '[]OngoingTopicReassignment', '0+'),
+    )
+
+    class OngoingTopicReassignment(Message):
+        __slots__ = ('name', 'partitions')
+        FIELDS = (
+            F('name', 'string', '0+'),
+            F('partitions', '[]OngoingPartitionReassignment', '0+'),
+        )
+
+    class OngoingPartitionReassignment(Message):
+        __slots__ = ('partition_index', 'replicas', 'adding_replicas', 'removing_replicas')
+        FIELDS = (
+            F('partition_index', 'int32', '0+'),
+            F('replicas', '[]int32', '0+'),
+            F('adding_replicas', '[]int32', '0+'),
+            F('removing_replicas', '[]int32', '0+'),
         )
 
 

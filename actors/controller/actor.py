@@ -206,15 +206,34 @@ class ControllerActor:
             if self.rec.broker_failures:
                 raise OSError("; ".join(f"broker {b}: {why}" for b, why in sorted(self.rec.broker_failures.items())))
             if not await self._await_change(deadline):  # registrations and failures both bump
+                waiting = {b: what for b, what in (self.deploy_progress() or {"brokers": {}})["brokers"].items()
+                           if what != "serving"}
                 raise TimeoutError(f"{len(serving)} of {expected} brokers serve clients after {timeout_s:.0f} s; "
-                                   f"Ray nodes: {len(ray.nodes())} (is every broker node up?)")
+                                   f"Ray nodes: {len(ray.nodes())} (is every broker node up?); not serving: "
+                                   + (", ".join(f"broker {b} ({what})" for b, what in sorted(waiting.items()))
+                                      or "no broker node known yet"))
+
+    def deploy_progress(self) -> dict[str, Any] | None:
+        """What deploy_brokers waits for, for `kray start`'s progress lines: each broker known to
+        this controller (a node's, or registered) as "serving", "registered" (its replicas recover
+        and start listening), "starting" (its gateway starts: it has not registered), or "cannot
+        listen"; and the internal topics not created yet. None from a standby, or one still
+        reading the metadata (an answer, not an error: the caller asks every voter's controller)."""
+        if not self.loaded.is_set() or self.core is None:
+            self._resume_supervision()
+            return None
+        known = {b for b in self.rec.node_brokers.values() if b is not None} | self.rec.registered | self.rec.serving
+        brokers = {b: ("serving" if b in self.rec.serving else "cannot listen" if b in self.rec.broker_failures
+                       else "registered" if b in self.rec.registered else "starting") for b in sorted(known)}
+        return {"brokers": brokers, "voter_id": self.voter_id,
+                "internal_topics_missing": [n for n in internal_topics.NAMES if n not in self.core.topics]}
 
     # ---- metadata --------------------------------------------------------------------------
     def image(self) -> MetadataImage:
         """The metadata as gateways need it. Only gateways follow it (a few per cluster): every
         actor handle in an image is deserialized, and reference counted, by every receiver.
         Brokers: registered with this controller and unfenced (Kafka leaves fenced ones out).
-        Partition actors and listeners: each partition's leader replica; a listener only once that
+        Partition replicas and listeners: each partition's leader replica; a listener only once that
         replica listens and has confirmed that it leads in the current leader epoch, so whatever
         the image routes to a leader, the leader can append (a partition without one answers
         LEADER_NOT_AVAILABLE in Metadata, and clients wait instead of failing a first send)."""
@@ -491,7 +510,7 @@ class ControllerActor:
         return producer_id
 
     async def shutdown(self) -> None:
-        """Stop the gateways, close every partition actor this controller started (flushing their
+        """Stop the gateways, close every partition replica this controller started (flushing their
         logs), then kill them."""
         self.leadership.stopping = True  # its voter stops with its gateway: that is no reason to restart
         self.supervision.stop()

@@ -18,8 +18,8 @@ class MetadataImage:
     brokers: dict[int, BrokerInfo]
     topics: dict[str, TopicState]
     # each partition's leader replica actor, keyed (topic id, partition)
-    partition_actors: dict[tuple[uuid.UUID, int], Any] = field(default_factory=dict)
-    # where each partition leader's data-path listener is, on its own node (keyed like partition_actors)
+    partition_replicas: dict[tuple[uuid.UUID, int], Any] = field(default_factory=dict)
+    # where each partition leader's data-path listener is, on its own node (keyed like partition_replicas)
     partition_listeners: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
     # coordinators, keyed by (internal topic name, partition): the leader actors of those partitions
     coordinators: dict[tuple[str, int], Any] = field(default_factory=dict)

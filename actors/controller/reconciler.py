@@ -121,6 +121,7 @@ class GatewaySupervision:
     handle: Any
     serving: bool = False  # a ServeGateway is out
     stopped: bool = False  # stopped on purpose: not asked again
+    started: bool = False  # its start answered (broker_ready answered, maybe by an earlier controller)
     retry_at: float = 0.0
     delay_s: float = RETRY_S
 
@@ -307,9 +308,15 @@ class Reconciler:
             self.supervised[broker_id] = GatewaySupervision(handle)
 
     def gateway_started(self, action: ServeGateway) -> None:
+        """Its start answered: the broker serves (its start ends with broker_ready answered, by this
+        controller or, for a gateway adopted after a controller restart, by an earlier one, which
+        this incarnation never hears of: without this, deploy_brokers would wait for it forever)."""
         g = self.supervised.get(action.broker_id)
         if g is not None and g.handle is action.handle:
-            g.delay_s = RETRY_S
+            g.delay_s, g.started = RETRY_S, True
+            if action.broker_id in self.registered and action.broker_id not in self.serving:
+                self.serving.add(action.broker_id)
+                self.changed = True
 
     def gateway_stopped(self, action: ServeGateway) -> None:
         g = self.supervised.get(action.broker_id)
@@ -322,6 +329,7 @@ class Reconciler:
         if g is None or g.handle is not action.handle:
             return
         self.serving.discard(action.broker_id)
+        g.started = False
         if listen_error is not None:
             self.broker_failures[action.broker_id] = listen_error
         self.changed = True
@@ -350,6 +358,9 @@ class Reconciler:
                             f"{broker_epoch}); its replicas catch up and rejoin the ISRs"))
         self.ever_registered.add(broker_id)
         self.registered.add(broker_id)
+        g = self.supervised.get(broker_id)
+        if g is not None and g.started:  # its start answered before it registered with this controller
+            self.serving.add(broker_id)
         self.broker_failures.pop(broker_id, None)
         self.changed = True
         return said

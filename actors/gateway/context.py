@@ -3,7 +3,7 @@ clients for the actors they call. Ray stays behind `RayPartitions` and `RayContr
 hand handlers other implementations of the same methods.
 
 A gateway serves the data path (produce, fetch, share fetch) only for partitions whose leader is
-its own broker, over the Unix socket each of those partition actors listens on; for any other
+its own broker, over the Unix socket each of those partition replicas listens on; for any other
 partition the handlers answer NOT_LEADER_OR_FOLLOWER, as a Kafka broker does. While the broker's
 session with the controller may have expired (broker_session.py) it serves as leader of nothing
 and leaves itself out of the brokers it describes, as the controller would after fencing it.
@@ -242,7 +242,7 @@ class GatewayContext:
 
     def any_partition(self, topic_id: uuid.UUID, index: int) -> RayPartition | None:
         """A partition on any broker, for admin steps (Ray calls)."""
-        handle = self.metadata.partition_actors.get((topic_id, index)) if self.metadata else None
+        handle = self.metadata.partition_replicas.get((topic_id, index)) if self.metadata else None
         return RayPartition(handle) if handle is not None else None
 
     async def catch_up_metadata(self) -> None:

@@ -1,9 +1,9 @@
 """Record bytes that a Fetch response sends straight from a segment file.
 
-A partition actor on this node answers a fetch with where its records lie (a segment file, a
+A partition replica on this node answers a fetch with where its records lie (a segment file, a
 position, a size; see PartitionCore.fetch_slice); the gateway opens that file and, when the
 response's turn comes on the client connection, lets the kernel copy the bytes to the socket
-(sendfile), as Kafka does. The bytes never pass through Python: not in the partition actor, not
+(sendfile), as Kafka does. The bytes never pass through Python: not in the partition replica, not
 over the Unix socket, not in the gateway.
 
 The region is opened as soon as it is known, so a segment deleted afterwards (retention) is

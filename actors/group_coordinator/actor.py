@@ -1,5 +1,5 @@
 """The group coordinator's Ray shell: the leader actor of one `__consumer_offsets` partition (its
-PartitionActor, plus the coordinator that writes its log in process, so the shard moves with the
+PartitionReplica, plus the coordinator that writes its log in process, so the shard moves with the
 partition's leadership). It replays the partition on first use, serves the group protocols (share,
 classic, consumer), offsets and the group admin calls, appends each call's records before
 answering, fires the groups' timers on their deadlines, and has the share coordinators initialize
@@ -21,7 +21,7 @@ from actors import controller_client, internal_topics, metrics
 from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost, TxnMarker, TxnWrite
 from actors.group_coordinator.classic import Outcome
 from actors.group_coordinator.groups import Groups
-from actors.partition.actor import PartitionActor
+from actors.partition.actor import PartitionReplica
 from actors.share_coordinator.core import state_partition_for
 from actors.share_partition.core import LATEST_TIMESTAMP, start_offset_timestamp
 from actors.transaction_coordinator.core import AddPartitions
@@ -67,7 +67,7 @@ async def resolve_start_offset(partition, group_configs: dict, now_ms: int) -> i
     return offset if not error and offset >= 0 else UNINITIALIZED_START_OFFSET
 
 
-class GroupCoordinatorActor(PartitionActor):
+class GroupCoordinator(PartitionReplica):
     def __init__(self, spec: dict, host):
         super().__init__(spec, host)
         self.config = spec["broker_config"]
@@ -223,11 +223,11 @@ class GroupCoordinatorActor(PartitionActor):
 
     async def _log_end_offset(self, topic: str, partition: int) -> int | None:
         state = self.image.topics.get(topic)
-        actor = self.image.partition_actors.get((state.topic_id, partition)) if state is not None else None
-        if actor is None:
+        replica = self.image.partition_replicas.get((state.topic_id, partition)) if state is not None else None
+        if replica is None:
             return None
         try:
-            error, offset, *_ = await actor.list_offsets.remote(LATEST_TIMESTAMP, NO_LEADER_EPOCH, READ_UNCOMMITTED)
+            error, offset, *_ = await replica.list_offsets.remote(LATEST_TIMESTAMP, NO_LEADER_EPOCH, READ_UNCOMMITTED)
         except Exception:
             return None
         return None if error else offset
@@ -521,7 +521,7 @@ class GroupCoordinatorActor(PartitionActor):
         """InitializeShareGroupState for newly subscribed share-partitions, at the offsets where
         share.auto.offset.reset says they start (resolved now, before any member is assigned them),
         then make them assignable."""
-        try:  # every partition actor's handle: once per initialization, not on the data path
+        try:  # every partition replica's handle: once per initialization, not on the data path
             image = await controller_client.wait_for_metadata(self.controller, -1, 0)
         except Exception as e:
             log.warning("no metadata to look up share-partition start offsets: %s", e)
@@ -530,7 +530,7 @@ class GroupCoordinatorActor(PartitionActor):
         done, failed = [], []
         for topic_id, index in partitions:
             try:
-                partition = image.partition_actors.get((topic_id, index)) if image is not None else None
+                partition = image.partition_replicas.get((topic_id, index)) if image is not None else None
                 start_offset = await resolve_start_offset(partition, configs, now_ms())
                 coordinator = await self._share_coordinator(group_id, topic_id, index)
                 error, message = await coordinator.initialize_state.remote(group_id, topic_id, index, state_epoch,

@@ -71,7 +71,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class PartitionActor:
+class PartitionReplica:
     def __init__(self, spec: dict[str, Any], host: ReplicaHost):
         log_to_stderr()
         self.spec = spec

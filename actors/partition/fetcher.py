@@ -50,7 +50,7 @@ Key = tuple[uuid.UUID, int]     # (topic id, partition)
 
 
 class Follower(Protocol):
-    """What a fetcher needs of a follower replica (actors/partition/actor.py's PartitionActor)."""
+    """What a fetcher needs of a follower replica (actors/partition/actor.py's PartitionReplica)."""
     key: Key
     broker_epoch: int
 

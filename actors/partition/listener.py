@@ -7,7 +7,7 @@ SHARE_STATE frames go to the share coordinator a `__share_group_state` replica h
 replica hosts (its `txn_operation`); a replica without one answers NOT_HOSTED, as for a partition
 not hosted here.
 
-Long polls (WAIT_FOR_DATA, SHARE_WAIT) wait here, in the partition actor, and answer with a
+Long polls (WAIT_FOR_DATA, SHARE_WAIT) wait here, in the partition replica, and answer with a
 flag only: whatever is read or acquired afterwards is asked for by a call whose answer is used,
 so a wait the gateway gave up on costs nothing and acquires nothing.
 

@@ -9,7 +9,7 @@
   holding that max timestamp. A final entry is added when the segment stops being active.
 
 Both index files are append-only with an in-memory copy (arrays + bisect); they are rebuilt from
-the data file whenever they look wrong. Single-threaded by design: the partition actor owns it.
+the data file whenever they look wrong. Single-threaded by design: the partition replica owns it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The partition leader's data-path API: what a gateway asks of the partition actors on its node,
+"""The partition leader's data-path API: what a gateway asks of the partition replicas on its node,
 over a kept-open Unix-socket connection per actor (actors/pipelined.py), instead of Ray calls.
 
 Why not Ray: an actor call costs ~1.2-1.8 ms of CPU here whatever its size; a frame on a Unix

@@ -3,7 +3,7 @@ thousands of partitions per core and Kafka's ReplicaManager hosts all of a broke
 
 A Ray actor is a process (~50-70 MiB, a start of ~0.3-1 s, idle CPU of its own), so it is the
 unit of hosting, not of logic: each hosted replica keeps its own cores, leadership and
-share-partition leaders (actors/partition/actor.py's PartitionActor, or a coordinator, as a plain
+share-partition leaders (actors/partition/actor.py's PartitionReplica, or a coordinator, as a plain
 object here). The shard gives them one process; one data-path listener whose frames name their
 partition; one mailbox for control calls (`call`, `call_many`); one replication timer and one
 retention timer for all of them; and one replica fetcher per source broker for all its followers

@@ -9,13 +9,13 @@ def partition_class(topic: str):
     an internal topic, the coordinator whose state that partition holds (it moves with the
     partition's leadership)."""
     if topic == internal_topics.CONSUMER_OFFSETS:
-        from actors.group_coordinator.actor import GroupCoordinatorActor
-        return GroupCoordinatorActor
+        from actors.group_coordinator.actor import GroupCoordinator
+        return GroupCoordinator
     if topic == internal_topics.SHARE_GROUP_STATE:
-        from actors.share_coordinator.actor import ShareCoordinatorActor
-        return ShareCoordinatorActor
+        from actors.share_coordinator.actor import ShareCoordinator
+        return ShareCoordinator
     if topic == internal_topics.TRANSACTION_STATE:
-        from actors.transaction_coordinator.actor import TransactionCoordinatorActor
-        return TransactionCoordinatorActor
-    from actors.partition.actor import PartitionActor
-    return PartitionActor
+        from actors.transaction_coordinator.actor import TransactionCoordinator
+        return TransactionCoordinator
+    from actors.partition.actor import PartitionReplica
+    return PartitionReplica

@@ -1,6 +1,6 @@
 """The share coordinator's Ray shell: the leader actor of one `__share_group_state` partition.
 
-It is that partition's PartitionActor (the log, fetchable like any other) plus the share
+It is that partition's PartitionReplica (the log, fetchable like any other) plus the share
 coordinator that writes it, so its shard moves with the partition's leadership and appends stay
 in process. It replays the partition into its shard on first use, then serves the share-group
 state operations (Initialize, Read, Write, Delete, ReadSummary): as actor methods for the group
@@ -19,7 +19,7 @@ import time
 import uuid
 
 from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost
-from actors.partition.actor import PartitionActor
+from actors.partition.actor import PartitionReplica
 from actors.share_coordinator import wire
 from actors.share_coordinator.core import OpResult, ReadResult, ShareCoordinatorShard, SummaryResult
 from protocol.errors import ErrorCode
@@ -32,7 +32,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class ShareCoordinatorActor(PartitionActor):
+class ShareCoordinator(PartitionReplica):
     def __init__(self, spec: dict, host):
         super().__init__(spec, host)
         self.state_log = CoordinatorLog(self)

@@ -2,7 +2,7 @@
 partition leader actor of their topic-partition (KIP-932: the share-partition leader lives with
 the partition leader and moves with it).
 
-Why inside the partition actor rather than an actor per (group, partition): a ShareFetch reads the
+Why inside the partition replica rather than an actor per (group, partition): a ShareFetch reads the
 log and acquires records in one step; as separate actors that is a Ray call (~2 ms of CPU here)
 per fetch on the hot path, and state would straddle two processes. In process, acquisition is a
 synchronous step right after the log read.
@@ -85,10 +85,10 @@ async def _step(what: str, awaitable):
 
 
 class ShareLeaders:
-    """All share-partition leaders of one topic-partition, inside its partition actor."""
+    """All share-partition leaders of one topic-partition, inside its partition replica."""
 
-    def __init__(self, partition_actor, broker_config: dict, controller):
-        self.partition = partition_actor  # the PartitionActor that hosts us (its core is the log)
+    def __init__(self, partition_replica, broker_config: dict, controller):
+        self.partition = partition_replica  # the PartitionReplica that hosts us (its core is the log)
         self.config = broker_config
         self.controller = controller
         self.groups: dict[str, SharePartition] = {}
@@ -108,7 +108,7 @@ class ShareLeaders:
         self.timer: asyncio.Task | None = None
         self.background: set[asyncio.Task] = set()
         self.image_check: tuple[float, asyncio.Future] | None = None  # (when asked, the controller's answer)
-        self.dead_letters = DeadLetterWriter(partition_actor, broker_config, controller)
+        self.dead_letters = DeadLetterWriter(partition_replica, broker_config, controller)
         self.dead_lettering: dict[str, asyncio.Task] = {}  # group id -> its dead-letter drain (KIP-1191)
         # group id -> (the failure last logged, when it was logged, when the writes began to fail)
         self.dead_letter_errors: dict[str, tuple[str, float, float]] = {}

@@ -60,8 +60,8 @@ class DlqTarget:
 class DeadLetterWriter:
     """Writes one partition's share groups' dead letters (see the module docstring)."""
 
-    def __init__(self, partition_actor, broker_config: dict, controller):
-        self.partition = partition_actor
+    def __init__(self, partition_replica, broker_config: dict, controller):
+        self.partition = partition_replica
         self.config = broker_config
         self.controller = controller
         self.targets: dict[str, tuple[float, DlqTarget | str]] = {}  # name -> (when asked, target or why not)

@@ -1,6 +1,6 @@
 """The transaction coordinator's Ray shell: the leader actor of one `__transaction_state` partition.
 
-It is that partition's PartitionActor (the log, replicated like any other) plus the coordinator that writes it, so
+It is that partition's PartitionReplica (the log, replicated like any other) plus the coordinator that writes it, so
 the coordinator moves with the partition's leadership and its appends stay in process. In each leader term it
 replays the partition into a fresh TransactionCoordinatorCore (coordinator epoch = the leader epoch) and
 resends the markers of the transactions a previous leader left in Prepare*. Each operation steps the core
@@ -24,7 +24,7 @@ import time
 from actors import controller_client, internal_topics
 from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost
 from actors.security.inter_broker import broker_transport
-from actors.partition.actor import PartitionActor
+from actors.partition.actor import PartitionReplica
 from protocol.errors import ErrorCode
 
 from .core import (AddOffsets, AddPartitions, EndTxn, InitProducerId, ListResult, MarkersWritten, Step,
@@ -69,7 +69,7 @@ def transactional_ids(records) -> list[str]:
     return [decode_record(key, value)[0] for key, value in records]
 
 
-class TransactionCoordinatorActor(PartitionActor):
+class TransactionCoordinator(PartitionReplica):
     def __init__(self, spec: dict, host):
         super().__init__(spec, host)
         self.config = spec["broker_config"]

@@ -51,7 +51,7 @@ def _kill_and_await(actor, restarted: bool) -> None:
 def leader_replica(controller, topic: str, partition: int = 0):
     """The HostedReplica of a partition's leader replica, as the controller holds it."""
     image = ray.get(controller.wait_for_metadata.remote(-1, 0))
-    return image.partition_actors[(image.topics[topic].topic_id, partition)]
+    return image.partition_replicas[(image.topics[topic].topic_id, partition)]
 
 
 def host_of(replica):

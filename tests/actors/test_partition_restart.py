@@ -1,4 +1,4 @@
-"""A partition actor that dies is restarted by Ray, recovers its log and serves clients again."""
+"""A partition replica that dies is restarted by Ray, recovers its log and serves clients again."""
 import time
 
 import ray
@@ -33,7 +33,7 @@ def read(bootstrap, topic, count):
     return got
 
 
-def test_killed_partition_actor_comes_back_with_its_data(broker):
+def test_killed_partition_replica_comes_back_with_its_data(broker):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic("phoenix", 1, 1)])["phoenix"].result(30)
     assert produce(broker.bootstrap, "phoenix", [b"a%d" % i for i in range(100)]) == list(range(100))
@@ -93,7 +93,7 @@ def test_restarted_controller_adopts_running_actors(broker):
         except Exception:
             pass
         time.sleep(0.5)
-    assert (topic_id, 0) in image.partition_actors and (topic_id, 0) in image.partition_listeners
+    assert (topic_id, 0) in image.partition_replicas and (topic_id, 0) in image.partition_listeners
     # clients keep producing to the same partition leader, and new topics can still be created
     assert produce(broker.bootstrap, "survives-controller", [b"y%d" % i for i in range(10)]) == list(range(10, 20))
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
@@ -108,7 +108,7 @@ def test_a_killed_shard_takes_only_its_own_replicas_down(broker):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(topic, 8, 1)])[topic].result(30)
     image = ray.get(broker.controller.wait_for_metadata.remote(-1, 0))
-    replicas = {p: image.partition_actors[(image.topics[topic].topic_id, p)] for p in range(8)}
+    replicas = {p: image.partition_replicas[(image.topics[topic].topic_id, p)] for p in range(8)}
     victim = host_of(replicas[0])
     survivors = [p for p, r in replicas.items() if host_of(r)._actor_id != victim._actor_id]
     doomed = [p for p in replicas if p not in survivors]

@@ -15,7 +15,7 @@ from tests.coordinators import group_coordinator_partition, share_state_partitio
 RECORDS = 400
 
 
-# which actors die, in order: the leader's partition actor, or an internal partition's leader (the
+# which actors die, in order: the leader's partition replica, or an internal partition's leader (the
 # coordinator); after the share coordinator the leader dies too, so its state must come back from
 # the coordinator's replay of __share_group_state
 VICTIMS = {"share-partition leader": ["topic"],

@@ -38,7 +38,7 @@ def test_one_broker_per_node_and_partitions_spread(cluster):
         assert leaders == [cluster.leader("spread", i) for i in range(6)]
     nodes = {n["NodeID"]: n.get("Labels", {}) for n in ray.nodes() if n["Alive"]}
     image = cluster.metadata()
-    for (topic_id, index), handle in image.partition_actors.items():
+    for (topic_id, index), handle in image.partition_replicas.items():
         topic = image.topic_by_id(topic_id)
         if topic.name == "spread":  # each leader actor really runs on its broker's node
             node = ray.get(handle.node_id.remote())

@@ -1,5 +1,5 @@
 """A broker is a Ray node: on one node, clients see one broker (the node's gateway, its only
-client listener), which leads every partition and reaches the partition actors over their
+client listener), which leads every partition and reaches the partition replicas over their
 data-path sockets."""
 import time
 import uuid

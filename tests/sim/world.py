@@ -616,7 +616,7 @@ class Simulation:
                 self.stats["delayed_partitions"] += 1
 
     def _apply_fetched(self, b: Broker, r: Replica, request, answer, entries) -> bool:
-        """PartitionActor._step: the core decides, the shell writes. False when refused."""
+        """PartitionReplica._step: the core decides, the shell writes. False when refused."""
         core = r.core
         self.touched.add(r.key)
         stale = request.current_leader_epoch != core.leader_epoch
@@ -655,7 +655,7 @@ class Simulation:
             core = r.core
             self.touched.add(key)
             if (reg.leader_epoch, reg.partition_epoch) < (core.leader_epoch, core.partition_epoch):
-                return  # PartitionActor.update: overtaken by a newer state
+                return  # PartitionReplica.update: overtaken by a newer state
             before = (core.role, core.leader_epoch)
             self._effects(b, r, core.apply_registration(reg, self.now_ms))
             if (core.role, core.leader_epoch) != before:

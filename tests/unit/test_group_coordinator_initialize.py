@@ -1,7 +1,7 @@
 """Where a new share-partition starts (issue 7 item 5): the group coordinator resolves
 share.auto.offset.reset when it initializes the share-partition (KIP-932 InitializeShareGroupState),
 so records produced after a member's assignment, before its first ShareFetch, are not skipped.
-A fake partition handle stands in for the partition actor's `list_offsets` (no Ray)."""
+A fake partition handle stands in for the partition replica's `list_offsets` (no Ray)."""
 import asyncio
 
 import pytest
@@ -32,7 +32,7 @@ class _Remote:
 
 
 class FakePartition:
-    """list_offsets as PartitionActor answers it: (error, offset, timestamp, leader epoch)."""
+    """list_offsets as PartitionReplica answers it: (error, offset, timestamp, leader epoch)."""
 
     def __init__(self, log_start=10, end=50, first_at_or_after=None, error=0, raises=False):
         self.calls = []

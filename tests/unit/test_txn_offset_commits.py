@@ -242,7 +242,7 @@ def test_replay_of_the_groups_keeps_pending_offsets_and_their_group():
 # ---- the coordinator log: transactional batches and replay ---------------------------------------------------------
 
 class Partition:
-    """The partition actor's calls CoordinatorLog makes, over a real partition core."""
+    """The partition replica's calls CoordinatorLog makes, over a real partition core."""
 
     def __init__(self, core):
         self.core = core

@@ -2,7 +2,7 @@
 DescribeGroups), KIP-848's consumer protocol (ConsumerGroupHeartbeat, ConsumerGroupDescribe) and
 committed offsets (OffsetCommit, OffsetFetch, OffsetDelete).
 
-Each request goes to the group's coordinator actor, on the broker that leads the group's
+Each request goes to the group's coordinator, on the broker that leads the group's
 `__consumer_offsets` partition; any other broker answers NOT_COORDINATOR and the client finds the
 coordinator again. JoinGroup and SyncGroup calls stay open until the rebalance answers them.
 

@@ -76,7 +76,7 @@ async def _read(w: _Wanted, isolation_level: int) -> int:
                                                         leader_epoch=w.leader_epoch,
                                                         last_fetched_epoch=w.last_fetched_epoch)
     except Exception as e:
-        log.warning("fetch from a partition actor failed: %s", e)
+        log.warning("fetch from a partition replica failed: %s", e)
         w.response.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
         return 0
     return _fill(w, r, diverging)

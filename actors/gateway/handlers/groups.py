@@ -48,7 +48,7 @@ def find_refusal(access, key: str, key_type: int) -> int:
 
 
 async def _internal_partition(ctx, topic_name: str, index_for):
-    """(the partition state of the internal topic that owns a key, its coordinator actor)."""
+    """(the partition state of the internal topic that owns a key, its coordinator)."""
     topic = ctx.metadata.topics.get(topic_name)
     if topic is None or (topic_name, 0) not in ctx.metadata.coordinators:
         ctx.set_metadata(await ctx.controller.ensure_internal_topic(topic_name))
@@ -80,7 +80,7 @@ class NotCoordinator(Exception):
 
 
 async def group_coordinator(ctx, group_id: str):
-    """The coordinator actor of `group_id`, if this broker is its coordinator (the leader of the
+    """The coordinator of `group_id`, if this broker is its coordinator (the leader of the
     group's __consumer_offsets partition); else NotCoordinator, as a Kafka broker answers."""
     partition, actor = await _internal_partition(ctx, internal_topics.CONSUMER_OFFSETS,
                                                  lambda n: internal_topics.group_partition(group_id, n))

@@ -19,7 +19,7 @@ async def _one(client, p, isolation_level, response):
     try:
         r = await client.list_offsets(p.timestamp, leader_epoch=p.current_leader_epoch, isolation_level=isolation_level)
     except Exception as e:
-        log.warning("list_offsets on a partition actor failed: %s", e)
+        log.warning("list_offsets on a partition replica failed: %s", e)
         response.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
         return
     response.error_code, response.offset, response.timestamp, response.leader_epoch = r

@@ -108,7 +108,7 @@ async def _call(coro, what):
     try:
         return await coro
     except Exception as e:  # the actor died or moved: the client refreshes metadata and retries
-        log.warning("%s on a partition actor failed: %s", what, e)
+        log.warning("%s on a partition replica failed: %s", what, e)
         return None
 
 
@@ -134,7 +134,7 @@ async def _send_in_order(ctx, keys: list, send) -> list:
         try:
             out.append(await send(tp, client))
         except Exception as e:
-            log.warning("sending to a partition actor failed: %s", e)
+            log.warning("sending to a partition replica failed: %s", e)
             out.append(_value(None))
     return out
 

@@ -1,6 +1,6 @@
 """Streams groups on the wire (KIP-1071): StreamsGroupHeartbeat and StreamsGroupDescribe.
 
-Each request goes to the group's coordinator actor (actors/group_coordinator/streams_group.py holds the rules).
+Each request goes to the group's coordinator (actors/group_coordinator/streams_group.py holds the rules).
 When a heartbeat's topology needs internal topics (repartition, changelog) that do not exist, the coordinator
 names them and this handler has the controller create them, in the background, with the partition counts and
 configs the coordinator decided, as Kafka 4.1+'s broker does from the heartbeat; the members see

@@ -53,7 +53,7 @@ TRANSACTIONAL_FLAG = 0x10
 
 
 async def _coordinator_partition(ctx, transactional_id: str):
-    """(the `__transaction_state` partition of `transactional_id`, its coordinator actor)."""
+    """(the `__transaction_state` partition of `transactional_id`, its coordinator)."""
     return await _internal_partition(
         ctx, internal_topics.TRANSACTION_STATE, lambda n: internal_topics.transaction_partition(transactional_id, n))
 
@@ -64,7 +64,7 @@ def _not_coordinator(ctx, transactional_id: str, leader: int) -> NotCoordinator:
 
 
 async def transaction_coordinator(ctx, transactional_id: str):
-    """The coordinator actor of `transactional_id` if this broker leads its `__transaction_state` partition; else
+    """The coordinator of `transactional_id` if this broker leads its `__transaction_state` partition; else
     NotCoordinator (the client asks FindCoordinator again)."""
     partition, actor = await _coordinator_partition(ctx, transactional_id)
     if ctx.fenced() or partition.leader != ctx.broker_id or actor is None:
