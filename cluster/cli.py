@@ -97,11 +97,16 @@ def _start_and_serve(args, signals: StopSignals) -> int:
         broker = LocalBroker(config, address=args.address, trim_ray=True)
         what = f"brokers on every node of the Ray cluster at {args.address}" if args.address else "a broker"
     print(f"Starting Kray: {what} (data in {Path(config['log.dirs']).resolve()}) ...", flush=True)
+    broker.progress = lambda line: print(f"kray start: {line}", flush=True)  # what the deploy waits for
     status = 0
     try:
         bootstrap = broker.start()
         signals.serving()
         print(f"Kray is ready: bootstrap={bootstrap}", flush=True)
+        if getattr(broker, "attached", False):
+            print("kray start: Kray was running on this Ray cluster already (the kray start that deployed it was "
+                  "lost, e.g. with the Ray head's host): this one took its controllers and brokers over as they "
+                  "are; Ctrl-C stops them", flush=True)
         ray_logs = _link_ray_logs(log_dir)
         print(f"Logs: {log_dir / SERVER_LOG} (Kray's actors, at {args.log_level.upper()})"
               + (f", {ray_logs} (Ray's)" if ray_logs else ""), flush=True)
@@ -359,10 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
     from cluster import broker_control
     broker_control.add_parser(sub)
     from cluster.tools import (acls, configs, console_share_consumer, consumer_groups, delete_records,
-                               metadata_quorum, perf, share_groups, share_workers, streams_groups, topics,
-                               transactions)
+                               leader_election, metadata_quorum, perf, reassign_partitions, share_groups,
+                               share_workers, streams_groups, topics, transactions)
     topics.add_parser(sub)
     delete_records.add_parser(sub)
+    reassign_partitions.add_parser(sub)
+    leader_election.add_parser(sub)
     acls.add_parser(sub)
     configs.add_parser(sub)
     share_groups.add_parser(sub)

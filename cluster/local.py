@@ -38,7 +38,7 @@ from actors.controller.nodes import (BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABE
                                      proposed_broker_id, recorded_broker_id, recorded_voters)
 from actors.controller_client import NotController
 from actors.security.inter_broker import with_broker_secret
-from cluster import inter_broker_login
+from cluster import inter_broker_login, start_progress
 from cluster.start_errors import CannotListen, ProblemLog, RayUnreachable, ray_port_closed, ray_unreachable
 
 log = logging.getLogger("kray")
@@ -49,6 +49,7 @@ LISTEN_PROBLEMS_WAIT_S = 2.0
 RAY_PROBE_TIMEOUT_S = 10  # kray start --address HOST:PORT: how long the head's port may take to accept
 NODE_SUPERVISION_POLL_S = 0.5
 BROKER_EVENTS_POLL_S = 10.0
+PROGRESS_ASK_TIMEOUT_S = 3.0
 # Ray's health checks on one machine: a node whose raylet is gone is refused at once, so Ray may
 # declare it dead in ~1.5 s (failover tests stay short). A stall longer than that (pause_node) gets
 # the node declared dead too: its raylet exits when it wakes, and the node supervisor starts it
@@ -281,6 +282,38 @@ def _signal_all(pids: list[int], sig: int) -> None:
             pass
 
 
+def _running_controller(voter: int):
+    """The controller of voting broker `voter` if it runs already (detached: it outlives the
+    `kray start` that started it), else None."""
+    try:
+        return ray.get_actor(names.controller_name(voter), namespace=names.NAMESPACE)
+    except ValueError:
+        return None
+
+
+def _named_actor_exists(name: str) -> bool:
+    try:
+        ray.get_actor(name, namespace=names.NAMESPACE)
+        return True
+    except ValueError:
+        return False
+
+
+class _Said:
+    """Says a progress line when it changed, or again every PROGRESS_REPEAT_S (still waiting)."""
+
+    def __init__(self, say):
+        self.say, self.last, self.at = say, None, 0.0
+
+    def __call__(self, line: str) -> None:
+        if self.say is None:
+            return
+        now = time.monotonic()
+        if line != self.last or now - self.at >= start_progress.PROGRESS_REPEAT_S:
+            self.last, self.at = line, now
+            self.say(line)
+
+
 class _Controllers:
     """The controller as LocalBroker and LocalCluster hold it: the dedicated controller (one actor on
     the Ray head, the metadata quorum's single voter inside it), or with combined voters
@@ -289,6 +322,8 @@ class _Controllers:
     election)."""
     _voters: tuple = ()
     _controller = None
+    attached = False  # start() found Kray's controllers running (a kray start lost with its host) and took them over
+    progress = None  # a function given each progress line while start() deploys (kray start prints them)
 
     @property
     def controller(self):
@@ -315,16 +350,43 @@ class _Controllers:
         serving), asked again of the next active one when the controller changes meanwhile (a
         restarted cluster's voters may elect twice: the first controller stops when its epoch ends)."""
         deadline = time.monotonic() + RAY_STARTUP_TIMEOUT_S
+        said = _Said(self.progress)
         while True:
             controller = self.controller
             try:
-                return ray.get(controller.deploy_brokers.remote(expected, max(1.0, deadline - time.monotonic())))
+                call = controller.deploy_brokers.remote(expected, max(1.0, deadline - time.monotonic()))
+                while not ray.wait([call], timeout=start_progress.PROGRESS_EVERY_S)[0]:
+                    said(self._deploy_progress_line(expected))
+                return ray.get(call)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, NotController) as e:
                 if time.monotonic() > deadline:
                     raise
                 log.info("the active controller changed while the brokers started (%s); asking the new one",
                          str(e).splitlines()[0])
+                said("the active controller changed (an election of the metadata quorum, or its controller started "
+                     "again): asking the new one")
                 time.sleep(0.5)
+                while self._voters and time.monotonic() < deadline:  # (an election: say so while it lasts)
+                    try:
+                        self._controller = active_controller(self._voters, start_progress.PROGRESS_EVERY_S)
+                        break
+                    except TimeoutError:
+                        said(self._deploy_progress_line(expected))
+
+    def _deploy_progress_line(self, expected: int) -> str:
+        """What the deploy waits for now (cluster/start_progress.py), asked of the controllers."""
+        active, progress = None, None
+        handles = [(v, ray.get_actor(names.controller_name(v), namespace=names.NAMESPACE)) for v in self._voters
+                   if _named_actor_exists(names.controller_name(v))] if self._voters else [(None, self._controller)]
+        for voter, handle in handles:
+            try:
+                progress = ray.get(handle.deploy_progress.remote(), timeout=PROGRESS_ASK_TIMEOUT_S)
+            except Exception:  # one restarting, or busy: the next
+                continue
+            if progress is not None:  # (None: a standby)
+                active = voter
+                break
+        return start_progress.progress_line(self._voters, active, progress, expected)
 
     def _start_controllers(self, voter_nodes: dict[int, str]):
         """One controller per voting broker whose node is alive, on that node (one broker secret for
@@ -337,8 +399,14 @@ class _Controllers:
                                f"{BROKER_ID_LABEL}=<id> for them: start those nodes with `ray start --labels "
                                f"{BROKER_ID_LABEL}=<id>` (or name other voters)")
         self.config = with_broker_secret(self.config)
-        handles = [composition.start_controller(ControllerActor, self.config, voter_nodes[v], v) for v in self._voters
-                   if v in voter_nodes]
+        handles = []
+        for v in self._voters:
+            running = _running_controller(v)
+            if running is not None:  # Kray runs on this Ray cluster already (its kray start was lost: the Ray
+                handles.append(running)  # head's host died): its controllers and brokers are taken over as they are
+                self.attached = True
+            elif v in voter_nodes:
+                handles.append(composition.start_controller(ControllerActor, self.config, voter_nodes[v], v))
         return handles[0]
 
     def _stop_controllers(self) -> None:

@@ -14,7 +14,8 @@ shell (actor.py) carries out and whose results it reports back:
     ServeGateway  ask a gateway to serve, and wait until it stops (a failure is retried)
     Fence         a broker's node is gone: fence it at once (new leaders from the ISRs)
     Kill          actors of a lost node: killed, so that the node that returns can use their names
-    StopReplica   a replica no longer desired (its topic deleted): delete its files
+    StopReplica   a replica no longer placed (its topic deleted, or a reassignment moved it off its
+                  broker): delete its files
     Say           a sentence for `kray start` (broker_events)
 
 Retries back off (RETRY_S doubling to RETRY_S_MAX); a replica whose Tell failed (its broker cut
@@ -121,6 +122,7 @@ class GatewaySupervision:
     handle: Any
     serving: bool = False  # a ServeGateway is out
     stopped: bool = False  # stopped on purpose: not asked again
+    started: bool = False  # its start answered (broker_ready answered, maybe by an earlier controller)
     retry_at: float = 0.0
     delay_s: float = RETRY_S
 
@@ -307,9 +309,15 @@ class Reconciler:
             self.supervised[broker_id] = GatewaySupervision(handle)
 
     def gateway_started(self, action: ServeGateway) -> None:
+        """Its start answered: the broker serves (its start ends with broker_ready answered, by this
+        controller or, for a gateway adopted after a controller restart, by an earlier one, which
+        this incarnation never hears of: without this, deploy_brokers would wait for it forever)."""
         g = self.supervised.get(action.broker_id)
         if g is not None and g.handle is action.handle:
-            g.delay_s = RETRY_S
+            g.delay_s, g.started = RETRY_S, True
+            if action.broker_id in self.registered and action.broker_id not in self.serving:
+                self.serving.add(action.broker_id)
+                self.changed = True
 
     def gateway_stopped(self, action: ServeGateway) -> None:
         g = self.supervised.get(action.broker_id)
@@ -322,6 +330,7 @@ class Reconciler:
         if g is None or g.handle is not action.handle:
             return
         self.serving.discard(action.broker_id)
+        g.started = False
         if listen_error is not None:
             self.broker_failures[action.broker_id] = listen_error
         self.changed = True
@@ -350,6 +359,9 @@ class Reconciler:
                             f"{broker_epoch}); its replicas catch up and rejoin the ISRs"))
         self.ever_registered.add(broker_id)
         self.registered.add(broker_id)
+        g = self.supervised.get(broker_id)
+        if g is not None and g.started:  # its start answered before it registered with this controller
+            self.serving.add(broker_id)
         self.broker_failures.pop(broker_id, None)
         self.changed = True
         return said
@@ -466,16 +478,16 @@ class Reconciler:
         are still running under their names: adopt them instead of starting twins. `shards`: each
         found shard with the (topic id, partition)s it says it hosts (None: it did not answer);
         `gateways`: each found gateway with the Ray node it runs on (and whether it said so, or
-        that is the node its broker registered from). A hosted replica that is still
-        placed there is adopted (hosted again, idempotently, and told its state), with the handle
-        `replica_handle(shard, topic, partition, broker id)` makes; gateways are supervised, and
-        their brokers count as registered where they registered from."""
+        that is the node its broker registered from). A hosted replica of a partition that exists
+        is adopted (hosted again, idempotently, and told its state), with the handle
+        `replica_handle(shard, topic, partition, broker id)` makes; one no longer placed there (a
+        reassignment completed while no controller ran) too, for `unwanted` to stop it; gateways
+        are supervised, and their brokers count as registered where they registered from."""
         for (broker_id, index), (shard, hosted) in shards.items():
             self.shards[(broker_id, index)] = shard
             for topic_id, partition in hosted or ():
                 topic = core.topics_by_id.get(topic_id)
-                if topic is None or partition >= len(topic.partitions) or \
-                        broker_id not in topic.partitions[partition].replicas:
+                if topic is None or partition >= len(topic.partitions):
                     continue
                 self.replicas[(topic_id, partition, broker_id)] = Replica(
                     replica_handle(shard, topic, partition, broker_id), (broker_id, index))

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from actors import controller_client, internal_topics, log_to_stderr
+from actors.config_schema import replica_listed
 from actors.partition.checkpoints import load_epochs, load_high_watermark, save_epochs, save_high_watermark
 from actors.partition.core import PartitionCore
 from actors.partition.fetcher import ReplicaFetchers
@@ -244,6 +245,12 @@ class PartitionReplica:
     # ---- follower: fetch from the leader ----------------------------------------------------
     def _stop_following(self) -> None:
         self.hosted_by.fetchers.unfollow(self.key)
+
+    @property
+    def throttled(self) -> bool:
+        """Listed in its topic's follower.replication.throttled.replicas: its fetches count against its host's
+        replication throttle (follower.replication.throttled.rate)."""
+        return replica_listed(self.core.config.follower_throttled_replicas, self.partition, self.broker_id)
 
     def next_fetch(self) -> FetchRequest | None:
         """What this follower asks its leader for now (its fetcher batches it with others)."""

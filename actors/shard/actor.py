@@ -115,9 +115,15 @@ class ShardActor:
         if not self.swept:  # what deleted partitions left when the broker last stopped
             self.swept = True
             self.in_background(remove_deleted_dirs, spec["log_dir"])
+        if "follower_throttle_bytes_per_s" in spec:  # (the controller's current value, as of this host)
+            self.fetchers.set_throttle(spec["follower_throttle_bytes_per_s"])
         if key not in self.replicas:
             self.replicas[key] = partition_class(spec["topic"])(spec, self)
         return await self.replicas[key].listen()
+
+    def set_replication_throttle(self, follower_bytes_per_s: float | None) -> None:
+        """This shard's part of its broker's follower.replication.throttled.rate (None: no throttle)."""
+        self.fetchers.set_throttle(follower_bytes_per_s)
 
     async def call(self, key: tuple[uuid.UUID, int], method: str, *args):
         """A control call (Ray) to one hosted replica: its method, awaited if it is a coroutine."""

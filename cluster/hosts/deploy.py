@@ -34,6 +34,8 @@ import logging
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -51,6 +53,7 @@ KAFKA_PORT = 9092
 READY = re.compile(r"Kray is ready: bootstrap=(\S+)")
 RAY_STARTED = "Ray runtime started."  # what `ray start` prints once its node joined
 STARTUP_TIMEOUT_S = 180
+REDIS_PORT = 6380  # the GCS's Redis (gcs_redis), on the bridge's address
 STOP_TIMEOUT_S = 60
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
 INTERNAL_TOPICS = ("__consumer_offsets", "__share_group_state")  # made at start; all-topic Metadata leaves them out
@@ -64,12 +67,15 @@ class KrayHosts:
     def __init__(self, hosts: int = 3, *, config: Path = MULTINODE_CONFIG, overrides: tuple[str, ...] = (),
                  python: str = sys.executable, num_cpus: int | None = 1,
                  object_store_bytes: int | None = OBJECT_STORE_BYTES, ray_system_config: dict | None = None,
-                 tcp_rto_max_ms: int | None = tcp_backoff.RTO_MAX_MS):
+                 tcp_rto_max_ms: int | None = tcp_backoff.RTO_MAX_MS, gcs_redis: bool = False):
         """`num_cpus`: CPUs each Ray node declares (None: the machine's; it sets a broker's
         shard count), 1 by default as the hosts share this machine's cores; `object_store_bytes`:
         each node's Ray object store (Kray moves records over sockets, not Ray objects);
         `ray_system_config`: Ray's system config, set on the head for the whole cluster;
-        `tcp_rto_max_ms`: each host's net.ipv4.tcp_rto_max_ms (None: the kernel's default)."""
+        `tcp_rto_max_ms`: each host's net.ipv4.tcp_rto_max_ms (None: the kernel's default);
+        `gcs_redis`: Ray's GCS fault tolerance: a redis-server on the bridge (outside every host, as an
+        HA Redis would be) that the head's GCS keeps the cluster's state in (RAY_REDIS_ADDRESS), so
+        that a new head started on h1 (`restart_head`) takes the cluster over."""
         self.net = HostNetwork(hosts, tcp_rto_max_ms=tcp_rto_max_ms)
         self.config = Path(config)
         self.overrides = tuple(overrides)
@@ -83,6 +89,9 @@ class KrayHosts:
         self.output: list[str] = []          # kray start's console, line by line
         self.bootstrap: str | None = None
         self.timings: dict[str, float] = {}  # seconds each phase took (network, ray, kray, stop)
+        self.gcs_redis = gcs_redis
+        self.redis: subprocess.Popen | None = None
+        self.heads = 0  # how many times the Ray head was started
 
     @property
     def plan(self):
@@ -102,6 +111,21 @@ class KrayHosts:
     def home(self, host: int | str) -> Path:
         return self.net.run_dir / self.plan.host(host).name
 
+    @property
+    def redis_address(self) -> str | None:
+        """host:port of the GCS's Redis (gcs_redis), reachable from every host."""
+        return f"{self.plan.bridge_address}:{REDIS_PORT}" if self.gcs_redis and self.plan is not None else None
+
+    def head_env(self) -> dict[str, str]:
+        """The head's `ray start` environment: with gcs_redis, Ray's GCS fault-tolerance settings
+        (RAY_REDIS_ADDRESS; RAY_external_storage_namespace names this cluster's keys in Redis: a
+        new head must use the same one to take the cluster over)."""
+        env = self.env(1)
+        if self.gcs_redis:
+            env |= {"RAY_REDIS_ADDRESS": self.redis_address,
+                    "RAY_external_storage_namespace": f"kray-{self.plan.run_id}"}
+        return env
+
     def env(self, host: int | str) -> dict[str, str]:
         """What a process on `host` runs with: its own HOME (its ~/.ray/auth_token), token auth,
         Kray importable (the checkout first, as an installed package would be), nothing of this
@@ -119,6 +143,8 @@ class KrayHosts:
         try:
             self.timings["network_s"] = time.monotonic() - t0
             t1 = time.monotonic()
+            if self.gcs_redis:
+                self._start_redis()
             self._start_ray()
             self.timings["ray_s"] = time.monotonic() - t1
             t2 = time.monotonic()
@@ -148,11 +174,7 @@ class KrayHosts:
                                capture_output=True, text=True, check=True, timeout=60).stdout.strip()
         for h in self.plan.hosts[1:]:
             (self.home(h.name) / ".ray" / "auth_token").write_text(token)
-        head = self._ray_start_args(1) + ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"]
-        if self.ray_system_config:
-            head.append(f"--system-config={json.dumps(self.ray_system_config, separators=(',', ':'))}")
-        self._retry_ray_start(self.plan.hosts[0], head, lambda: self.net.run(1, head, timeout_s=STARTUP_TIMEOUT_S,
-                                                                             env=self.env(1)))
+        self._start_head()
         for h in self.plan.hosts[1:]:  # the others join at once, each under its node supervisor
             self.supervisors[h.name] = self.net.start(h.name, self.node_command(h.name), env=self.env(h.name))
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -164,6 +186,64 @@ class KrayHosts:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise CommandFailed(f"on {h.name}: the Ray node did not start:\n{self.supervisor_output(h.name)[-4000:]}")
                 time.sleep(0.2)
+
+    def _start_head(self) -> None:
+        head = self._ray_start_args(1) + ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"]
+        if self.ray_system_config:
+            head.append(f"--system-config={json.dumps(self.ray_system_config, separators=(',', ':'))}")
+        self._retry_ray_start(self.plan.hosts[0], head, lambda: self.net.run(1, head, timeout_s=STARTUP_TIMEOUT_S,
+                                                                             env=self.head_env()))
+        self.heads += 1
+
+    # ---- the Ray head's host lost, and a new head (GCS fault tolerance) ---------------------
+    def _start_redis(self) -> None:
+        """redis-server on the bridge's address, in this (the root) namespace: outside every host,
+        so it outlives any of them, as an HA Redis on machines of its own would. Append-only file
+        on, as Ray's docs advise for a GCS's Redis."""
+        if shutil.which("redis-server") is None:
+            raise CommandFailed("redis-server is not installed (apt-get install redis-server; ./dev test does)")
+        directory = self.net.run_dir / "redis"
+        directory.mkdir()
+        self.redis = subprocess.Popen(
+            ["redis-server", "--bind", self.plan.bridge_address, "--port", str(REDIS_PORT), "--protected-mode", "no",
+             "--save", "", "--appendonly", "yes", "--dir", str(directory), "--daemonize", "no",
+             "--logfile", str(directory / "redis.log")],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not redis_ping(self.plan.bridge_address, REDIS_PORT):
+            if self.redis.poll() is not None or time.monotonic() > deadline:
+                raise CommandFailed(f"redis-server did not start: {(directory / 'redis.log').read_text()[-2000:]}")
+            time.sleep(0.1)
+
+    def kill_host(self, host: int | str) -> int:
+        """Every process on `host` SIGKILLed at once, as a machine that loses its power: on h1 the
+        Ray head (GCS, raylet), broker 1's actors, its controller and `kray start`. Its disk
+        (data directory, HOME) stays. Returns how many processes there were."""
+        h = self.plan.host(host)
+        killed = kill_namespace_processes(h.netns, first_signal=signal.SIGKILL)
+        if h.index == 1:  # the old head's Ray logs are kept beside the new head's
+            old = self.home(h.name) / "ray"
+            if old.exists():
+                old.rename(self.home(h.name) / f"ray-lost-{self.heads}")
+        return killed
+
+    def restart_head(self) -> float:
+        """`ray start --head` on h1 again, with the same address, labels and (gcs_redis) Redis: with
+        GCS fault tolerance the new GCS reads the cluster's state from Redis and the other nodes'
+        raylets reconnect to it. Returns the seconds `ray start` took."""
+        t0 = time.monotonic()
+        self._start_head()
+        return time.monotonic() - t0
+
+    def ray_nodes_seen_from(self, host: int | str, *, timeout_s: float = 60) -> list[dict]:
+        """ray.nodes() as a driver on `host` sees it (the GCS's node table): [{NodeID, Alive,
+        NodeManagerAddress, Labels}]."""
+        code = ("import json, ray; ray.init(address=%r, log_to_driver=False, logging_level='ERROR'); "
+                "print('NODES=' + json.dumps([{k: n.get(k) for k in ('NodeID', 'Alive', 'NodeManagerAddress', "
+                "'Labels')} for n in ray.nodes()]))" % self.head_address)
+        out = self.net.run(host, [self.python, "-c", code], timeout_s=timeout_s, env=self.env(host))
+        line = next((l for l in out.splitlines() if l.startswith("NODES=")), "NODES=[]")
+        return json.loads(line[len("NODES="):])
 
     def node_command(self, host: int | str) -> list[str]:
         """What runs on a host that joins, as on a machine of one's own under a service manager:
@@ -236,6 +316,10 @@ class KrayHosts:
             except subprocess.TimeoutExpired:
                 self.kray.kill()
         self.net.destroy()
+        if self.redis is not None:
+            self.redis.kill()
+            self.redis.wait(10)
+            self.redis = None
         self.timings["stop_s"] = time.monotonic() - t0
 
     def __enter__(self) -> "KrayHosts":
@@ -272,16 +356,17 @@ class KrayHosts:
         return lines[-limit:]
 
     # ---- health: is the deployment whole (e.g. again, after a fault healed)? --------------------
-    def health_problems(self, timeout_s: float = 10) -> list[str]:
+    def health_problems(self, timeout_s: float = 10, *, kray_start: bool = True) -> list[str]:
         """What keeps the deployment from being whole, [] when it is: `kray start` running, no
         host isolated or split, each broker answering at its own address and naming every broker
         at its address, and every partition of every topic (the internal ones too) with a leader
-        and every replica in its ISR. Asks with Metadata only: nothing is created."""
+        and every replica in its ISR. Asks with Metadata only: nothing is created. `kray_start=False`:
+        `kray start` need not run (it was lost with h1: the brokers serve without it)."""
         from confluent_kafka import KafkaException, TopicCollection
         from confluent_kafka.admin import AdminClient
-        if self.kray is None or self.bootstrap is None:
+        if self.bootstrap is None or (kray_start and self.kray is None):
             return ["Kray was not started"]
-        if self.kray.poll() is not None:
+        if kray_start and self.kray.poll() is not None:
             return [f"kray start exited with {self.kray.returncode}: " + " / ".join(self.output[-5:])]
         problems = [f"{h} still isolated" for h in sorted(self.net.isolated)] + \
                    [f"{h} still split from the other hosts" for h in sorted(self.net.split_hosts)]
@@ -323,13 +408,16 @@ class KrayHosts:
                     problems.append(f"{name}-{p}: ISR {sorted(isr)} of replicas {sorted(replicas)}")
         return problems
 
-    def wait_healthy(self, timeout_s: float) -> list[str]:
+    def wait_healthy(self, timeout_s: float, *, kray_start: bool = True) -> list[str]:
         """Wait up to `timeout_s` until health_problems() finds none; returns what it found last
-        ([]: whole), at once when `kray start` is gone (nothing brings it back)."""
+        ([]: whole), at once when `kray start` is gone (nothing brings it back) unless `kray_start`
+        is False."""
         deadline = time.monotonic() + timeout_s
         while True:
-            problems = self.health_problems(timeout_s=max(1.0, min(10.0, deadline - time.monotonic())))
-            if not problems or time.monotonic() >= deadline or self.kray is None or self.kray.poll() is not None:
+            problems = self.health_problems(timeout_s=max(1.0, min(10.0, deadline - time.monotonic())),
+                                            kray_start=kray_start)
+            if not problems or time.monotonic() >= deadline or \
+                    (kray_start and (self.kray is None or self.kray.poll() is not None)):
                 return problems
             time.sleep(HEALTH_POLL_S)
 
@@ -376,3 +464,13 @@ class KrayHosts:
 
     def heal_all(self) -> None:
         self.net.heal_all()
+
+
+def redis_ping(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    """Whether a Redis answers PING at host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as conn:
+            conn.sendall(b"PING\r\n")
+            return conn.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False

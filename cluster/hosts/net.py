@@ -93,16 +93,18 @@ def netns_pids(netns: str) -> list[int]:
     return [int(p) for p in out.split() if p.isdigit()]
 
 
-def kill_namespace_processes(*netns: str, grace_s: float = KILL_GRACE_S) -> int:
+def kill_namespace_processes(*netns: str, grace_s: float = KILL_GRACE_S,
+                             first_signal: signal.Signals = signal.SIGTERM) -> int:
     """SIGTERM every process in the namespaces `netns` (all of them the harness's: nothing else
     runs there), all namespaces at once, then SIGKILL what is left after `grace_s` (what started
     meanwhile too); returns how many there were at first. At once, not host by host: some of
-    Ray's processes outlive a SIGTERM by the whole grace, which host by host cost 3 x 5 s."""
+    Ray's processes outlive a SIGTERM by the whole grace, which host by host cost 3 x 5 s.
+    `first_signal=SIGKILL`: no process gets a chance to clean up (a machine that loses its power)."""
     def alive() -> list[int]:
         return [pid for name in netns for pid in netns_pids(name)]
     pids = alive()
     first = len(pids)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    for sig in dict.fromkeys((first_signal, signal.SIGKILL)):
         for pid in pids:
             try:
                 os.kill(pid, sig)

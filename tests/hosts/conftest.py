@@ -24,7 +24,8 @@ tests they change nothing: Ray's checks act only on a cut of a minute or more (a
 their faults last at most 14 s.
 
 Order (pytest_collection_modifyitems below): the network-only tests first (no Kray beside them),
-then the lighter Kray tests, the 60 s cut, and the seeded fault schedule (it isolates h1, the
+the tests that deploy a cluster of their own (a deploy on busy CPUs, the Ray head's loss: before
+the shared deployment exists, so that no two run at once), then the lighter Kray tests, the 60 s cut, and the seeded fault schedule (it isolates h1, the
 Ray head and the controller) last, so that a test that leaves damage harms as little as possible;
 the health check above makes any order work.
 """
@@ -39,7 +40,7 @@ from cluster.hosts.net import unavailable_reason
 
 HEALTHY_AFTER_TEST_S = 120   # from the heal_all after a test until the deployment is whole again
 HEALTHY_BEFORE_TEST_S = 60   # a deployment found not whole before a test gets this long, then is replaced
-ORDER = ("test_net_faults.py", "test_three_hosts.py", "test_latency.py", "test_partition_heal.py",
+ORDER = ("test_net_faults.py", "test_busy_deploy.py", "test_head_failure.py", "test_three_hosts.py", "test_latency.py", "test_partition_heal.py",
          "test_chaos_checked.py")
 HERE = Path(__file__).resolve().parent
 

@@ -600,6 +600,10 @@ class ControllerSimulation:
         self.fail(f"liveness: not converged {SETTLE_S:.0f} s after the faults stopped: {self.converged()}")
 
     def converged(self) -> str | None:
+        for g in self.gateways:  # what deploy_brokers (kray start) waits for: every started broker serving
+            if g.alive and g.started and not g.killed and g.broker_id in self.rec.registered \
+                    and self.core.replication.is_live(g.broker_id) and g.broker_id not in self.rec.serving:
+                return f"broker {g.broker_id}'s gateway serves, but the controller does not count it as serving"
         for topic in self.core.topics.values():
             for p in topic.partitions:
                 for b in p.replicas:
