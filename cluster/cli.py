@@ -102,11 +102,11 @@ def _start_and_serve(args, signals: StopSignals) -> int:
     try:
         bootstrap = broker.start()
         signals.serving()
-        print(f"Kray is ready: bootstrap={bootstrap}", flush=True)
         if getattr(broker, "attached", False):
             print("kray start: Kray was running on this Ray cluster already (the kray start that deployed it was "
                   "lost, e.g. with the Ray head's host): this one took its controllers and brokers over as they "
                   "are; Ctrl-C stops them", flush=True)
+        print(f"Kray is ready: bootstrap={bootstrap}", flush=True)
         ray_logs = _link_ray_logs(log_dir)
         print(f"Logs: {log_dir / SERVER_LOG} (Kray's actors, at {args.log_level.upper()})"
               + (f", {ray_logs} (Ray's)" if ray_logs else ""), flush=True)
