@@ -85,7 +85,7 @@ def _raylet_lines(hosts, host, words=("GCS", "gcs", "Failed to connect", "exit",
     out = []
     for path in sorted(logs.glob("raylet*.out")) if logs.exists() else ():
         for line in path.read_text(errors="replace").splitlines():
-            if any(w in line for w in words):
+            if any(w in line for w in words) and not line.startswith("[state-dump]"):
                 out.append(line[:300])
     return out[-25:]
 
@@ -201,6 +201,15 @@ def run(down_s: float = 20.0, *, reconnect_timeout_s: float | None = None, say=l
             result["kray_start_again"] = {"failed": str(e)[-1500:]}
         time.sleep(2)  # (the lines after the ready line)
         result["kray_start_again"]["said"] = hosts.output[shown:][-15:]
+        # the node table at the end: right after the new head it may still list nodes whose raylets
+        # exited (read from Redis, alive until its health checks fail them)
+        try:
+            end = {n["NodeManagerAddress"]: n["NodeID"] for n in hosts.ray_nodes_seen_from(2) if n["Alive"]}
+        except Exception as e:
+            end = {"error": str(e)[:200]}
+        result["ray_nodes_end"] = end
+        result["same_ray_nodes"] = {f"h{i}": nodes_before.get(hosts.address(i)) == end.get(hosts.address(i))
+                                    for i in (2, 3)}
         say(f"kray start again: {result['kray_start_again']}")
         time.sleep(10)
     finally:
@@ -263,9 +272,10 @@ def markdown(runs: list[dict]) -> str:
              "Kray deployed with `kray start --address --config configs/multinode.toml`, Redis outside the hosts; "
              "every process on h1 (the Ray head's host: GCS, raylet, broker 1, a controller, `kray start`) "
              "SIGKILLed under an acks=all producer (40 records/s, 6 partitions, RF 3, min ISR 2), a consumer "
-             "group and a share consumer; a new head started on h1 after `down` s with the same Redis; then "
-             "`kray start --address` again on h1.", "",
-             "| date | down (s) | raylets wait for a GCS (s) | writes: longest gap (s) | produce resumed on every partition (s after kill) | "
+             "group and a share consumer; a new head started on h1 with the same Redis (`--down` s later, plus the "
+             "time the checks during the outage took); then `kray start --address` again on h1. \"Same Ray "
+             "nodes\": h2's and h3's node ids in the node table at the end are those from before the kill.", "",
+             "| date | new head, after the kill (s) | raylets wait for a GCS (s) | writes: longest gap (s) | produce resumed on every partition (s after kill) | "
              "share: longest gap (s) | ray start --head (s) | h2, h3 alive in new GCS (s) | same Ray nodes | "
              "whole again after new head (s) | second kray start | acked | lost | share redelivered | load |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |"]
@@ -275,7 +285,7 @@ def markdown(runs: list[dict]) -> str:
         again = r.get("kray_start_again", {})
         show = lambda x: "never" if x is None else x  # noqa: E731
         lines.append(
-            f"| {r['date']} | {r['down_s']:g} | {r['ray_system_config'].get('gcs_rpc_server_reconnect_timeout_s')} | "
+            f"| {r['date']} | {r.get('new_head_from_kill_s', r['down_s'])} | {r['ray_system_config'].get('gcs_rpc_server_reconnect_timeout_s')} | "
             f"{r.get('writes_longest_gap_s', '?')} | "
             f"{show(window.get('unavailable_s'))} | {r.get('share_longest_gap_s', '?')} | "
             f"{r.get('ray_start_head_s', '?')} | {show(r.get('nodes_alive_in_new_gcs_s'))} | "
@@ -291,8 +301,12 @@ def markdown(runs: list[dict]) -> str:
                   f"- the deployment seen from the clients while h1 was down: {last.get('health_during_outage') or 'whole'}",
                   f"- supervisor restarts of the h2/h3 Ray nodes: {last.get('supervisor_restarts')}",
                   f"- problems left: {last.get('problems_left') or 'none'}",
-                  f"- what the second `kray start` said: " + " / ".join(f"`{l}`" for l in
-                                                                     last.get('kray_start_again', {}).get('said', [])),
+                  f"- a topic created and written while h1 was down: {last.get('create_topic_during_outage')}",
+                  f"- the new head started {last.get('new_head_from_kill_s')} s after the kill"] + \
+                 [f"- note: {n}" for n in last.get("notes", [])] + [
+
+                  "- what the second `kray start` said: " + " / ".join(f"`{l}`" for l in
+                                                                    last.get('kray_start_again', {}).get('said', [])),
                   "", "h2's raylet about its GCS:", "", "```"] + last.get("raylet_h2", [])[-15:] + ["```", "",
                   "Kray's log (warnings and the controllers) around the failure:", "", "```"] + \
                  last.get("kray_log", [])[-40:] + ["```"]
