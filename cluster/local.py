@@ -39,7 +39,8 @@ from actors.controller.nodes import (BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABE
 from actors.controller_client import NotController
 from actors.security.inter_broker import with_broker_secret
 from cluster import inter_broker_login, start_progress
-from cluster.start_errors import CannotListen, ProblemLog, RayUnreachable, ray_port_closed, ray_unreachable
+from cluster.start_errors import (CannotListen, DeployTimedOut, ProblemLog, RayUnreachable, ray_port_closed,
+                                  ray_unreachable)
 
 log = logging.getLogger("kray")
 RAY_STARTUP_TIMEOUT_S = 120
@@ -479,6 +480,9 @@ class LocalBroker(_Controllers):
             self.controller = composition.start_controller(ControllerActor, self.config, controller_node)
         try:
             self.brokers = self._deploy_brokers(expected)
+        except TimeoutError as e:  # (an OSError too, but no listener's fault: brokers that did not come up)
+            raise DeployTimedOut(f"{re.sub(r'^TimeoutError: ', '', str(e).splitlines()[-1])}; the brokers that serve keep serving: look at their "
+                                 f"nodes (ray status) and Kray's log, then start again") from None
         except OSError as e:  # a gateway could not listen
             lines = self.listen_problems(retrying=False)
             raise CannotListen("\n".join(lines) if lines else str(getattr(e, "cause", None) or e)) from None
