@@ -80,6 +80,11 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "replica.fetch.max.bytes": 1048576,
     "replica.fetch.response.max.bytes": 10485760,
     "unclean.leader.election.enable": False,
+    # replication throttles (bytes/s; Kafka's names), also dynamic broker configs (DYNAMIC_BROKER_CONFIGS):
+    # kray reassign-partitions --throttle sets them per broker while a move runs
+    "leader.replication.throttled.rate": 9223372036854775807,
+    "follower.replication.throttled.rate": 9223372036854775807,
+    "replica.alter.log.dirs.io.max.bytes.per.second": 9223372036854775807,
     "auto.leader.rebalance.enable": True,
     "leader.imbalance.check.interval.seconds": 300,
     # classic and consumer (KIP-848) groups, committed offsets: Kafka 4's shipped defaults
@@ -267,8 +272,9 @@ TOPIC_CONFIGS_WITHOUT_EFFECT: dict[str, str] = {
     "flush.messages": "Kray flushes as its durability rules say (acks=all: replicated), not every N messages",
     "flush.ms": "Kray flushes as its durability rules say (acks=all: replicated), not on a timer",
     "preallocate": "segment files grow as they are written",
-    "leader.replication.throttled.replicas": "replication throttles are not built yet",
-    "follower.replication.throttled.replicas": "replication throttles are not built yet",
+    "leader.replication.throttled.replicas": "Kray throttles replication on the followers' side only: "
+                                             "follower.replication.throttled.replicas with each broker's "
+                                             "follower.replication.throttled.rate",
     "local.retention.ms": "Kray has no tiered storage (remote.storage.enable is refused)",
     "local.retention.bytes": "Kray has no tiered storage (remote.storage.enable is refused)",
     "remote.log.copy.disable": "Kray has no tiered storage (remote.storage.enable is refused)",
@@ -290,7 +296,47 @@ BROKER_CONFIGS_IN_PART: dict[str, str] = {
     "controller.quorum.voters": "static voters (no KIP-853 AddVoter/RemoveVoter); broker ids or Kafka's id@host:port",
     "group.share.assignment.interval.ms": "accepted, validated and described; the assignor recomputes a group's "
                                           "assignment at the next heartbeat after any change (as with 0)",
+    "leader.replication.throttled.rate": "a dynamic broker config too; the leader's side of Kafka's throttle is "
+                                         "applied by the followers: each broker's followers of the replicas listed "
+                                         "in follower.replication.throttled.replicas fetch at most "
+                                         "follower.replication.throttled.rate (docs/operations/reassignment.md)",
+    "replica.alter.log.dirs.io.max.bytes.per.second": "accepted (a dynamic broker config too), no effect: a Kray "
+                                                      "broker has one log directory",
 }
+
+# Broker configs that IncrementalAlterConfigs may change while Kray runs (for one broker, or the cluster's
+# default with the resource name ""), as Kafka's dynamic broker configs: the replication throttles
+DYNAMIC_BROKER_CONFIGS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate",
+                          "replica.alter.log.dirs.io.max.bytes.per.second")
+
+
+def validate_dynamic_broker_configs(configs: dict[str, Any]) -> dict[str, Any]:
+    """Dynamic broker config overrides, typed; ConfigError naming a key Kray cannot alter while it runs."""
+    out = {}
+    for key, value in configs.items():
+        if key not in DYNAMIC_BROKER_CONFIGS:
+            raise ConfigError(f"Cannot update these configs dynamically: {key} (Kray's dynamic broker configs: "
+                              f"{', '.join(DYNAMIC_BROKER_CONFIGS)}; the others are set in the config file)")
+        out[key] = broker_value(key, value)
+    return out
+
+
+def effective_dynamic_broker_config(key: str, broker_id: int, static: dict[str, Any],
+                                    dynamic: dict[str, dict[str, Any]]) -> Any:
+    """A dynamic broker config's value for `broker_id`: its own dynamic value, else the cluster default
+    (resource name ""), else the static config."""
+    for scope in (str(broker_id), ""):
+        if key in dynamic.get(scope, {}):
+            return dynamic[scope][key]
+    return static.get(key, BROKER_DEFAULTS.get(key))
+
+
+def replica_listed(replicas: str, partition: int, broker_id: int) -> bool:
+    """Whether a leader/follower.replication.throttled.replicas value names replica (partition, broker)."""
+    text = (replicas or "").strip()
+    if text == "*":
+        return True
+    return any(pair.strip() == f"{partition}:{broker_id}" for pair in text.split(",") if pair.strip())
 
 LONG_MAX = 9223372036854775807
 INT_TOPIC_CONFIGS = {"segment.bytes", "segment.index.bytes", "index.interval.bytes", "retention.ms",
@@ -360,6 +406,8 @@ BROKER_INT_RANGES: dict[str, tuple[int, int]] = {
     "broker.heartbeat.interval.ms": (INT_MIN, INT_MAX), "broker.session.timeout.ms": (INT_MIN, INT_MAX),
     "replica.lag.time.max.ms": (LONG_MIN, LONG_MAX), "replica.fetch.wait.max.ms": (INT_MIN, INT_MAX),
     "replica.fetch.max.bytes": (0, INT_MAX), "replica.fetch.response.max.bytes": (0, INT_MAX),
+    "leader.replication.throttled.rate": (0, LONG_MAX), "follower.replication.throttled.rate": (0, LONG_MAX),
+    "replica.alter.log.dirs.io.max.bytes.per.second": (0, LONG_MAX),
     "leader.imbalance.check.interval.seconds": (1, LONG_MAX), "group.min.session.timeout.ms": (INT_MIN, INT_MAX),
     "group.max.session.timeout.ms": (INT_MIN, INT_MAX), "group.initial.rebalance.delay.ms": (INT_MIN, INT_MAX),
     "group.max.size": (1, INT_MAX), "group.consumer.session.timeout.ms": (1, INT_MAX),
@@ -739,6 +787,8 @@ class TopicConfig:
     compression_gzip_level: int = -1
     compression_lz4_level: int = 9
     compression_zstd_level: int = 3
+    leader_throttled_replicas: str = ""  # leader.replication.throttled.replicas ("p:broker,..." or "*")
+    follower_throttled_replicas: str = ""  # follower.replication.throttled.replicas
 
     @classmethod
     def from_kafka(cls, effective: dict[str, Any]) -> "TopicConfig":
@@ -762,4 +812,6 @@ class TopicConfig:
             compression_gzip_level=int(effective.get("compression.gzip.level", -1)),
             compression_lz4_level=int(effective.get("compression.lz4.level", 9)),
             compression_zstd_level=int(effective.get("compression.zstd.level", 3)),
+            leader_throttled_replicas=str(effective.get("leader.replication.throttled.replicas", "") or ""),
+            follower_throttled_replicas=str(effective.get("follower.replication.throttled.replicas", "") or ""),
         )

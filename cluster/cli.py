@@ -21,7 +21,7 @@ from pathlib import Path
 
 from actors.config_schema import with_listener
 from cluster.config import DEFAULT_LOCAL_CONFIG, load_broker_config
-from cluster.console_log import follow_errors
+from cluster.console_log import ConsoleErrors, follow_errors
 from cluster.process_tree import adopt_orphans, descendants, end_descendants
 from cluster.start_errors import CannotListen, DeployTimedOut, InterBrokerLoginFailed, RayUnreachable
 from cluster.stop_signals import StopSignals
@@ -67,7 +67,7 @@ def _start_and_serve(args, signals: StopSignals) -> int:
     if args.nodes and args.address:
         print("kray start: --nodes starts a Ray cluster of its own; --address joins one: pick one", file=sys.stderr)
         return 2
-    from actors import LOG_DIR_ENV, LOG_LEVEL_ENV, LOG_LEVELS, SERVER_LOG
+    from actors import CONSOLE_ERRORS_ENV, LOG_DIR_ENV, LOG_LEVEL_ENV, LOG_LEVELS, SERVER_LOG
     log_dir = Path(args.log_dir or Path(config["log.dirs"].split(",")[0]) / "logs").resolve()
     try:
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -81,10 +81,12 @@ def _start_and_serve(args, signals: StopSignals) -> int:
     # joined with --address, the actors log into each node's Ray session directory only)
     if getattr(args, "own_process", False):  # (not into the environment of a Python caller, a test)
         os.environ[LOG_DIR_ENV], os.environ[LOG_LEVEL_ENV] = str(log_dir), args.log_level.upper()
+        os.environ[CONSOLE_ERRORS_ENV] = "1"
+    console_errors = ConsoleErrors(lambda line: print(line, file=sys.stderr, flush=True))
     from cluster.local import LocalBroker, LocalCluster
     if getattr(args, "own_process", False):
         signals.install()  # (again: importing Ray must not have replaced Kray's handlers)
-        _ray_messages_into(log_dir / RAY_MESSAGES_LOG)
+        _ray_messages_into(log_dir / RAY_MESSAGES_LOG, console_errors)
 
     stop = signals.requested
     if args.nodes:
@@ -110,7 +112,7 @@ def _start_and_serve(args, signals: StopSignals) -> int:
         ray_logs = _link_ray_logs(log_dir)
         print(f"Logs: {log_dir / SERVER_LOG} (Kray's actors, at {args.log_level.upper()})"
               + (f", {ray_logs} (Ray's)" if ray_logs else ""), flush=True)
-        follow_errors(log_dir / SERVER_LOG, lambda line: print(line, file=sys.stderr, flush=True), stop)
+        follow_errors(log_dir / SERVER_LOG, console_errors.say, stop, console_errors)
         for line in getattr(broker, "notes", ()):
             print(f"kray start: {line}", file=sys.stderr if line.startswith("warning") else sys.stdout, flush=True)
         if args.address:  # brokers on hosts of their own: network cuts are theirs to heal from
@@ -159,16 +161,18 @@ def _start_and_serve(args, signals: StopSignals) -> int:
 RAY_MESSAGES_LOG = "ray-messages.log"
 
 
-def _ray_messages_into(path: Path) -> None:
+def _ray_messages_into(path: Path, console_errors: ConsoleErrors) -> None:
     """What Ray's driver would print on kray start's console (its GCS's error messages: "(raylet)
     The node ... has been marked dead ...", in colour even when redirected) goes into `path`
-    instead: kray start says what matters to a Kray user in its own words (broker N lost, back)."""
+    instead: kray start says what matters to a Kray user in its own words (broker N lost, back).
+    The actors' errors that come this way are said on the console, once each (console_log.py)."""
     import ray._private.worker as ray_worker
 
     def into_file(data, ignore_prefix=False):
+        lines = [line for line in data.get("lines", ()) if not console_errors.from_ray(line)]
         try:
             with open(path, "a", encoding="utf-8") as f:
-                for line in data.get("lines", ()):
+                for line in lines:
                     f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ({data.get('pid', 'ray')}) {line}\n")
         except OSError:
             pass
@@ -364,10 +368,12 @@ def build_parser() -> argparse.ArgumentParser:
     from cluster import broker_control
     broker_control.add_parser(sub)
     from cluster.tools import (acls, configs, console_share_consumer, consumer_groups, delete_records,
-                               metadata_quorum, perf, share_groups, share_workers, streams_groups, topics,
-                               transactions)
+                               leader_election, metadata_quorum, perf, reassign_partitions, share_groups,
+                               share_workers, streams_groups, topics, transactions)
     topics.add_parser(sub)
     delete_records.add_parser(sub)
+    reassign_partitions.add_parser(sub)
+    leader_election.add_parser(sub)
     acls.add_parser(sub)
     configs.add_parser(sub)
     share_groups.add_parser(sub)

@@ -81,6 +81,22 @@ def _init_ray(address: str) -> None:
 # actors, and tasks only as it starts or a node joins: an idle ray::IDLE worker held ~120 MB
 IDLE_WORKERS_KEPT_ENV = "RAY_num_workers_soft_limit"
 
+# What the Ray that `kray start` starts for one broker does by the clock, slowed where Ray's default
+# serves a cluster scheduling tasks and a broker's single node runs a few long-lived actors
+# (num_cpus=0): ~0.013 of the idle broker's 0.062 cores (benchmarks/results/idle-broker.md). Set
+# in the environment of the processes Ray starts; a value the user set wins.
+QUIET_RAY_ENV = {
+    "RAY_task_events_report_interval_ms": "0",  # 1000: task state events, for Ray's state API and dashboard
+    "RAY_raylet_report_resources_period_milliseconds": "1000",  # 100: one node; Kray's actors take no CPUs
+    "RAY_raylet_check_gc_period_milliseconds": "1000",  # 100: object store pressure (Kray keeps no objects)
+    "RAY_local_fs_monitor_interval_ms": "1000",  # 100: the object store's spill disk
+    "RAY_object_manager_timer_freq_ms": "1000",  # 100: object transfers between nodes (one node)
+    "RAY_memory_monitor_refresh_ms": "1000",  # 250: Ray's out-of-memory killer looks once a second
+    "RAY_kill_idle_workers_interval_ms": "1000",  # 200
+    "REPORTER_UPDATE_INTERVAL_MS": "15000",  # 5000: the node's CPU/memory stats among Ray's metrics (Kray's
+                                             # own metrics are reported every 10 s, as before)
+}
+
 
 def trim_own_ray() -> list[str]:
     """On the Ray this process started for a broker (`kray start`), end Ray's processes that a
@@ -461,6 +477,8 @@ class LocalBroker(_Controllers):
             if self.address is None:
                 if self.trim_ray:  # no idle worker kept for later tasks: Kray runs a few, at start-up
                     os.environ.setdefault(IDLE_WORKERS_KEPT_ENV, "0")
+                    for key, value in QUIET_RAY_ENV.items():
+                        os.environ.setdefault(key, value)
                 _init_ray("local")
                 if self.trim_ray:
                     trim_own_ray()

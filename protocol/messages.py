@@ -1522,6 +1522,64 @@ class DescribeConfigsResponse(Message):
         )
 
 
+class DescribeLogDirsRequest(Message):
+    API_KEY = 35
+    MIN_VERSION = 1
+    MAX_VERSION = 5
+    FLEXIBLE_MIN = 2
+    __slots__ = ('topics',)
+    FIELDS = (
+        F('topics', '[]DescribableLogDirTopic', '0+', nullable='0+'),
+    )
+
+    class DescribableLogDirTopic(Message):
+        __slots__ = ('topic', 'partitions')
+        FIELDS = (
+            F('topic', 'string', '0+'),
+            F('partitions', '[]int32', '0+'),
+        )
+
+
+class DescribeLogDirsResponse(Message):
+    API_KEY = 35
+    MIN_VERSION = 1
+    MAX_VERSION = 5
+    FLEXIBLE_MIN = 2
+    __slots__ = ('throttle_time_ms', 'error_code', 'results')
+    FIELDS = (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '3+'),
+        F('results', '[]DescribeLogDirsResult', '0+'),
+    )
+
+    class DescribeLogDirsResult(Message):
+        __slots__ = ('error_code', 'log_dir', 'topics', 'total_bytes', 'usable_bytes', 'is_cordoned')
+        FIELDS = (
+            F('error_code', 'int16', '0+'),
+            F('log_dir', 'string', '0+'),
+            F('topics', '[]DescribeLogDirsTopic', '0+'),
+            F('total_bytes', 'int64', '4+', default=-1),
+            F('usable_bytes', 'int64', '4+', default=-1),
+            F('is_cordoned', 'bool', '5+', default=False),
+        )
+
+    class DescribeLogDirsTopic(Message):
+        __slots__ = ('name', 'partitions')
+        FIELDS = (
+            F('name', 'string', '0+'),
+            F('partitions', '[]DescribeLogDirsPartition', '0+'),
+        )
+
+    class DescribeLogDirsPartition(Message):
+        __slots__ = ('partition_index', 'partition_size', 'offset_lag', 'is_future_key')
+        FIELDS = (
+            F('partition_index', 'int32', '0+'),
+            F('partition_size', 'int64', '0+'),
+            F('offset_lag', 'int64', '0+'),
+            F('is_future_key', 'bool', '0+'),
+        )
+
+
 class SaslAuthenticateRequest(Message):
     API_KEY = 36
     MIN_VERSION = 0

@@ -112,6 +112,8 @@ class ControllerActor:
         shards, gateways = found
         self.rec.adopt(self.core, shards, gateways,
                        lambda shard, topic, p, b: HostedReplica(shard, self._replica_spec(topic, p, b)))
+        # replicas that a reassignment moved away while no controller ran are stopped
+        self.core.placement_changed.update(self.core.topics_by_id)
         for broker_id in set(self.core.brokers) - self.rec.registered:  # gone while no controller ran
             self._persist(self.core.replication_outcome(self.core.replication.broker_died(broker_id).records))
         self.loaded.set()
@@ -254,7 +256,8 @@ class ControllerActor:
                              leaders, listeners, coordinators,
                              {g: dict(cfg) for g, cfg in c.group_configs.items()}, tuple(c.acls), c.acl_version,
                              dict(c.scram_credentials), c.scram_version,
-                             {e: dict(values) for e, values in c.client_quotas.items()})
+                             {e: dict(values) for e, values in c.client_quotas.items()},
+                             {b: dict(values) for b, values in c.dynamic_broker_configs.items()})
 
     @answers_once_committed
     async def wait_for_metadata(self, known_version: int, timeout_s: float) -> MetadataImage:
@@ -502,6 +505,38 @@ class ControllerActor:
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
         if tasks:
             await asyncio.wait(tasks, timeout=REPLICA_UPDATE_TIMEOUT_S)
+
+    @answers_once_committed
+    def alter_partition_reassignments(self, topics: list, allow_replication_factor_change: bool = True) -> list:
+        """AlterPartitionReassignments: per topic [(partition, error code, message)]. The adding
+        replicas start at once (the supervision's loop starts and stops replicas as placements change)."""
+        results, outcome = self.core.alter_partition_reassignments(topics, allow_replication_factor_change)
+        self._persist(outcome)
+        self.supervision.follow_placements()
+        return results
+
+    @answers_once_committed
+    def alter_broker_configs(self, broker: str, configs: dict[str, Any], validate_only: bool = False
+                             ) -> tuple[int, str | None]:
+        """Dynamic broker configs (the replication throttles); the shards of the brokers concerned apply the
+        new rates at once."""
+        outcome = self.core.alter_broker_configs(broker, configs, validate_only=validate_only)
+        self._persist(outcome)
+        if outcome.records:
+            self.supervision.push_replication_throttles()
+        return outcome.error_code, outcome.message
+
+    @answers_once_committed
+    def list_partition_reassignments(self, topics: list | None) -> list:
+        """ListPartitionReassignments: per topic being reassigned [(partition, replicas, adding, removing)]."""
+        return self.core.list_partition_reassignments(topics)
+
+    @answers_once_committed
+    def elect_leaders(self, election_type: int, partitions: list | None) -> list:
+        """ElectLeaders (PREFERRED 0, UNCLEAN 1): per topic [(partition, error code, message)]."""
+        results, outcome = self.core.elect_leaders(election_type, partitions)
+        self._persist(outcome)
+        return results
 
     @answers_once_committed
     def allocate_producer_id(self) -> int:

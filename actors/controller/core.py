@@ -10,7 +10,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.config_schema import ConfigError, topic_config_defaults, validate_group_configs, validate_topic_configs
+from actors.config_schema import ConfigError, topic_config_defaults, validate_dynamic_broker_configs, \
+    validate_group_configs, validate_topic_configs
 from actors.topic_names import topic_name_error
 from protocol.errors import ErrorCode
 
@@ -19,7 +20,8 @@ from actors.security.authorizer import AclBinding, AclBindingFilter, acl_binding
 from actors.security import scram_credentials
 from actors import quotas
 
-from .elections import DEFAULT_BROKER_SESSION_TIMEOUT_MS, RECORD_TYPES as REPLICATION_RECORD_TYPES, ReplicationControl
+from .elections import DEFAULT_BROKER_SESSION_TIMEOUT_MS, PREFERRED, RECORD_TYPES as REPLICATION_RECORD_TYPES, \
+    UNCLEAN, ReplicationControl, reassigning
 
 PARTITIONS_PER_TOPIC_MAX = 10000
 PRODUCER_ID_BLOCK_SIZE = 1000
@@ -44,6 +46,9 @@ class PartitionState:
     leader_epoch: int = 0
     isr: list[int] = field(default_factory=list)
     partition_epoch: int = 0  # bumped by every leader or ISR change (KRaft's partition epoch)
+    # a reassignment in progress (KIP-455): the replicas being added and removed; `replicas` holds both
+    adding: list[int] = field(default_factory=list)
+    removing: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -88,6 +93,13 @@ class ControllerCore:
         self.scram_credentials: dict[scram_credentials.CredentialKey, Any] = {}
         self.scram_version = 0  # SCRAM records applied: gateways re-index credentials when it moves
         self.client_quotas: dict[quotas.Entity, dict[str, float]] = {}  # (KIP-546) entity -> key -> value
+        # partitions being reassigned, keyed as ReplicationControl's ((topic id bytes, index)), and the
+        # topics whose replica placement changed since the shell last looked (`take_placement_changes`)
+        self.reassigning: set[tuple[bytes, int]] = set()
+        # dynamic broker configs (the replication throttles): broker id as a string, or "" for the cluster's
+        # default -> key -> value (overrides of the static broker config)
+        self.dynamic_broker_configs: dict[str, dict[str, Any]] = {}
+        self.placement_changed: set[uuid.UUID] = set()
         # liveness, leaders, epochs and ISRs: partition keys are (topic_id bytes, index), the
         # partition objects are this core's own PartitionStates (updated in place by its records)
         self.replication = ReplicationControl(
@@ -118,7 +130,27 @@ class ControllerCore:
         return value in (True, "true", "True")
 
     def _replication_applied(self, record: dict[str, Any]) -> None:
+        if record["type"] == "partition_change":
+            key = tuple(record["partition"])
+            if record.get("adding") or record.get("removing"):
+                self.reassigning.add(key)
+                self.placement_changed.add(uuid.UUID(bytes=key[0]))
+            elif key in self.reassigning:  # completed or cancelled: replicas left
+                self.reassigning.discard(key)
+                self.placement_changed.add(uuid.UUID(bytes=key[0]))
         self.metadata_version += 1
+
+    def take_placement_changes(self) -> list[TopicState]:
+        """The topics whose replica placement changed (a reassignment started, moved on, completed or
+        was cancelled) since the last call: their new replicas start, removed ones stop."""
+        changed, self.placement_changed = self.placement_changed, set()
+        return [self.topics_by_id[t] for t in changed if t in self.topics_by_id]
+
+    def _partition_key(self, name: str, index: int) -> tuple[bytes, int] | None:
+        topic = self.topics.get(name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            return None
+        return topic.topic_id.bytes, index
 
     def replication_outcome(self, records: list[dict[str, Any]], error_code: int = 0) -> Outcome:
         """A ReplicationControl decision as an Outcome the shell persists like any other."""
@@ -261,6 +293,25 @@ class ControllerCore:
             return Outcome()
         return self._commit([{"type": "group_configs", "group_id": group_id, "configs": merged}])
 
+    def alter_broker_configs(self, broker: str, configs: dict[str, Any], *, validate_only: bool = False) -> Outcome:
+        """IncrementalAlterConfigs of a BROKER resource: `broker` is a broker id, or "" for the cluster's
+        default; None deletes a key (a key that is not set: nothing to delete, no error, as Kafka)."""
+        if broker != "" and not (broker.isdigit() and int(broker) >= 0):
+            return Outcome(ErrorCode.INVALID_REQUEST, f"broker {broker!r}: a broker id, or \"\" for the cluster's "
+                                                      f"default")
+        try:
+            typed = validate_dynamic_broker_configs({k: v for k, v in configs.items() if v is not None})
+            validate_dynamic_broker_configs({k: 0 for k, v in configs.items() if v is None})
+        except ConfigError as e:
+            return Outcome(ErrorCode.INVALID_CONFIG, str(e))
+        merged = dict(self.dynamic_broker_configs.get(broker, {}))
+        merged.update(typed)
+        for key in [k for k, v in configs.items() if v is None]:
+            merged.pop(key, None)
+        if validate_only or merged == self.dynamic_broker_configs.get(broker, {}):
+            return Outcome()
+        return self._commit([{"type": "broker_configs", "broker": broker, "configs": merged}])
+
     def create_acls(self, bindings: list[AclBinding]) -> tuple[list[tuple[int, str | None]], Outcome]:
         """CreateAcls: per binding (error code, message); a binding that exists already is a success
         that adds nothing, as in Kafka's AclControlManager."""
@@ -325,6 +376,77 @@ class ControllerCore:
             return results, Outcome()
         return results, self._commit(records)
 
+    def alter_partition_reassignments(self, topics: list[tuple[str, list[tuple[int, list[int] | None]]]],
+                                      allow_replication_factor_change: bool = True
+                                      ) -> tuple[list[tuple[str, list[tuple[int, int, str | None]]]], Outcome]:
+        """AlterPartitionReassignments (KIP-455): per topic, per partition a target replica list or
+        None (cancel). Answers per topic [(partition, error code, message)]; the records of every
+        partition that succeeded are committed together, as Kafka's ControllerResult.atomicOf."""
+        results, records = [], []
+        for name, partitions in topics:
+            answers = []
+            for index, target in partitions:
+                key = self._partition_key(name, index)
+                if key is None:
+                    message = (f"Unable to find a topic named {name}." if name not in self.topics
+                               else f"Unable to find partition {name}:{index}.")
+                    answers.append((index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, message))
+                    continue
+                error, message, decided = self.replication.reassign(
+                    key, None if target is None else list(target),
+                    allow_replication_factor_change=allow_replication_factor_change, name=f"{name}:{index}")
+                if not error:
+                    self.replication.commit(decided)  # a later entry of the request sees this one's effect
+                    records += decided
+                answers.append((index, error, message))
+            results.append((name, answers))
+        return results, Outcome(records=records)
+
+    def list_partition_reassignments(self, topics: list[tuple[str, list[int]]] | None
+                                     ) -> list[tuple[str, list[tuple[int, list[int], list[int], list[int]]]]]:
+        """ListPartitionReassignments: per topic with a reassignment in progress (of `topics`, None:
+        all), [(partition, replicas, adding, removing)]; unknown topics and partitions are left out."""
+        if topics is None:
+            topics = [(t.name, [p.index for p in t.partitions]) for t in self.topics.values()
+                      if any(reassigning(p) for p in t.partitions)]
+        found = []
+        for name, indexes in topics:
+            topic = self.topics.get(name)
+            if topic is None:
+                continue
+            ongoing = [(i, list(p.replicas), list(p.adding), list(p.removing)) for i in indexes
+                       if 0 <= i < len(topic.partitions) and reassigning(p := topic.partitions[i])]
+            if ongoing:
+                found.append((name, ongoing))
+        return found
+
+    def elect_leaders(self, election_type: int, partitions: list[tuple[str, list[int]]] | None
+                      ) -> tuple[list[tuple[str, list[tuple[int, int, str | None]]]], Outcome]:
+        """ElectLeaders (KIP-460): PREFERRED (0) or UNCLEAN (1), for the partitions named (None: all;
+        then the partitions that need no election are left out of the answer, as Kafka's)."""
+        if election_type not in (PREFERRED, UNCLEAN):
+            raise ValueError(f"Unknown election type {election_type}")
+        every = partitions is None
+        if every:
+            partitions = [(t.name, [p.index for p in t.partitions]) for t in self.topics.values()]
+        results, records = [], []
+        for name, indexes in partitions:
+            answers = []
+            for index in indexes:
+                key = self._partition_key(name, index)
+                if key is None:
+                    message = (f"No such topic as {name}" if name not in self.topics
+                               else f"No such partition as {name}-{index}")
+                    answers.append((index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, message))
+                    continue
+                error, decided = self.replication.elect(key, election_type)
+                self.replication.commit(decided)
+                records += decided
+                if not (every and error == ErrorCode.ELECTION_NOT_NEEDED):
+                    answers.append((index, error, None))
+            results.append((name, answers))
+        return results, Outcome(records=records)
+
     def allocate_producer_id(self) -> tuple[int, Outcome]:
         """Hand out the next producer id; ids are reserved in the log a block at a time."""
         outcome = Outcome()
@@ -358,6 +480,7 @@ class ControllerCore:
             del self.topics[topic.name]
             for p in topic.partitions:
                 self.replication.partitions.pop((topic.topic_id.bytes, p.index), None)
+                self.reassigning.discard((topic.topic_id.bytes, p.index))
         elif kind == "partitions":
             topic = self.topics_by_id[uuid.UUID(bytes=record["topic_id"])]
             added = [_partition_state(p) for p in record["added"]]
@@ -370,6 +493,11 @@ class ControllerCore:
                 self.group_configs[record["group_id"]] = dict(record["configs"])
             else:
                 self.group_configs.pop(record["group_id"], None)
+        elif kind == "broker_configs":
+            if record["configs"]:
+                self.dynamic_broker_configs[record["broker"]] = dict(record["configs"])
+            else:
+                self.dynamic_broker_configs.pop(record["broker"], None)
         elif kind == "producer_ids":
             self.producer_id_limit = record["limit"]
         elif kind == "acls":

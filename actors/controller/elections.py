@@ -12,7 +12,9 @@ Records (dicts with a "type", like ControllerCore's):
   {"type": "unfence_broker", "broker_id", "broker_epoch"}       it heartbeats: may lead and join ISRs
   {"type": "fence_broker", "broker_id", "broker_epoch"}         session expired / node died
   {"type": "partition_change", "partition": key, "leader", "leader_epoch", "partition_epoch",
-   "isr", "replicas"}                                           Kafka's PartitionChangeRecord (full state)
+   "isr", "replicas", "adding", "removing"}                     Kafka's PartitionChangeRecord (full state;
+                                                                adding/removing: a reassignment's, absent
+                                                                in records written before reassignments)
 A partition key is whatever the owner uses (e.g. [topic_id bytes, index]); keys are kept as tuples.
 
 Semantics (as KRaft's):
@@ -35,7 +37,18 @@ Semantics (as KRaft's):
   INELIGIBLE_REPLICA (a fenced or unregistered broker in the new ISR); else the change is made and
   the new state answered;
 * preferred leader election (`auto.leader.rebalance.enable`): a partition whose first replica is
-  in its ISR, unfenced and not leading gets it back as leader.
+  in its ISR, unfenced and not leading gets it back as leader;
+* reassignment (KIP-455, Kafka's PartitionReassignmentReplicas): a target replica set makes the
+  replicas target + the removed ones, with `adding` and `removing` set; every change after that
+  (an ISR expansion by AlterPartition, a fence) completes it once the ISR without the removing
+  replicas holds every remaining replica: replicas = target, removing replicas leave the ISR, the
+  leader moves if it was removed (to the first target replica in the ISR and unfenced), and the
+  leader epoch is bumped since replicas left. A cancel reverts to the original replicas (the ISR
+  without the adding ones; if none is left, only by an unclean election, when the topic allows it);
+* ElectLeaders (Kafka's electLeader): PREFERRED makes the first replica leader when it is in the
+  ISR and unfenced (ELECTION_NOT_NEEDED when it leads, PREFERRED_LEADER_NOT_AVAILABLE when it
+  cannot); UNCLEAN elects a leader for a leaderless partition, an unfenced replica outside the ISR
+  if no ISR member is (ELECTION_NOT_NEEDED when it has a leader, ELIGIBLE_LEADERS_NOT_AVAILABLE).
 """
 from __future__ import annotations
 
@@ -48,6 +61,7 @@ NO_LEADER = -1
 DEFAULT_BROKER_SESSION_TIMEOUT_MS = 9000  # broker.session.timeout.ms
 DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS = 2000  # broker.heartbeat.interval.ms
 RECORD_TYPES = frozenset({"broker_registration", "unfence_broker", "fence_broker", "partition_change"})
+PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election types (Kafka's ElectionType)
 
 
 @dataclass
@@ -67,6 +81,52 @@ class ControllerPartition:
     leader_epoch: int = 0
     partition_epoch: int = 0
     isr: list[int] = field(default_factory=list)
+    adding: list[int] = field(default_factory=list)  # an ongoing reassignment's replicas being added
+    removing: list[int] = field(default_factory=list)  # ... and being removed
+
+
+def reassigning(p: Any) -> bool:
+    """Whether a reassignment of partition `p` is in progress (Kafka's isReassignmentInProgress)."""
+    return bool(getattr(p, "adding", None) or getattr(p, "removing", None))
+
+
+def completed_reassignment(replicas: list[int], adding: list[int], removing: list[int],
+                           isr: list[int]) -> tuple[list[int], list[int]] | None:
+    """Kafka's maybeCompleteReassignment: (replicas, ISR) once a reassignment in progress can
+    complete with ISR `isr`, else None: the ISR less the removing replicas holds every replica
+    that stays (and is not empty)."""
+    if not adding and not removing:
+        return None
+    new_isr = [r for r in isr if r not in removing]
+    new_replicas = [r for r in replicas if r not in removing]
+    if not new_isr or not new_replicas or not set(new_replicas) <= set(new_isr):
+        return None
+    return new_replicas, new_isr
+
+
+def reassignment_target(current: list[int], target: list[int]) -> tuple[list[int], list[int], list[int]]:
+    """Kafka's PartitionReassignmentReplicas(current, target): (replicas, adding, removing); the
+    replicas are the target's, then the removed ones; adding and removing are sorted."""
+    removing = sorted(set(current) - set(target))
+    adding = sorted(set(target) - set(current))
+    return list(target) + removing, adding, removing
+
+
+def assignment_problem(target: list[int], registered: Iterable[int]) -> str | None:
+    """Kafka's validateManualPartitionAssignment (its words): an empty list, an unregistered broker
+    or a broker named twice (checked in broker id order) is INVALID_REPLICA_ASSIGNMENT."""
+    if not target:
+        return "The manual partition assignment includes an empty replica list."
+    registered = set(registered)
+    previous = None
+    for broker_id in sorted(target):
+        if broker_id not in registered:
+            return (f"The manual partition assignment includes broker {broker_id}, but no such broker is "
+                    f"registered.")
+        if broker_id == previous:
+            return f"The manual partition assignment includes the broker {previous} more than once."
+        previous = broker_id
+    return None
 
 
 def partition_snapshot(p: Any) -> dict[str, Any]:
@@ -225,7 +285,9 @@ class ReplicationControl:
         isr = [r for r in p.replicas if r in isr]  # assignment order, as a canonical form
         if isr == p.isr:
             return Decision(partition=partition_snapshot(p))
-        records = self._commit([self._record(key, p, leader=p.leader, isr=isr, leader_epoch=p.leader_epoch)])
+        live = {i for i, x in self.brokers.items() if not x.fenced}
+        change = self._change(key, p, isr=isr, live=live)  # (completes a reassignment it makes possible)
+        records = self._commit([change] if change is not None else [])
         p = self.partitions[key]
         return Decision(ErrorCode.NEW_LEADER_ELECTED if p.leader != broker_id else ErrorCode.NONE,
                         records, partition_snapshot(p))
@@ -246,27 +308,100 @@ class ReplicationControl:
         change = self._change(key, p, isr=list(p.isr), live=live)
         return [change] if change is not None else []
 
-    def _change(self, key: Hashable, p: ControllerPartition, *, isr: list[int],
-                live: set[int]) -> dict[str, Any] | None:
-        """PartitionChangeBuilder: keep a valid leader, else the first valid replica in assignment
-        order, else (unclean) the first live replica, else no leader."""
+    def _change(self, key: Hashable, p: ControllerPartition, *, isr: list[int], live: set[int],
+                replicas: list[int] | None = None, adding: list[int] | None = None,
+                removing: list[int] | None = None, election: str = "online") -> dict[str, Any] | None:
+        """PartitionChangeBuilder: the target replicas, adding, removing and ISR (default: as they
+        are), a reassignment completed if the target ISR allows; then the leader: `online` keeps a
+        valid leader (in the ISR, unfenced), else the first valid replica in assignment order, else
+        (unclean, by the topic's config or `election` "unclean") the first live replica, else no
+        leader; `preferred` tries the first replica before the current leader. The leader epoch
+        goes up with a new leader, or when replicas leave the partition. None: nothing changes."""
+        replicas = list(p.replicas if replicas is None else replicas)
+        adding = list(getattr(p, "adding", []) if adding is None else adding)
+        removing = list(getattr(p, "removing", []) if removing is None else removing)
+        completed = completed_reassignment(replicas, adding, removing, isr)
+        if completed is not None:
+            (replicas, isr), adding, removing = completed, [], []
+        valid = [r for r in replicas if r in isr and r in live]
         leader = p.leader
-        if not (leader in isr and leader in live):
-            leader = next((r for r in p.replicas if r in isr and r in live), NO_LEADER)
-            if leader == NO_LEADER and self._unclean(key):
-                leader = next((r for r in p.replicas if r in live), NO_LEADER)
+        if election == "preferred" and valid and valid[0] == replicas[0]:
+            leader = replicas[0]
+        elif leader not in valid:
+            leader = valid[0] if valid else NO_LEADER
+            if leader == NO_LEADER and election != "preferred" and (election == "unclean" or self._unclean(key)):
+                leader = next((r for r in replicas if r in live), NO_LEADER)
                 if leader != NO_LEADER:
                     isr = [leader]
-        if leader == p.leader and isr == p.isr:
+        if (leader, isr, replicas, adding, removing) == (p.leader, p.isr, p.replicas, getattr(p, "adding", []),
+                                                         getattr(p, "removing", [])):
             return None
-        return self._record(key, p, leader=leader, isr=isr,
-                            leader_epoch=p.leader_epoch + (1 if leader != p.leader else 0))
+        bump = leader != p.leader or not set(p.replicas) <= set(replicas)
+        return self._record(key, p, leader=leader, isr=isr, leader_epoch=p.leader_epoch + (1 if bump else 0),
+                            replicas=replicas, adding=adding, removing=removing)
 
     @staticmethod
-    def _record(key: Hashable, p: ControllerPartition, *, leader: int, isr: list[int],
-                leader_epoch: int) -> dict[str, Any]:
+    def _record(key: Hashable, p: ControllerPartition, *, leader: int, isr: list[int], leader_epoch: int,
+                replicas: list[int] | None = None, adding: list[int] | None = None,
+                removing: list[int] | None = None) -> dict[str, Any]:
         return {"type": "partition_change", "partition": key, "leader": leader, "leader_epoch": leader_epoch,
-                "partition_epoch": p.partition_epoch + 1, "isr": list(isr), "replicas": list(p.replicas)}
+                "partition_epoch": p.partition_epoch + 1, "isr": list(isr),
+                "replicas": list(p.replicas if replicas is None else replicas),
+                "adding": list(getattr(p, "adding", []) if adding is None else adding),
+                "removing": list(getattr(p, "removing", []) if removing is None else removing)}
+
+    # ---- reassignment and elections (AlterPartitionReassignments, ElectLeaders) ------------
+    def reassign(self, key: Hashable, target: list[int] | None, *, allow_replication_factor_change: bool = True,
+                 name: str = "") -> tuple[int, str | None, list[dict[str, Any]]]:
+        """Start, change or (`target` None) cancel partition `key`'s reassignment, as Kafka's
+        alterPartitionReassignment: (error code, message, records). The records are not applied:
+        a request's are applied together once every partition of it was decided (see `commit`)."""
+        p = self.partitions[key]
+        live = {i for i, x in self.brokers.items() if not x.fenced}
+        if target is None:
+            if not reassigning(p):
+                return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress.", []
+            original = [r for r in p.replicas if r not in p.adding]
+            isr = [r for r in p.isr if r not in p.adding]
+            unclean = not isr
+            if unclean:
+                if not self._unclean(key):
+                    return (ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unable to revert partition assignment for {name} "
+                            "because it would require an unclean leader election.", [])
+                isr = original[:1]
+            change = self._change(key, p, isr=isr, live=live, replicas=original, adding=[], removing=[],
+                                  election="unclean" if self._unclean(key) else "online")
+            return ErrorCode.NONE, None, [change] if change is not None else []
+        problem = assignment_problem(target, self.brokers)
+        if problem:
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem, []
+        if not allow_replication_factor_change:
+            original = [r for r in p.replicas if r not in getattr(p, "adding", [])]
+            if len(target) != len(original):
+                return (ErrorCode.INVALID_REPLICATION_FACTOR, f"The replication factor is changed from "
+                        f"{len(original)} to {len(target)} but allowReplicationFactorChange is false.", [])
+        replicas, adding, removing = reassignment_target(p.replicas, target)
+        change = self._change(key, p, isr=list(p.isr), live=live, replicas=replicas, adding=adding,
+                              removing=removing)
+        return ErrorCode.NONE, None, [change] if change is not None else []
+
+    def elect(self, key: Hashable, election_type: int) -> tuple[int, list[dict[str, Any]]]:
+        """ElectLeaders for one partition (Kafka's electLeader): (error code, records, not applied)."""
+        p = self.partitions[key]
+        if (election_type == PREFERRED and p.leader == p.replicas[0]) or \
+                (election_type == UNCLEAN and p.leader != NO_LEADER):
+            return ErrorCode.ELECTION_NOT_NEEDED, []
+        live = {i for i, x in self.brokers.items() if not x.fenced}
+        change = self._change(key, p, isr=list(p.isr), live=live,
+                              election="preferred" if election_type == PREFERRED else "unclean")
+        if change is None:
+            return (ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE if election_type == PREFERRED
+                    else ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE), []
+        return ErrorCode.NONE, [change]
+
+    def commit(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Apply records that `reassign` or `elect` decided."""
+        return self._commit(records)
 
     # ---- replay --------------------------------------------------------------------------
     def apply(self, record: dict[str, Any]) -> None:
@@ -286,12 +421,13 @@ class ReplicationControl:
             key = _key(record["partition"])
             p = self.partitions.get(key)
             if p is None:
-                self.partitions[key] = ControllerPartition(list(record["replicas"]), record["leader"],
-                                                             record["leader_epoch"], record["partition_epoch"],
-                                                             list(record["isr"]))
+                p = self.partitions[key] = ControllerPartition(list(record["replicas"]), record["leader"],
+                                                                 record["leader_epoch"], record["partition_epoch"],
+                                                                 list(record["isr"]))
             else:
                 p.replicas, p.leader, p.isr = list(record["replicas"]), record["leader"], list(record["isr"])
                 p.leader_epoch, p.partition_epoch = record["leader_epoch"], record["partition_epoch"]
+            p.adding, p.removing = list(record.get("adding", ())), list(record.get("removing", ()))
         else:
             raise ValueError(f"unknown replication record type {kind!r}")
         if self._on_apply is not None:

@@ -34,6 +34,8 @@ class MetadataImage:
     scram_version: int = 0
     # client quotas (actors/quotas.py): entity -> key -> value
     client_quotas: dict = field(default_factory=dict)
+    # dynamic broker configs (the replication throttles): broker id string or "" (cluster default) -> key -> value
+    dynamic_broker_configs: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.topics_by_id = {t.topic_id: t for t in self.topics.values()}

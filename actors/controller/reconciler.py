@@ -14,7 +14,8 @@ shell (actor.py) carries out and whose results it reports back:
     ServeGateway  ask a gateway to serve, and wait until it stops (a failure is retried)
     Fence         a broker's node is gone: fence it at once (new leaders from the ISRs)
     Kill          actors of a lost node: killed, so that the node that returns can use their names
-    StopReplica   a replica no longer desired (its topic deleted): delete its files
+    StopReplica   a replica no longer placed (its topic deleted, or a reassignment moved it off its
+                  broker): delete its files
     Say           a sentence for `kray start` (broker_events)
 
 Retries back off (RETRY_S doubling to RETRY_S_MAX); a replica whose Tell failed (its broker cut
@@ -477,16 +478,16 @@ class Reconciler:
         are still running under their names: adopt them instead of starting twins. `shards`: each
         found shard with the (topic id, partition)s it says it hosts (None: it did not answer);
         `gateways`: each found gateway with the Ray node it runs on (and whether it said so, or
-        that is the node its broker registered from). A hosted replica that is still
-        placed there is adopted (hosted again, idempotently, and told its state), with the handle
-        `replica_handle(shard, topic, partition, broker id)` makes; gateways are supervised, and
-        their brokers count as registered where they registered from."""
+        that is the node its broker registered from). A hosted replica of a partition that exists
+        is adopted (hosted again, idempotently, and told its state), with the handle
+        `replica_handle(shard, topic, partition, broker id)` makes; one no longer placed there (a
+        reassignment completed while no controller ran) too, for `unwanted` to stop it; gateways
+        are supervised, and their brokers count as registered where they registered from."""
         for (broker_id, index), (shard, hosted) in shards.items():
             self.shards[(broker_id, index)] = shard
             for topic_id, partition in hosted or ():
                 topic = core.topics_by_id.get(topic_id)
-                if topic is None or partition >= len(topic.partitions) or \
-                        broker_id not in topic.partitions[partition].replicas:
+                if topic is None or partition >= len(topic.partitions):
                     continue
                 self.replicas[(topic_id, partition, broker_id)] = Replica(
                     replica_handle(shard, topic, partition, broker_id), (broker_id, index))

@@ -15,13 +15,14 @@ import time
 import ray
 
 from actors import composition
-from actors.config_schema import TopicConfig
+from actors.config_schema import TopicConfig, effective_dynamic_broker_config
 from actors.controller.core import TopicState
 from actors.controller.leadership import running_gateway
 from actors.controller.nodes import NodeView, recorded_broker_id
 from actors.controller.ray_calls import SHARDS_PER_BROKER_MAX, ShardCalls, listen_failure
-from actors.controller.reconciler import (Fence, Host, Kill, Say, ServeGateway, SessionTicks, StartGateway, Tell,
-                                          desired_replicas, expired_sessions, partition_state)
+from actors.controller.reconciler import (Fence, Host, Kill, Say, ServeGateway, SessionTicks, StartGateway,
+                                          StopReplica, Tell, desired_replicas, expired_sessions, partition_state,
+                                          placed_replicas)
 from actors.names import NAMESPACE, controller_name, gateway_name, shard_name
 from actors.shard.hosted import HostedReplica, shard_index
 
@@ -151,6 +152,8 @@ class Supervision:
                 self._spawn(self._tell(action))
             elif isinstance(action, ServeGateway):
                 self._spawn(self._serve_gateway(action))
+            elif isinstance(action, StopReplica):
+                self._spawn(self._stop_replica(action))
             else:
                 raise TypeError(f"the controller does not carry out {action!r}")
         self.note_changes()
@@ -195,6 +198,7 @@ class Supervision:
         loop = asyncio.get_running_loop()
         while True:
             try:
+                self.follow_placements()
                 self.execute(self.rec.step(loop.time(), lambda key: partition_state(self.core, key)))
             except Exception:
                 log.exception("reconciling the controller's actors failed")
@@ -248,6 +252,27 @@ class Supervision:
         self.note_changes()
         self.wake_up()
 
+    def follow_placements(self) -> None:
+        """Replicas follow their partitions' placement (a reassignment): the replicas a move adds
+        start (hosted, told their state: they fetch from the leader and join the ISR once caught
+        up), and those it removed (the move completed, or was cancelled) stop and delete their files."""
+        for topic in self.core.take_placement_changes():
+            self.start_partitions(topic)
+            self.execute(self.rec.unwanted(placed_replicas(self.core, [topic]), {topic.topic_id}))
+
+    async def _stop_replica(self, action: StopReplica) -> None:
+        """A replica no longer placed on its broker: deleted once the change is committed (a cut
+        off one deletes its files when its broker returns and finds it no longer placed there)."""
+        try:
+            await self.shell._durable()
+            await asyncio.wait_for(action.handle.delete.remote(), REPLICA_UPDATE_TIMEOUT_S)
+            log.info("replica %s stopped and deleted: no longer placed on its broker", action.key)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.info("could not stop replica %s (%s): its broker deletes it when it next starts", action.key,
+                     type(e).__name__)
+
     async def _serve_gateway(self, action: ServeGateway) -> None:
         """Keep a gateway serving: ask it to start, wait until it stops; when Ray restarts it (the
         call fails), ask again."""
@@ -276,7 +301,39 @@ class Supervision:
         topic = self.core.topics_by_id.get(actor.spec["topic_id"])
         if topic is not None:
             actor.spec["config"] = TopicConfig.from_kafka(self.core.effective_configs(topic))
+        broker = self.core.brokers.get(actor.spec["broker_id"])
+        if broker is not None:  # the shard's part of its broker's replication throttle, as it is now
+            actor.spec["follower_throttle_bytes_per_s"] = self._shard_throttle(broker)
         return actor.spec
+
+    def _shard_throttle(self, broker) -> float | None:
+        """One shard's part of its broker's follower.replication.throttled.rate (the broker's rate shared by
+        its shards, whose fetchers fetch independently); None: no throttle."""
+        rate = int(effective_dynamic_broker_config("follower.replication.throttled.rate", broker.broker_id,
+                                                   self.core.broker_config, self.core.dynamic_broker_configs))
+        if rate >= 2**63 - 1:
+            return None
+        try:
+            shards = self._shard_count(broker)
+        except LookupError:
+            shards = max(1, sum(1 for b, _ in self.rec.shards if b == broker.broker_id))
+        return rate / shards
+
+    def push_replication_throttles(self) -> None:
+        """Every shard takes its part of its broker's replication throttle as the dynamic configs say now."""
+        for (broker_id, _), shard in list(self.rec.shards.items()):
+            broker = self.core.brokers.get(broker_id)
+            if broker is not None:
+                self._spawn(self._set_throttle(shard, self._shard_throttle(broker)))
+
+    @staticmethod
+    async def _set_throttle(shard, rate: float | None) -> None:
+        try:
+            await asyncio.wait_for(shard.set_replication_throttle.remote(rate), REPLICA_UPDATE_TIMEOUT_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # (a shard that restarts takes the rate when it hosts its replicas again)
+            log.info("could not set a shard's replication throttle: %s", e)
 
     async def _watch_shard_life(self, key: tuple[int, int], shard) -> None:
         while self.rec.shards.get(key) is shard:

@@ -124,6 +124,19 @@ class RayController:
     async def alter_client_quotas(self, entries, validate_only):
         return await self._call("alter_client_quotas", entries, validate_only)
 
+    async def alter_partition_reassignments(self, topics, allow_replication_factor_change):
+        """(a retry of a move that landed changes nothing: the same target is no change)"""
+        return await self._call("alter_partition_reassignments", topics, allow_replication_factor_change)
+
+    async def alter_broker_configs(self, broker, configs, validate_only):
+        return await self._call("alter_broker_configs", broker, configs, validate_only)
+
+    async def list_partition_reassignments(self, topics):
+        return await self._call("list_partition_reassignments", topics)
+
+    async def elect_leaders(self, election_type, partitions):
+        return await self._call("elect_leaders", election_type, partitions)
+
 
 @dataclass
 class GatewayContext:

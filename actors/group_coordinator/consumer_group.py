@@ -8,7 +8,8 @@ Persisted (Kray's decision, as for share groups in core.py): a consumer group's 
 (`ConsumerGroupMetadata`, type 3, written on every group epoch bump; a tombstone on delete). Members, target and
 current assignments live in memory only: after the coordinator moves, the group is still there, its members get
 UNKNOWN_MEMBER_ID and rejoin with epoch 0. Epochs never go backwards: a loaded group's assignment epoch is set to
-its persisted group epoch, and the first join bumps past it.
+its persisted group epoch, and the first join bumps past it. A new group starts at epoch 1, as in Kafka 4.4
+(`INITIAL_GROUP_EPOCH`), so its first member joins at epoch 2.
 
 Epochs and reconciliation (KIP-848, Kafka's GroupMetadataManager and CurrentAssignmentBuilder):
 - the group epoch is bumped when a member joins, leaves, is fenced or expires, changes its subscription (names or
@@ -47,6 +48,7 @@ from typing import Any
 from actors.group_coordinator import consumer_assignors as assignors
 from actors.group_coordinator import consumer_records as rec
 from actors.group_coordinator.consumer_records import Record
+from actors.group_coordinator.records import INITIAL_GROUP_EPOCH
 from actors.config_schema import BROKER_DEFAULTS, ConfigError
 from protocol.errors import ErrorCode
 
@@ -222,9 +224,9 @@ class _Member:
 @dataclass
 class _Group:
     group_id: str
-    group_epoch: int = 0
+    group_epoch: int = INITIAL_GROUP_EPOCH
     metadata_hash: int = 0
-    assignment_epoch: int = 0
+    assignment_epoch: int = INITIAL_GROUP_EPOCH
     members: dict[str, _Member] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)   # instance id -> member id
     target: dict[str, Assignment] = field(default_factory=dict)    # member id -> target assignment
@@ -782,11 +784,11 @@ class ConsumerGroups:
         return group is None or not group.members
 
     def create_empty(self, group_id: str) -> list[Record]:
-        """Create the group, empty, if it does not exist (its metadata record at epoch 0); else nothing."""
+        """Create the group, empty, if it does not exist (its metadata record at the initial epoch); else nothing."""
         if group_id in self._groups:
             return []
-        self._groups[group_id] = _Group(group_id)
-        return [rec.consumer_group_metadata(group_id, 0, 0)]
+        group = self._groups[group_id] = _Group(group_id)
+        return [rec.consumer_group_metadata(group_id, group.group_epoch, group.metadata_hash)]
 
     def delete_group(self, group_id: str) -> tuple[int, str | None, list[Record]]:
         group = self._groups.get(group_id)

@@ -8,7 +8,8 @@ What is persisted (Kray's decision, the KIP's "Persistence and fail-over"): a sh
 (`ShareGroupMetadata`) and which share-partitions are initializing / initialized / deleting
 (`ShareGroupStatePartitionMetadata`), with tombstones on delete. Members and assignments are in memory only: after a
 coordinator moves, the group is still there and its members get UNKNOWN_MEMBER_ID and rejoin with epoch 0. Because
-the group epoch is persisted and a loaded group's assignment epoch is set to it, epochs never move backwards.
+the group epoch is persisted and a loaded group's assignment epoch is set to it, epochs never move backwards. A new
+group starts at epoch 1, as in Kafka 4.4 (`INITIAL_GROUP_EPOCH`), so its first member joins at epoch 2.
 
 Epochs (KIP "Rebalance process"): the group epoch is bumped when a member joins, leaves, is removed or changes its
 subscription, when the metadata of the subscribed topics changes (a hash of their ids and partition counts), and when
@@ -39,7 +40,7 @@ from typing import Any
 
 import actors.group_coordinator.assignor as assignor
 import actors.group_coordinator.records as rec
-from actors.group_coordinator.records import Record
+from actors.group_coordinator.records import INITIAL_GROUP_EPOCH, Record
 from actors.config_schema import BROKER_DEFAULTS, ConfigError
 from protocol.errors import ErrorCode
 
@@ -187,9 +188,9 @@ class _Member:
 @dataclass
 class _ShareGroup:
     group_id: str
-    group_epoch: int = 0
+    group_epoch: int = INITIAL_GROUP_EPOCH
     metadata_hash: int = 0
-    assignment_epoch: int = 0
+    assignment_epoch: int = INITIAL_GROUP_EPOCH
     members: dict[str, _Member] = field(default_factory=dict)
     target: dict[str, dict[uuid.UUID, tuple[int, ...]]] = field(default_factory=dict)
     assignable_basis: frozenset[TopicPartition] = frozenset()  # the assignable set the target was computed from

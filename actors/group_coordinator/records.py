@@ -31,6 +31,11 @@ from protocol.errors import MalformedMessage
 
 Record = tuple[bytes, bytes | None]  # (key bytes, value bytes or None for a tombstone)
 
+# The group epoch a new KIP-848 consumer group, share group or streams group starts at, as Kafka 4.4's ModernGroup
+# and StreamsGroup constructors set it (its target assignment metadata starts at epoch 1 too): the first member's
+# join bumps it to 2, the first epoch a member gets and the first a metadata record carries.
+INITIAL_GROUP_EPOCH = 1
+
 _INT16 = struct.Struct(">h")
 
 # Record types (the schemas' apiKey) of the __consumer_offsets records this module knows.

@@ -31,7 +31,8 @@ Persisted (Kray's decision, as for consumer groups): a streams group's existence
 (StreamsGroupMetadata, type 17, written at every group epoch bump; a tombstone on delete), besides the offsets its
 members commit. Members, topology and assignments live in memory: after the coordinator moves, the group is still
 there, its members get UNKNOWN_MEMBER_ID and rejoin with epoch 0 (Kafka Streams does) and their topology; epochs
-never go backwards (a loaded group's assignment epoch is its persisted group epoch).
+never go backwards (a loaded group's assignment epoch is its persisted group epoch). A new group starts at epoch 1,
+as Kafka 4.4's StreamsGroup does (`INITIAL_GROUP_EPOCH`), so its first member joins at epoch 2.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from typing import Any
 from actors.config_schema import BROKER_DEFAULTS, ConfigError
 from actors.group_coordinator import streams_records as rec
 from actors.group_coordinator import streams_topology as st
+from actors.group_coordinator.records import INITIAL_GROUP_EPOCH
 from actors.group_coordinator.streams_records import Record
 from actors.group_coordinator.streams_topology import Topology
 from protocol.errors import ErrorCode
@@ -215,8 +217,8 @@ class _Member:
 @dataclass
 class _Group:
     group_id: str
-    group_epoch: int = 0
-    assignment_epoch: int = 0
+    group_epoch: int = INITIAL_GROUP_EPOCH
+    assignment_epoch: int = INITIAL_GROUP_EPOCH
     metadata_hash: int = 0
     topology: Topology | None = None
     configured: st.ConfiguredTopology | None = None
@@ -457,7 +459,7 @@ class StreamsGroups:
                                   f"The streams group has reached its maximum capacity of {self.config.max_size} "
                                   f"members.")
             member = _Member(member_id)
-            if not group.members and group.group_epoch == 0:
+            if not group.members and group.group_epoch == INITIAL_GROUP_EPOCH:   # a new group
                 group.assign_not_before_ms = now_ms + self.config.initial_rebalance_delay_ms
             group.members[member_id] = member
             bump = True
@@ -503,7 +505,8 @@ class StreamsGroups:
         if not delayed and group.tasks_delayed:
             group.tasks_delayed = False    # the delay is over: a new epoch hands out the tasks
             self._bump(group, records)
-        if group.group_epoch > group.assignment_epoch and (group.assignment_epoch == 0 or not delayed):
+        if group.group_epoch > group.assignment_epoch and (group.assignment_epoch == INITIAL_GROUP_EPOCH
+                                                           or not delayed):
             # a new group's first target comes at once, without tasks while the initial rebalance delay lasts or
             # the topology is not ready; later ones wait for the delay (the group is Assigning), as Kafka 4.4 does
             task_counts = group.configured.task_counts if ready and not delayed else {}

@@ -23,7 +23,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
-from actors import controller_client, internal_topics, log_to_stderr
+from actors import controller_client, internal_topics, log_to_stderr, storage_errors
+from actors.config_schema import replica_listed
 from actors.partition.checkpoints import load_epochs, load_high_watermark, save_epochs, save_high_watermark
 from actors.partition.core import PartitionCore
 from actors.partition.fetcher import ReplicaFetchers
@@ -245,6 +246,12 @@ class PartitionReplica:
     def _stop_following(self) -> None:
         self.hosted_by.fetchers.unfollow(self.key)
 
+    @property
+    def throttled(self) -> bool:
+        """Listed in its topic's follower.replication.throttled.replicas: its fetches count against its host's
+        replication throttle (follower.replication.throttled.rate)."""
+        return replica_listed(self.core.config.follower_throttled_replicas, self.partition, self.broker_id)
+
     def next_fetch(self) -> FetchRequest | None:
         """What this follower asks its leader for now (its fetcher batches it with others)."""
         return self.replica.next_fetch()
@@ -339,6 +346,7 @@ class PartitionReplica:
             return [self.core.error_result(error) for _ in blobs], None
         now = now_ms()
         results = [self.core.produce(memoryview(b), now_ms=now, leader_epoch=self.replica.leader_epoch) for b in blobs]
+        self._say_storage_error()
         if not any(r.error_code == 0 for r in results):
             return results, None
         self._apply(self.replica.on_leader_append(self.core.log_end_offset, now))
@@ -358,11 +366,17 @@ class PartitionReplica:
         now = now_ms()
         result = self.core.append_marker(producer_id, producer_epoch, coordinator_epoch, committed, now_ms=now,
                                          leader_epoch=self.replica.leader_epoch)
+        self._say_storage_error()
         if result.error_code:
             return [result], None
         self._apply(self.replica.on_leader_append(self.core.log_end_offset, now))
         self._wake()
         return [result], self.core.log_end_offset
+
+    def _say_storage_error(self) -> None:
+        if self.core.storage_error is not None:  # (once per directory and cause: actors/storage_errors.py)
+            storage_errors.write_failed(self.dir.parent, self.core.storage_error)
+            self.core.storage_error = None
 
     async def acknowledged(self, results: list, required_offset: int | None, timeout_ms: int) -> list:
         """`produce`'s second step: the results once acks=all's replication is done (or failed)."""

@@ -163,6 +163,7 @@ class PartitionCore:
         self.config = config
         self._log = log
         self._producers = producers
+        self.storage_error: OSError | None = None  # the last log write that failed (its shell says so)
 
     @classmethod
     def open(cls, directory: Path | str, config: Any = None, *, now_ms: int = NO_TIMESTAMP) -> "PartitionCore":
@@ -288,6 +289,7 @@ class PartitionCore:
             info = self._log.append(records, leader_epoch=leader_epoch, now_ms=now_ms,
                                     log_append_time=config.log_append_time)
         except OSError as exc:
+            self.storage_error = exc
             return self.error_result(ErrorCode.KAFKA_STORAGE_ERROR, f"log write failed: {exc}")
         if info.rolled and len(self._producers):
             # snapshot the table as of the new segment's base offset, before this batch (Kafka: at
@@ -320,6 +322,7 @@ class PartitionCore:
             info = self._log.append(batch, leader_epoch=leader_epoch, now_ms=now_ms,
                                     log_append_time=self.config.log_append_time)
         except OSError as exc:
+            self.storage_error = exc
             return self.error_result(ErrorCode.KAFKA_STORAGE_ERROR, f"log write failed: {exc}")
         if info.rolled and len(self._producers):
             try:

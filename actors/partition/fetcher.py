@@ -13,7 +13,9 @@ replica's `on_fetched`), so ISR, high watermark, truncation and diverging epochs
 before; the fetcher only batches, and delays a partition whose answer was refused (Kafka's
 replica.fetch.backoff.ms) without delaying the others. A partition that joins a fetcher while a
 long poll is in flight is asked for in the next round (at most replica.fetch.wait.max.ms later),
-as Kafka does.
+as Kafka does. Replicas a topic lists in follower.replication.throttled.replicas (a follower's `throttled`)
+share their host's ReplicationQuota (follower.replication.throttled.rate): while it is exceeded they are left
+out of the fetches, the others fetch on.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from typing import Any, Protocol
 from actors.security.inter_broker import BrokerLoginFailed, broker_transport
 from actors.partition.epoch_cache import EpochEndOffset
 from actors.partition.replication import FetchAnswer, FetchRequest
+from actors.partition.replication_quota import ReplicationQuota
 from actors.pipelined import PipelinedConnection
 from protocol import primitives
 from protocol.errors import ErrorCode, MalformedMessage
@@ -53,6 +56,7 @@ class Follower(Protocol):
     """What a fetcher needs of a follower replica (actors/partition/actor.py's PartitionReplica)."""
     key: Key
     broker_epoch: int
+    throttled: bool  # listed in its topic's follower.replication.throttled.replicas
 
     def next_fetch(self) -> FetchRequest | None: ...
 
@@ -111,8 +115,9 @@ class ReplicaFetcher:
     """Fetches for every follower replica of one host whose leader is on one broker."""
 
     def __init__(self, endpoint: tuple[str, int], replica_id: int, config: dict[str, int], ssl_context=None,
-                 login=None):
+                 login=None, quota: ReplicationQuota | None = None):
         self.endpoint, self.replica_id = endpoint, replica_id
+        self.quota = quota if quota is not None else ReplicationQuota()  # the host's, shared by its fetchers
         self.ssl_context = ssl_context  # TLS to the leader's listener (SSL, SASL_SSL), or None
         self.login = login  # async (connection) -> None: logs a new connection in as the broker (SASL)
         self.login_failure_logged_at = float("-inf")  # the loop's time of the last warning about it
@@ -154,9 +159,12 @@ class ReplicaFetcher:
 
     def _due(self, now: float) -> list[tuple[Follower, FetchRequest]]:
         due = []
+        throttled = self.quota.exceeded(now)
         for key, follower in self.followers.items():
             delay = self.delayed.get(key)
             if delay is not None and delay[0] > now:
+                continue
+            if throttled and getattr(follower, "throttled", False):
                 continue
             request = follower.next_fetch()
             if request is not None:
@@ -176,8 +184,11 @@ class ReplicaFetcher:
                 self.changed.clear()
                 now = loop.time()
                 due = self._due(now)
-                if not due:  # every follower waits out a delay, or has no fetch to send
+                if not due:  # every follower waits out a delay or the throttle, or has no fetch to send
                     wake = min((until for until, _ in self.delayed.values() if until > now), default=None)
+                    if self.quota.exceeded(now) and any(getattr(f, "throttled", False)
+                                                        for f in self.followers.values()):
+                        wake = min(wake or float("inf"), self.quota.ready_at(now))
                     try:
                         await asyncio.wait_for(self.changed.wait(), None if wake is None else wake - now)
                     except asyncio.TimeoutError:
@@ -211,6 +222,8 @@ class ReplicaFetcher:
                         answer, records = answers[follower.key]
                     else:
                         continue  # nothing new for it (an incremental answer leaves it out)
+                    if len(records) and getattr(follower, "throttled", False):
+                        self.quota.record(len(records), now)
                     try:
                         accepted = follower.on_fetched(request, answer, records)
                     except CorruptRecord as e:
@@ -277,6 +290,14 @@ class ReplicaFetchers:
         self.ssl_context, self.login = broker_transport(broker_config)
         self.fetchers: dict[tuple[str, int], ReplicaFetcher] = {}
         self.source: dict[Key, tuple[str, int]] = {}
+        # follower.replication.throttled.rate for this host's share of its broker (the controller sets it)
+        self.quota = ReplicationQuota()
+
+    def set_throttle(self, rate_bytes_per_s: float | None) -> None:
+        """This host's follower replication throttle (None: none); fetchers waiting on it look again."""
+        self.quota.set_rate(rate_bytes_per_s)
+        for fetcher in self.fetchers.values():
+            fetcher.changed.set()
 
     def follow(self, follower: Follower, endpoint: tuple[str, int]) -> None:
         """`follower` fetches from `endpoint` (again at once, if it was waiting out a refusal)."""
@@ -286,7 +307,7 @@ class ReplicaFetchers:
         fetcher = self.fetchers.get(endpoint)
         if fetcher is None:
             fetcher = self.fetchers[endpoint] = ReplicaFetcher(endpoint, self.replica_id, self.config,
-                                                                            self.ssl_context, self.login)
+                                                                            self.ssl_context, self.login, self.quota)
         fetcher.add(follower)
         self.source[follower.key] = endpoint
 

@@ -117,7 +117,12 @@ class _IndexFile:
 
     def write_pending(self) -> None:
         if self._pending:
-            _write_all(self.fd, self._pending)
+            try:
+                _write_all(self.fd, self._pending)
+            except OSError:  # (a full disk): what was written of them is taken back, so the file keeps
+                # whole entries and they are written whole next time
+                os.ftruncate(self.fd, len(self.keys) * self.entry.size - len(self._pending))
+                raise
             self._pending.clear()
 
     def truncate_entries(self, count: int) -> None:
@@ -132,9 +137,11 @@ class _IndexFile:
 
     def close(self) -> None:
         if self.fd >= 0:
-            self.write_pending()
-            os.close(self.fd)
-            self.fd = -1
+            try:
+                self.write_pending()
+            finally:
+                os.close(self.fd)
+                self.fd = -1
 
 
 class Segment:
@@ -364,8 +371,11 @@ class Segment:
         for position, base_offset, last_offset, max_timestamp, size_bytes in batches:
             self._track_batch(start + position, base_offset, last_offset, max_timestamp, size_bytes)
         self.size_bytes = start + len(data)
-        self.offset_index.write_pending()
-        self.time_index.write_pending()
+        try:
+            self.offset_index.write_pending()
+            self.time_index.write_pending()
+        except OSError:  # the batches are in the log; their index entries stay pending, written with a later
+            pass         # append (an index is a sparse aid to lookups: one short of its last entries is still right)
 
     def mark_inactive(self) -> None:
         """Called when a newer segment becomes active (and on close): final time-index entry."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import inspect
 import logging
 import os
@@ -24,7 +25,7 @@ import time
 import uuid
 from typing import Any
 
-from actors import log_to_stderr
+from actors import log_to_stderr, storage_errors
 from actors.partition.actor import remove_deleted_dirs
 from actors.partition.fetcher import ReplicaFetchers
 from actors.partition.listener import start_listener
@@ -49,9 +50,13 @@ def _listener_pid(file_name: str) -> int | None:
     return int(pid) if separator and pid.isdigit() and rest.startswith("shard-") else None
 
 
-def _log_failure(future: concurrent.futures.Future) -> None:
+def _log_failure(future: concurrent.futures.Future, log_dir: str | None = None) -> None:
     if not future.cancelled() and future.exception() is not None:
-        log.warning("a background write failed: %s", future.exception())
+        error = future.exception()
+        if isinstance(error, OSError) and log_dir is not None:
+            storage_errors.write_failed(log_dir, error)  # (said once per directory and cause)
+        else:
+            log.warning("a background write failed: %s", error)
 
 
 class ShardActor:
@@ -78,6 +83,7 @@ class ShardActor:
         self.swept = False  # whether leftovers of deleted partitions were removed (at the first host)
         self.records_taken = asyncio.Event()  # set (and replaced) whenever a hosted replica takes records
         self.stopped = asyncio.Event()
+        self.log_dir: str | None = None  # the broker's log directory (known at the first host)
 
     async def listen(self) -> str:
         """The shard's data-path listener (started once): every hosted replica is served on it."""
@@ -99,13 +105,14 @@ class ShardActor:
     def in_background(self, fn, *args) -> concurrent.futures.Future:
         """Run fn(*args) on the shard's I/O thread, in the order handed over (see ReplicaHost)."""
         future = self.io.submit(fn, *args)
-        future.add_done_callback(_log_failure)
+        future.add_done_callback(functools.partial(_log_failure, log_dir=self.log_dir))
         return future
 
     async def host(self, spec: dict[str, Any]) -> str:
         """Host the replica `spec` describes unless this shard does; answer where it listens."""
         from actors.shard.kinds import partition_class
         key = (spec["topic_id"], spec["partition"])
+        self.log_dir = spec["log_dir"]
         if not self.timers:
             self.timers = [asyncio.get_running_loop().create_task(self._every(REPLICATION_TICK_S, "replication_tick")),
                            asyncio.get_running_loop().create_task(
@@ -115,9 +122,19 @@ class ShardActor:
         if not self.swept:  # what deleted partitions left when the broker last stopped
             self.swept = True
             self.in_background(remove_deleted_dirs, spec["log_dir"])
+        if "follower_throttle_bytes_per_s" in spec:  # (the controller's current value, as of this host)
+            self.fetchers.set_throttle(spec["follower_throttle_bytes_per_s"])
         if key not in self.replicas:
-            self.replicas[key] = partition_class(spec["topic"])(spec, self)
+            try:
+                self.replicas[key] = partition_class(spec["topic"])(spec, self)
+            except OSError as e:  # its directory or files can't be made: the controller asks again
+                storage_errors.write_failed(spec["log_dir"], e)
+                raise
         return await self.replicas[key].listen()
+
+    def set_replication_throttle(self, follower_bytes_per_s: float | None) -> None:
+        """This shard's part of its broker's follower.replication.throttled.rate (None: no throttle)."""
+        self.fetchers.set_throttle(follower_bytes_per_s)
 
     async def call(self, key: tuple[uuid.UUID, int], method: str, *args):
         """A control call (Ray) to one hosted replica: its method, awaited if it is a coroutine."""

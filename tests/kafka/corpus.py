@@ -196,6 +196,17 @@ def _sgh(group: str, member: str, epoch: int, topics=(TOPIC,)) -> Message:
                                         subscribed_topic_names=list(topics) if epoch == 0 else None)
 
 
+def _reassign(topic: str, partition: int, replicas: list[int] | None, allow_rf: bool = True) -> Message:
+    R = m.AlterPartitionReassignmentsRequest
+    return R(timeout_ms=30000, allow_replication_factor_change=allow_rf, topics=[R.ReassignableTopic(
+        name=topic, partitions=[R.ReassignablePartition(partition_index=partition, replicas=replicas)])])
+
+
+def _elect(election_type: int, topic: str, partition: int) -> Message:
+    return m.ElectLeadersRequest(election_type=election_type, timeout_ms=30000, topic_partitions=[
+        m.ElectLeadersRequest.TopicPartitions(topic=topic, partitions=[partition])])
+
+
 def _uuid_b64() -> str:
     import base64
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -285,9 +296,9 @@ CASES: list[Case] = [
          "INVALID_TRANSACTION_TIMEOUT"),
     Case("consumer-heartbeat-unknown-member", lambda n: _cgh("ref-cg", _uuid_b64(), 5),
          "UNKNOWN_MEMBER_ID"),
-    Case("consumer-heartbeat-join", lambda n: _cgh("ref-cg-join", _uuid_b64(), 0), "joined at epoch 1"),
+    Case("consumer-heartbeat-join", lambda n: _cgh("ref-cg-join", _uuid_b64(), 0), "joined at epoch 2"),
     Case("share-heartbeat-unknown-member", lambda n: _sgh("ref-sg", _uuid_b64(), 5), "UNKNOWN_MEMBER_ID"),
-    Case("share-heartbeat-join", lambda n: _sgh("ref-sg-join", _uuid_b64(), 0), "joined at epoch 1"),
+    Case("share-heartbeat-join", lambda n: _sgh("ref-sg-join", _uuid_b64(), 0), "joined at epoch 2"),
     Case("share-heartbeat-empty-member-id", lambda n: _sgh("ref-sg", "", 0), "INVALID_REQUEST"),
     Case("produce-v12-mixed-keys-to-compacted", lambda n: _produce(COMPACTED, records=build_batch(
         [(b"a", b"1", [], 0), (None, b"2", [], 0), (b"c", b"3", [], 0), (None, b"4", [], 0)])),
@@ -325,18 +336,42 @@ CASES: list[Case] = [
          "no error"),
     Case("describe-producers-unknown-partition", lambda n: m.DescribeProducersRequest(topics=[
         m.DescribeProducersRequest.TopicRequest(name=TOPIC, partition_indexes=[9])]), "UNKNOWN_TOPIC_OR_PARTITION"),
+    # partition reassignment and leader elections (issue 36); one broker: its id is 0 on both
+    Case("reassign-unknown-topic", lambda n: _reassign(MISSING, 0, [0]), "UNKNOWN_TOPIC_OR_PARTITION"),
+    Case("reassign-unknown-partition", lambda n: _reassign(TOPIC, 7, [0]), "UNKNOWN_TOPIC_OR_PARTITION"),
+    Case("reassign-unknown-broker", lambda n: _reassign(TOPIC, 0, [0, 9]), "INVALID_REPLICA_ASSIGNMENT"),
+    Case("reassign-broker-twice", lambda n: _reassign(TOPIC, 0, [0, 0]), "INVALID_REPLICA_ASSIGNMENT"),
+    Case("reassign-empty-target", lambda n: _reassign(TOPIC, 0, []), "INVALID_REPLICA_ASSIGNMENT"),
+    Case("reassign-cancel-nothing", lambda n: _reassign(TOPIC, 0, None), "NO_REASSIGNMENT_IN_PROGRESS"),
+    Case("reassign-to-the-same-replicas", lambda n: _reassign(TOPIC, 0, [0]), "accepted, nothing to move"),
+    Case("reassign-replication-factor-change-refused", lambda n: _reassign(TOPIC, 0, [0, 9], allow_rf=False),
+         "an unknown broker first: INVALID_REPLICA_ASSIGNMENT", version=1),
+    Case("list-reassignments-all", lambda n: m.ListPartitionReassignmentsRequest(timeout_ms=30000, topics=None),
+         "none in progress"),
+    Case("list-reassignments-unknown-topic", lambda n: m.ListPartitionReassignmentsRequest(timeout_ms=30000, topics=[
+        m.ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics(name=MISSING, partition_indexes=[0])]),
+         "left out"),
+    Case("elect-preferred-not-needed", lambda n: _elect(0, TOPIC, 0), "ELECTION_NOT_NEEDED"),
+    Case("elect-unclean-not-needed", lambda n: _elect(1, TOPIC, 0), "ELECTION_NOT_NEEDED"),
+    Case("elect-unknown-topic", lambda n: _elect(0, MISSING, 0), "UNKNOWN_TOPIC_OR_PARTITION"),
+    Case("elect-unknown-partition", lambda n: _elect(0, TOPIC, 5), "UNKNOWN_TOPIC_OR_PARTITION"),
+    Case("describe-log-dirs-one-topic", lambda n: m.DescribeLogDirsRequest(topics=[
+        m.DescribeLogDirsRequest.DescribableLogDirTopic(topic=TOPIC, partitions=[0])]),
+         "one log directory holding the partition", ignored=("log_dir", "partition_size", "total_bytes",
+                                                               "usable_bytes")),
 ]
 
 # case -> why Kray answers otherwise (see DIFFERENCES.md); filled from the runs, each with its reason
 KNOWN_DIFFERENCES: dict[str, str] = {
     "create-topic-small-segment": "deliberate for now: Kafka 4 refuses segment.bytes below 1 MiB (KIP-1030); Kray "
                                   "keeps the pre-4.0 floor of 14 bytes, which its retention and compaction tests use",
-    "consumer-heartbeat-join": "Kafka 4.4 creates a KIP-848 or share group at epoch 1 (ModernGroup's constructor sets "
-                               "groupEpoch 1: read in its 4.4 jar, and its log says 'Bumped group epoch to 2' at the "
-                               "first join), so the first member joins at 2; Kray creates it at 0 and the first "
-                               "member joins at 1. Clients use the epoch they are given; changing Kray's start "
-                               "renumbers 76 unit tests' expectations, not done yet",
-    "share-heartbeat-join": "as consumer-heartbeat-join, for share groups",
+    "share-heartbeat-join": "deliberate (issue 37): Kafka 4.4 answers a new share group's first heartbeat at epoch 2 "
+                            "with an empty assignment while it initializes the share-partitions' state "
+                            "(InitializeShareGroupState), and the member gets them, at epoch 3, at a later "
+                            "heartbeat (5 s on); Kray initializes them during that first heartbeat and answers it "
+                            "with what Kafka answers later, so a new group's first records arrive at once "
+                            "(actors/group_coordinator/actor.py share_group_heartbeat, since 100ea15). Both "
+                            "create the group at epoch 1 (consumer-heartbeat-join is alike)",
 }
 
 # ApiVersions: api key -> why Kray's (min, max) differs from Kafka 4.4's, or why it serves it when Kafka does
@@ -345,11 +380,8 @@ API_VERSION_DIFFERENCES: dict[int, str] = {
     23: "OffsetForLeaderEpoch not built: clients skip validating their position after a leader change (KIP-320)",
     33: "AlterConfigs (the non-incremental, deprecated one) not built; IncrementalAlterConfigs is",
     34: "AlterReplicaLogDirs: Kray has one log directory per broker",
-    35: "DescribeLogDirs not built (kafka-log-dirs)",
     38: "delegation tokens not built (SASL PLAIN and SCRAM are)", 39: "delegation tokens not built",
     40: "delegation tokens not built", 41: "delegation tokens not built",
-    43: "ElectLeaders not built yet (issue 36)", 45: "partition reassignment not built yet (issue 36)",
-    46: "partition reassignment not built yet (issue 36)",
     52: "Kray's metadata quorum speaks KRaft's Vote through the brokers' listeners; Kafka serves it on controller "
         "listeners only", 53: "as Vote (52)", 54: "as Vote (52)",
     57: "UpdateFeatures: Kray's feature levels are fixed (actors/gateway/handlers/api_versions.py FEATURES)",

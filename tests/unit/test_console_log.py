@@ -52,3 +52,23 @@ def test_error_lines_reads_whole_records():
     assert [line for _, line in error_lines(text)] == [
         "error in kray.shard: replica failed: OSError: [Errno 28] No space left on device",
         "error in kray.shard: plain"]
+
+
+def test_an_error_sent_through_ray_and_found_in_server_log_is_said_once():
+    """kray start's actors send their ERROR records through Ray's GCS too (so a full disk does not keep
+    them from the console): whichever way comes first is said, the other not."""
+    import json
+
+    from cluster.console_log import ConsoleErrors
+    said = []
+    errors = ConsoleErrors(said.append)
+    record = {"logger": "kray.storage", "message": "cannot write to the log directory /d: [Errno 28] No space left "
+              "on device: free space there", "exception": "", "details": "/d/logs/server.log"}
+    assert errors.from_ray(actors.CONSOLE_ERROR_PREFIX + json.dumps(record))
+    assert errors.from_ray(actors.CONSOLE_ERROR_PREFIX + json.dumps(record))
+    assert not errors.from_ray("The node with node id: abc has been marked dead")  # Ray's own: not ours
+    text = f"2026-01-01 10:00:01,002 ERROR kray.storage [pid 2]: {record['message']}\n"
+    for identity, line in error_lines(text):
+        errors.once(identity, f"kray start: {line} (details: /d/logs/server.log)")
+    assert said == ["kray start: error in kray.storage: cannot write to the log directory /d: [Errno 28] No space left "
+                    "on device: free space there (details: /d/logs/server.log)"]

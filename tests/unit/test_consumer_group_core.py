@@ -77,56 +77,56 @@ def partitions(result):
 
 # ---- joining and reconciling -----------------------------------------------------------------------------------------
 
-def test_first_member_gets_every_partition_at_epoch_one():
+def test_first_member_gets_every_partition_at_epoch_two():
     h = Harness(orders=4)
     r = h.join("m1")
-    assert (r.error_code, r.member_id, r.member_epoch, r.heartbeat_interval_ms) == (0, "m1", 1, 5000)
+    assert (r.error_code, r.member_id, r.member_epoch, r.heartbeat_interval_ms) == (0, "m1", 2, 5000)
     assert r.assignment == [(ORDERS, [0, 1, 2, 3])]
-    assert h.epochs() == [1], "the group epoch is persisted when it is bumped"
+    assert h.epochs() == [2], "the group epoch is persisted when it is bumped"
     assert h.groups.list_groups() == [("g", "Stable")]
 
-    steady = h.hb("m1", 1, owned=owned(0, 1, 2, 3))
-    assert (steady.member_epoch, steady.assignment) == (1, None), "an unchanged assignment is not sent again"
-    full = h.hb("m1", 1, names=["orders"], owned=owned(0, 1, 2, 3), rebalance_timeout_ms=30000)
+    steady = h.hb("m1", 2, owned=owned(0, 1, 2, 3))
+    assert (steady.member_epoch, steady.assignment) == (2, None), "an unchanged assignment is not sent again"
+    full = h.hb("m1", 2, names=["orders"], owned=owned(0, 1, 2, 3), rebalance_timeout_ms=30000)
     assert full.assignment == [(ORDERS, [0, 1, 2, 3])], "a full request gets the assignment"
-    assert h.epochs() == [1], "steady heartbeats write nothing"
+    assert h.epochs() == [2], "steady heartbeats write nothing"
 
 
 def test_second_member_waits_until_the_first_revokes():
     h = Harness(orders=4)
     h.join("a")
     b = h.join("b")
-    assert b.member_epoch == 2 and b.assignment == [], "b's partitions are still owned by a"
+    assert b.member_epoch == 3 and b.assignment == [], "b's partitions are still owned by a"
     assert h.member("b").target_assignment == [(ORDERS, "orders", [2, 3])]
     assert h.group().group_state == "Reconciling"
 
-    a = h.hb("a", 1, owned=owned(0, 1, 2, 3))
-    assert a.member_epoch == 1, "a keeps its epoch until it revokes"
+    a = h.hb("a", 2, owned=owned(0, 1, 2, 3))
+    assert a.member_epoch == 2, "a keeps its epoch until it revokes"
     assert partitions(a) == {0, 1}, "a is told its assignment without the partitions to revoke"
-    assert h.hb("a", 1).member_epoch == 1, "a heartbeat without TopicPartitions does not prove the revocation"
-    assert h.hb("b", 2).assignment is None, "b still waits for the released partitions"
+    assert h.hb("a", 2).member_epoch == 2, "a heartbeat without TopicPartitions does not prove the revocation"
+    assert h.hb("b", 3).assignment is None, "b still waits for the released partitions"
 
-    a = h.hb("a", 1, owned=owned(0, 1))
-    assert (a.member_epoch, a.assignment) == (2, None)
-    b = h.hb("b", 2)
-    assert (b.member_epoch, partitions(b)) == (2, {2, 3})
+    a = h.hb("a", 2, owned=owned(0, 1))
+    assert (a.member_epoch, a.assignment) == (3, None)
+    b = h.hb("b", 3)
+    assert (b.member_epoch, partitions(b)) == (3, {2, 3})
     assert h.group().group_state == "Stable"
-    assert h.epochs() == [1, 2]
+    assert h.epochs() == [2, 3]
 
 
 def test_leave_bumps_the_epoch_and_frees_the_partitions():
     h = Harness(orders=2)
     h.join("a")
     h.join("b")
-    h.hb("a", 1, owned=owned(0))
-    h.hb("b", 2)
+    h.hb("a", 2, owned=owned(0))
+    h.hb("b", 3)
     r = h.hb("a", -1)
     assert (r.error_code, r.member_id, r.member_epoch) == (0, "a", -1)
-    assert h.epochs() == [1, 2, 3]
+    assert h.epochs() == [2, 3, 4]
     assert h.group().group_state == "Assigning"
-    b = h.hb("b", 2, owned=owned(1))
-    assert (b.member_epoch, partitions(b)) == (3, {0, 1})
-    assert h.hb("a", 3).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    b = h.hb("b", 3, owned=owned(1))
+    assert (b.member_epoch, partitions(b)) == (4, {0, 1})
+    assert h.hb("a", 4).error_code == ErrorCode.UNKNOWN_MEMBER_ID
     h.hb("b", -1)
     assert h.groups.list_groups() == [("g", "Empty")] and h.groups.is_empty("g")
 
@@ -135,20 +135,20 @@ def test_known_member_rejoining_with_epoch_zero_gets_its_partitions_back():
     h = Harness(orders=2)
     h.join("a")
     h.join("b")
-    h.hb("a", 1, owned=owned(0))
-    h.hb("b", 2)
+    h.hb("a", 2, owned=owned(0))
+    h.hb("b", 3)
     r = h.join("a")
-    assert (r.error_code, r.member_epoch, partitions(r)) == (0, 2, {0})
-    assert h.epochs() == [1, 2], "a rejoin with the same subscription is no rebalance"
+    assert (r.error_code, r.member_epoch, partitions(r)) == (0, 3, {0})
+    assert h.epochs() == [2, 3], "a rejoin with the same subscription is no rebalance"
 
 
 def test_subscription_change_bumps_the_epoch_and_revokes():
     h = Harness(orders=2, audit=1)
     h.join("a")
-    r = h.hb("a", 1, names=["audit"], owned=owned(0, 1))
-    assert (r.member_epoch, partitions(r)) == (1, set()), "orders must be revoked first"
-    r = h.hb("a", 1, owned=[])
-    assert (r.member_epoch, r.assignment) == (2, [(topic_id("audit"), [0])])
+    r = h.hb("a", 2, names=["audit"], owned=owned(0, 1))
+    assert (r.member_epoch, partitions(r)) == (2, set()), "orders must be revoked first"
+    r = h.hb("a", 2, owned=[])
+    assert (r.member_epoch, r.assignment) == (3, [(topic_id("audit"), [0])])
 
 
 def test_new_partitions_bump_the_epoch():
@@ -157,9 +157,9 @@ def test_new_partitions_bump_the_epoch():
     h.topics = view(orders=3)
     records = h.groups.on_topics_changed(h.topics, h.now_ms)
     h.log += records
-    assert h.epochs() == [1, 2]
-    r = h.hb("a", 1, owned=owned(0, 1))
-    assert (r.member_epoch, partitions(r)) == (2, {0, 1, 2})
+    assert h.epochs() == [2, 3]
+    r = h.hb("a", 2, owned=owned(0, 1))
+    assert (r.member_epoch, partitions(r)) == (3, {0, 1, 2})
     assert h.groups.on_topics_changed(h.topics, h.now_ms) == [], "nothing changed: no bump"
 
 
@@ -168,21 +168,21 @@ def test_deleted_topic_leaves_the_assignment():
     h.join("a", names=["orders", "audit"])
     h.topics = view(orders=2)
     h.log += h.groups.on_topics_changed(h.topics, h.now_ms)
-    r = h.hb("a", 1, owned=owned(0, 1))
-    assert (r.member_epoch, r.assignment) == (2, [(ORDERS, [0, 1])])
+    r = h.hb("a", 2, owned=owned(0, 1))
+    assert (r.member_epoch, r.assignment) == (3, [(ORDERS, [0, 1])])
 
 
 # ---- epochs --------------------------------------------------------------------------------------------------------
 
 def test_fenced_epochs_and_unknown_members():
     h = Harness(orders=2)
-    assert h.hb("m1", 3).error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    assert h.hb("m1", 4).error_code == ErrorCode.GROUP_ID_NOT_FOUND
     assert h.groups.list_groups() == [], "only a join creates a group"
     h.join("m1")
-    ahead = h.hb("m1", 2)
-    assert ahead.error_code == ErrorCode.FENCED_MEMBER_EPOCH and "greater member epoch (2)" in ahead.error_message
+    ahead = h.hb("m1", 3)
+    assert ahead.error_code == ErrorCode.FENCED_MEMBER_EPOCH and "greater member epoch (3)" in ahead.error_message
     assert ahead.member_id is None and ahead.assignment is None
-    assert h.hb("m2", 1).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert h.hb("m2", 2).error_code == ErrorCode.UNKNOWN_MEMBER_ID
     assert h.hb("m2", -1).error_code == ErrorCode.UNKNOWN_MEMBER_ID
     assert h.hb("m1", -1, group="other").error_code == ErrorCode.GROUP_ID_NOT_FOUND
 
@@ -191,15 +191,15 @@ def test_previous_epoch_is_accepted_only_with_a_subset_of_the_assignment():
     h = Harness(orders=2)
     h.join("a")
     h.join("b")
-    h.hb("a", 1, owned=owned(0))              # a moves to epoch 2; say the response is lost
-    r = h.hb("a", 1, owned=owned(0))
-    assert (r.error_code, r.member_epoch) == (0, 2), "the previous epoch with owned partitions it may keep"
-    assert h.hb("a", 1).error_code == ErrorCode.FENCED_MEMBER_EPOCH, "without TopicPartitions there is no proof"
-    assert h.hb("a", 1, owned=owned(0, 1)).error_code == ErrorCode.FENCED_MEMBER_EPOCH, "owns more than assigned"
-    h.hb("b", -1)                              # epoch 3
-    h.hb("a", 2, owned=owned(0))
-    smaller = h.hb("a", 1, owned=owned(0))
-    assert smaller.error_code == ErrorCode.FENCED_MEMBER_EPOCH and "smaller member epoch (1)" in smaller.error_message
+    h.hb("a", 2, owned=owned(0))              # a moves to epoch 3; say the response is lost
+    r = h.hb("a", 2, owned=owned(0))
+    assert (r.error_code, r.member_epoch) == (0, 3), "the previous epoch with owned partitions it may keep"
+    assert h.hb("a", 2).error_code == ErrorCode.FENCED_MEMBER_EPOCH, "without TopicPartitions there is no proof"
+    assert h.hb("a", 2, owned=owned(0, 1)).error_code == ErrorCode.FENCED_MEMBER_EPOCH, "owns more than assigned"
+    h.hb("b", -1)                              # epoch 4
+    h.hb("a", 3, owned=owned(0))
+    smaller = h.hb("a", 2, owned=owned(0))
+    assert smaller.error_code == ErrorCode.FENCED_MEMBER_EPOCH and "smaller member epoch (2)" in smaller.error_message
 
 
 # ---- timers --------------------------------------------------------------------------------------------------------
@@ -214,9 +214,9 @@ def test_session_expiry_removes_the_member_and_bumps_the_epoch():
     assert h.expire() == []
     h.now_ms = SESSION_MS
     assert len(h.expire()) == 1
-    assert [m.member_id for m in h.group().members] == ["b"] and h.epochs() == [1, 2, 3]
-    r = h.hb("b", 2)
-    assert (r.member_epoch, partitions(r)) == (3, {0, 1}), "a's partitions are free at once"
+    assert [m.member_id for m in h.group().members] == ["b"] and h.epochs() == [2, 3, 4]
+    r = h.hb("b", 3)
+    assert (r.member_epoch, partitions(r)) == (4, {0, 1}), "a's partitions are free at once"
     assert h.groups.next_deadline_ms() == SESSION_MS + SESSION_MS
 
 
@@ -225,17 +225,17 @@ def test_member_that_does_not_revoke_in_time_is_fenced():
     h.join("a", rebalance_timeout_ms=10000)
     h.join("b")
     h.now_ms = 1000
-    h.hb("a", 1, owned=owned(0, 1))           # asked to revoke partition 1, by 11000
+    h.hb("a", 2, owned=owned(0, 1))           # asked to revoke partition 1, by 11000
     assert h.groups.next_deadline_ms() == 11000
     h.now_ms = 5000
-    h.hb("a", 1, owned=owned(0, 1))           # still holds it: the deadline does not move
+    h.hb("a", 2, owned=owned(0, 1))           # still holds it: the deadline does not move
     h.now_ms = 10999
     assert h.expire() == []
     h.now_ms = 11000
     assert len(h.expire()) == 1
-    assert h.hb("a", 1).error_code == ErrorCode.UNKNOWN_MEMBER_ID
-    b = h.hb("b", 2)
-    assert (b.member_epoch, partitions(b)) == (3, {0, 1})
+    assert h.hb("a", 2).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    b = h.hb("b", 3)
+    assert (b.member_epoch, partitions(b)) == (4, {0, 1})
 
 
 def test_revoking_in_time_clears_the_rebalance_deadline():
@@ -254,8 +254,8 @@ def test_static_member_leaves_and_rejoins_with_its_assignment_and_no_rebalance()
     h = Harness(orders=2)
     h.join("a", instance="i-a")
     h.join("b", instance="i-b")
-    h.hb("a", 1, owned=owned(0), instance="i-a")
-    h.hb("b", 2, instance="i-b")
+    h.hb("a", 2, owned=owned(0), instance="i-a")
+    h.hb("b", 3, instance="i-b")
     epochs = h.epochs()
 
     r = h.hb("a", -2, instance="i-a")
@@ -264,11 +264,11 @@ def test_static_member_leaves_and_rejoins_with_its_assignment_and_no_rebalance()
     assert h.member("a").assignment == [(ORDERS, "orders", [0])], "the assignment is kept for the instance"
 
     back = h.join("a2", instance="i-a")
-    assert (back.member_id, back.member_epoch, back.assignment) == ("a2", 2, [(ORDERS, [0])])
+    assert (back.member_id, back.member_epoch, back.assignment) == ("a2", 3, [(ORDERS, [0])])
     assert h.epochs() == epochs, "the replacement takes over without a group epoch bump"
     assert [m.member_id for m in h.group().members] == ["a2", "b"]
     assert h.member("a2").instance_id == "i-a"
-    assert h.hb("a", 2, instance="i-a").error_code == ErrorCode.FENCED_INSTANCE_ID
+    assert h.hb("a", 3, instance="i-a").error_code == ErrorCode.FENCED_INSTANCE_ID
 
 
 def test_instance_id_of_an_active_member_is_unreleased():
@@ -283,16 +283,16 @@ def test_static_member_that_does_not_come_back_expires():
     h = Harness(orders=2)
     h.join("a", instance="i-a")
     h.join("b")
-    h.hb("a", 1, owned=owned(0), instance="i-a")
+    h.hb("a", 2, owned=owned(0), instance="i-a")
     h.now_ms = 1000
     h.hb("a", -2, instance="i-a")
     h.now_ms = 1000 + SESSION_MS - 1
-    h.hb("b", 2)
+    h.hb("b", 3)
     assert {m.member_id for m in h.group().members} == {"a", "b"}
     h.now_ms = 1000 + SESSION_MS
     h.expire()
     assert [m.member_id for m in h.group().members] == ["b"]
-    assert partitions(h.hb("b", 2)) == {0, 1}
+    assert partitions(h.hb("b", 3)) == {0, 1}
     assert h.join("a3", instance="i-a").member_epoch == h.group().group_epoch, "the instance id is free again"
 
 
@@ -301,7 +301,7 @@ def test_static_member_leaving_for_good():
     h.join("a", instance="i-a")
     r = h.hb("a", -1, instance="i-a")
     assert (r.error_code, r.member_epoch) == (0, -1)
-    assert h.groups.is_empty("g") and h.epochs() == [1, 2]
+    assert h.groups.is_empty("g") and h.epochs() == [2, 3]
 
 
 # ---- regular expressions ---------------------------------------------------------------------------------------------
@@ -312,9 +312,9 @@ def test_regex_subscription_picks_up_a_new_topic():
     assert r.assignment == [(ORDERS, [0])], "internal topics never match"
     h.topics = {**h.topics, **view(orders_eu=2)}
     h.log += h.groups.on_topics_changed(h.topics, h.now_ms)
-    assert h.epochs() == [1, 2]
-    r = h.hb("a", 1, owned=owned(0))
-    assert r.member_epoch == 2
+    assert h.epochs() == [2, 3]
+    r = h.hb("a", 2, owned=owned(0))
+    assert r.member_epoch == 3
     assert sorted(r.assignment) == sorted([(ORDERS, [0]), (topic_id("orders_eu"), [0, 1])])
     assert h.groups.on_topics_changed({**h.topics, **view(payments=1)}, h.now_ms) == [], "no match, no bump"
 
@@ -362,8 +362,8 @@ def test_v0_coordinator_generates_the_member_id():
     h = Harness(orders=1)
     r = h.hb("", 0, api_version=0, **FULL)
     assert r.error_code == 0 and len(r.member_id) == 22
-    assert h.hb(r.member_id, 1, api_version=0).error_code == 0
-    assert h.hb("", 1, api_version=0).error_code == ErrorCode.INVALID_REQUEST
+    assert h.hb(r.member_id, 2, api_version=0).error_code == 0
+    assert h.hb("", 2, api_version=0).error_code == ErrorCode.INVALID_REQUEST
 
 
 def test_group_max_size():
@@ -371,7 +371,7 @@ def test_group_max_size():
     h.join("a")
     r = h.hb("b", 0, **FULL)
     assert r.error_code == ErrorCode.GROUP_MAX_SIZE_REACHED
-    assert h.hb("a", 1).error_code == 0, "members already in the group are not refused"
+    assert h.hb("a", 2).error_code == 0, "members already in the group are not refused"
 
 
 def test_server_assignor_preferred_by_members_is_used():
@@ -401,19 +401,19 @@ def test_validate_offset_commit():
     h = Harness(orders=2)
     v = h.groups.validate_offset_commit
     assert v("g", "", -1, 9)[0] == ErrorCode.NONE, "an admin commit to an unknown group"
-    assert v("g", "m", 3, 9)[0] == ErrorCode.GROUP_ID_NOT_FOUND
-    assert v("g", "m", 3, 8)[0] == ErrorCode.ILLEGAL_GENERATION
+    assert v("g", "m", 4, 9)[0] == ErrorCode.GROUP_ID_NOT_FOUND
+    assert v("g", "m", 4, 8)[0] == ErrorCode.ILLEGAL_GENERATION
     h.join("a")
     h.join("b")
     assert v("g", "", -1, 9)[0] == ErrorCode.UNKNOWN_MEMBER_ID, "a non-empty group takes commits from members only"
-    assert v("g", "b", 2, 9) == (ErrorCode.NONE, None)
-    assert v("g", "b", 2, 8)[0] == ErrorCode.UNSUPPORTED_VERSION
-    assert v("g", "b", 3, 9)[0] == ErrorCode.STALE_MEMBER_EPOCH
-    assert v("g", "a", 1, 9)[0] == ErrorCode.NONE, "a is still at epoch 1 while it revokes"
-    h.hb("a", 1, owned=owned(0))
-    assert h.member("a").member_epoch == 2
-    assert v("g", "a", 3, 9)[0] == ErrorCode.STALE_MEMBER_EPOCH, "newer than the member's epoch"
-    assert v("g", "a", 1, 9)[0] == ErrorCode.NONE, "older: checked per partition (KIP-1251)"
+    assert v("g", "b", 3, 9) == (ErrorCode.NONE, None)
+    assert v("g", "b", 3, 8)[0] == ErrorCode.UNSUPPORTED_VERSION
+    assert v("g", "b", 4, 9)[0] == ErrorCode.STALE_MEMBER_EPOCH
+    assert v("g", "a", 2, 9)[0] == ErrorCode.NONE, "a is still at epoch 2 while it revokes"
+    h.hb("a", 2, owned=owned(0))
+    assert h.member("a").member_epoch == 3
+    assert v("g", "a", 4, 9)[0] == ErrorCode.STALE_MEMBER_EPOCH, "newer than the member's epoch"
+    assert v("g", "a", 2, 9)[0] == ErrorCode.NONE, "older: checked per partition (KIP-1251)"
     h.hb("a", -1)
     h.hb("b", -1)
     assert v("g", "", -1, 9)[0] == ErrorCode.NONE, "an empty group takes simple commits"
@@ -423,20 +423,20 @@ def test_a_commit_at_an_older_epoch_is_taken_for_partitions_held_since_then():
     """KIP-1251 (Kafka 4.3+): assignment epoch <= the commit's epoch <= the member's epoch, per partition. A member
     whose epoch moved on in a heartbeat whose answer it has not seen yet still commits what it holds."""
     h = Harness(orders=4)
-    h.join("a")                                    # a: 0-3 at epoch 1
-    h.join("b")                                    # epoch 2: a must give up 2 and 3
-    h.hb("a", 1, owned=owned(0, 1))                # a revoked them: epoch 2, keeping 0 and 1 from epoch 1
-    h.hb("b", 2)                                   # b: 2 and 3 at epoch 2
+    h.join("a")                                    # a: 0-3 at epoch 2
+    h.join("b")                                    # epoch 3: a must give up 2 and 3
+    h.hb("a", 2, owned=owned(0, 1))                # a revoked them: epoch 3, keeping 0 and 1 from epoch 2
+    h.hb("b", 3)                                   # b: 2 and 3 at epoch 3
     stale = h.groups.stale_commit_partitions
     every = [("orders", p) for p in range(4)]
-    assert stale("g", "a", 2, every) == [False] * 4, "the current epoch: nothing checked per partition (as Kafka)"
-    assert stale("g", "a", 1, every) == [False, False, True, True], "epoch 1: 0 and 1, held since epoch 1"
-    assert stale("g", "b", 1, every) == [True, True, True, True], "b was given its partitions at epoch 2"
-    assert stale("g", "b", 2, [("orders", 2), ("gone", 0)]) == [False, False], "the current epoch: no check"
-    h.join("c")                                    # epoch 3: a gives up 1
-    h.hb("a", 2, owned=owned(0))
-    assert h.member("a").member_epoch == 3
-    assert stale("g", "a", 2, every) == [False, True, True, True], "1 has left a"
+    assert stale("g", "a", 3, every) == [False] * 4, "the current epoch: nothing checked per partition (as Kafka)"
+    assert stale("g", "a", 2, every) == [False, False, True, True], "epoch 2: 0 and 1, held since epoch 2"
+    assert stale("g", "b", 2, every) == [True, True, True, True], "b was given its partitions at epoch 3"
+    assert stale("g", "b", 3, [("orders", 2), ("gone", 0)]) == [False, False], "the current epoch: no check"
+    h.join("c")                                    # epoch 4: a gives up 1
+    h.hb("a", 3, owned=owned(0))
+    assert h.member("a").member_epoch == 4
+    assert stale("g", "a", 3, every) == [False, True, True, True], "1 has left a"
 
 
 def test_validate_offset_fetch():
@@ -445,12 +445,12 @@ def test_validate_offset_fetch():
     assert v("g", None, -1)[0] == ErrorCode.NONE
     h.join("a")
     assert v("g", None, -1)[0] == ErrorCode.NONE, "an admin fetch"
-    assert v("g", "a", 1) == (ErrorCode.NONE, None)
-    assert v("g", "x", 1)[0] == ErrorCode.UNKNOWN_MEMBER_ID
+    assert v("g", "a", 2) == (ErrorCode.NONE, None)
+    assert v("g", "x", 2)[0] == ErrorCode.UNKNOWN_MEMBER_ID
     h.join("b")
-    h.hb("a", 1, owned=owned(0))
-    assert v("g", "a", 1)[0] == ErrorCode.STALE_MEMBER_EPOCH
-    assert v("g", "a", 3)[0] == ErrorCode.STALE_MEMBER_EPOCH
+    h.hb("a", 2, owned=owned(0))
+    assert v("g", "a", 2)[0] == ErrorCode.STALE_MEMBER_EPOCH
+    assert v("g", "a", 4)[0] == ErrorCode.STALE_MEMBER_EPOCH
 
 
 # ---- admin and metrics -----------------------------------------------------------------------------------------------
@@ -462,10 +462,10 @@ def test_describe_and_list():
     (d, missing) = h.groups.describe(["g", "nope"], h.topics)
     assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND
     assert (d.error_code, d.group_state, d.group_epoch, d.assignment_epoch, d.assignor_name) == (
-        0, "Reconciling", 2, 2, "uniform")
+        0, "Reconciling", 3, 3, "uniform")
     a, b = d.members
     assert (a.member_id, a.instance_id, a.rack_id, a.member_epoch, a.client_id, a.client_host, a.member_type) == (
-        "a", "i-a", "r1", 1, "client", "/127.0.0.1", 1)
+        "a", "i-a", "r1", 2, "client", "/127.0.0.1", 1)
     assert (a.subscribed_topic_names, a.subscribed_topic_regex) == (["orders"], None)
     assert a.assignment == [(ORDERS, "orders", [0, 1])] and a.target_assignment == [(ORDERS, "orders", [0])]
     assert (b.subscribed_topic_names, b.subscribed_topic_regex) == ([], "ord.*")
@@ -473,7 +473,7 @@ def test_describe_and_list():
 
     h.hb("a", -1, instance="i-a")
     assert h.groups.list_groups() == [("g", "Assigning")]
-    h.hb("b", 2)
+    h.hb("b", 3)
     assert h.groups.list_groups() == [("g", "Stable")]
     h.join("c", group="g2")
     h.hb("b", -1)
@@ -520,7 +520,7 @@ def test_replay_rebuilds_groups_and_epochs_never_go_back():
     assert fresh.list_groups() == [("admin", "Empty"), ("g", "Empty")], "members are not persisted"
 
     # after the coordinator moved, members rejoin; the epoch moves on from the persisted one
-    r, _ = fresh.heartbeat("g", "a", 1, instance_id=None, rack_id=None, rebalance_timeout_ms=-1,
+    r, _ = fresh.heartbeat("g", "a", 2, instance_id=None, rack_id=None, rebalance_timeout_ms=-1,
                            subscribed_topic_names=None, subscribed_topic_regex=None, server_assignor=None,
                            owned_partitions=None, client_id="c", client_host="h", now_ms=0, topics=h.topics,
                            api_version=1)
@@ -529,8 +529,8 @@ def test_replay_rebuilds_groups_and_epochs_never_go_back():
                                  subscribed_topic_names=["orders"], subscribed_topic_regex=None, server_assignor=None,
                                  owned_partitions=[], client_id="c", client_host="h", now_ms=0, topics=h.topics,
                                  api_version=1)
-    assert r.member_epoch == 3 and r.assignment == [(ORDERS, [0, 1])]
-    assert crec.decode_consumer_group_metadata(*records[0]) == ("g", 3, fresh.persisted_state()["g"][1])
+    assert r.member_epoch == 4 and r.assignment == [(ORDERS, [0, 1])]
+    assert crec.decode_consumer_group_metadata(*records[0]) == ("g", 4, fresh.persisted_state()["g"][1])
 
 
 def test_record_format_is_kafka_framed_and_readable_by_the_share_core():

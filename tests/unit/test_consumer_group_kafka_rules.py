@@ -97,13 +97,13 @@ def assigned(result) -> dict:
 
 
 def stable_pair(c: Cluster, names=("foo",)):
-    """m1 and m2 (range) reconciled: m1 joins alone, m2 joins, m1 revokes, m2 gets its half. Group epoch 2."""
+    """m1 and m2 (range) reconciled: m1 joins alone, m2 joins, m1 revokes, m2 gets its half. Group epoch 3."""
     c.join("m1", names)
     c.join("m2", names)
-    r = c.hb("m1", 1, owned=tp(**{n: range(c.topics[n][1]) for n in names}))
-    c.hb("m1", 1, owned=[(t, ps) for t, ps in r.assignment])
-    c.hb("m2", 2)
-    assert c.state() == "Stable" and c.described().group_epoch == 2
+    r = c.hb("m1", 2, owned=tp(**{n: range(c.topics[n][1]) for n in names}))
+    c.hb("m1", 2, owned=[(t, ps) for t, ps in r.assignment])
+    c.hb("m2", 3)
+    assert c.state() == "Stable" and c.described().group_epoch == 3
 
 
 # ---- joining -------------------------------------------------------------------------------------------------------
@@ -112,9 +112,9 @@ def test_member_joins_empty_group():
     # GroupMetadataManagerTest.testMemberJoinsEmptyConsumerGroup
     c = Cluster(foo=6, bar=3)
     r = c.join("m1", ("foo", "bar"))
-    assert (r.error_code, r.member_id, r.member_epoch, r.heartbeat_interval_ms) == (0, "m1", 1, INTERVAL_MS)
+    assert (r.error_code, r.member_id, r.member_epoch, r.heartbeat_interval_ms) == (0, "m1", 2, INTERVAL_MS)
     assert assigned(r) == {"foo": [0, 1, 2, 3, 4, 5], "bar": [0, 1, 2]}
-    assert c.epochs() == [1]
+    assert c.epochs() == [2]
     assert c.state() == "Stable"
 
 
@@ -141,8 +141,8 @@ def test_new_joining_member_triggers_new_target_assignment():
     c = Cluster(foo=6, bar=3)
     stable_pair(c, ("foo", "bar"))
     r = c.join("m3", ("foo", "bar"))
-    assert (r.member_epoch, assigned(r)) == (3, {}), "epoch 3, an empty assignment sent on the join"
-    assert c.epochs()[-1] == 3
+    assert (r.member_epoch, assigned(r)) == (4, {}), "epoch 4, an empty assignment sent on the join"
+    assert c.epochs()[-1] == 4
     assert sorted(c.member("m3").target_assignment) == sorted([(FOO, "foo", [4, 5]), (BAR, "bar", [2])])
     assert c.state() == "Reconciling"
 
@@ -152,7 +152,7 @@ def test_group_epoch_bump_when_new_static_member_joins():
     c = Cluster(foo=2)
     c.join("m1", instance="i1")
     r = c.join("m2", instance="i2")
-    assert (r.member_epoch, c.epochs()) == (2, [1, 2])
+    assert (r.member_epoch, c.epochs()) == (3, [2, 3])
     assert c.member("m2").instance_id == "i2"
 
 
@@ -163,10 +163,10 @@ def test_new_member_is_rejected_when_the_group_is_full():
     r = c.join("m3", ("foo", "bar"), ok=False)
     assert r.error_code == ErrorCode.GROUP_MAX_SIZE_REACHED
     assert r.error_message == "The consumer group has reached its maximum capacity of 2 members."
-    assert c.epochs() == [1, 2], "a refused join writes nothing"
+    assert c.epochs() == [2, 3], "a refused join writes nothing"
     # the check is on the member id: members already in the group are not refused, even when rejoining
-    assert c.hb("m1", 2).error_code == 0
-    assert c.join("m1", ("foo", "bar")).member_epoch == 2
+    assert c.hb("m1", 3).error_code == 0
+    assert c.join("m1", ("foo", "bar")).member_epoch == 3
 
 
 # ---- epochs ----------------------------------------------------------------------------------------------------------
@@ -176,18 +176,18 @@ def test_member_epoch_validation():
     c = Cluster(foo=2)
     c.join("m1")
     c.join("m2")
-    c.hb("m1", 1, owned=tp(foo=[0, 1]))
-    c.hb("m1", 1, owned=tp(foo=[0]))      # m1 now at epoch 2, previous epoch 1
+    c.hb("m1", 2, owned=tp(foo=[0, 1]))
+    c.hb("m1", 2, owned=tp(foo=[0]))      # m1 now at epoch 3, previous epoch 2
     full = dict(names=["foo"], rebalance_timeout_ms=5000)
-    ahead = c.hb("m1", 3, **full)
+    ahead = c.hb("m1", 4, **full)
     assert ahead.error_code == ErrorCode.FENCED_MEMBER_EPOCH
-    c.hb("m2", 2)                          # m2 gets partition 1; the group is stable at epoch 2
-    assert c.hb("m1", 1, **full).error_code == ErrorCode.FENCED_MEMBER_EPOCH, \
+    c.hb("m2", 3)                          # m2 gets partition 1; the group is stable at epoch 3
+    assert c.hb("m1", 2, **full).error_code == ErrorCode.FENCED_MEMBER_EPOCH, \
         "the previous epoch without TopicPartitions: no proof of what it owns"
-    ok = c.hb("m1", 1, **full, owned=tp(foo=[0]))
-    assert (ok.error_code, ok.member_epoch) == (0, 2), "previous epoch + a subset of the assignment: the response " \
+    ok = c.hb("m1", 2, **full, owned=tp(foo=[0]))
+    assert (ok.error_code, ok.member_epoch) == (0, 3), "previous epoch + a subset of the assignment: the response " \
                                                       "with the new epoch was lost"
-    assert c.hb("m1", 1, **full, owned=tp(foo=[0, 1])).error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert c.hb("m1", 2, **full, owned=tp(foo=[0, 1])).error_code == ErrorCode.FENCED_MEMBER_EPOCH
 
 
 def test_fenced_responses_write_nothing_and_change_nothing():
@@ -195,11 +195,11 @@ def test_fenced_responses_write_nothing_and_change_nothing():
     c = Cluster(foo=2)
     c.join("m1")
     before = (c.described().group_epoch, c.member("m1").member_epoch, c.member("m1").assignment)
-    r = c.hb("m1", 7, names=["bar"], owned=[], rebalance_timeout_ms=5000)
+    r = c.hb("m1", 8, names=["bar"], owned=[], rebalance_timeout_ms=5000)
     assert r.error_code == ErrorCode.FENCED_MEMBER_EPOCH and r.assignment is None
     assert (c.described().group_epoch, c.member("m1").member_epoch, c.member("m1").assignment) == before
     assert c.member("m1").subscribed_topic_names == ["foo"], "the subscription of a fenced request is not applied"
-    assert c.epochs() == [1]
+    assert c.epochs() == [2]
 
 
 # ---- rejoining with the same member id (librdkafka keeps its member id; epoch 0, TopicPartitions []) ------------
@@ -210,8 +210,8 @@ def test_rejoin_with_epoch_zero_from_stable():
     c = Cluster(foo=2)
     stable_pair(c)
     r = c.join("m1")
-    assert (r.error_code, r.member_epoch, assigned(r)) == (0, 2, {"foo": [0]})
-    assert c.epochs() == [1, 2] and c.state() == "Stable"
+    assert (r.error_code, r.member_epoch, assigned(r)) == (0, 3, {"foo": [0]})
+    assert c.epochs() == [2, 3] and c.state() == "Stable"
 
 
 def test_rejoin_with_epoch_zero_from_unrevoked_partitions():
@@ -220,13 +220,13 @@ def test_rejoin_with_epoch_zero_from_unrevoked_partitions():
     c = Cluster(foo=2)
     c.join("m1")
     c.join("m2")
-    c.hb("m1", 1, owned=tp(foo=[0, 1]))   # m1 must revoke 1
-    assert c.hb("m2", 2).assignment is None, "partition 1 is still held by m1"
+    c.hb("m1", 2, owned=tp(foo=[0, 1]))   # m1 must revoke 1
+    assert c.hb("m2", 3).assignment is None, "partition 1 is still held by m1"
     r = c.join("m1")
-    assert (r.member_epoch, assigned(r)) == (2, {"foo": [0]})
-    r2 = c.hb("m2", 2)
+    assert (r.member_epoch, assigned(r)) == (3, {"foo": [0]})
+    r2 = c.hb("m2", 3)
     assert assigned(r2) == {"foo": [1]}
-    assert c.state() == "Stable" and c.epochs() == [1, 2]
+    assert c.state() == "Stable" and c.epochs() == [2, 3]
 
 
 def test_rejoin_with_epoch_zero_from_unreleased_partitions():
@@ -235,9 +235,9 @@ def test_rejoin_with_epoch_zero_from_unreleased_partitions():
     c.join("m1")
     c.join("m2")
     r = c.join("m2")
-    assert (r.member_epoch, assigned(r)) == (2, {})
-    c.hb("m1", 1, owned=tp(foo=[0, 1]))
-    c.hb("m1", 1, owned=tp(foo=[0]))
+    assert (r.member_epoch, assigned(r)) == (3, {})
+    c.hb("m1", 2, owned=tp(foo=[0, 1]))
+    c.hb("m1", 2, owned=tp(foo=[0]))
     assert assigned(c.join("m2")) == {"foo": [1]}
 
 
@@ -247,16 +247,16 @@ def test_rejoin_after_unknown_member_id():
     c = Cluster(foo=2)
     stable_pair(c)
     c.now_ms = SESSION_MS - 1
-    c.hb("m2", 2)
+    c.hb("m2", 3)
     c.now_ms = SESSION_MS
     c.expire()                             # m1 expires
-    assert c.hb("m1", 2).error_code == ErrorCode.UNKNOWN_MEMBER_ID
-    assert c.epochs() == [1, 2, 3]
+    assert c.hb("m1", 3).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert c.epochs() == [2, 3, 4]
     r = c.join("m1")
-    assert (r.error_code, r.member_epoch) == (0, 4)
+    assert (r.error_code, r.member_epoch) == (0, 5)
     assert assigned(r) == {"foo": [0]}, "partition 0 was freed when m1 expired"
-    r2 = c.hb("m2", 2, owned=tp(foo=[1]))
-    assert (r2.member_epoch, r2.assignment) == (4, None)
+    r2 = c.hb("m2", 3, owned=tp(foo=[1]))
+    assert (r2.member_epoch, r2.assignment) == (5, None)
 
 
 # ---- reconciliation ------------------------------------------------------------------------------------------------
@@ -270,39 +270,39 @@ def test_reconciliation_process_with_three_members():
     assert sorted(c.member("m1").assignment) == sorted([(FOO, "foo", [0, 1, 2]), (BAR, "bar", [0, 1])])
 
     r3 = c.join("m3", ("foo", "bar"))
-    assert (r3.member_epoch, assigned(r3)) == (3, {})
+    assert (r3.member_epoch, assigned(r3)) == (4, {})
     assert c.state() == "Reconciling"
 
-    # m1 heartbeats (no TopicPartitions): it stays at epoch 2 and is told its assignment minus what it must revoke
-    r1 = c.hb("m1", 2)
-    assert (r1.member_epoch, assigned(r1), r1.heartbeat_interval_ms) == (2, {"foo": [0, 1], "bar": [0]}, INTERVAL_MS)
+    # m1 heartbeats (no TopicPartitions): it stays at epoch 3 and is told its assignment minus what it must revoke
+    r1 = c.hb("m1", 3)
+    assert (r1.member_epoch, assigned(r1), r1.heartbeat_interval_ms) == (3, {"foo": [0, 1], "bar": [0]}, INTERVAL_MS)
     # m2 likewise
-    r2 = c.hb("m2", 2)
-    assert (r2.member_epoch, assigned(r2)) == (2, {"foo": [3]})
+    r2 = c.hb("m2", 3)
+    assert (r2.member_epoch, assigned(r2)) == (3, {"foo": [3]})
     # m3: nothing released yet, nothing new to say
-    r3 = c.hb("m3", 3)
-    assert (r3.member_epoch, r3.assignment) == (3, None)
+    r3 = c.hb("m3", 4)
+    assert (r3.member_epoch, r3.assignment) == (4, None)
 
-    # m1 acknowledges by reporting what it still owns: epoch 3, Stable; its assignment is unchanged so not re-sent
-    r1 = c.hb("m1", 2, owned=tp(foo=[0, 1], bar=[0]))
-    assert (r1.member_epoch, r1.assignment) == (3, None)
+    # m1 acknowledges by reporting what it still owns: epoch 4, Stable; its assignment is unchanged so not re-sent
+    r1 = c.hb("m1", 3, owned=tp(foo=[0, 1], bar=[0]))
+    assert (r1.member_epoch, r1.assignment) == (4, None)
     assert c.state() == "Reconciling"
     # m2 heartbeats without acknowledging: a no-op
     n = len(c.log)
-    r2 = c.hb("m2", 2)
-    assert (r2.member_epoch, r2.assignment) == (2, None) and len(c.log) == n
+    r2 = c.hb("m2", 3)
+    assert (r2.member_epoch, r2.assignment) == (3, None) and len(c.log) == n
     # m3 still waits: all of its partitions are held by m2
-    assert c.hb("m3", 3).assignment is None
+    assert c.hb("m3", 4).assignment is None
 
-    # m2 acknowledges: epoch 3, and it gets the partitions m1 released
-    r2 = c.hb("m2", 2, owned=tp(foo=[3]))
-    assert (r2.member_epoch, assigned(r2)) == (3, {"foo": [2, 3], "bar": [1]})
+    # m2 acknowledges: epoch 4, and it gets the partitions m1 released
+    r2 = c.hb("m2", 3, owned=tp(foo=[3]))
+    assert (r2.member_epoch, assigned(r2)) == (4, {"foo": [2, 3], "bar": [1]})
     # m3 gets everything now and the group is Stable
-    r3 = c.hb("m3", 3)
-    assert (r3.member_epoch, assigned(r3)) == (3, {"foo": [4, 5], "bar": [2]})
-    r3 = c.hb("m3", 3, owned=tp(foo=[4, 5], bar=[2]))
+    r3 = c.hb("m3", 4)
+    assert (r3.member_epoch, assigned(r3)) == (4, {"foo": [4, 5], "bar": [2]})
+    r3 = c.hb("m3", 4, owned=tp(foo=[4, 5], bar=[2]))
     assert r3.assignment is None
-    assert c.state() == "Stable" and c.epochs() == [1, 2, 3], "reconciling writes no group epoch"
+    assert c.state() == "Stable" and c.epochs() == [2, 3, 4], "reconciling writes no group epoch"
 
 
 def test_omitted_topic_partitions_do_not_acknowledge_a_revocation():
@@ -310,12 +310,12 @@ def test_omitted_topic_partitions_do_not_acknowledge_a_revocation():
     c = Cluster(foo=4)
     c.join("m1")
     c.join("m2")
-    r = c.hb("m1", 1, owned=tp(foo=[0, 1, 2, 3]))
-    assert (r.member_epoch, assigned(r)) == (1, {"foo": [0, 1]})
+    r = c.hb("m1", 2, owned=tp(foo=[0, 1, 2, 3]))
+    assert (r.member_epoch, assigned(r)) == (2, {"foo": [0, 1]})
     for _ in range(3):
-        r = c.hb("m1", 1)
-        assert (r.member_epoch, r.assignment) == (1, None)
-    assert c.hb("m2", 2).assignment is None
+        r = c.hb("m1", 2)
+        assert (r.member_epoch, r.assignment) == (2, None)
+    assert c.hb("m2", 3).assignment is None
 
 
 def test_empty_topic_partitions_acknowledge_every_revocation():
@@ -324,11 +324,11 @@ def test_empty_topic_partitions_acknowledge_every_revocation():
     c = Cluster(foo=4)
     c.join("m1")
     c.join("m2")
-    c.hb("m1", 1, owned=tp(foo=[0, 1, 2, 3]))
-    r = c.hb("m1", 1, owned=[])
-    assert (r.member_epoch, r.assignment) == (2, None), "unchanged assignment {0, 1}: not re-sent"
+    c.hb("m1", 2, owned=tp(foo=[0, 1, 2, 3]))
+    r = c.hb("m1", 2, owned=[])
+    assert (r.member_epoch, r.assignment) == (3, None), "unchanged assignment {0, 1}: not re-sent"
     assert c.member("m1").assignment == [(FOO, "foo", [0, 1])]
-    assert assigned(c.hb("m2", 2)) == {"foo": [2, 3]}
+    assert assigned(c.hb("m2", 3)) == {"foo": [2, 3]}
 
 
 def test_owned_partitions_without_the_revoked_ones_skip_unrevoked_partitions():
@@ -336,9 +336,9 @@ def test_owned_partitions_without_the_revoked_ones_skip_unrevoked_partitions():
     c = Cluster(foo=4)
     c.join("m1")
     c.join("m2")
-    r = c.hb("m1", 1, owned=tp(foo=[0, 1]))
-    assert (r.member_epoch, assigned(r)) == (2, {"foo": [0, 1]}), "straight to the target epoch"
-    assert assigned(c.hb("m2", 2)) == {"foo": [2, 3]}
+    r = c.hb("m1", 2, owned=tp(foo=[0, 1]))
+    assert (r.member_epoch, assigned(r)) == (3, {"foo": [0, 1]}), "straight to the target epoch"
+    assert assigned(c.hb("m2", 3)) == {"foo": [2, 3]}
 
 
 def test_a_revoking_member_keeps_its_epoch_until_it_acknowledges_even_if_the_group_moves_on():
@@ -347,16 +347,16 @@ def test_a_revoking_member_keeps_its_epoch_until_it_acknowledges_even_if_the_gro
     c = Cluster(foo=6)
     c.join("m1")
     c.join("m2")
-    r = c.hb("m1", 1, owned=tp(foo=range(6)))
+    r = c.hb("m1", 2, owned=tp(foo=range(6)))
     assert assigned(r) == {"foo": [0, 1, 2]}
-    c.join("m3")                           # epoch 3: m1's target shrinks to {0, 1}
-    r = c.hb("m1", 1, owned=tp(foo=range(6)))
-    assert (r.member_epoch, r.assignment) == (1, None)
+    c.join("m3")                           # epoch 4: m1's target shrinks to {0, 1}
+    r = c.hb("m1", 2, owned=tp(foo=range(6)))
+    assert (r.member_epoch, r.assignment) == (2, None)
     # it acknowledges the first revocation: it is then reconciled against the latest target (revoke 2 too)
-    r = c.hb("m1", 1, owned=tp(foo=[0, 1, 2]))
-    assert (r.member_epoch, assigned(r)) == (1, {"foo": [0, 1]})
-    r = c.hb("m1", 1, owned=tp(foo=[0, 1]))
-    assert (r.member_epoch, r.assignment) == (3, None)
+    r = c.hb("m1", 2, owned=tp(foo=[0, 1, 2]))
+    assert (r.member_epoch, assigned(r)) == (2, {"foo": [0, 1]})
+    r = c.hb("m1", 2, owned=tp(foo=[0, 1]))
+    assert (r.member_epoch, r.assignment) == (4, None)
 
 
 def test_member_leaving_while_another_is_unrevoking():
@@ -366,14 +366,14 @@ def test_member_leaving_while_another_is_unrevoking():
     c = Cluster(foo=2)
     c.join("m1")
     c.join("m2")
-    c.hb("m1", 1, owned=tp(foo=[0, 1]))   # m1 UNREVOKED_PARTITIONS
+    c.hb("m1", 2, owned=tp(foo=[0, 1]))   # m1 UNREVOKED_PARTITIONS
     leave = c.hb("m2", -1)
     assert (leave.error_code, leave.member_id, leave.member_epoch) == (0, "m2", -1)
-    assert c.epochs() == [1, 2, 3] and c.state() == "Assigning"
-    r = c.hb("m1", 1, owned=tp(foo=[0, 1]))
-    assert (r.member_epoch, r.assignment) == (1, None)
-    r = c.hb("m1", 1, owned=tp(foo=[0]))
-    assert (r.member_epoch, assigned(r)) == (3, {"foo": [0, 1]})
+    assert c.epochs() == [2, 3, 4] and c.state() == "Assigning"
+    r = c.hb("m1", 2, owned=tp(foo=[0, 1]))
+    assert (r.member_epoch, r.assignment) == (2, None)
+    r = c.hb("m1", 2, owned=tp(foo=[0]))
+    assert (r.member_epoch, assigned(r)) == (4, {"foo": [0, 1]})
     assert c.state() == "Stable"
 
 
@@ -383,10 +383,10 @@ def test_member_leaving_while_it_is_unrevoking_releases_its_partitions():
     c = Cluster(foo=2)
     c.join("m1")
     c.join("m2")
-    c.hb("m1", 1, owned=tp(foo=[0, 1]))
+    c.hb("m1", 2, owned=tp(foo=[0, 1]))
     c.hb("m1", -1)
-    r = c.hb("m2", 2)
-    assert (r.member_epoch, assigned(r)) == (3, {"foo": [0, 1]})
+    r = c.hb("m2", 3)
+    assert (r.member_epoch, assigned(r)) == (4, {"foo": [0, 1]})
 
 
 def test_unreleased_member_receives_partitions_as_they_are_released():
@@ -394,16 +394,16 @@ def test_unreleased_member_receives_partitions_as_they_are_released():
     c = Cluster(foo=6)
     c.join("m1")
     c.join("m2")
-    c.hb("m1", 1, owned=tp(foo=range(6)))
+    c.hb("m1", 2, owned=tp(foo=range(6)))
     c.join("m3")                              # m2's target {2, 3}, m3's {4, 5}; m1 still owns 0-5
-    r = c.hb("m1", 1, owned=tp(foo=[0, 1, 2]))  # m1 released 3, 4, 5; must still revoke 2
-    assert (r.member_epoch, assigned(r)) == (1, {"foo": [0, 1]})
-    r3 = c.hb("m3", 3)
-    assert (r3.member_epoch, assigned(r3)) == (3, {"foo": [4, 5]})
-    r2 = c.hb("m2", 2)
-    assert (r2.member_epoch, assigned(r2)) == (3, {"foo": [3]}), "moves to epoch 3 with what is free"
-    c.hb("m1", 1, owned=tp(foo=[0, 1]))
-    r2 = c.hb("m2", 3, owned=tp(foo=[3]))
+    r = c.hb("m1", 2, owned=tp(foo=[0, 1, 2]))  # m1 released 3, 4, 5; must still revoke 2
+    assert (r.member_epoch, assigned(r)) == (2, {"foo": [0, 1]})
+    r3 = c.hb("m3", 4)
+    assert (r3.member_epoch, assigned(r3)) == (4, {"foo": [4, 5]})
+    r2 = c.hb("m2", 3)
+    assert (r2.member_epoch, assigned(r2)) == (4, {"foo": [3]}), "moves to epoch 4 with what is free"
+    c.hb("m1", 2, owned=tp(foo=[0, 1]))
+    r2 = c.hb("m2", 4, owned=tp(foo=[3]))
     assert assigned(r2) == {"foo": [2, 3]}
     assert c.state() == "Stable"
 
@@ -415,17 +415,17 @@ def test_updating_subscription_triggers_new_target_assignment():
     # the member gets the new partitions and the new epoch in the same response
     c = Cluster(foo=6, bar=3)
     c.join("m1", ("foo",))
-    r = c.hb("m1", 1, names=["foo", "bar"], owned=tp(foo=range(6)))
-    assert (r.member_epoch, assigned(r)) == (2, {"foo": [0, 1, 2, 3, 4, 5], "bar": [0, 1, 2]})
-    assert c.epochs() == [1, 2]
+    r = c.hb("m1", 2, names=["foo", "bar"], owned=tp(foo=range(6)))
+    assert (r.member_epoch, assigned(r)) == (3, {"foo": [0, 1, 2, 3, 4, 5], "bar": [0, 1, 2]})
+    assert c.epochs() == [2, 3]
 
 
 def test_same_subscription_in_another_order_is_no_change():
     # GroupMetadataManagerTest.hasMemberSubscriptionChanged: the subscription is a set
     c = Cluster(foo=1, bar=1)
     c.join("m1", ("foo", "bar"))
-    c.hb("m1", 1, names=["bar", "foo", "bar"])
-    assert c.epochs() == [1]
+    c.hb("m1", 2, names=["bar", "foo", "bar"])
+    assert c.epochs() == [2]
 
 
 def test_partitions_added_to_a_topic():
@@ -434,14 +434,14 @@ def test_partitions_added_to_a_topic():
     c = Cluster(foo=2)
     stable_pair(c)
     c.topics_changed(foo=4)
-    assert c.epochs() == [1, 2, 3] and c.state() == "Assigning"
-    r1 = c.hb("m1", 2, owned=tp(foo=[0]))
-    assert (r1.member_epoch, r1.assignment) == (3, None), "m1 keeps {0}, waits for 1 (UNRELEASED_PARTITIONS)"
-    r2 = c.hb("m2", 2, owned=tp(foo=[1]))
-    assert (r2.member_epoch, assigned(r2)) == (2, {}), "m2 must revoke partition 1 first"
-    r2 = c.hb("m2", 2, owned=[])
-    assert (r2.member_epoch, assigned(r2)) == (3, {"foo": [2, 3]})
-    assert assigned(c.hb("m1", 3)) == {"foo": [0, 1]}
+    assert c.epochs() == [2, 3, 4] and c.state() == "Assigning"
+    r1 = c.hb("m1", 3, owned=tp(foo=[0]))
+    assert (r1.member_epoch, r1.assignment) == (4, None), "m1 keeps {0}, waits for 1 (UNRELEASED_PARTITIONS)"
+    r2 = c.hb("m2", 3, owned=tp(foo=[1]))
+    assert (r2.member_epoch, assigned(r2)) == (3, {}), "m2 must revoke partition 1 first"
+    r2 = c.hb("m2", 3, owned=[])
+    assert (r2.member_epoch, assigned(r2)) == (4, {"foo": [2, 3]})
+    assert assigned(c.hb("m1", 4)) == {"foo": [0, 1]}
     assert c.state() == "Stable"
 
 
@@ -451,16 +451,16 @@ def test_topic_deleted():
     c = Cluster(foo=2, bar=2)
     c.join("m1", ("foo", "bar"))
     c.topics_changed(foo=2)
-    assert c.epochs() == [1, 2]
-    r = c.hb("m1", 1, owned=tp(foo=[0, 1], bar=[0, 1]))
-    assert (r.member_epoch, assigned(r)) == (1, {"foo": [0, 1]})
-    r = c.hb("m1", 1, owned=tp(foo=[0, 1]))
-    assert (r.member_epoch, r.assignment) == (2, None)
+    assert c.epochs() == [2, 3]
+    r = c.hb("m1", 2, owned=tp(foo=[0, 1], bar=[0, 1]))
+    assert (r.member_epoch, assigned(r)) == (2, {"foo": [0, 1]})
+    r = c.hb("m1", 2, owned=tp(foo=[0, 1]))
+    assert (r.member_epoch, r.assignment) == (3, None)
     assert sorted(c.member("m1").subscribed_topic_names) == ["bar", "foo"]
     # the topic comes back (a new topic id): a new epoch, and its partitions are assigned again
     c.topics_changed(foo=2, bar=1)
-    r = c.hb("m1", 2)
-    assert (r.member_epoch, assigned(r)) == (3, {"foo": [0, 1], "bar": [0]})
+    r = c.hb("m1", 3)
+    assert (r.member_epoch, assigned(r)) == (4, {"foo": [0, 1], "bar": [0]})
 
 
 # ---- the response --------------------------------------------------------------------------------------------------
@@ -469,14 +469,14 @@ def test_full_request_gets_the_assignment_and_a_partial_one_only_when_it_changes
     # GroupMetadataManagerTest.testConsumerGroupHeartbeatFullResponse
     c = Cluster(foo=2)
     c.join("m1")
-    r = c.hb("m1", 1)
-    assert (r.member_epoch, r.assignment) == (1, None)
-    full = c.hb("m1", 1, names=["foo"], owned=tp(foo=[0, 1]), rebalance_timeout_ms=5000)
+    r = c.hb("m1", 2)
+    assert (r.member_epoch, r.assignment) == (2, None)
+    full = c.hb("m1", 2, names=["foo"], owned=tp(foo=[0, 1]), rebalance_timeout_ms=5000)
     assert assigned(full) == {"foo": [0, 1]}
     # not full: the TopicPartitions are missing
-    assert c.hb("m1", 1, names=["foo"], rebalance_timeout_ms=5000).assignment is None
+    assert c.hb("m1", 2, names=["foo"], rebalance_timeout_ms=5000).assignment is None
     # not full: the rebalance timeout is missing
-    assert c.hb("m1", 1, names=["foo"], owned=tp(foo=[0, 1])).assignment is None
+    assert c.hb("m1", 2, names=["foo"], owned=tp(foo=[0, 1])).assignment is None
 
 
 def test_heartbeat_interval_in_every_successful_response():
@@ -485,10 +485,10 @@ def test_heartbeat_interval_in_every_successful_response():
     c = Cluster({"group.consumer.heartbeat.interval.ms": 6000}, foo=2)
     assert c.join("m1").heartbeat_interval_ms == 6000
     assert c.join("m2").heartbeat_interval_ms == 6000
-    assert c.hb("m1", 1, owned=tp(foo=[0, 1])).heartbeat_interval_ms == 6000   # UNREVOKED_PARTITIONS
-    assert c.hb("m1", 1).heartbeat_interval_ms == 6000                          # a no-op
-    assert c.hb("m2", 2).heartbeat_interval_ms == 6000                          # UNRELEASED_PARTITIONS
-    assert c.hb("m1", 9).heartbeat_interval_ms == 0
+    assert c.hb("m1", 2, owned=tp(foo=[0, 1])).heartbeat_interval_ms == 6000   # UNREVOKED_PARTITIONS
+    assert c.hb("m1", 2).heartbeat_interval_ms == 6000                          # a no-op
+    assert c.hb("m2", 3).heartbeat_interval_ms == 6000                          # UNRELEASED_PARTITIONS
+    assert c.hb("m1", 10).heartbeat_interval_ms == 0
     assert c.hb("m2", -1).heartbeat_interval_ms == 0
 
 
@@ -504,7 +504,7 @@ def test_group_states():
     assert c.state() == "Reconciling"
     c.topics_changed(foo=3)
     assert c.state() == "Assigning"
-    c.hb("m1", 1, owned=tp(foo=[0, 1]))
+    c.hb("m1", 2, owned=tp(foo=[0, 1]))
     assert c.state() == "Reconciling"
 
 
@@ -517,7 +517,7 @@ def test_session_timeout_lifecycle():
     c.join("m1")
     for t in (10000, 40000, 80000):
         c.now_ms = t
-        assert c.hb("m1", 1).error_code == 0
+        assert c.hb("m1", 2).error_code == 0
         assert c.groups.next_deadline_ms() == t + SESSION_MS
     c.hb("m1", -1)
     assert c.groups.next_deadline_ms() is None
@@ -529,8 +529,8 @@ def test_session_timeout_expiration():
     c.join("m1")
     c.now_ms = SESSION_MS
     c.expire()
-    assert c.described().members == [] and c.epochs() == [1, 2]
-    assert c.hb("m1", 1).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert c.described().members == [] and c.epochs() == [2, 3]
+    assert c.hb("m1", 2).error_code == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 def test_rebalance_timeout_lifecycle():
@@ -540,14 +540,14 @@ def test_rebalance_timeout_lifecycle():
     c.join("m1", rebalance_timeout_ms=12000)
     c.now_ms = 1000
     c.join("m2")
-    c.hb("m1", 1, owned=tp(foo=[0, 1, 2]))   # revoke 2 by 13000
+    c.hb("m1", 2, owned=tp(foo=[0, 1, 2]))   # revoke 2 by 13000
     assert c.groups.next_deadline_ms() == 13000
     c.now_ms = 2000
-    c.hb("m1", 1, owned=tp(foo=[0, 1]))      # revoked
+    c.hb("m1", 2, owned=tp(foo=[0, 1]))      # revoked
     assert c.groups.next_deadline_ms() == 1000 + SESSION_MS
     c.now_ms = 3000
     c.join("m3")
-    c.hb("m1", 2, owned=tp(foo=[0, 1]))      # revoke 1 by 15000
+    c.hb("m1", 3, owned=tp(foo=[0, 1]))      # revoke 1 by 15000
     assert c.groups.next_deadline_ms() == 15000
 
 
@@ -556,13 +556,13 @@ def test_rebalance_timeout_expiration():
     c = Cluster(foo=2)
     c.join("m1", rebalance_timeout_ms=12000)
     c.join("m2")
-    c.hb("m1", 1, owned=tp(foo=[0, 1]))
+    c.hb("m1", 2, owned=tp(foo=[0, 1]))
     c.now_ms = 12000
-    c.hb("m1", 1, owned=tp(foo=[0, 1]))      # heartbeats keep the session, not the revocation deadline
+    c.hb("m1", 2, owned=tp(foo=[0, 1]))      # heartbeats keep the session, not the revocation deadline
     c.expire()
-    assert [m.member_id for m in c.described().members] == ["m2"] and c.epochs() == [1, 2, 3]
-    assert c.hb("m1", 1).error_code == ErrorCode.UNKNOWN_MEMBER_ID
-    assert assigned(c.hb("m2", 2)) == {"foo": [0, 1]}
+    assert [m.member_id for m in c.described().members] == ["m2"] and c.epochs() == [2, 3, 4]
+    assert c.hb("m1", 2).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert assigned(c.hb("m2", 3)) == {"foo": [0, 1]}
 
 
 # ---- static members --------------------------------------------------------------------------------------------------
@@ -570,9 +570,9 @@ def test_rebalance_timeout_expiration():
 def static_pair(c: Cluster):
     c.join("m1", instance="i1")
     c.join("m2", instance="i2")
-    c.hb("m1", 1, instance="i1", owned=tp(foo=[0, 1]))
-    c.hb("m1", 1, instance="i1", owned=tp(foo=[0]))
-    c.hb("m2", 2, instance="i2")
+    c.hb("m1", 2, instance="i1", owned=tp(foo=[0, 1]))
+    c.hb("m1", 2, instance="i1", owned=tp(foo=[0]))
+    c.hb("m2", 3, instance="i2")
     assert c.state() == "Stable"
 
 
@@ -582,14 +582,14 @@ def test_static_member_gets_back_assignment_upon_rejoin():
     static_pair(c)
     leave = c.hb("m2", -2, instance="i2")
     assert (leave.error_code, leave.member_id, leave.member_epoch) == (0, "m2", -2)
-    assert c.epochs() == [1, 2], "a temporary leave is no rebalance"
-    assert c.hb("m1", 2).assignment is None, "the partitions of the absent static member stay with it"
+    assert c.epochs() == [2, 3], "a temporary leave is no rebalance"
+    assert c.hb("m1", 3).assignment is None, "the partitions of the absent static member stay with it"
     back = c.join("m2-new", instance="i2")
-    assert (back.member_id, back.member_epoch, assigned(back)) == ("m2-new", 2, {"foo": [1]})
-    assert c.epochs() == [1, 2]
+    assert (back.member_id, back.member_epoch, assigned(back)) == ("m2-new", 3, {"foo": [1]})
+    assert c.epochs() == [2, 3]
     assert sorted(m.member_id for m in c.described().members) == ["m1", "m2-new"]
-    assert c.hb("m2", 2, instance="i2").error_code == ErrorCode.FENCED_INSTANCE_ID
-    assert c.hb("m2", 2).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert c.hb("m2", 3, instance="i2").error_code == ErrorCode.FENCED_INSTANCE_ID
+    assert c.hb("m2", 3).error_code == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 def test_static_member_rejoins_with_new_subscribed_topics():
@@ -598,8 +598,8 @@ def test_static_member_rejoins_with_new_subscribed_topics():
     static_pair(c)
     c.hb("m2", -2, instance="i2")
     r = c.join("m2-new", ("foo", "bar"), instance="i2")
-    assert c.epochs() == [1, 2, 3]
-    assert r.member_epoch in (2, 3)
+    assert c.epochs() == [2, 3, 4]
+    assert r.member_epoch in (3, 4)
     assert sorted(t for t, _, _ in c.member("m2-new").target_assignment) == sorted([FOO, BAR])
 
 
@@ -609,9 +609,9 @@ def test_leaving_static_member_bumps_group_epoch():
     static_pair(c)
     r = c.hb("m2", -1, instance="i2")
     assert (r.error_code, r.member_id, r.member_epoch) == (0, "m2", -1)
-    assert c.epochs() == [1, 2, 3]
-    assert assigned(c.hb("m1", 2, instance="i1")) == {"foo": [0, 1]}
-    assert c.join("m2-new", instance="i2").member_epoch == 4, "the instance id is free: a new member"
+    assert c.epochs() == [2, 3, 4]
+    assert assigned(c.hb("m1", 3, instance="i1")) == {"foo": [0, 1]}
+    assert c.join("m2-new", instance="i2").member_epoch == 5, "the instance id is free: a new member"
 
 
 def test_fenced_instance_id_when_another_member_id_uses_it():
@@ -619,19 +619,19 @@ def test_fenced_instance_id_when_another_member_id_uses_it():
     # ...WhenStaticMemberWithDifferentMemberIdLeaves
     c = Cluster(foo=2)
     static_pair(c)
-    assert c.hb("other", 2, instance="i2").error_code == ErrorCode.FENCED_INSTANCE_ID
+    assert c.hb("other", 3, instance="i2").error_code == ErrorCode.FENCED_INSTANCE_ID
     assert c.hb("other", -2, instance="i2").error_code == ErrorCode.FENCED_INSTANCE_ID
     assert c.hb("other", -1, instance="i2").error_code == ErrorCode.FENCED_INSTANCE_ID
-    assert c.hb("m2", 2, instance="i9").error_code == ErrorCode.UNKNOWN_MEMBER_ID, "an unknown instance id"
+    assert c.hb("m2", 3, instance="i9").error_code == ErrorCode.UNKNOWN_MEMBER_ID, "an unknown instance id"
 
 
 def test_member_epoch_validation_for_static_member():
     # GroupMetadataManagerTest.testConsumerGroupMemberEpochValidationForStaticMember
     c = Cluster(foo=2)
     static_pair(c)
-    assert c.hb("m1", 3, instance="i1").error_code == ErrorCode.FENCED_MEMBER_EPOCH
-    assert c.hb("m1", 1, instance="i1").error_code == ErrorCode.FENCED_MEMBER_EPOCH
-    assert c.hb("m1", 1, instance="i1", owned=tp(foo=[0])).member_epoch == 2
+    assert c.hb("m1", 4, instance="i1").error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert c.hb("m1", 2, instance="i1").error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert c.hb("m1", 2, instance="i1", owned=tp(foo=[0])).member_epoch == 3
 
 
 def test_unreleased_instance_id_while_the_owner_is_active():
@@ -651,10 +651,10 @@ def test_static_member_session_expires_after_a_temporary_leave():
     static_pair(c)
     c.hb("m2", -2, instance="i2")
     c.now_ms = SESSION_MS
-    c.hb("m1", 2, instance="i1")
+    c.hb("m1", 3, instance="i1")
     c.expire()
-    assert [m.member_id for m in c.described().members] == ["m1"] and c.epochs() == [1, 2, 3]
-    assert assigned(c.hb("m1", 2, instance="i1")) == {"foo": [0, 1]}
+    assert [m.member_id for m in c.described().members] == ["m1"] and c.epochs() == [2, 3, 4]
+    assert assigned(c.hb("m1", 3, instance="i1")) == {"foo": [0, 1]}
 
 
 def test_static_member_rejoining_with_its_own_member_id_gets_its_state_back():
@@ -663,8 +663,8 @@ def test_static_member_rejoining_with_its_own_member_id_gets_its_state_back():
     c = Cluster(foo=2)
     static_pair(c)
     r = c.join("m2", instance="i2", ok=False)
-    assert (r.error_code, r.member_epoch, assigned(r)) == (0, 2, {"foo": [1]})
-    assert c.epochs() == [1, 2]
+    assert (r.error_code, r.member_epoch, assigned(r)) == (0, 3, {"foo": [1]})
+    assert c.epochs() == [2, 3]
 
 
 # ---- offsets ---------------------------------------------------------------------------------------------------------
@@ -686,13 +686,13 @@ def test_offset_commit_validation():
     assert v("g", "", -1, 9)[0] == ErrorCode.NONE, "an empty group takes commits from outside group management"
     c.join("m1")
     assert v("g", "", -1, 9)[0] == ErrorCode.UNKNOWN_MEMBER_ID
-    assert v("g", "nobody", 1, 9)[0] == ErrorCode.UNKNOWN_MEMBER_ID
-    assert v("g", "m1", 1, 8)[0] == ErrorCode.UNSUPPORTED_VERSION, "consumer-protocol members commit with v9+"
-    # KIP-1251 (Kafka 4.3+): an older epoch passes here and is checked per partition; m1 got both at epoch 1
+    assert v("g", "nobody", 2, 9)[0] == ErrorCode.UNKNOWN_MEMBER_ID
+    assert v("g", "m1", 2, 8)[0] == ErrorCode.UNSUPPORTED_VERSION, "consumer-protocol members commit with v9+"
+    # KIP-1251 (Kafka 4.3+): an older epoch passes here and is checked per partition; m1 got both at epoch 2
     assert v("g", "m1", 0, 9)[0] == ErrorCode.NONE
     assert c.groups.stale_commit_partitions("g", "m1", 0, [("foo", 0), ("foo", 1)]) == [True, True]
-    assert v("g", "m1", 2, 9)[0] == ErrorCode.STALE_MEMBER_EPOCH, "newer than the member's epoch"
-    assert v("g", "m1", 1, 9) == (ErrorCode.NONE, None)
+    assert v("g", "m1", 3, 9)[0] == ErrorCode.STALE_MEMBER_EPOCH, "newer than the member's epoch"
+    assert v("g", "m1", 2, 9) == (ErrorCode.NONE, None)
 
 
 def test_offset_fetch_validation():
@@ -703,7 +703,7 @@ def test_offset_fetch_validation():
     assert v("g", None, -1)[0] == ErrorCode.NONE
     assert v("g", "nobody", 0)[0] == ErrorCode.UNKNOWN_MEMBER_ID
     assert v("g", "m1", 0)[0] == ErrorCode.STALE_MEMBER_EPOCH
-    assert v("g", "m1", 1) == (ErrorCode.NONE, None)
+    assert v("g", "m1", 2) == (ErrorCode.NONE, None)
 
 
 # ---- duplicate full requests (a client retrying after a timeout) --------------------------------------------------
@@ -716,9 +716,9 @@ def test_duplicate_full_heartbeat_in_stable_state():
     # ConsumerGroupHeartbeatRequestTest.testDuplicateFullHeartbeatInStableState
     c = Cluster(foo=3)
     c.join("m1")
-    first = full(c, "m1", 1, tp(foo=[0, 1, 2]))
-    assert (first.error_code, first.member_epoch, assigned(first)) == (0, 1, {"foo": [0, 1, 2]})
-    assert full(c, "m1", 1, tp(foo=[0, 1, 2])) == first
+    first = full(c, "m1", 2, tp(foo=[0, 1, 2]))
+    assert (first.error_code, first.member_epoch, assigned(first)) == (0, 2, {"foo": [0, 1, 2]})
+    assert full(c, "m1", 2, tp(foo=[0, 1, 2])) == first
 
 
 def test_duplicate_full_heartbeat_while_waiting_for_partitions():
@@ -727,7 +727,7 @@ def test_duplicate_full_heartbeat_while_waiting_for_partitions():
     c.join("m1")
     r2 = c.join("m2")
     first = full(c, "m2", r2.member_epoch, [])
-    assert (first.error_code, first.member_epoch, assigned(first)) == (0, 2, {})
+    assert (first.error_code, first.member_epoch, assigned(first)) == (0, 3, {})
     assert full(c, "m2", r2.member_epoch, []) == first
 
 
@@ -736,9 +736,9 @@ def test_duplicate_full_heartbeat_during_revocation():
     c = Cluster(foo=2)
     c.join("m1")
     c.join("m2")
-    first = full(c, "m1", 1, tp(foo=[0, 1]))
-    assert (first.member_epoch, assigned(first)) == (1, {"foo": [0]})
-    assert full(c, "m1", 1, tp(foo=[0, 1])) == first
+    first = full(c, "m1", 2, tp(foo=[0, 1]))
+    assert (first.member_epoch, assigned(first)) == (2, {"foo": [0]})
+    assert full(c, "m1", 2, tp(foo=[0, 1])) == first
 
 
 def test_duplicate_full_heartbeat_with_revocation_ack():
@@ -747,30 +747,30 @@ def test_duplicate_full_heartbeat_with_revocation_ack():
     c = Cluster(foo=2)
     c.join("m1")
     c.join("m2")
-    ack = full(c, "m1", 1, tp(foo=[0]))
-    assert (ack.error_code, ack.member_epoch) == (0, 2)
-    again = full(c, "m1", 1, tp(foo=[0]))
-    assert (again.error_code, again.member_epoch, assigned(again)) == (0, 2, {"foo": [0]})
-    first = full(c, "m1", 2, tp(foo=[0]))
-    assert (first.member_epoch, assigned(first)) == (2, {"foo": [0]})
-    assert full(c, "m1", 2, tp(foo=[0])) == first
+    ack = full(c, "m1", 2, tp(foo=[0]))
+    assert (ack.error_code, ack.member_epoch) == (0, 3)
+    again = full(c, "m1", 2, tp(foo=[0]))
+    assert (again.error_code, again.member_epoch, assigned(again)) == (0, 3, {"foo": [0]})
+    first = full(c, "m1", 3, tp(foo=[0]))
+    assert (first.member_epoch, assigned(first)) == (3, {"foo": [0]})
+    assert full(c, "m1", 3, tp(foo=[0])) == first
 
 
 # ---- regular expressions and the subscriptions librdkafka sends ------------------------------------------------------
 
 def test_regex_subscription_follows_topic_creation_and_deletion():
     # ConsumerGroupHeartbeatRequestTest.testConsumerGroupHeartbeatWithRegularExpression: "foo*" matches nothing, then
-    # the created topic foo (epoch 2, its partitions), then nothing once foo is deleted (revoked, epoch kept while the
+    # the created topic foo (epoch 3, its partitions), then nothing once foo is deleted (revoked, epoch kept while the
     # heartbeats carry no TopicPartitions)
     c = Cluster()
     r = c.hb("m1", 0, regex="foo*", owned=[], rebalance_timeout_ms=300000)
-    assert (r.error_code, r.member_epoch, assigned(r)) == (0, 1, {})
+    assert (r.error_code, r.member_epoch, assigned(r)) == (0, 2, {})
     c.topics_changed(foo=3)
-    r = c.hb("m1", 1)
-    assert (r.member_epoch, assigned(r)) == (2, {"foo": [0, 1, 2]})
-    c.topics_changed()
     r = c.hb("m1", 2)
-    assert (r.member_epoch, assigned(r)) == (2, {})
+    assert (r.member_epoch, assigned(r)) == (3, {"foo": [0, 1, 2]})
+    c.topics_changed()
+    r = c.hb("m1", 3)
+    assert (r.member_epoch, assigned(r)) == (3, {})
 
 
 def test_invalid_regular_expression():
@@ -796,10 +796,10 @@ def test_librdkafka_subscriptions():
     c = Cluster(foo=2, foobar=1, bar=1)
     r = c.hb("m1", 0, names=[], regex="(^foo.*)", owned=[], rebalance_timeout_ms=300000)
     assert assigned(r) == {"foo": [0, 1], "foobar": [0]}
-    r = c.hb("m1", 1, names=["bar"], regex="", owned=tp(foo=[0, 1], foobar=[0]))
-    assert (r.member_epoch, assigned(r)) == (1, {}), "foo and foobar are revoked first"
-    r = c.hb("m1", 1, owned=[])
-    assert (r.member_epoch, assigned(r)) == (2, {"bar": [0]})
+    r = c.hb("m1", 2, names=["bar"], regex="", owned=tp(foo=[0, 1], foobar=[0]))
+    assert (r.member_epoch, assigned(r)) == (2, {}), "foo and foobar are revoked first"
+    r = c.hb("m1", 2, owned=[])
+    assert (r.member_epoch, assigned(r)) == (3, {"bar": [0]})
     assert c.member("m1").subscribed_topic_regex is None
 
 
@@ -813,6 +813,6 @@ def test_static_member_rejoining_with_its_own_member_id_after_a_temporary_leave(
     static_pair(c)
     c.hb("m2", -2, instance="i2")
     r = c.join("m2", instance="i2")
-    assert (r.error_code, r.member_id, r.member_epoch, assigned(r)) == (0, "m2", 2, {"foo": [1]})
-    assert c.epochs() == [1, 2]
-    assert c.hb("m2", 2, instance="i2").error_code == 0
+    assert (r.error_code, r.member_id, r.member_epoch, assigned(r)) == (0, "m2", 3, {"foo": [1]})
+    assert c.epochs() == [2, 3]
+    assert c.hb("m2", 3, instance="i2").error_code == 0

@@ -38,13 +38,13 @@ def test_session_expiry_with_manual_clock():
 def test_describe():
     h = Harness(orders=2)
     h.join("g", "a", ["orders"])
-    h.hb("g", "a", 2, rack="rack-1", client_id="share-consumer-1", host="/10.0.0.7")
+    h.hb("g", "a", 3, rack="rack-1", client_id="share-consumer-1", host="/10.0.0.7")
     (d,) = h.shard.describe(["g"], h.topics)
     assert (d.error_code, d.group_id, d.group_state, d.group_epoch, d.assignment_epoch, d.assignor_name) == \
-        (0, "g", "Stable", 2, 2, "simple")
+        (0, "g", "Stable", 3, 3, "simple")
     (m,) = d.members
     assert (m.member_id, m.rack_id, m.member_epoch, m.client_id, m.client_host, m.subscribed_topic_names) == \
-        ("a", "rack-1", 2, "share-consumer-1", "/10.0.0.7", ["orders"])
+        ("a", "rack-1", 3, "share-consumer-1", "/10.0.0.7", ["orders"])
     assert m.assignment == [(topic_id("orders"), "orders", [0, 1])]
     missing, empty = h.shard.describe(["missing", ""], h.topics)
     assert (missing.error_code, missing.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group missing not found.")
@@ -82,7 +82,7 @@ def test_delete_groups():
     assert [g for g, _, _ in h.shard.list_groups()] == ["busy"]
     assert h.shard.share_partitions("idle") == [] and h.shard.group_type("idle") is None
     r = h.hb("idle", "b", 0, ["orders"])
-    assert r.error_code == 0 and r.member_epoch == 1, "the id is free again: a brand-new group"
+    assert r.error_code == 0 and r.member_epoch == 2, "the id is free again: a brand-new group"
 
 
 def test_metrics():

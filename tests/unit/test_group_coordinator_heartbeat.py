@@ -12,21 +12,21 @@ ORDERS = topic_id("orders")
 def test_join_creates_group_and_gates_assignment_on_initialization():
     h = Harness(auto_initialize=False, orders=3)
     r = h.hb("g", "m1", 0, ["orders"])
-    assert (r.error_code, r.member_id, r.member_epoch, r.heartbeat_interval_ms) == (0, "m1", 1, 5000)
+    assert (r.error_code, r.member_id, r.member_epoch, r.heartbeat_interval_ms) == (0, "m1", 2, 5000)
     assert r.assignment == [], "nothing is initialized yet, so nothing is assigned"
-    assert r.initialize == [(ORDERS, 0), (ORDERS, 1), (ORDERS, 2)] and r.state_epoch == 1
+    assert r.initialize == [(ORDERS, 0), (ORDERS, 1), (ORDERS, 2)] and r.state_epoch == 2
     types = [rec.decode(k, v).record_type for k, v in h.log]
     assert types == [rec.SHARE_GROUP_METADATA, rec.SHARE_GROUP_STATE_PARTITION_METADATA]
     assert h.shard.partitions_to_initialize("g") == r.initialize
 
     # the heartbeat before the share coordinator answers changes nothing and re-sends nothing
-    r2 = h.hb("g", "m1", 1)
-    assert (r2.member_epoch, r2.assignment, r2.initialize) == (1, None, [])
+    r2 = h.hb("g", "m1", 2)
+    assert (r2.member_epoch, r2.assignment, r2.initialize) == (2, None, [])
 
     h.log += h.shard.mark_initialized("g", r.initialize)
     assert h.shard.partitions_to_initialize("g") == []
-    r3 = h.hb("g", "m1", 1)
-    assert r3.member_epoch == 2, "newly assignable partitions bump the group epoch"
+    r3 = h.hb("g", "m1", 2)
+    assert r3.member_epoch == 3, "newly assignable partitions bump the group epoch"
     assert r3.assignment == [(ORDERS, [0, 1, 2])]
 
 
@@ -80,16 +80,16 @@ def test_client_generated_member_ids_are_kept():
 
 def test_epochs_fencing_and_lost_response():
     h = Harness(orders=2)
-    r = h.join("g", "m1", ["orders"])            # m1 at epoch 2 (join at 1, initialized partitions at 2)
-    assert r.member_epoch == 2
-    assert h.hb("g", "m1", 3).error_code == ErrorCode.FENCED_MEMBER_EPOCH, "ahead of the coordinator"
-    assert h.hb("g", "m1", 1).error_code == 0, "the previous epoch is accepted (lost response)"
-    h.hb("g", "m2", 0, ["orders"])               # group epoch 3
-    r = h.hb("g", "m1", 2)
-    assert r.member_epoch == 3 and r.assignment is not None
-    assert h.hb("g", "m1", 1).error_code == ErrorCode.FENCED_MEMBER_EPOCH, "older than the previous epoch"
-    assert h.hb("g", "m1", 2).error_code == 0
-    fenced = h.hb("g", "m1", 7)
+    r = h.join("g", "m1", ["orders"])            # m1 at epoch 3 (join at 2, initialized partitions at 3)
+    assert r.member_epoch == 3
+    assert h.hb("g", "m1", 4).error_code == ErrorCode.FENCED_MEMBER_EPOCH, "ahead of the coordinator"
+    assert h.hb("g", "m1", 2).error_code == 0, "the previous epoch is accepted (lost response)"
+    h.hb("g", "m2", 0, ["orders"])               # group epoch 4
+    r = h.hb("g", "m1", 3)
+    assert r.member_epoch == 4 and r.assignment is not None
+    assert h.hb("g", "m1", 2).error_code == ErrorCode.FENCED_MEMBER_EPOCH, "older than the previous epoch"
+    assert h.hb("g", "m1", 3).error_code == 0
+    fenced = h.hb("g", "m1", 8)
     assert fenced.error_code == ErrorCode.FENCED_MEMBER_EPOCH and fenced.error_message
     assert fenced.member_id is None and fenced.assignment is None
 
@@ -104,30 +104,30 @@ def test_rejoin_with_epoch_zero_of_a_known_member_id():
 
 def test_group_epoch_bumps_and_member_reconciles():
     h = Harness(orders=2, audit=1)
-    assert h.join("g", "m1", ["orders"]).member_epoch == 2
+    assert h.join("g", "m1", ["orders"]).member_epoch == 3
     (d,) = h.shard.describe(["g"], h.topics)
-    assert (d.group_epoch, d.assignment_epoch) == (2, 2)
+    assert (d.group_epoch, d.assignment_epoch) == (3, 3)
 
-    r = h.hb("g", "m1", 2, ["orders", "audit"])   # subscription change: epoch 3, audit must initialize first
-    assert r.member_epoch == 3 and r.initialize == [(topic_id("audit"), 0)]
-    r = h.hb("g", "m1", 3)                         # audit initialized: epoch 4, assigned
-    assert r.member_epoch == 4 and r.assignment == sorted([(ORDERS, [0, 1]), (topic_id("audit"), [0])],
+    r = h.hb("g", "m1", 3, ["orders", "audit"])   # subscription change: epoch 4, audit must initialize first
+    assert r.member_epoch == 4 and r.initialize == [(topic_id("audit"), 0)]
+    r = h.hb("g", "m1", 4)                         # audit initialized: epoch 5, assigned
+    assert r.member_epoch == 5 and r.assignment == sorted([(ORDERS, [0, 1]), (topic_id("audit"), [0])],
                                                           key=lambda tp: tp[0].bytes)
-    r = h.hb("g", "m1", 4, ["audit"])
-    assert r.member_epoch == 5 and r.assignment == [(topic_id("audit"), [0])]
+    r = h.hb("g", "m1", 5, ["audit"])
+    assert r.member_epoch == 6 and r.assignment == [(topic_id("audit"), [0])]
     assert h.shard.metrics().rebalance_count == 5
 
 
 def test_members_reconcile_on_their_own_heartbeats():
     h = Harness(orders=4)
     h.join("g", "a", ["orders"])
-    b = h.hb("g", "b", 0, ["orders"])             # epoch 3: new target for a and b
-    assert b.member_epoch == 3 and len(b.assignment[0][1]) == 2
+    b = h.hb("g", "b", 0, ["orders"])             # epoch 4: new target for a and b
+    assert b.member_epoch == 4 and len(b.assignment[0][1]) == 2
     assert len(h.assignment("g", "a")) == 4, "a keeps its assignment until it heartbeats"
     (d,) = h.shard.describe(["g"], h.topics)
-    assert {m.member_id: m.member_epoch for m in d.members} == {"a": 2, "b": 3}
-    a = h.hb("g", "a", 2)
-    assert a.member_epoch == 3 and len(a.assignment[0][1]) == 2
+    assert {m.member_id: m.member_epoch for m in d.members} == {"a": 3, "b": 4}
+    a = h.hb("g", "a", 3)
+    assert a.member_epoch == 4 and len(a.assignment[0][1]) == 2
     assert h.assignment("g", "a") | h.assignment("g", "b") == {("orders", p) for p in range(4)}
     assert not h.assignment("g", "a") & h.assignment("g", "b")
 
@@ -210,12 +210,12 @@ def test_initialize_retry_and_failure():
     r = h.hb("g", "m1", 0, ["orders"])
     assert r.initialize == [(ORDERS, 0)]
     h.now_ms = 29999
-    assert h.hb("g", "m1", 1).initialize == [], "still initializing"
+    assert h.hb("g", "m1", 2).initialize == [], "still initializing"
     h.now_ms = 30000
-    assert h.hb("g", "m1", 1).initialize == [(ORDERS, 0)], "stale: retried"
+    assert h.hb("g", "m1", 2).initialize == [(ORDERS, 0)], "stale: retried"
     h.log += h.shard.mark_initialize_failed("g", [(ORDERS, 0)])
     assert h.shard.partitions_to_initialize("g") == []
-    assert h.hb("g", "m1", 1).initialize == [(ORDERS, 0)], "a failure is retried by the next heartbeat"
+    assert h.hb("g", "m1", 2).initialize == [(ORDERS, 0)], "a failure is retried by the next heartbeat"
     assert h.shard.mark_initialize_failed("g", [(topic_id("x"), 0)]) == []
     assert h.shard.mark_initialized("nope", [(ORDERS, 0)]) == []
 

@@ -554,13 +554,13 @@ def test_a_consumer_member_commits_at_an_older_epoch_the_partitions_it_held_then
     way with the epoch it had: the partitions it still holds since then are committed, the others answer
     STALE_MEMBER_EPOCH and keep their offsets, and a commit with a newer epoch than the member's is refused."""
     h = Harness()
-    assert h.cgh("c", "a", 0).member_epoch == 1                  # a: orders 0-2 at epoch 1
-    h.cgh("c", "b", 0)                                            # epoch 2: a must give some up
-    a = h.cgh("c", "a", 1, owned=[(topic_id("orders"), [0, 1, 2])])
+    assert h.cgh("c", "a", 0).member_epoch == 2                  # a: orders 0-2 at epoch 2
+    h.cgh("c", "b", 0)                                            # epoch 3: a must give some up
+    a = h.cgh("c", "a", 2, owned=[(topic_id("orders"), [0, 1, 2])])
     kept = sorted(p for t, ps in a.assignment for p in ps)
-    a = h.cgh("c", "a", 1, owned=[(topic_id("orders"), kept)])   # revoked: a moves to epoch 2
-    assert a.member_epoch == 2 and 0 < len(kept) < 3
-    errors = h.commit("c", "a", 1, partitions=[("orders", p, 7) for p in range(3)])
+    a = h.cgh("c", "a", 2, owned=[(topic_id("orders"), kept)])   # revoked: a moves to epoch 3
+    assert a.member_epoch == 3 and 0 < len(kept) < 3
+    errors = h.commit("c", "a", 2, partitions=[("orders", p, 7) for p in range(3)])
     assert errors == [ErrorCode.NONE if p in kept else ErrorCode.STALE_MEMBER_EPOCH for p in range(3)]
     assert [h.committed("c", partition=p) for p in range(3)] == [7 if p in kept else None for p in range(3)]
-    assert h.commit("c", "a", 3, partitions=[("orders", kept[0], 8)]) == [ErrorCode.STALE_MEMBER_EPOCH]
+    assert h.commit("c", "a", 4, partitions=[("orders", kept[0], 8)]) == [ErrorCode.STALE_MEMBER_EPOCH]

@@ -112,10 +112,10 @@ def test_a_member_sends_all_its_task_kinds_or_none():
                                                "If one task-type is non-null, all must be non-null.")
 
 
-def test_a_join_before_the_internal_topics_exist_gets_epoch_1_and_no_tasks():
+def test_a_join_before_the_internal_topics_exist_gets_epoch_2_and_no_tasks():
     g = StreamsGroups({})
     r = join(g, "m1", 0, topics(internal=False))
-    assert (r.error_code, r.member_epoch, r.active_tasks) == (0, 1, [])
+    assert (r.error_code, r.member_epoch, r.active_tasks) == (0, 2, [])
     assert sorted(code for code, _ in r.status) == [st.MISSING_INTERNAL_TOPICS, st.ASSIGNMENT_DELAYED]
     assert {t.name for t in r.topics_to_create} == {"rep", "store-changelog"}
     assert (r.heartbeat_interval_ms, r.task_offset_interval_ms) == (5000, 60000)
@@ -144,14 +144,14 @@ def test_a_new_member_waits_until_the_old_one_revokes():
     assert len(active_of(r1)) == 6
     owned = r1.active_tasks
     r2 = join(g, "m2", 10, view)
-    assert r2.active_tasks == [] and r2.member_epoch == 2   # m1 still holds everything
+    assert r2.active_tasks == [] and r2.member_epoch == 3   # m1 still holds everything
     r1 = beat(g, "m1", r1.member_epoch, 20, view, active=owned)
-    assert r1.member_epoch == 1 and len(active_of(r1)) == 3   # told to keep three: it must revoke the others
+    assert r1.member_epoch == 2 and len(active_of(r1)) == 3   # told to keep three: it must revoke the others
     [d] = g.describe(["app"])
     assert d.group_state == "Reconciling"
-    r1 = beat(g, "m1", 1, 30, view, active=r1.active_tasks)  # revoked
-    assert r1.member_epoch == 2
-    r2 = beat(g, "m2", 2, 40, view, active=[])
+    r1 = beat(g, "m1", 2, 30, view, active=r1.active_tasks)  # revoked
+    assert r1.member_epoch == 3
+    r2 = beat(g, "m2", 3, 40, view, active=[])
     assert active_of(r2) == {(s, p) for s in "01" for p in range(3)} - active_of(r1)
 
 
@@ -160,7 +160,7 @@ def test_fencing_and_unknown_members():
     r = join(g, "m1", 0, view)
     fenced = beat(g, "m1", r.member_epoch + 5, 1, view)
     assert fenced.error_code == ErrorCode.FENCED_MEMBER_EPOCH
-    assert fenced.error_message.startswith("The streams group member has a greater member epoch (6)")
+    assert fenced.error_message.startswith("The streams group member has a greater member epoch (7)")
     assert beat(g, "m9", 3, 1, view).error_code == ErrorCode.UNKNOWN_MEMBER_ID
     assert beat(g, "m1", -1, 1, view).member_epoch == -1
     assert g.describe(["app"])[0].group_state == "Empty"

@@ -18,6 +18,7 @@ from actors.gateway.handlers.fetch import handle_fetch
 from actors.gateway.handlers.groups import (handle_delete_groups, handle_find_coordinator, handle_list_groups,
                                             handle_share_group_describe, handle_share_group_heartbeat)
 from actors.gateway.handlers.list_offsets import handle_list_offsets
+from actors.gateway.handlers.log_dirs import handle_describe_log_dirs
 from actors.gateway.handlers.metadata_quorum import handle_describe_quorum, handle_quorum_rpc
 from actors.gateway.handlers.produce import acks_zero, handle_produce
 from actors.gateway.handlers.producer_ids import handle_init_producer_id
@@ -28,6 +29,8 @@ from actors.gateway.handlers.scram_credentials import (handle_alter_user_scram_c
 from actors.gateway.handlers.share_admin import (handle_alter_share_group_offsets, handle_delete_share_group_offsets,
                                                  handle_describe_share_group_offsets)
 from actors.gateway.handlers.quotas import handle_alter_client_quotas, handle_describe_client_quotas
+from actors.gateway.handlers.reassignments import (handle_alter_partition_reassignments, handle_elect_leaders,
+                                                   handle_list_partition_reassignments)
 from actors.gateway.handlers.share_fetch import handle_share_acknowledge, handle_share_fetch
 from actors.gateway.handlers.share_state import handle_share_state
 from actors.gateway.handlers.streams_groups import handle_streams_group_describe, handle_streams_group_heartbeat
@@ -73,9 +76,13 @@ ROUTES: dict[int, Route] = {
     30: Route(handle_create_acls, 1, 3),
     31: Route(handle_delete_acls, 1, 3),
     32: Route(handle_describe_configs, 1, 4),
+    35: Route(handle_describe_log_dirs, 1, 5),  # one log directory per broker (v5: never cordoned, KIP-1066)
     37: Route(handle_create_partitions, 0, 3),
     42: Route(handle_delete_groups, 0, 3),
+    43: Route(handle_elect_leaders, 0, 2),  # PREFERRED and UNCLEAN (handlers/reassignments.py)
     44: Route(handle_incremental_alter_configs, 0, 1),
+    45: Route(handle_alter_partition_reassignments, 0, 1),
+    46: Route(handle_list_partition_reassignments, 0, 0),
     47: Route(handle_offset_delete, 0, 0),
     48: Route(handle_describe_client_quotas, 0, 1),
     49: Route(handle_alter_client_quotas, 0, 1),

@@ -1,4 +1,6 @@
-"""DescribeConfigs and IncrementalAlterConfigs for topics (and describing this broker).
+"""DescribeConfigs and IncrementalAlterConfigs for topics, groups and brokers: a broker's static configs are
+described, its dynamic ones (actors/config_schema.py DYNAMIC_BROKER_CONFIGS: the replication throttles) altered
+too, for one broker (its id) or the cluster's default (""), as Kafka's dynamic broker configs.
 
 With an authorizer, as Kafka: describing needs DESCRIBE_CONFIGS, altering ALTER_CONFIGS, on the
 topic, the group, or the cluster for a broker; a refused resource answers TOPIC_/GROUP_/
@@ -15,6 +17,7 @@ from actors.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 
 RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_GROUP = 2, 4, 32
 CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_STATIC_BROKER, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_GROUP = 1, 4, 5, 8
+CONFIG_SOURCE_DYNAMIC_BROKER, CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER = 2, 3
 CONFIG_TYPE_BOOLEAN, CONFIG_TYPE_STRING, CONFIG_TYPE_INT, CONFIG_TYPE_LONG = 1, 2, 3, 5
 OP_SET, OP_DELETE = 0, 1
 
@@ -102,10 +105,16 @@ def _describe_group(ctx, resource, include_synonyms):
 def _describe_broker(ctx, resource, include_synonyms):
     if resource.resource_name not in ("", str(ctx.broker_id)):
         return ErrorCode.INVALID_REQUEST, f"this is broker {ctx.broker_id}; ask broker {resource.resource_name}", []
+    dynamic = getattr(ctx.metadata, "dynamic_broker_configs", None) or {}
+    scopes = [(dynamic.get(str(ctx.broker_id), {}), CONFIG_SOURCE_DYNAMIC_BROKER)] if resource.resource_name else []
+    scopes.append((dynamic.get("", {}), CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER))
     configs = []
     for key, value in sorted(ctx.config.items()):
         source = CONFIG_SOURCE_STATIC_BROKER if value != BROKER_DEFAULTS.get(key) else CONFIG_SOURCE_DEFAULT
-        configs.append(_entry(key, value, source, [_synonym(key, value, source)], include_synonyms))
+        synonyms = [_synonym(key, values[key], scope) for values, scope in scopes if key in values]
+        synonyms.append(_synonym(key, value, source))
+        configs.append(_entry(key, synonyms[0].value if len(synonyms) > 1 else value, synonyms[0].source,
+                              synonyms, include_synonyms))
     return 0, None, configs
 
 
@@ -140,13 +149,17 @@ async def handle_incremental_alter_configs(ctx, header, request, connection=None
         changes = {c.name: (c.value if c.config_operation == OP_SET else None) for c in resource.configs}
         if refusal := refused(access, AclOperation.ALTER_CONFIGS, resource):
             error = refusal
-        elif resource.resource_type not in (RESOURCE_TOPIC, RESOURCE_GROUP):
-            error, message = ErrorCode.INVALID_REQUEST, "only topic and group configs can be altered in Kray so far"
+        elif resource.resource_type not in (RESOURCE_TOPIC, RESOURCE_GROUP, RESOURCE_BROKER):
+            error, message = ErrorCode.INVALID_REQUEST, "only topic, group and broker configs can be altered"
         elif any(c.config_operation not in (OP_SET, OP_DELETE) for c in resource.configs):
             error, message = ErrorCode.INVALID_CONFIG, "APPEND and SUBTRACT apply to list configs; Kray's configs are not lists"
         elif resource.resource_type == RESOURCE_TOPIC:
             error, message = await ctx.controller.alter_topic_configs(resource.resource_name, changes, True,
                                                                       request.validate_only)
+        elif resource.resource_type == RESOURCE_BROKER:
+            error, message = await ctx.controller.alter_broker_configs(resource.resource_name, changes,
+                                                                       request.validate_only)
+            await ctx.refresh_metadata()
         else:
             error, message = await ctx.controller.alter_group_configs(resource.resource_name, changes, True,
                                                                       request.validate_only)
