@@ -85,14 +85,39 @@ def _raylet_lines(hosts, host, words=("GCS", "gcs", "Failed to connect", "exit",
     out = []
     for path in sorted(logs.glob("raylet*.out")) if logs.exists() else ():
         for line in path.read_text(errors="replace").splitlines():
-            if any(w in line for w in words):
+            if any(w in line for w in words) and not line.startswith("[state-dump]"):
                 out.append(line[:300])
     return out[-25:]
 
 
-def run(down_s: float = 20.0, *, say=log) -> dict:
+def _create_and_write(hosts) -> dict:
+    """A topic created (3 partitions, 2 replicas: 2 brokers live) and one record written to it
+    (acks=all) while the Ray head is down: does the controller decide without Ray's GCS?"""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    name = f"during-{uuid.uuid4().hex[:6]}"
+    t0 = time.monotonic()
+    try:
+        admin = AdminClient({"bootstrap.servers": hosts.bootstrap})  # (kept: a dropped client fails its futures)
+        admin.create_topics([NewTopic(name, 3, 2)], request_timeout=60)[name].result(60)
+        created_s = time.monotonic() - t0
+        p = Producer({"bootstrap.servers": hosts.bootstrap, "acks": "all", "message.timeout.ms": 30000})
+        errors = []
+        p.produce(name, b"x", on_delivery=lambda err, msg: errors.append(err))
+        p.flush(35)
+        return {"created_s": round(created_s, 1), "written": errors == [None],
+                "write_error": None if errors == [None] else str(errors[:1])}
+    except Exception as e:
+        return {"failed_after_s": round(time.monotonic() - t0, 1), "error": str(e)[:300]}
+
+
+def run(down_s: float = 20.0, *, reconnect_timeout_s: float | None = None, say=log) -> dict:
+    """`reconnect_timeout_s`: Ray's gcs_rpc_server_reconnect_timeout_s (None: 180, RAY_HEALTH["broker"]'s):
+    how long the other nodes' raylets wait for a GCS; a `down_s` longer than it is past what Ray survives."""
     from cluster.hosts.deploy import KrayHosts
     system_config = dict(RAY_HEALTH["broker"])  # gcs_rpc_server_reconnect_timeout_s 180, health threshold 10
+    if reconnect_timeout_s is not None:
+        system_config["gcs_rpc_server_reconnect_timeout_s"] = reconnect_timeout_s
     hosts = KrayHosts(3, overrides=OVERRIDES + QUORUM, ray_system_config=system_config, gcs_redis=True)
     result: dict = {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "down_s": down_s,
                     "ray_system_config": system_config, "load_at_start": os.getloadavg()[0]}
@@ -132,6 +157,8 @@ def run(down_s: float = 20.0, *, say=log) -> dict:
         time.sleep(down_s)
         result["during_outage"] = {n: _ray_processes(hosts, n) for n in ("h2", "h3")}
         result["health_during_outage"] = hosts.health_problems(timeout_s=5, kray_start=False)
+        result["create_topic_during_outage"] = _create_and_write(hosts)
+        say(f"a topic created while h1 is down: {result['create_topic_during_outage']}")
         say(f"h1 down {down_s:.0f} s; brokers 2 and 3: {result['health_during_outage'] or 'whole'}; "
             f"starting a new Ray head on h1 with the same Redis")
         head_s = h.now()
@@ -172,7 +199,17 @@ def run(down_s: float = 20.0, *, say=log) -> dict:
             result["kray_start_again"] = {"ready_s": round(time.monotonic() - t0, 1)}
         except Exception as e:
             result["kray_start_again"] = {"failed": str(e)[-1500:]}
+        time.sleep(2)  # (the lines after the ready line)
         result["kray_start_again"]["said"] = hosts.output[shown:][-15:]
+        # the node table at the end: right after the new head it may still list nodes whose raylets
+        # exited (read from Redis, alive until its health checks fail them)
+        try:
+            end = {n["NodeManagerAddress"]: n["NodeID"] for n in hosts.ray_nodes_seen_from(2) if n["Alive"]}
+        except Exception as e:
+            end = {"error": str(e)[:200]}
+        result["ray_nodes_end"] = end
+        result["same_ray_nodes"] = {f"h{i}": nodes_before.get(hosts.address(i)) == end.get(hosts.address(i))
+                                    for i in (2, 3)}
         say(f"kray start again: {result['kray_start_again']}")
         time.sleep(10)
     finally:
@@ -235,19 +272,21 @@ def markdown(runs: list[dict]) -> str:
              "Kray deployed with `kray start --address --config configs/multinode.toml`, Redis outside the hosts; "
              "every process on h1 (the Ray head's host: GCS, raylet, broker 1, a controller, `kray start`) "
              "SIGKILLed under an acks=all producer (40 records/s, 6 partitions, RF 3, min ISR 2), a consumer "
-             "group and a share consumer; a new head started on h1 after `down` s with the same Redis; then "
-             "`kray start --address` again on h1.", "",
-             "| date | down (s) | writes: longest gap (s) | produce resumed on every partition (s after kill) | "
+             "group and a share consumer; a new head started on h1 with the same Redis (`--down` s later, plus the "
+             "time the checks during the outage took); then `kray start --address` again on h1. \"Same Ray "
+             "nodes\": h2's and h3's node ids in the node table at the end are those from before the kill.", "",
+             "| date | new head, after the kill (s) | raylets wait for a GCS (s) | writes: longest gap (s) | produce resumed on every partition (s after kill) | "
              "share: longest gap (s) | ray start --head (s) | h2, h3 alive in new GCS (s) | same Ray nodes | "
              "whole again after new head (s) | second kray start | acked | lost | share redelivered | load |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |"]
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |"]
     for r in runs:
         c = r.get("checker", {})
         window = (c.get("faults") or [{}])[0]
         again = r.get("kray_start_again", {})
         show = lambda x: "never" if x is None else x  # noqa: E731
         lines.append(
-            f"| {r['date']} | {r['down_s']:g} | {r.get('writes_longest_gap_s', '?')} | "
+            f"| {r['date']} | {r.get('new_head_from_kill_s', r['down_s'])} | {r['ray_system_config'].get('gcs_rpc_server_reconnect_timeout_s')} | "
+            f"{r.get('writes_longest_gap_s', '?')} | "
             f"{show(window.get('unavailable_s'))} | {r.get('share_longest_gap_s', '?')} | "
             f"{r.get('ray_start_head_s', '?')} | {show(r.get('nodes_alive_in_new_gcs_s'))} | "
             f"{r.get('same_ray_nodes', '?')} | {show(r.get('whole_after_new_head_s'))} | "
@@ -262,8 +301,12 @@ def markdown(runs: list[dict]) -> str:
                   f"- the deployment seen from the clients while h1 was down: {last.get('health_during_outage') or 'whole'}",
                   f"- supervisor restarts of the h2/h3 Ray nodes: {last.get('supervisor_restarts')}",
                   f"- problems left: {last.get('problems_left') or 'none'}",
-                  f"- what the second `kray start` said: " + " / ".join(f"`{l}`" for l in
-                                                                     last.get('kray_start_again', {}).get('said', [])),
+                  f"- a topic created and written while h1 was down: {last.get('create_topic_during_outage')}",
+                  f"- the new head started {last.get('new_head_from_kill_s')} s after the kill"] + \
+                 [f"- note: {n}" for n in last.get("notes", [])] + [
+
+                  "- what the second `kray start` said: " + " / ".join(f"`{l}`" for l in
+                                                                    last.get('kray_start_again', {}).get('said', [])),
                   "", "h2's raylet about its GCS:", "", "```"] + last.get("raylet_h2", [])[-15:] + ["```", "",
                   "Kray's log (warnings and the controllers) around the failure:", "", "```"] + \
                  last.get("kray_log", [])[-40:] + ["```"]
@@ -273,9 +316,11 @@ def markdown(runs: list[dict]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--down", type=float, default=20.0, help="seconds h1 stays down before a new head starts")
+    parser.add_argument("--reconnect-timeout", type=float, help="Ray's gcs_rpc_server_reconnect_timeout_s "
+                                                                    "(default 180): set below --down to see past it")
     parser.add_argument("--out", default=str(JSON_OUT))
     args = parser.parse_args()
-    result = run(args.down)
+    result = run(args.down, reconnect_timeout_s=args.reconnect_timeout)
     out = Path(args.out)
     runs = json.loads(out.read_text()) if out.exists() else []
     runs.append(result)

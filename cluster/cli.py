@@ -23,7 +23,7 @@ from actors.config_schema import with_listener
 from cluster.config import DEFAULT_LOCAL_CONFIG, load_broker_config
 from cluster.console_log import ConsoleErrors, follow_errors
 from cluster.process_tree import adopt_orphans, descendants, end_descendants
-from cluster.start_errors import CannotListen, InterBrokerLoginFailed, RayUnreachable
+from cluster.start_errors import CannotListen, DeployTimedOut, InterBrokerLoginFailed, RayUnreachable
 from cluster.stop_signals import StopSignals
 
 DEFAULT_PORT = 9092  # the first broker's, as Kafka's; with --nodes the others count up from it
@@ -104,11 +104,11 @@ def _start_and_serve(args, signals: StopSignals) -> int:
     try:
         bootstrap = broker.start()
         signals.serving()
-        print(f"Kray is ready: bootstrap={bootstrap}", flush=True)
         if getattr(broker, "attached", False):
             print("kray start: Kray was running on this Ray cluster already (the kray start that deployed it was "
                   "lost, e.g. with the Ray head's host): this one took its controllers and brokers over as they "
                   "are; Ctrl-C stops them", flush=True)
+        print(f"Kray is ready: bootstrap={bootstrap}", flush=True)
         ray_logs = _link_ray_logs(log_dir)
         print(f"Logs: {log_dir / SERVER_LOG} (Kray's actors, at {args.log_level.upper()})"
               + (f", {ray_logs} (Ray's)" if ray_logs else ""), flush=True)
@@ -147,7 +147,7 @@ def _start_and_serve(args, signals: StopSignals) -> int:
         signals.stopping()
         print(f"Stopping Kray before it was ready ({signals.name}) ...", flush=True)
         status = 128 + (signals.signum or signal.SIGINT)
-    except (RayUnreachable, CannotListen, InterBrokerLoginFailed) as e:
+    except (RayUnreachable, CannotListen, InterBrokerLoginFailed, DeployTimedOut) as e:
         print(f"kray start: {e}", file=sys.stderr)
         status = 1
     except OSError as e:

@@ -39,10 +39,12 @@ from actors.controller.nodes import (BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABE
 from actors.controller_client import NotController
 from actors.security.inter_broker import with_broker_secret
 from cluster import inter_broker_login, start_progress
-from cluster.start_errors import CannotListen, ProblemLog, RayUnreachable, ray_port_closed, ray_unreachable
+from cluster.start_errors import (CannotListen, DeployTimedOut, ProblemLog, RayUnreachable, ray_port_closed,
+                                  ray_unreachable)
 
 log = logging.getLogger("kray")
 RAY_STARTUP_TIMEOUT_S = 120
+ADDRESS_DEPLOY_TIMEOUT_S = 300  # kray start --address: until every broker serves (it says what it waits for meanwhile)
 ACTIVE_CONTROLLER_WAIT_S = 60.0  # an election, and the new controller reading the metadata
 STOP_WAIT_S = 10.0
 LISTEN_PROBLEMS_WAIT_S = 2.0
@@ -340,6 +342,7 @@ class _Controllers:
     _controller = None
     attached = False  # start() found Kray's controllers running (a kray start lost with its host) and took them over
     progress = None  # a function given each progress line while start() deploys (kray start prints them)
+    deploy_timeout_s: float | None = None  # how long start() waits for every broker (None: RAY_STARTUP_TIMEOUT_S)
 
     @property
     def controller(self):
@@ -365,7 +368,7 @@ class _Controllers:
         """The active controller's deploy_brokers (a broker on every node; `expected` of them
         serving), asked again of the next active one when the controller changes meanwhile (a
         restarted cluster's voters may elect twice: the first controller stops when its epoch ends)."""
-        deadline = time.monotonic() + RAY_STARTUP_TIMEOUT_S
+        deadline = time.monotonic() + (self.deploy_timeout_s or RAY_STARTUP_TIMEOUT_S)
         said = _Said(self.progress)
         while True:
             controller = self.controller
@@ -451,6 +454,8 @@ class LocalBroker(_Controllers):
         self.trim_ray = trim_ray  # end what Ray runs that a broker does not use (trim_own_ray)
         self.config["log.dirs"] = str(Path(self.config["log.dirs"]).resolve())
         self.address = address
+        if address is not None:  # nodes of their own, maybe busy: an election or two may come during the deploy
+            self.deploy_timeout_s = ADDRESS_DEPLOY_TIMEOUT_S
         self._voters: tuple[int, ...] = ()  # the metadata quorum's, known once the nodes are (start)
         self.controller = None
         self.brokers: list = []
@@ -493,6 +498,9 @@ class LocalBroker(_Controllers):
             self.controller = composition.start_controller(ControllerActor, self.config, controller_node)
         try:
             self.brokers = self._deploy_brokers(expected)
+        except TimeoutError as e:  # (an OSError too, but no listener's fault: brokers that did not come up)
+            raise DeployTimedOut(f"{re.sub(r'^TimeoutError: ', '', str(e).splitlines()[-1])}; the brokers that serve keep serving: look at their "
+                                 f"nodes (ray status) and Kray's log, then start again") from None
         except OSError as e:  # a gateway could not listen
             lines = self.listen_problems(retrying=False)
             raise CannotListen("\n".join(lines) if lines else str(getattr(e, "cause", None) or e)) from None

@@ -17,6 +17,10 @@ class CannotListen(RuntimeError):
     """A broker's gateway could not open its listener."""
 
 
+class DeployTimedOut(RuntimeError):
+    """Not every broker served within the deploy's time: the message names those that do not, and why."""
+
+
 class InterBrokerLoginFailed(RuntimeError):
     """Brokers cannot log in to each other (cluster/inter_broker_login.py); the message says what to fix."""
 

@@ -38,7 +38,7 @@ def progress_line(voters: tuple[int, ...], active: int | None, progress: dict[st
         for b, what in sorted(brokers.items()):
             if what != "serving":
                 by_state.setdefault(what, []).append(b)
-        parts = [f"broker{'s' if len(bs) != 1 else ''} {_list(bs)} {_STATE_WORDS.get(what, what)}"
+        parts = [f"broker{'s' if len(bs) != 1 else ''} {_list(bs)} {_words(what, len(bs))}"
                  for what, bs in by_state.items()]
         unknown = expected - len(brokers)
         if unknown > 0:
@@ -52,11 +52,18 @@ def progress_line(voters: tuple[int, ...], active: int | None, progress: dict[st
     return f"all {expected} brokers serve; waiting for the internal topics' leaders ({controller} is active)"
 
 
-_STATE_WORDS = {
-    "starting": "starting (the gateway has not registered with the controller yet)",
-    "registered": "registered (their replicas recover and start listening)",
-    "cannot listen": "cannot open their listener (see below)",
+_STATE_WORDS = {  # (one broker, several)
+    "starting": ("starting (its gateway has not registered with the controller yet)",
+                 "starting (their gateways have not registered with the controller yet)"),
+    "registered": ("registered (its replicas recover and start listening)",
+                   "registered (their replicas recover and start listening)"),
+    "cannot listen": ("cannot open its listener (see below)", "cannot open their listeners (see below)"),
 }
+
+
+def _words(state: str, count: int) -> str:
+    one, several = _STATE_WORDS.get(state, (state, state))
+    return one if count == 1 else several
 
 
 def _list(ids) -> str:

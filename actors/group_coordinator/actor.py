@@ -6,7 +6,7 @@ answering, fires the groups' timers on their deadlines, and has the share coordi
 newly assigned share-partitions, at the start offsets share.auto.offset.reset gives at that moment.
 
 JoinGroup and SyncGroup answer when the rebalance lets them: each such call waits on a future
-that a later call, or a timer, resolves (see classic.py's Outcome).
+that a later call, or a timer, resolves (see classic.py: a CoordinatorResult whose response is the replies).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import uuid
 
 from actors import controller_client, internal_topics, metrics
 from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost, TxnMarker, TxnWrite
-from actors.group_coordinator.classic import Outcome
+from actors.coordinator_result import CoordinatorResult
 from actors.group_coordinator.groups import Groups
 from actors.partition.actor import PartitionReplica
 from actors.share_coordinator.core import state_partition_for
@@ -282,11 +282,11 @@ class GroupCoordinator(PartitionReplica):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return 0
 
-    async def _settle(self, outcome: Outcome) -> int:
+    async def _settle(self, outcome: CoordinatorResult) -> int:
         """Append the outcome's records, then answer the calls it resolves (with the append's error if it failed).
         Returns the append's error (0: none)."""
         error = await self._commit(outcome.records)
-        for call, reply in outcome.replies.items():
+        for call, reply in outcome.response.items():
             future = self.waiting.pop(call, None)
             if future is not None and not future.done():
                 future.set_result(dataclasses.replace(reply, error_code=error) if error else reply)

@@ -8,8 +8,9 @@ assignor works, incremental cooperative ones (cooperative-sticky) included.
 
 JoinGroup and SyncGroup answer later than they are asked: a join waits until every member has rejoined (or the
 rebalance timeout passes), a follower's sync waits for the leader's. So calls carry a `call` id, and every command
-returns an `Outcome`: the replies it can give now, to this call or to calls waiting from before, and the records
-to append to `__consumer_offsets` before any of them is sent. `tick(now_ms)` fires the timers: the initial
+returns a `CoordinatorResult` (actors/coordinator_result.py): the records to append to `__consumer_offsets`, and as
+its response the replies it can give now, to this call or to calls waiting from before, sent once the records are
+appended. `tick(now_ms)` fires the timers: the initial
 rebalance delay (`group.initial.rebalance.delay.ms`), join and sync deadlines (rebalance timeouts), member sessions
 and KIP-394's pending members (a member id handed out with MEMBER_ID_REQUIRED and not used within the session).
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.group_coordinator import classic_records as crec
+from actors.coordinator_result import CoordinatorResult
 from actors.group_coordinator.records import Record
 from actors.config_schema import BROKER_DEFAULTS, ConfigError
 from protocol.errors import ErrorCode
@@ -86,15 +88,20 @@ class SyncResult:
     assignment: bytes = b""
 
 
-@dataclass
-class Outcome:
-    replies: dict[int, JoinResult | SyncResult] = field(default_factory=dict)  # call id -> its answer
-    records: list[Record] = field(default_factory=list)
+Replies = dict[int, "JoinResult | SyncResult"]   # call id -> its answer
 
-    def merge(self, other: "Outcome") -> "Outcome":
-        self.replies.update(other.replies)
-        self.records += other.records
-        return self
+
+def outcome(records: list[Record] | None = None, replies: Replies | None = None) -> CoordinatorResult[Replies]:
+    """A classic command's result: the records to append, and the replies (to this call or to calls waiting from
+    before) to send once they are appended."""
+    return CoordinatorResult(records if records is not None else [], replies if replies is not None else {})
+
+
+def merge(out: CoordinatorResult[Replies], other: CoordinatorResult[Replies]) -> CoordinatorResult[Replies]:
+    """`other`'s records after `out`'s, its replies beside them."""
+    out.response.update(other.response)
+    out.records += other.records
+    return out
 
 
 @dataclass
@@ -260,8 +267,8 @@ class ClassicGroups:
     def join(self, call: int, group_id: str, member_id: str, instance_id: str | None, protocol_type: str,
              protocols: list[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int, *,
              client_id: str, client_host: str, require_known_member_id: bool, api_version: int,
-             now_ms: int) -> Outcome:
-        out = Outcome()
+             now_ms: int) -> CoordinatorResult[Replies]:
+        out = outcome()
         try:
             if not group_id or len(group_id) > GROUP_ID_LENGTH_MAX:
                 raise _Fail(ErrorCode.INVALID_GROUP_ID)
@@ -284,7 +291,7 @@ class ClassicGroups:
             else:
                 self._join_known(out, call, group, member_id, args, protocol_type, now_ms)
         except _Fail as e:
-            out.replies[call] = JoinResult(error_code=e.error_code, member_id=member_id)
+            out.response[call] = JoinResult(error_code=e.error_code, member_id=member_id)
         return out
 
     def _full(self, group: _Group) -> bool:
@@ -300,7 +307,7 @@ class ClassicGroups:
             raise _Fail(ErrorCode.GROUP_MAX_SIZE_REACHED)
         if instance_id is None and require_known_member_id:  # KIP-394: come back with this id
             group.pending[new_id] = now_ms + args[4]
-            out.replies[call] = JoinResult(error_code=ErrorCode.MEMBER_ID_REQUIRED, member_id=new_id)
+            out.response[call] = JoinResult(error_code=ErrorCode.MEMBER_ID_REQUIRED, member_id=new_id)
             return
         self._add_member(out, call, group, new_id, args, protocol_type, now_ms)
 
@@ -319,7 +326,7 @@ class ClassicGroups:
             self._maybe_complete_join(out, group, now_ms)
         elif group.state == COMPLETING_REBALANCE:
             if protocols == member.protocols:  # the join response was lost: the same answer again
-                out.replies[call] = self._join_answer(group, member)
+                out.response[call] = self._join_answer(group, member)
             else:
                 self._update_member(out, member, args, call, now_ms)
                 self._prepare_rebalance(out, group, now_ms)
@@ -329,7 +336,7 @@ class ClassicGroups:
                 self._prepare_rebalance(out, group, now_ms)
             else:
                 member.deadline_ms = now_ms + member.session_timeout_ms
-                out.replies[call] = self._join_answer(group, member)
+                out.response[call] = self._join_answer(group, member)
         else:
             raise _Fail(ErrorCode.UNKNOWN_MEMBER_ID)
 
@@ -356,7 +363,7 @@ class ClassicGroups:
         _, member.client_id, member.client_host, member.rebalance_timeout_ms, member.session_timeout_ms, protocols = args
         member.protocols = list(protocols)
         if member.join_call is not None and member.join_call != call:  # a retry replaces the older call
-            out.replies[member.join_call] = JoinResult(error_code=ErrorCode.REBALANCE_IN_PROGRESS,
+            out.response[member.join_call] = JoinResult(error_code=ErrorCode.REBALANCE_IN_PROGRESS,
                                                        member_id=member.member_id)
         member.join_call = call
         member.deadline_ms = now_ms + member.session_timeout_ms
@@ -366,7 +373,7 @@ class ClassicGroups:
         old = group.members.pop(old_id)
         for waiting, cls in ((old.join_call, JoinResult), (old.sync_call, SyncResult)):
             if waiting is not None:
-                out.replies[waiting] = cls(error_code=ErrorCode.FENCED_INSTANCE_ID)
+                out.response[waiting] = cls(error_code=ErrorCode.FENCED_INSTANCE_ID)
         _, client_id, client_host, rebalance_timeout_ms, session_timeout_ms, protocols = args
         member = _Member(new_id, old.instance_id, client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
                          list(protocols), assignment=old.assignment, deadline_ms=now_ms + session_timeout_ms)
@@ -387,7 +394,7 @@ class ClassicGroups:
                     answer.skip_assignment = True
                 else:  # no SkipAssignment before v9: name the old leader id, so that it acts as a follower
                     answer.leader, answer.members = old_id, []
-            out.replies[call] = answer
+            out.response[call] = answer
             return
         member.join_call = call
         if group.state == PREPARING_REBALANCE:
@@ -404,12 +411,12 @@ class ClassicGroups:
 
     # ---- the rebalance -------------------------------------------------------------------------------------------
 
-    def _prepare_rebalance(self, out: Outcome, group: _Group, now_ms: int) -> None:
+    def _prepare_rebalance(self, out: CoordinatorResult[Replies], group: _Group, now_ms: int) -> None:
         if group.state == COMPLETING_REBALANCE:  # the assignment being computed is void
             for m in group.members.values():
                 m.assignment = b""
                 if m.sync_call is not None:
-                    out.replies[m.sync_call] = SyncResult(error_code=ErrorCode.REBALANCE_IN_PROGRESS)
+                    out.response[m.sync_call] = SyncResult(error_code=ErrorCode.REBALANCE_IN_PROGRESS)
                     m.sync_call = None
                     m.deadline_ms = now_ms + m.session_timeout_ms
         group.sync_deadline_ms = None
@@ -426,13 +433,13 @@ class ClassicGroups:
         self.rebalance_count += 1
         self._maybe_complete_join(out, group, now_ms)
 
-    def _maybe_complete_join(self, out: Outcome, group: _Group, now_ms: int) -> None:
+    def _maybe_complete_join(self, out: CoordinatorResult[Replies], group: _Group, now_ms: int) -> None:
         if group.state != PREPARING_REBALANCE or group.initial_delay_cap_ms is not None:
             return  # the initial delay always runs its course: more members are expected
         if not group.pending and all(m.join_call is not None for m in group.members.values()):
             self._complete_join(out, group, now_ms)
 
-    def _complete_join(self, out: Outcome, group: _Group, now_ms: int) -> None:
+    def _complete_join(self, out: CoordinatorResult[Replies], group: _Group, now_ms: int) -> None:
         for m in [m for m in group.members.values() if m.join_call is None and m.instance_id is None]:
             self._drop_member(out, group, m)  # dynamic members that did not rejoin in time; static ones stay
         if group.members and all(m.join_call is None for m in group.members.values()):
@@ -457,24 +464,24 @@ class ClassicGroups:
         out.records.append(group.record())
         for m in group.members.values():
             if m.join_call is not None:
-                out.replies[m.join_call] = self._join_answer(group, m)
+                out.response[m.join_call] = self._join_answer(group, m)
             m.join_call = None
             m.deadline_ms = now_ms + m.session_timeout_ms
 
-    def _drop_member(self, out: Outcome, group: _Group, member: _Member) -> None:
+    def _drop_member(self, out: CoordinatorResult[Replies], group: _Group, member: _Member) -> None:
         group.members.pop(member.member_id, None)
         group.pending_sync.discard(member.member_id)
         if member.instance_id is not None and group.static.get(member.instance_id) == member.member_id:
             del group.static[member.instance_id]
         if member.join_call is not None:
-            out.replies[member.join_call] = JoinResult(error_code=ErrorCode.UNKNOWN_MEMBER_ID,
+            out.response[member.join_call] = JoinResult(error_code=ErrorCode.UNKNOWN_MEMBER_ID,
                                                        member_id=member.member_id)
         if member.sync_call is not None:
-            out.replies[member.sync_call] = SyncResult(error_code=ErrorCode.UNKNOWN_MEMBER_ID)
+            out.response[member.sync_call] = SyncResult(error_code=ErrorCode.UNKNOWN_MEMBER_ID)
         if group.leader == member.member_id:
             group.leader = next(iter(group.members), None)
 
-    def _members_left(self, out: Outcome, group: _Group, now_ms: int) -> None:
+    def _members_left(self, out: CoordinatorResult[Replies], group: _Group, now_ms: int) -> None:
         """After members were removed: a rebalance, or the end of the current join phase."""
         if group.state in (STABLE, COMPLETING_REBALANCE):
             self._prepare_rebalance(out, group, now_ms)
@@ -523,8 +530,8 @@ class ClassicGroups:
 
     def sync(self, call: int, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
              protocol_type: str | None, protocol_name: str | None, assignments: list[tuple[str, bytes]], *,
-             now_ms: int) -> Outcome:
-        out = Outcome()
+             now_ms: int) -> CoordinatorResult[Replies]:
+        out = outcome()
         try:
             group, member = self._generation_member(group_id, generation_id, member_id, instance_id, now_ms)
             if (protocol_type is not None and protocol_type != group.protocol_type) or \
@@ -537,10 +544,10 @@ class ClassicGroups:
             if not group.pending_sync:
                 group.sync_deadline_ms = None
             if group.state == STABLE:
-                out.replies[call] = self._sync_answer(group, member)
+                out.response[call] = self._sync_answer(group, member)
                 return out
             if member.sync_call is not None:
-                out.replies[member.sync_call] = SyncResult(error_code=ErrorCode.REBALANCE_IN_PROGRESS)
+                out.response[member.sync_call] = SyncResult(error_code=ErrorCode.REBALANCE_IN_PROGRESS)
             member.sync_call = call
             if member_id == group.leader:
                 given = dict(assignments)
@@ -550,11 +557,11 @@ class ClassicGroups:
                 out.records.append(group.record())
                 for m in group.members.values():
                     if m.sync_call is not None:
-                        out.replies[m.sync_call] = self._sync_answer(group, m)
+                        out.response[m.sync_call] = self._sync_answer(group, m)
                         m.sync_call = None
                         m.deadline_ms = now_ms + m.session_timeout_ms
         except _Fail as e:
-            out.replies[call] = SyncResult(error_code=e.error_code)
+            out.response[call] = SyncResult(error_code=e.error_code)
         return out
 
     @staticmethod
@@ -572,9 +579,9 @@ class ClassicGroups:
             return e.error_code
 
     def leave(self, group_id: str, members: list[tuple[str, str | None]], *,
-              now_ms: int) -> tuple[int, list[tuple[str, str | None, int]], Outcome]:
+              now_ms: int) -> tuple[int, list[tuple[str, str | None, int]], CoordinatorResult[Replies]]:
         """(group error, (member id, instance id, error) per member, outcome)."""
-        out = Outcome()
+        out = outcome()
         group = self._groups.get(group_id)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID, [(m, i, ErrorCode.UNKNOWN_MEMBER_ID) for m, i in members], out
@@ -630,8 +637,8 @@ class ClassicGroups:
 
     # ---- timers ----------------------------------------------------------------------------------------------------
 
-    def tick(self, now_ms: int) -> Outcome:
-        out = Outcome()
+    def tick(self, now_ms: int) -> CoordinatorResult[Replies]:
+        out = outcome()
         for group in list(self._groups.values()):
             for member_id in [m for m, deadline in group.pending.items() if deadline <= now_ms]:
                 del group.pending[member_id]

@@ -13,9 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.coordinator_result import CoordinatorResult
 from actors.group_coordinator import classic_records as crec
-from actors.group_coordinator.classic import (STABLE, ClassicGroups, DescribedClassicGroup, JoinResult, Outcome,
-                                              SyncResult)
+from actors.group_coordinator.classic import (STABLE, ClassicGroups, DescribedClassicGroup, JoinResult, Replies,
+                                              SyncResult, merge, outcome)
 from actors.group_coordinator.consumer_group import ConsumerGroups, ConsumerHeartbeatResult, DescribedConsumerGroup
 from actors.group_coordinator.core import GroupCoordinatorShard, TopicsView
 from actors.group_coordinator.offsets import OffsetStore
@@ -113,27 +114,27 @@ class Groups:
     def join_group(self, call: int, group_id: str, member_id: str, instance_id: str | None, protocol_type: str,
                    protocols: list[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int, *,
                    client_id: str, client_host: str, require_known_member_id: bool, api_version: int,
-                   now_ms: int) -> Outcome:
+                   now_ms: int) -> CoordinatorResult[Replies]:
         converted = self._downgrade(group_id)
         error = self._not_classic(group_id)
         if error:
-            return Outcome(replies={call: JoinResult(error_code=error, member_id=member_id)})
+            return outcome(replies={call: JoinResult(error_code=error, member_id=member_id)})
         existed = self.classic.has_group(group_id)
-        out = Outcome(records=converted)
-        out.merge(self.classic.join(call, group_id, member_id, instance_id, protocol_type, protocols, session_timeout_ms,
-                                rebalance_timeout_ms, client_id=client_id, client_host=client_host,
-                                require_known_member_id=require_known_member_id, api_version=api_version,
-                                now_ms=now_ms))
+        out = outcome(records=converted)
+        merge(out, self.classic.join(call, group_id, member_id, instance_id, protocol_type, protocols,
+                                     session_timeout_ms, rebalance_timeout_ms, client_id=client_id,
+                                     client_host=client_host, require_known_member_id=require_known_member_id,
+                                     api_version=api_version, now_ms=now_ms))
         self._classic_created(group_id, existed)
         return out
 
     def sync_group(self, call: int, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
                    protocol_type: str | None, protocol_name: str | None, assignments: list[tuple[str, bytes]], *,
-                   now_ms: int) -> Outcome:
+                   now_ms: int) -> CoordinatorResult[Replies]:
         error = self._not_classic(group_id)
         if error:  # a group of another type has no such member
             error = error if error == ErrorCode.INVALID_GROUP_ID else ErrorCode.UNKNOWN_MEMBER_ID
-            return Outcome(replies={call: SyncResult(error_code=error)})
+            return outcome(replies={call: SyncResult(error_code=error)})
         return self.classic.sync(call, group_id, generation_id, member_id, instance_id, protocol_type, protocol_name,
                                  assignments, now_ms=now_ms)
 
@@ -148,7 +149,7 @@ class Groups:
         error = self._not_classic(group_id)
         if error:  # a group of another type has no such member
             error = error if error == ErrorCode.INVALID_GROUP_ID else ErrorCode.UNKNOWN_MEMBER_ID
-            return error, [(m, i, error) for m, i in members], Outcome()
+            return error, [(m, i, error) for m, i in members], outcome()
         return self.classic.leave(group_id, members, now_ms=now_ms)
 
     def describe_classic(self, group_id: str) -> DescribedClassicGroup:
@@ -411,7 +412,7 @@ class Groups:
 
     # ---- timers ----------------------------------------------------------------------------------------------------
 
-    def tick(self, now_ms: int) -> Outcome:
+    def tick(self, now_ms: int) -> CoordinatorResult[Replies]:
         """Every timer due: classic rebalance phases and sessions, share and consumer sessions, offset retention."""
         out = self.classic.tick(now_ms)
         out.records += self.share.expire_sessions(now_ms) + self.consumer.expire(now_ms)

@@ -84,6 +84,8 @@ class PartitionReplica:
         self.dir = Path(spec["log_dir"]) / f"{self.topic}-{self.partition}"
         self._claim_dir()
         self.core = PartitionCore.open(self.dir, spec["config"], now_ms=now_ms())
+        # its topic's follower.replication.throttled.replicas ("p:broker,..." or "*"): see `throttled`
+        self.follower_throttled_replicas = str(getattr(spec["config"], "follower_throttled_replicas", "") or "")
         broker_config = spec["broker_config"]
         self.replica_lag_time_max_ms = int(broker_config.get("replica.lag.time.max.ms",
                                                              REPLICA_LAG_TIME_MAX_MS_DEFAULT))
@@ -250,7 +252,7 @@ class PartitionReplica:
     def throttled(self) -> bool:
         """Listed in its topic's follower.replication.throttled.replicas: its fetches count against its host's
         replication throttle (follower.replication.throttled.rate)."""
-        return replica_listed(self.core.config.follower_throttled_replicas, self.partition, self.broker_id)
+        return replica_listed(self.follower_throttled_replicas, self.partition, self.broker_id)
 
     def next_fetch(self) -> FetchRequest | None:
         """What this follower asks its leader for now (its fetcher batches it with others)."""
@@ -522,9 +524,14 @@ class PartitionReplica:
 
     async def reconfigure(self, config) -> None:
         self.core.reconfigure(config)
+        self.follower_throttled_replicas = str(getattr(config, "follower_throttled_replicas", "") or "")
         self.replica.config = self._replication_config(config)
 
     async def close(self) -> None:
+        # acks=all produces waiting here are answered now (NOT_LEADER_OR_FOLLOWER: their producers go to the
+        # leader the controller named), not left to their request timeout: a reassignment stops the replica
+        # that led until its move completed
+        self.release_acks_waits()
         self._stop_following()
         self.shares.close()
         # after any checkpoint still queued (so the last one written is this one, and `delete`

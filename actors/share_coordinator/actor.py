@@ -9,7 +9,9 @@ data-path listener (`share_state`, wire.py) for share-partition leaders, whose w
 every acknowledging ShareFetch: from its own broker's gateway (Kafka's share-state APIs from
 other brokers, on the broker's inter-broker listener) and from share-partition leaders on its own
 broker. It listens on no port of its own. Each operation's records are appended before it
-answers. Records before the oldest live snapshot are pruned.
+answers; when an append fails and no other operation's records are on their way to the log, the
+operation's changes are reverted in the shard (the log never had them), else the shard is rebuilt
+from the log. Records before the oldest live snapshot are pruned.
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ class ShareCoordinator(PartitionReplica):
             spec["broker_config"]["share.coordinator.snapshot.update.records.per.snapshot"])
         self.host = ShardHost(self.state_log, self._build)
         self.pruner: asyncio.Task | None = None
+        self.appending = 0  # operations whose records are being appended
 
     @property
     def shard(self) -> ShareCoordinatorShard | None:
@@ -65,44 +68,64 @@ class ShareCoordinator(PartitionReplica):
             shard.replay(key, value, offset)
         return shard
 
-    async def _commit(self, result: OpResult | ReadResult) -> tuple[int, str | None]:
+    async def _run(self, operation) -> tuple[OpResult | ReadResult, int, str | None]:
+        """Run an operation on the shard and append its records: (its result, the error, its message)."""
+        shard = await self._ready()
+        mark = shard.changes_mark()
+        result = operation(shard)
+        error, message = await self._commit(shard, mark, result)
+        return result, error, message
+
+    async def _commit(self, shard: ShareCoordinatorShard, mark: int, result: OpResult | ReadResult
+                      ) -> tuple[int, str | None]:
         if result.error_code or not result.records:
+            if not self.appending and shard is self.shard:
+                shard.settle()
             return result.error_code, result.error_message
+        self.appending += 1
         try:
             offsets = await self.state_log.append(result.records)
         except CoordinatorLogError as e:
-            log.warning("share-state append failed (%s); reloading the shard from the log", e)
-            self.host.invalidate()  # memory is ahead of the log: rebuild from it
+            self.appending -= 1
+            if not self.appending and shard is self.shard:
+                log.warning("share-state append failed (%s); its changes are reverted", e)
+                shard.revert(mark)  # nothing else was built on them: the shard is as the log has it
+                shard.settle()
+            else:  # later operations' changes rest on these (or the shard was rebuilt meanwhile)
+                log.warning("share-state append failed (%s); reloading the shard from the log", e)
+                self.host.invalidate()
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
-        if self.shard is not None:
-            self.shard.on_appended(result.records, offsets)
+        self.appending -= 1
+        if shard is self.shard:
+            shard.on_appended(result.records, offsets)
+            if not self.appending:
+                shard.settle()
         return 0, None
 
     async def initialize_state(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int,
                                start_offset: int) -> tuple[int, str | None]:
-        shard = await self._ready()
-        return await self._commit(shard.initialize(group_id, topic_id, partition, state_epoch=state_epoch,
-                                                   start_offset=start_offset, now_ms=now_ms()))
+        _, error, message = await self._run(lambda shard: shard.initialize(
+            group_id, topic_id, partition, state_epoch=state_epoch, start_offset=start_offset, now_ms=now_ms()))
+        return error, message
 
     async def read_state(self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int) -> ReadResult:
-        shard = await self._ready()
-        result = shard.read(group_id, topic_id, partition, leader_epoch=leader_epoch, now_ms=now_ms())
-        error, message = await self._commit(result)
+        result, error, message = await self._run(lambda shard: shard.read(
+            group_id, topic_id, partition, leader_epoch=leader_epoch, now_ms=now_ms()))
         return result._replace(error_code=error, error_message=message, records=[]) if error else \
             result._replace(records=[])
 
     async def write_state(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int,
                           leader_epoch: int, start_offset: int, state_batches: list,
                           delivery_complete_count: int = -1) -> tuple[int, str | None]:
-        shard = await self._ready()
-        return await self._commit(shard.write(group_id, topic_id, partition, state_epoch=state_epoch,
-                                              leader_epoch=leader_epoch, start_offset=start_offset,
-                                              state_batches=state_batches,
-                                              delivery_complete_count=delivery_complete_count, now_ms=now_ms()))
+        _, error, message = await self._run(lambda shard: shard.write(
+            group_id, topic_id, partition, state_epoch=state_epoch, leader_epoch=leader_epoch,
+            start_offset=start_offset, state_batches=state_batches, delivery_complete_count=delivery_complete_count,
+            now_ms=now_ms()))
+        return error, message
 
     async def delete_state(self, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[int, str | None]:
-        shard = await self._ready()
-        return await self._commit(shard.delete(group_id, topic_id, partition))
+        _, error, message = await self._run(lambda shard: shard.delete(group_id, topic_id, partition))
+        return error, message
 
     async def read_state_summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> SummaryResult:
         shard = await self._ready()
@@ -119,7 +142,8 @@ class ShareCoordinator(PartitionReplica):
                 shard = self.shard
                 if shard is None:
                     continue
-                await self._commit(OpResult(0, None, shard.snapshot_cold_partitions(now_ms=now_ms())))
+                await self._commit(shard, shard.changes_mark(),
+                                   OpResult(0, None, shard.snapshot_cold_partitions(now_ms=now_ms())))
                 await self.delete_records(shard.prunable_before_offset())
             except Exception:
                 log.exception("pruning %s-%d failed", self.topic, self.partition)

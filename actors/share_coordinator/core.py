@@ -216,6 +216,9 @@ class ShareCoordinatorShard:
         self._states: dict[Key, SharePartitionState] = {}
         self._snapshot_offsets: dict[Key, int] = {}      # latest appended snapshot per live key
         self._last_offset: int | None = None             # highest log offset seen
+        # each change an operation made, with the state it replaced, until the shell settles them (its
+        # appends done): a failed append reverts its own changes instead of reloading the whole shard
+        self._changes: list[tuple[Key, SharePartitionState | None]] = []
 
     # -- inspection --
     def state(self, group_id: str, topic_id: uuid.UUID, partition: int) -> SharePartitionState | None:
@@ -270,8 +273,30 @@ class ShareCoordinatorShard:
             )
 
     def _emit(self, key, value) -> list[Record]:
+        """An operation's record: applied at once, as replay applies it (one path), and revertible until settled."""
+        k = (key.group_id, key.topic_id, key.partition)
+        self._changes.append((k, self._states.get(k)))
         self._apply(key, value)
         return [encode_record(key, value)]
+
+    # -- changes not appended yet --
+    def changes_mark(self) -> int:
+        """Where the next operation's changes start (see `revert`)."""
+        return len(self._changes)
+
+    def revert(self, mark: int) -> None:
+        """Undo every change made since `mark`, newest first: the state is as it was before the operations whose
+        records could not be appended. Only right when no later change was appended or is being appended."""
+        while len(self._changes) > mark:
+            k, before = self._changes.pop()
+            if before is None:
+                self._states.pop(k, None)
+            else:
+                self._states[k] = before
+
+    def settle(self) -> None:
+        """Every change made so far is in the log (or was reverted): forget how to undo them."""
+        self._changes.clear()
 
     # -- offsets and pruning --
     def on_appended(self, records: list[Record], offsets: list[int]) -> None:

@@ -36,6 +36,8 @@ def test_the_ray_head_host_dies_and_a_new_head_takes_the_cluster_over(capsys):
     assert checked["acknowledged"] > 0
     # brokers 2 and 3 serve while h1 is down: every partition has a leader (broker 1 is left out)
     assert not [p for p in r["health_during_outage"] if "no leader" in p or "no metadata" in p], r["health_during_outage"]
+    # the controller decides without Ray's GCS: a topic created while h1 is down, and written to
+    assert r["create_topic_during_outage"].get("written"), r["create_topic_during_outage"]
     window = checked["faults"][0]
     assert window["unavailable_s"] is not None and window["unavailable_s"] < WRITES_RESUME_WITHIN_S, window
     # the new head's GCS has h2's and h3's nodes alive, the same nodes (their raylets reconnected)

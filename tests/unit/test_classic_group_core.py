@@ -4,7 +4,7 @@ ClassicGroup (pure core, no Ray)."""
 import pytest
 
 from actors.group_coordinator import classic_records as crec
-from actors.group_coordinator.classic import (COMPLETING_REBALANCE, EMPTY, PREPARING_REBALANCE, STABLE,
+from actors.group_coordinator.classic import (COMPLETING_REBALANCE, EMPTY, PREPARING_REBALANCE, STABLE, merge,
                                               ClassicGroupConfig, ClassicGroups, SyncResult)
 from actors.config_schema import ConfigError
 from protocol.errors import ErrorCode
@@ -26,7 +26,7 @@ class Harness:
 
     def _take(self, out):
         self.log += out.records
-        for call, reply in out.replies.items():
+        for call, reply in out.response.items():
             assert call not in self.replies, f"call {call} answered twice"
             self.replies[call] = reply
         return out
@@ -829,7 +829,7 @@ def test_replay_of_a_stable_group_keeps_it_stable_with_members_and_assignments()
     for k, m in ids.items():
         assert fresh.heartbeat("g", gen, m, k, now_ms=50000) == 0
     out = fresh.sync(99, "g", gen, ids["i1"], "i1", None, None, [], now_ms=50000)
-    assert out.replies[99].assignment == b"as-i1"
+    assert out.response[99].assignment == b"as-i1"
     # sessions start at load time
     assert fresh.tick(50000 + SESSION_MS - 1).records == []
     assert fresh.state("g") == STABLE
@@ -846,7 +846,7 @@ def test_replay_of_a_static_member_lets_its_restart_skip_the_rebalance():
     follower_instance = next(i for i, m in ids.items() if m != leader)
     out = fresh.join(1, "g", "", follower_instance, "consumer", RANGE, SESSION_MS, REBALANCE_MS, client_id="c",
                      client_host="h", require_known_member_id=True, api_version=9, now_ms=0)
-    assert out.replies[1].error_code == 0 and out.replies[1].generation_id == gen
+    assert out.response[1].error_code == 0 and out.response[1].generation_id == gen
     assert fresh.state("g") == STABLE
 
 
@@ -872,8 +872,8 @@ def test_replay_between_join_and_sync_does_not_serve_the_previous_generations_as
     for key, value in h.log:
         fresh.replay(key, value, now_ms=0)
     out = fresh.sync(100, "g", gen + 1, c, None, None, None, [], now_ms=0)
-    out.merge(fresh.sync(101, "g", gen + 1, a, None, None, None, [(a, b"A"), (b, b"B"), (c, b"C")], now_ms=0))
-    r = out.replies[100]
+    merge(out, fresh.sync(101, "g", gen + 1, a, None, None, None, [(a, b"A"), (b, b"B"), (c, b"C")], now_ms=0))
+    r = out.response[100]
     assert r.error_code != 0 or r.assignment == b"C", "c must get its new assignment, or be told to rejoin"
 
 

@@ -41,7 +41,7 @@ class Harness:
 
     def _take(self, out):
         self.log += out.records
-        self.replies.update(out.replies)
+        self.replies.update(out.response)
 
     def join(self, member_id="", *, group="g", protocol_type="consumer", protocols=None, topics=("orders",)):
         self._calls += 1
@@ -132,7 +132,7 @@ def test_classic_heartbeat_sync_leave_on_a_share_group_id_are_unknown_member():
     h.share_member("sg")
     assert h.groups.heartbeat("sg", 1, "m", None, now_ms=0) == ErrorCode.UNKNOWN_MEMBER_ID
     out = h.groups.sync_group(1, "sg", 1, "m", None, None, None, [], now_ms=0)
-    assert out.replies[1].error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert out.response[1].error_code == ErrorCode.UNKNOWN_MEMBER_ID
     error, _, _ = h.groups.leave_group("sg", [("m", None)], now_ms=0)
     assert error == ErrorCode.UNKNOWN_MEMBER_ID
 
