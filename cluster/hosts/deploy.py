@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from actors import tcp_backoff
-from cluster.hosts.net import CommandFailed, HostNetwork, kill_namespace_processes
+from cluster.hosts.net import CommandFailed, HostNetwork, kill_namespace_processes, record_daemon
 
 log = logging.getLogger("kray.hosts")
 REPO = Path(__file__).resolve().parents[2]
@@ -209,6 +209,7 @@ class KrayHosts:
              "--save", "", "--appendonly", "yes", "--dir", str(directory), "--daemonize", "no",
              "--logfile", str(directory / "redis.log")],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        record_daemon(self.net.run_dir, self.redis.pid, "redis-server")  # (a crashed run's is ended by the next)
         deadline = time.monotonic() + 30
         while not redis_ping(self.plan.bridge_address, REDIS_PORT):
             if self.redis.poll() is not None or time.monotonic() > deadline:

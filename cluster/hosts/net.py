@@ -12,7 +12,8 @@ Leaving the block (an exception included) kills every process in the namespaces,
 the namespaces, the links, the bridge, the run's rules in this namespace (the delay relay's) and
 the run's directory. A run that could not clean up (it
 was SIGKILLed) is cleaned up by the next one: its names start with `krh<run id>-` and its
-directory records its owner's pid, which is then gone (`python -m cluster.hosts clean` does the
+directory records its owner's pid, which is then gone, and the processes it started outside its
+hosts (a GCS's Redis: record_daemon), which are ended (`python -m cluster.hosts clean` does the
 same by hand).
 """
 from __future__ import annotations
@@ -156,10 +157,41 @@ def clean_leftovers() -> list[str]:
                 removed.append(f"delay rule {' '.join(args[4:])}")
     for run in sorted(runs - live):
         directory = RUNS_DIR / f"{planner.PREFIX}{run}"
+        for name in _kill_leftover_daemons(directory):
+            removed.append(f"{name} of run {run}")
         if directory.is_dir():
             shutil.rmtree(directory, ignore_errors=True)
             removed.append(f"directory {directory}")
     return removed
+
+
+DAEMONS_FILE = "daemons.pid"  # processes a run started outside its hosts (the GCS's Redis): "pid name" lines
+
+
+def record_daemon(run_dir: Path, pid: int, name: str) -> None:
+    """Note a process the run started outside its hosts (in this namespace), for clean_leftovers."""
+    with open(run_dir / DAEMONS_FILE, "a") as f:
+        f.write(f"{pid} {name}\n")
+
+
+def _kill_leftover_daemons(directory: Path) -> list[str]:
+    """SIGKILL the processes a crashed run recorded (record_daemon) that still run under their name."""
+    killed = []
+    try:
+        lines = (directory / DAEMONS_FILE).read_text().splitlines()
+    except OSError:
+        return killed
+    for line in lines:
+        pid, _, name = line.partition(" ")
+        try:
+            with open(f"/proc/{int(pid)}/comm") as f:
+                if f.read().strip() != name[:15]:
+                    continue
+            os.kill(int(pid), signal.SIGKILL)
+            killed.append(f"{name} (pid {pid})")
+        except (OSError, ValueError):
+            continue
+    return killed
 
 
 class HostNetwork:
