@@ -68,6 +68,8 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "transaction.partition.verification.enable": True,
     "quota.window.num": 11,                # client quotas' rate: samples (actors/quotas.py)
     "quota.window.size.seconds": 1,        # ... of this length
+    "controller.quota.window.num": 11,     # controller_mutation_rate's bucket: quota x samples x length (KIP-599)
+    "controller.quota.window.size.seconds": 1,
     "transactional.id.expiration.ms": 604800000,
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": 10000,
     "transaction.remove.expired.transaction.cleanup.interval.ms": 3600000,
@@ -400,6 +402,7 @@ BROKER_INT_RANGES: dict[str, tuple[int, int]] = {
     "transaction.state.log.replication.factor": (1, SHORT_MAX), "transaction.state.log.min.isr": (1, INT_MAX),
     "transaction.state.log.segment.bytes": (1, INT_MAX), "transaction.max.timeout.ms": (1, INT_MAX),
     "quota.window.num": (1, INT_MAX), "quota.window.size.seconds": (1, INT_MAX),
+    "controller.quota.window.num": (1, INT_MAX), "controller.quota.window.size.seconds": (1, INT_MAX),
     "transactional.id.expiration.ms": (1, INT_MAX),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (1, INT_MAX),
     "transaction.remove.expired.transaction.cleanup.interval.ms": (1, INT_MAX),

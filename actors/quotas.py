@@ -10,7 +10,11 @@ quota of a (user, client id) is resolved in Kafka's order (the most specific ent
 recorded in a rate over `quota.window.num` samples of `quota.window.size.seconds`, and a request that takes the
 rate above its quota is answered with the time to wait (throttle_time_ms: the excess over the quota, in window
 time, at most the whole window); the connection then takes no request for that long (KIP-219: the client waits too).
-`request_percentage`, `controller_mutation_rate` and `connection_creation_rate` are kept and described, not applied.
+`request_percentage` is applied the same way to the time the gateway's event loop spends on a client's requests
+(Kafka: its request handler and network threads' time), in percent of one thread per second, with a throttle of at
+most one window (as Kafka's request quota); `controller_mutation_rate` with Kafka's token bucket (KIP-599,
+`TokenBucket`): partitions created or deleted per second. `connection_creation_rate` is kept and described, not
+applied.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from protocol.errors import ErrorCode
 
 __all__ = ["USER", "CLIENT_ID", "IP", "PRODUCER_BYTE_RATE", "CONSUMER_BYTE_RATE", "Entity", "entity_problem",
            "value_problem", "describe", "resolve", "RateWindow", "Throttles", "MATCH_EXACT", "MATCH_DEFAULT",
-           "MATCH_ANY"]
+           "MATCH_ANY", "TokenBucket", "MutationQuotas", "REQUEST_PERCENTAGE", "CONTROLLER_MUTATION_RATE"]
 
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE = "producer_byte_rate", "consumer_byte_rate"
@@ -149,24 +153,29 @@ class RateWindow:
         self._expire(now_ms)
         return sum(total for _, total in self.buckets) / (self.window_ms(now_ms) / 1000)
 
-    def throttle_ms(self, quota: float, now_ms: int) -> int:
-        """How long the client must wait for the rate to come back to `quota` (0: it is within it)."""
+    def throttle_ms(self, quota: float, now_ms: int, max_throttle_ms: int | None = None) -> int:
+        """How long the client must wait for the rate to come back to `quota` (0: it is within it), at most the
+        whole window (or `max_throttle_ms`)."""
         rate = self.rate(now_ms)
         if rate <= quota:
             return 0
-        return int(min((rate - quota) / quota * self.window_ms(now_ms), self.samples * self.sample_ms))
+        cap = self.samples * self.sample_ms if max_throttle_ms is None else max_throttle_ms
+        return int(min((rate - quota) / quota * self.window_ms(now_ms), cap))
 
 
 class Throttles:
     """A gateway's rates for one quota key, by (user, client id): record a request's bytes, get its throttle."""
 
-    def __init__(self, key: str, samples: int = 11, sample_ms: int = 1000, max_entries: int = 100_000):
+    def __init__(self, key: str, samples: int = 11, sample_ms: int = 1000, max_entries: int = 100_000,
+                 max_throttle_ms: int | None = None):
         self.key, self.samples, self.sample_ms, self.max_entries = key, samples, sample_ms, max_entries
+        self.max_throttle_ms = max_throttle_ms
         self.windows: dict[tuple[str, str], RateWindow] = {}
 
-    def record(self, quotas: dict[Entity, dict[str, float]], user: str, client_id: str, size_bytes: int,
+    def record(self, quotas: dict[Entity, dict[str, float]], user: str, client_id: str, size_bytes: float,
                now_ms: int) -> int:
-        """throttle_time_ms for a request of `size_bytes` (0 where no quota applies)."""
+        """throttle_time_ms for a request of `size_bytes` (or, for request_percentage, its share of a thread's
+        time: percent of a second) (0 where no quota applies)."""
         quota = resolve(quotas, user, client_id, self.key) if quotas else None
         if quota is None:
             return 0
@@ -176,4 +185,61 @@ class Throttles:
                 self.windows.pop(next(iter(self.windows)))
             window = self.windows[(user, client_id)] = RateWindow(self.samples, self.sample_ms)
         window.record(size_bytes, now_ms)
-        return window.throttle_ms(quota, now_ms)
+        return window.throttle_ms(quota, now_ms, self.max_throttle_ms)
+
+
+class TokenBucket:
+    """Kafka's token bucket for controller_mutation_rate (KIP-599): `quota` tokens (partitions) a second, at most
+    `quota` x the window (samples x sample length, a burst) kept; full at first. Mutations take tokens and may take
+    it below zero (a request is let through whole); while it is below zero the client waits the time it takes to
+    come back to zero."""
+
+    def __init__(self, samples: int = 11, sample_ms: int = 1000):
+        self.window_s = samples * sample_ms / 1000
+        self.tokens: float | None = None
+        self.last_ms = 0
+
+    def _refill(self, quota: float, now_ms: int) -> None:
+        burst = quota * self.window_s
+        if self.tokens is None:
+            self.tokens = burst
+        else:
+            self.tokens = min(burst, self.tokens + quota * max(0, now_ms - self.last_ms) / 1000)
+        self.last_ms = now_ms
+
+    def throttle_ms(self, quota: float, now_ms: int) -> int:
+        self._refill(quota, now_ms)
+        return 0 if self.tokens >= 0 else math.ceil(-self.tokens / quota * 1000)
+
+    def record(self, quota: float, partitions: float, now_ms: int) -> None:
+        self._refill(quota, now_ms)
+        self.tokens -= partitions
+
+
+class MutationQuotas:
+    """A broker's controller mutation buckets by (user, client id) under `controller_mutation_rate`."""
+
+    def __init__(self, samples: int = 11, sample_ms: int = 1000, max_entries: int = 100_000):
+        self.samples, self.sample_ms, self.max_entries = samples, sample_ms, max_entries
+        self.buckets: dict[tuple[str, str], TokenBucket] = {}
+
+    def _bucket(self, quotas, user: str, client_id: str) -> tuple[float | None, TokenBucket | None]:
+        quota = resolve(quotas, user, client_id, CONTROLLER_MUTATION_RATE) if quotas else None
+        if quota is None:
+            return None, None
+        bucket = self.buckets.get((user, client_id))
+        if bucket is None:
+            if len(self.buckets) >= self.max_entries:
+                self.buckets.pop(next(iter(self.buckets)))
+            bucket = self.buckets[(user, client_id)] = TokenBucket(self.samples, self.sample_ms)
+        return quota, bucket
+
+    def throttle_ms(self, quotas, user: str, client_id: str, now_ms: int) -> int:
+        """How long this client must wait before its next mutation is let through (0: now)."""
+        quota, bucket = self._bucket(quotas, user, client_id)
+        return 0 if bucket is None else bucket.throttle_ms(quota, now_ms)
+
+    def record(self, quotas, user: str, client_id: str, partitions: int, now_ms: int) -> None:
+        quota, bucket = self._bucket(quotas, user, client_id)
+        if bucket is not None and partitions > 0:
+            bucket.record(quota, partitions, now_ms)

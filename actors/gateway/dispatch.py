@@ -6,6 +6,7 @@ that has no handler here is never advertised (nor one whose route says `advertis
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
@@ -15,6 +16,7 @@ from protocol.headers import RequestHeader, decode_request_header, encode_respon
 
 from actors.gateway.connection import CloseConnection
 from actors.gateway.file_region import FileRegion
+from actors.gateway.quota_throttles import request_quotas_on, request_throttle, timed
 
 log = logging.getLogger("kray.gateway")
 
@@ -53,10 +55,20 @@ class Dispatcher:
                 return self._unsupported_api_versions(header)
             raise CloseConnection(f"{spec.name} v{header.api_version} is not supported "
                                   f"(supported {route.min_version}-{route.max_version})")
+        timing = request_quotas_on(self.ctx, connection)  # request_percentage: the time spent here counts
+        started_ns = time.perf_counter_ns() if timing else 0
         request = spec.request.decode(body[offset:], header.api_version)
         # every handler takes the ClientConnection: its principal and host (the authorizer), its
         # listener (addresses), its share sessions and request order
-        response = await route.handler(self.ctx, header, request, connection)
+        handling = route.handler(self.ctx, header, request, connection)
+        if timing:
+            spent_ns = [time.perf_counter_ns() - started_ns]
+            response = await timed(handling, spent_ns)
+            throttle_ms = request_throttle(self.ctx, connection, header.client_id, spent_ns[0])
+            if throttle_ms and getattr(response, "throttle_time_ms", None) is not None:
+                response.throttle_time_ms = max(response.throttle_time_ms, throttle_ms)
+        else:
+            response = await handling
         if route.no_response is not None and route.no_response(request):
             return None
         chunks = response.encode_chunks(header.api_version)

@@ -121,3 +121,69 @@ def test_a_producer_over_its_byte_rate_is_told_to_wait_as_kafka_tells_it(both):
     for broker, (throttled, free) in seen.items():
         assert throttled[:2] == [0, 0] and 3_000 < throttled[2] < 7_000, (broker, throttled)
         assert free == [0, 0], (broker, free)
+
+
+def _create_topics(bootstrap: str, client_id: str, version: int, count: int = 4, partitions: int = 10) -> list:
+    """`count` CreateTopics of `partitions` partitions each, back to back, at `version`: [(error code, error message,
+    throttle_time_ms)]."""
+    C = m.CreateTopicsRequest
+    out = []
+    with KafkaConnection(bootstrap, client_id=client_id) as conn:
+        for i in range(count):
+            r = conn.send(C(topics=[C.CreatableTopic(name=f"{client_id}-{i}", num_partitions=partitions,
+                                                     replication_factor=1, assignments=[], configs=[])],
+                            timeout_ms=30_000, validate_only=False), version)
+            out.append((r.topics[0].error_code, r.topics[0].error_message, r.throttle_time_ms))
+    return out
+
+
+def test_controller_mutation_rate_refuses_or_throttles_topic_creation_as_kafka_does(both):
+    """controller_mutation_rate 2 partitions/s for a client id: a burst of 2 x 11 (controller.quota.window.num x
+    .size.seconds) is let through, the request that goes below it too; then CreateTopics v6+ refuses the next topic
+    with THROTTLING_QUOTA_EXCEEDED and the time to wait (8 partitions over: ~4 s), while v5 and below create it and
+    say how long to wait (KIP-599). Another client id is not limited."""
+    seen = {}
+    for broker, bootstrap in both.items():
+        strict, permissive = f"mut-s-{uuid.uuid4().hex[:6]}", f"mut-p-{uuid.uuid4().hex[:6]}"
+        with KafkaConnection(bootstrap, client_id="kray-quotas") as conn:
+            assert [e for e, _ in alter(conn, [({"client-id": c}, [("controller_mutation_rate", 2.0, False)])
+                                               for c in (strict, permissive)])] == [0, 0]
+        time.sleep(1)
+        seen[broker] = (_create_topics(bootstrap, strict, 7), _create_topics(bootstrap, permissive, 5),
+                        _create_topics(bootstrap, f"free-{strict}", 7, count=3))
+    for broker, (strict, permissive, free) in seen.items():
+        assert [(e, t) for e, _, t in strict[:3]] == [(0, 0)] * 3, (broker, strict)
+        assert strict[3][:2] == (89, None) and 3_000 < strict[3][2] <= 4_000, \
+            (broker, strict)
+        assert [e for e, _, _ in permissive] == [0] * 4 and [t for _, _, t in permissive[:2]] == [0, 0], \
+            (broker, permissive)
+        assert 3_000 < permissive[2][2] <= 4_000 and 3_000 < permissive[3][2] <= 5_000, (broker, permissive)
+        assert [(e, t) for e, _, t in free] == [(0, 0)] * 3, (broker, free)
+
+
+def _metadata_throttles(bootstrap: str, client_id: str, requests: int = 5) -> list[int]:
+    with KafkaConnection(bootstrap, client_id=client_id) as conn:
+        out = []
+        for _ in range(requests):
+            r = conn.send(m.MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                            include_topic_authorized_operations=False), 12)
+            assert r.brokers  # a whole answer, throttled or not
+            out.append(r.throttle_time_ms)
+        return out
+
+
+def test_request_percentage_throttles_a_client_over_its_share_of_request_time_as_kafka_does(both):
+    """request_percentage 0.001 (% of one request thread per second, over the quota window) for one client id:
+    Metadata requests, back to back. Any request costs more than 0.1 ms per 10 s window, so both brokers answer
+    with a wait, at most one window (quota.window.size.seconds: Kafka's cap for request quotas); a client id
+    without the quota is never throttled."""
+    seen = {}
+    for broker, bootstrap in both.items():
+        client = f"busy-{uuid.uuid4().hex[:6]}"
+        with KafkaConnection(bootstrap, client_id="kray-quotas") as conn:
+            assert alter(conn, [({"client-id": client}, [("request_percentage", 0.001, False)])])[0][0] == 0
+        time.sleep(1)
+        seen[broker] = (_metadata_throttles(bootstrap, client), _metadata_throttles(bootstrap, f"idle-{client}"))
+    for broker, (busy, idle) in seen.items():
+        assert sum(1 for t in busy if t > 0) >= 4 and max(busy) == 1_000, (broker, busy)
+        assert idle == [0] * 5, (broker, idle)

@@ -91,3 +91,28 @@ def test_the_rate_is_measured_over_the_window_and_the_excess_is_the_throttle_tim
     assert throttles.record({}, "bob", "other", 10**9, 0) == 0         # no quota: never counted, never throttled
     assert throttles.record(limit, "bob", "other", 2_000, 0) == 5_000  # 300 B/s: (300 - 200) / 200 * 10 s
     assert throttles.record(limit, "bob", "other", 10**6, 0) == 11_000  # at most the whole window
+
+
+def test_controller_mutations_take_tokens_from_a_bucket_that_starts_full_and_refills_at_the_rate():
+    from actors.quotas import MutationQuotas
+    quotas = {(("client-id", "admin"),): {"controller_mutation_rate": 2.0}}
+    bucket = MutationQuotas(samples=11, sample_ms=1000)
+    assert bucket.throttle_ms(quotas, "ANONYMOUS", "admin", 1_000) == 0  # full: 22 partitions
+    bucket.record(quotas, "ANONYMOUS", "admin", 10, 1_000)
+    bucket.record(quotas, "ANONYMOUS", "admin", 10, 1_000)
+    assert bucket.throttle_ms(quotas, "ANONYMOUS", "admin", 1_000) == 0  # 2 left: the next request goes through
+    bucket.record(quotas, "ANONYMOUS", "admin", 10, 1_000)
+    assert bucket.throttle_ms(quotas, "ANONYMOUS", "admin", 1_000) == 4_000  # 8 below zero, 2 a second
+    assert bucket.throttle_ms(quotas, "ANONYMOUS", "admin", 3_000) == 2_000
+    assert bucket.throttle_ms(quotas, "ANONYMOUS", "admin", 100_000) == 0  # (refilled, to the burst at most)
+    bucket.record(quotas, "ANONYMOUS", "admin", 23, 100_000)
+    assert bucket.throttle_ms(quotas, "ANONYMOUS", "admin", 100_000) == 500
+    assert bucket.throttle_ms(quotas, "ANONYMOUS", "other", 100_000) == 0  # no quota: never
+
+
+def test_request_percentage_throttles_at_most_one_window():
+    from actors.quotas import Throttles
+    quotas = {(("client-id", "busy"),): {"request_percentage": 1.0}}  # 1% of a thread: 10 ms a second
+    throttles = Throttles("request_percentage", 11, 1000, max_throttle_ms=1000)
+    assert throttles.record(quotas, "ANONYMOUS", "busy", 5.0, 0) == 0  # 50 ms over a 10 s window: 0.5%
+    assert throttles.record(quotas, "ANONYMOUS", "busy", 50.0, 10) == 1000  # 5.5%: 45 s of excess, capped

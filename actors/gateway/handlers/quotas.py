@@ -13,6 +13,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import AlterClientQuotasResponse, DescribeClientQuotasResponse
 
 from actors import quotas
+from actors.gateway.quota_throttles import throttle  # (Produce and Fetch call it from here)
 from actors.security.authorizer import AclOperation
 
 CLUSTER_REFUSED = "not authorized on the cluster: an ACL (ALTER_CONFIGS or DESCRIBE_CONFIGS on CLUSTER) is needed"
@@ -52,23 +53,56 @@ async def handle_alter_client_quotas(ctx, header, request, connection=None) -> A
                                           for e, (error, message) in zip(request.entries, results)])
 
 
-def throttle(ctx, connection, client_id: str | None, key: str, size_bytes: int, count_throttled: bool = True) -> int:
-    """The throttle time (ms) a request of `size_bytes` earns under the `key` quota (producer_byte_rate,
-    consumer_byte_rate) of its connection's user and client id; the connection takes no further request for that
-    long (KIP-219). 0 where no quota applies. `count_throttled` False: a throttled request's bytes are taken back
-    (a fetch answered empty sent none)."""
-    client_quotas = getattr(ctx.metadata, "client_quotas", None)
-    if not client_quotas or connection is None:
-        return 0
-    throttles = ctx.quota_throttles.get(key)
-    if throttles is None:
-        throttles = ctx.quota_throttles[key] = quotas.Throttles(
-            key, int(ctx.config.get("quota.window.num", 11)),
-            int(ctx.config.get("quota.window.size.seconds", 1)) * 1000)
-    now_ms = int(time.monotonic() * 1000)
-    throttle_ms = throttles.record(client_quotas, connection.principal.name, client_id or "", size_bytes, now_ms)
-    if throttle_ms and not count_throttled:
-        throttles.record(client_quotas, connection.principal.name, client_id or "", -size_bytes, now_ms)
-    if throttle_ms:
-        connection.mute_for(throttle_ms)
-    return throttle_ms
+# CreateTopics, DeleteTopics, CreatePartitions: from these versions a topic over controller_mutation_rate is refused
+# (THROTTLING_QUOTA_EXCEEDED); below them it is let through and the answer says how long to wait (KIP-599)
+STRICT_MUTATION_VERSIONS = {19: 6, 20: 5, 37: 3}
+THROTTLING_QUOTA_EXCEEDED_MESSAGE = None  # (Kafka 4.4 answers it without a message)
+
+
+class Mutations:
+    """controller_mutation_rate for one CreateTopics, DeleteTopics or CreatePartitions request, as Kafka applies it:
+    before each topic `refused()` (new versions: the client's bucket is below zero, the topic is answered
+    THROTTLING_QUOTA_EXCEEDED), after it `record(partitions)` (those created or deleted), and at the end
+    `throttle_time_ms()` (the connection muted for it). Kray applies it at the broker that takes the request (Kafka:
+    at the active controller); its bucket: actors.quotas.TokenBucket."""
+
+    def __init__(self, ctx, connection, header):
+        client_quotas = getattr(ctx.metadata, "client_quotas", None)
+        self.on = bool(client_quotas) and connection is not None and any(
+            quotas.CONTROLLER_MUTATION_RATE in values for values in client_quotas.values())
+        if not self.on:
+            return
+        self.quotas, self.connection = client_quotas, connection
+        self.user, self.client_id = connection.principal.name, header.client_id or ""
+        self.strict = header.api_version >= STRICT_MUTATION_VERSIONS[header.api_key]
+        self.refused_throttle_ms = 0
+        self.buckets = ctx.quota_throttles.get(quotas.CONTROLLER_MUTATION_RATE)
+        if self.buckets is None:
+            self.buckets = ctx.quota_throttles[quotas.CONTROLLER_MUTATION_RATE] = quotas.MutationQuotas(
+                int(ctx.config.get("controller.quota.window.num", 11)),
+                int(ctx.config.get("controller.quota.window.size.seconds", 1)) * 1000)
+
+    def refused(self) -> bool:
+        if not self.on or not self.strict:
+            return False
+        throttle_ms = self.buckets.throttle_ms(self.quotas, self.user, self.client_id, _now_ms())
+        if throttle_ms:
+            self.refused_throttle_ms = throttle_ms
+        return bool(throttle_ms)
+
+    def record(self, partitions: int) -> None:
+        if self.on:
+            self.buckets.record(self.quotas, self.user, self.client_id, partitions, _now_ms())
+
+    def throttle_time_ms(self) -> int:
+        if not self.on:
+            return 0
+        throttle_ms = self.refused_throttle_ms if self.strict else \
+            self.buckets.throttle_ms(self.quotas, self.user, self.client_id, _now_ms())
+        if throttle_ms:
+            self.connection.mute_for(throttle_ms)
+        return throttle_ms
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)

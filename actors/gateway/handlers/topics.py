@@ -13,6 +13,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import CreatePartitionsResponse, CreateTopicsResponse, DeleteTopicsResponse
 
 from actors.gateway.handlers.configs import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC
+from actors.gateway.handlers.quotas import THROTTLING_QUOTA_EXCEEDED_MESSAGE, Mutations
 from actors.security.authorizer import AclOperation, ResourceType
 
 TOPIC = ResourceType.TOPIC
@@ -27,6 +28,7 @@ async def handle_create_topics(ctx, header, request, connection=None) -> CreateT
     creatable = set(names) if access.allows_cluster(AclOperation.CREATE) else \
         access.allowed(AclOperation.CREATE, TOPIC, names)
     configs_visible = access.allowed(AclOperation.DESCRIBE_CONFIGS, TOPIC, names)
+    mutations = Mutations(ctx, connection, header)
     for t in request.topics:
         result = CreateTopicsResponse.CreatableTopicResult(name=t.name, topic_id=ZERO_UUID, num_partitions=-1,
                                                            replication_factor=-1, configs=None)
@@ -41,11 +43,16 @@ async def handle_create_topics(ctx, header, request, connection=None) -> CreateT
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = "give either replica assignments or num_partitions/replication_factor, not both"
             continue
+        if mutations.refused():  # controller_mutation_rate (KIP-599)
+            result.error_code, result.error_message = ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLING_QUOTA_EXCEEDED_MESSAGE
+            continue
         assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
         configs = {c.name: c.value for c in t.configs}
         error, message, created = await ctx.controller.create_topic(
             t.name, t.num_partitions, t.replication_factor, configs, request.validate_only, assignments)
         result.error_code, result.error_message = error, message
+        if created and not request.validate_only:
+            mutations.record(created["num_partitions"])
         if created:
             result.topic_id = created["topic_id"]
             result.num_partitions = created["num_partitions"]
@@ -60,7 +67,7 @@ async def handle_create_topics(ctx, header, request, connection=None) -> CreateT
                 is_sensitive=False) for k, v in sorted(created["configs"].items())]
     if not request.validate_only:
         await ctx.refresh_metadata()
-    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+    return CreateTopicsResponse(throttle_time_ms=mutations.throttle_time_ms(), topics=results)
 
 
 async def handle_delete_topics(ctx, header, request, connection=None) -> DeleteTopicsResponse:
@@ -71,6 +78,7 @@ async def handle_delete_topics(ctx, header, request, connection=None) -> DeleteT
     results = []
     access = ctx.access(connection)
     cluster_delete = access.allows_cluster(AclOperation.DELETE)
+    mutations = Mutations(ctx, connection, header)
     for name, topic_id in wanted:
         result = DeleteTopicsResponse.DeletableTopicResult(name=name, topic_id=topic_id)
         results.append(result)
@@ -89,25 +97,37 @@ async def handle_delete_topics(ctx, header, request, connection=None) -> DeleteT
                     result.name = name
                 continue
         result.name = name
+        if mutations.refused():
+            result.error_code, result.error_message = ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLING_QUOTA_EXCEEDED_MESSAGE
+            continue
+        topic = ctx.metadata.topics.get(name)
         error, message, deleted_id = await ctx.controller.delete_topic(name)
         result.error_code, result.error_message = error, message
+        if error == 0 and topic is not None:
+            mutations.record(len(topic.partitions))
         if deleted_id is not None:
             result.topic_id = deleted_id
     await ctx.refresh_metadata()
-    return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+    return DeleteTopicsResponse(throttle_time_ms=mutations.throttle_time_ms(), responses=results)
 
 
 async def handle_create_partitions(ctx, header, request, connection=None) -> CreatePartitionsResponse:
     results = []
     alterable = ctx.access(connection).allowed(AclOperation.ALTER, TOPIC, (t.name for t in request.topics))
+    mutations = Mutations(ctx, connection, header)
     for t in request.topics:
         if t.name not in alterable:
             error, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
         elif t.assignments:
             error, message = ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported yet"
+        elif mutations.refused():
+            error, message = ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLING_QUOTA_EXCEEDED_MESSAGE
         else:
+            topic = ctx.metadata.topics.get(t.name)
             error, message = await ctx.controller.create_partitions(t.name, t.count, request.validate_only)
+            if error == 0 and topic is not None and not request.validate_only:
+                mutations.record(t.count - len(topic.partitions))
         results.append(CreatePartitionsResponse.CreatePartitionsTopicResult(
             name=t.name, error_code=error, error_message=message))
     await ctx.refresh_metadata()
-    return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+    return CreatePartitionsResponse(throttle_time_ms=mutations.throttle_time_ms(), results=results)
