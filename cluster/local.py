@@ -83,7 +83,7 @@ IDLE_WORKERS_KEPT_ENV = "RAY_num_workers_soft_limit"
 
 # What the Ray that `kray start` starts for one broker does by the clock, slowed where Ray's default
 # serves a cluster scheduling tasks and a broker's single node runs a few long-lived actors
-# (num_cpus=0): ~0.013 of the idle broker's 0.062 cores (benchmarks/results/idle-broker.md). Set
+# (num_cpus=0): raylet, GCS and agent 0.017 -> 0.010 cores (docs/benchmarks/cluster.md, One idle broker). Set
 # in the environment of the processes Ray starts; a value the user set wins.
 QUIET_RAY_ENV = {
     "RAY_task_events_report_interval_ms": "0",  # 1000: task state events, for Ray's state API and dashboard
