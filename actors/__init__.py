@@ -58,7 +58,7 @@ class _ToConsole(logging.Handler):
             exception = ""
             if record.exc_info and record.exc_info[1] is not None:
                 exception = traceback.format_exception_only(record.exc_info[1])[-1].strip()
-            identity = (record.name, record.getMessage(), exception)
+            identity = (record.name, record.getMessage().split("\n", 1)[0], exception)  # (as server.log's follower)
             if identity in self.sent:
                 return
             self.sent.add(identity)
