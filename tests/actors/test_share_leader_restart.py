@@ -5,7 +5,7 @@ import time
 
 import pytest
 import ray
-from confluent_kafka import AcknowledgeType, ShareConsumer
+from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, ShareConsumer
 
 from actors import internal_topics
 from tests.actors.queues import queue_with_records
@@ -13,6 +13,10 @@ from tests.actors.restarts import host_of, kill_and_await_restart, leader_replic
 from tests.coordinators import group_coordinator_partition, share_state_partition
 
 RECORDS = 400
+# what a ShareFetch may answer for a partition while its share-partition leader or share coordinator moves
+RETRIABLE_WHILE_MOVING = {KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+                          KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                          KafkaError.NOT_COORDINATOR}
 
 
 # which actors die, in order: the leader's partition replica, or an internal partition's leader (the
@@ -60,7 +64,13 @@ def test_acknowledged_records_survive_a_kill(broker, victim):
     rest = set()
     deadline = time.monotonic() + 90
     while len(accepted) + len(rest) < RECORDS and time.monotonic() < deadline:
-        for m in second.poll(1.0):
+        try:
+            polled = second.poll(1.0)
+        except KafkaException as e:  # while the killed state's partition has no leader yet: Kafka's retriable
+            if e.args[0].code() not in RETRIABLE_WHILE_MOVING:  # answer, which the client surfaces; poll again
+                raise
+            continue
+        for m in polled:
             if m.error() is None:
                 key = int(m.key())
                 assert key not in accepted, f"record {key} was accepted before the kill and came back"

@@ -101,12 +101,21 @@ def test_a_topic_and_its_coordinators_move_under_load_and_nothing_acknowledged_i
                                                                              if r not in replicas][:1]
         started = h.now()
         assert _alter(bootstrap, targets) == {}
-        _wait(lambda: _moves_done(bootstrap), 120, "the moves did not complete in 120 s")
+        try:
+            _wait(lambda: _moves_done(bootstrap), 180, "the moves did not complete in 180 s")
+        except AssertionError:
+            with KafkaConnection(bootstrap) as conn:
+                stuck = tool.ongoing(conn)
+            image = cluster.metadata()
+            raise AssertionError(f"moves still running after 180 s: " + "; ".join(
+                f"{t}-{p} {moving} ISR {image.topics[t].partitions[p].isr} leader {image.topics[t].partitions[p].leader}"
+                for (t, p), moving in sorted(stuck.items()))) from None
         h.faults.append(checker.Fault("reassignment", started, h.now()))
         after = cluster.metadata()
         for p, replicas in MOVE_OFF_LEADERS.items():
             moved = after.topics[topic].partitions[p]
-            assert (moved.replicas, moved.leader) == (replicas, replicas[0]), moved
+            # (the target's first replica took over; on a loaded machine a session may lapse since and move it on)
+            assert moved.replicas == replicas and moved.leader in replicas, moved
         for (name, index), leader in internal_before.items():
             moved = after.topics[name].partitions[index]
             assert leader not in moved.replicas and moved.leader != leader, (name, index, moved)

@@ -221,3 +221,39 @@ def test_unclean_election():
     assert p.leader == -1, "1 is not in the ISR: no clean leader"
     results, outcome = core.elect_leaders(UNCLEAN, [("t", [0])])
     assert results == [("t", [(0, 0, None)])] and (p.leader, p.isr) == (1, [1]) and outcome.records
+
+
+def test_the_reconciler_starts_the_adding_replicas_and_stops_the_removed_ones():
+    """What the supervision does with a placement change (Supervision.follow_placements), stepped by hand:
+    the reconciler's `missing` starts the replica a move adds, `unwanted` stops the one it removed once it
+    completed (and the one it added, after a cancel)."""
+    from actors.controller.reconciler import Reconciler, StopReplica, desired_replicas, placed_replicas
+    core = core_with()
+    rec = Reconciler()
+    registered = {0, 1, 2, 3}
+    topic = core.topics["t"]
+
+    def follow() -> tuple[list, list]:
+        started, stopped = [], []
+        for t in core.take_placement_changes():
+            _, starts = rec.missing(desired_replicas(core, registered, [t]))
+            for s in starts:
+                rec.replica_started(s.key, f"replica-{s.key[2]}", (s.key[2], 0))
+                started.append(s.key[2])
+            stopped += [s.key[2] for s in rec.unwanted(placed_replicas(core, [t]), {t.topic_id})
+                        if isinstance(s, StopReplica)]
+        return started, stopped
+
+    core.take_placement_changes()
+    _, starts = rec.missing(desired_replicas(core, registered, [topic]))
+    for s in starts:
+        rec.replica_started(s.key, f"replica-{s.key[2]}", (s.key[2], 0))
+    reassign(core, [3, 1, 2])
+    assert follow() == ([3], []), "the adding replica starts; nothing stops while the move runs"
+    catch_up(core, 3)
+    assert follow() == ([], [0]), "the move completed: the removed replica stops"
+    reassign(core, [0, 1, 2])
+    assert follow() == ([0], [])
+    reassign(core, None)
+    assert follow() == ([], [0]), "cancelled: the replica that was being added stops"
+    assert sorted(k[2] for k in rec.replicas) == [1, 2, 3]
