@@ -56,7 +56,7 @@ STARTUP_TIMEOUT_S = 180
 REDIS_PORT = 6380  # the GCS's Redis (gcs_redis), on the bridge's address
 STOP_TIMEOUT_S = 60
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
-INTERNAL_TOPICS = ("__consumer_offsets", "__share_group_state")  # made at start; all-topic Metadata leaves them out
+INTERNAL_TOPICS = ("__consumer_offsets", "__share_group_state")  # made at start: each is asked for by name too
 HEALTH_POLL_S = 0.5
 
 

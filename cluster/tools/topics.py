@@ -29,6 +29,8 @@ def add_parser(sub) -> None:
     p.add_argument("--delete-config", action="append", default=[], metavar="KEY", help="remove a topic config (alter)")
     p.add_argument("--if-not-exists", action="store_true")
     p.add_argument("--if-exists", action="store_true")
+    p.add_argument("--exclude-internal", action="store_true",
+                   help="leave out internal topics (__consumer_offsets, ...) when listing or describing every topic")
     p.set_defaults(func=run)
 
 
@@ -86,7 +88,8 @@ def _metadata(conn, topics: list[str] | None):
 
 
 def _list(conn, args) -> int:
-    for name in sorted(t.name for t in _metadata(conn, None).topics if t.error_code == 0):
+    for name in sorted(t.name for t in _metadata(conn, None).topics
+                       if t.error_code == 0 and not (args.exclude_internal and t.is_internal)):
         print(name)
     return 0
 
@@ -95,6 +98,8 @@ def _describe(conn, args) -> int:
     metadata = _metadata(conn, [args.topic] if args.topic else None)
     status = 0
     for topic in sorted(metadata.topics, key=lambda t: t.name or ""):
+        if args.exclude_internal and topic.is_internal and not args.topic:
+            continue
         if topic.error_code:
             status = _fail(f"topic {topic.name}: {ErrorCode(topic.error_code).name}")
             continue

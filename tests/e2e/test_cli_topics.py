@@ -36,6 +36,17 @@ def test_topics_tool_create_describe_alter_delete(kray):
     assert kray_topics(kray, "--delete", "--topic", "cli-t", "--if-exists").returncode == 0
 
 
+def test_topics_list_shows_internal_topics_unless_excluded_as_kafka_topics_does(kray):
+    assert kray_topics(kray, "--create", "--topic", "cli-internal-t", "--if-not-exists").returncode == 0
+    consumer = Consumer({"bootstrap.servers": kray, "group.id": "cli-internal"})
+    consumer.commit(offsets=[TopicPartition("cli-internal-t", 0, 0)], asynchronous=False)  # makes __consumer_offsets
+    consumer.close()
+    listed = kray_topics(kray, "--list").stdout.split()
+    assert "__consumer_offsets" in listed and "cli-internal-t" in listed
+    excluded = kray_topics(kray, "--list", "--exclude-internal").stdout.split()
+    assert "__consumer_offsets" not in excluded and "cli-internal-t" in excluded
+
+
 def test_topics_tool_says_what_to_do_when_no_broker_listens():
     r = kray_topics("127.0.0.1:1", "--list")
     assert r.returncode == 1 and "kray start" in r.stderr

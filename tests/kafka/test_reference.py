@@ -82,3 +82,27 @@ def _described_host(bootstrap: str) -> tuple[str, str]:
 def test_members_client_host_is_shown_as_kafka_shows_it(both):
     """Kafka shows a member's address as Java's InetAddress prints it ("/127.0.0.1"), in every describe."""
     assert _described_host(both["kray"]) == _described_host(both["kafka"]) == ("/127.0.0.1", "/127.0.0.1")
+
+
+def _all_topics(bootstrap: str) -> dict[str, bool]:
+    """A Metadata request for every topic: name -> is_internal."""
+    from protocol import messages as m
+    with compare.connect(bootstrap) as conn:
+        answer = conn.send(m.MetadataRequest(topics=None, allow_auto_topic_creation=False))
+    return {t.name: t.is_internal for t in answer.topics}
+
+
+def test_listing_every_topic_lists_the_internal_ones_as_kafka_does(both):
+    """Metadata for every topic names __consumer_offsets (once a group made it) marked internal, and the
+    user's topics not (Kafka's own tools and librdkafka list it; Java's listTopics() leaves it out by itself)."""
+    from confluent_kafka import Consumer, TopicPartition
+    for bootstrap in both.values():  # a committed offset makes __consumer_offsets on each broker
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ref-internal-topics"})
+        consumer.commit(offsets=[TopicPartition("ref-topic", 0, 0)], asynchronous=False)
+        consumer.close()
+    kafka, kray = _all_topics(both["kafka"]), _all_topics(both["kray"])
+    for topics in (kafka, kray):
+        assert topics.get("__consumer_offsets") is True
+        assert topics.get("ref-topic") is False
+    assert {n for n, internal in kray.items() if internal} <= {"__consumer_offsets", "__transaction_state",
+                                                                "__share_group_state"}

@@ -73,7 +73,7 @@ async def handle_metadata(ctx, header, request, connection=None) -> MetadataResp
     all_topics = request.topics is None or (version == 0 and not request.topics)
     topics = []
     if all_topics:
-        visible = [t for t in image.topics.values() if not t.internal]
+        visible = list(image.topics.values())  # internal ones too, marked is_internal, as Kafka lists them
         allowed = access.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in visible))
         topics = [described(t) for t in visible if t.name in allowed]
     else:
