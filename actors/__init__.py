@@ -1,6 +1,8 @@
 import logging
 import os
+import queue
 import sys
+import threading
 
 # `kray start --log-dir DIR --log-level LEVEL` tells the actors' processes through these (they inherit
 # the environment of the Ray that kray start starts)
@@ -13,7 +15,7 @@ LOG_LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.IN
               "CRITICAL": logging.CRITICAL, "OFF": logging.CRITICAL + 10}
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [pid %(process)d]: %(message)s"
 # `kray start` asks its actors to send each ERROR record (once) to its console through Ray's GCS too:
-# that way works when the log directory is on a full disk, and from every node of the cluster
+# that way works when the log directory is on a full disk (the actors of the Ray that kray start starts)
 CONSOLE_ERRORS_ENV = "KRAY_CONSOLE_ERRORS"
 CONSOLE_ERROR_PREFIX = "kray-console-error "  # (how kray start tells them from Ray's own messages)
 
@@ -46,6 +48,8 @@ class _ToConsole(logging.Handler):
         super().__init__(logging.ERROR)
         self.log_dir = log_dir
         self.sent: set[tuple[str, str, str]] = set()
+        self.outbox: queue.Queue = queue.Queue(maxsize=100)  # sent by a thread of its own: a GCS that does not
+        self.sender: threading.Thread | None = None          # answer (the Ray head lost) never holds up a caller
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -54,18 +58,28 @@ class _ToConsole(logging.Handler):
             exception = ""
             if record.exc_info and record.exc_info[1] is not None:
                 exception = traceback.format_exception_only(record.exc_info[1])[-1].strip()
-            identity = (record.name, record.getMessage(), exception)
+            identity = (record.name, record.getMessage().split("\n", 1)[0], exception)  # (as server.log's follower)
             if identity in self.sent:
                 return
             self.sent.add(identity)
-            import ray._private.utils as ray_utils
-            import ray._private.worker as ray_worker
             details = os.path.join(self.log_dir, SERVER_LOG) if self.log_dir else None
-            ray_utils.publish_error_to_driver("kray", CONSOLE_ERROR_PREFIX + json.dumps(
-                {"logger": identity[0], "message": identity[1], "exception": exception, "details": details}),
-                gcs_client=ray_worker.global_worker.gcs_client)
-        except Exception:  # (no Ray here, or its GCS is gone: server.log and stderr still have the record)
+            self.outbox.put_nowait(CONSOLE_ERROR_PREFIX + json.dumps(
+                {"logger": identity[0], "message": identity[1], "exception": exception, "details": details}))
+            if self.sender is None:
+                self.sender = threading.Thread(target=self._send, name="kray-console-errors", daemon=True)
+                self.sender.start()
+        except Exception:  # (a full outbox: server.log and stderr still have the record)
             pass
+
+    def _send(self) -> None:
+        import ray._private.utils as ray_utils
+        import ray._private.worker as ray_worker
+        while True:
+            text = self.outbox.get()
+            try:
+                ray_utils.publish_error_to_driver("kray", text, gcs_client=ray_worker.global_worker.gcs_client)
+            except Exception:  # (no Ray here, or its GCS is gone: server.log and stderr still have the record)
+                pass
 
 
 def log_to_stderr() -> None:

@@ -6,7 +6,7 @@ server.log (`--log-dir`), once, as one line, pointing at the file for the whole 
 
 The same error again (the same logger, message and exception) is not repeated. The actors of a
 `kray start` send each ERROR record through Ray's GCS too (actors.CONSOLE_ERRORS_ENV): that way
-reaches the console when server.log can't be written (its disk is full) and from every node;
+reaches the console when server.log can't be written (its disk is full);
 `ConsoleErrors` says each once, whichever way it came first.
 """
 from __future__ import annotations

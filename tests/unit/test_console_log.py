@@ -72,3 +72,26 @@ def test_an_error_sent_through_ray_and_found_in_server_log_is_said_once():
         errors.once(identity, f"kray start: {line} (details: /d/logs/server.log)")
     assert said == ["kray start: error in kray.storage: cannot write to the log directory /d: [Errno 28] No space left "
                     "on device: free space there (details: /d/logs/server.log)"]
+
+
+def test_an_error_record_has_the_same_identity_both_ways():
+    """What an actor sends through Ray (actors._ToConsole) and what the follower reads from server.log name the
+    same error alike, so that kray start says it once."""
+    import json
+    import sys
+
+    handler = actors._ToConsole("/logs")
+    handler.sender = object()  # (no sending thread: the test reads the outbox)
+    try:
+        int("three")
+    except ValueError:
+        record = logging.LogRecord("kray.gateway", logging.ERROR, __file__, 1, "closing the connection\nsecond line",
+                                   (), sys.exc_info())
+    handler.emit(record)
+    handler.emit(record)  # (the same again: sent once)
+    sent = json.loads(handler.outbox.get_nowait()[len(actors.CONSOLE_ERROR_PREFIX):])
+    assert handler.outbox.empty()
+    text = logging.Formatter(actors.LOG_FORMAT).format(record) + "\n"
+    [(identity, _)] = error_lines(text)
+    assert (sent["logger"], sent["message"], sent["exception"]) == identity == (
+        "kray.gateway", "closing the connection", "ValueError: invalid literal for int() with base 10: 'three'")
