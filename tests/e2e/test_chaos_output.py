@@ -12,7 +12,8 @@ KRAY = str(Path(sys.executable).parent / "kray")
 # seed 32, 16 s, mean gap 3 s, kill and pause: kill broker 2 at 0.2 s, restart at 5.8 s, pause broker 3
 # at 9.6 s, resume at 13.8 s (cluster.chaos.plan; tests/unit/test_chaos_plan.py holds the planner)
 SCHEDULE = ["--seed", "32", "--duration", "16", "--mean-gap", "3", "--faults", "kill,pause"]
-KRAYS_OWN = ("Starting Kray:", "Kray is ready:", "Logs:", "chaos seed", "+", "[", "The schedule is done",
+# Kray's own lines; "kray start: " is what the deploy waits for, printed when it waits long enough (a busy machine)
+KRAYS_OWN = ("Starting Kray:", "kray start: ", "Kray is ready:", "Logs:", "chaos seed", "+", "[", "The schedule is done",
              "Stopping Kray", "Kray stopped:")
 
 
