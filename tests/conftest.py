@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-import pytest
 
 WHOLE_DIRECTORY = ("hosts", "kafka", "spark", "actors")   # one group each, in this order, before the rest
 
