@@ -31,9 +31,14 @@ def test_one_broker_per_node_and_partitions_spread(cluster):
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic("spread", 6, 1)])["spread"].result(30)
     for gateway in cluster.bootstrap.split(","):  # any gateway describes the whole cluster
-        md = AdminClient({"bootstrap.servers": gateway}).list_topics(timeout=30)
+        deadline = time.monotonic() + 30
+        while True:  # as Kafka's own tests wait for partition metadata after CreateTopics: leaders may be -1 briefly
+            md = AdminClient({"bootstrap.servers": gateway}).list_topics(timeout=30)
+            leaders = [md.topics["spread"].partitions[i].leader for i in range(6)]
+            if -1 not in leaders or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert sorted(md.brokers) == [1, 2, 3]
-        leaders = [md.topics["spread"].partitions[i].leader for i in range(6)]
         assert sorted(leaders) == [1, 1, 2, 2, 3, 3]
         assert leaders == [cluster.leader("spread", i) for i in range(6)]
     nodes = {n["NodeID"]: n.get("Labels", {}) for n in ray.nodes() if n["Alive"]}
