@@ -90,3 +90,48 @@ class KrayProcess:
                 pass
             self.proc.wait()
             self.proc = None
+
+
+def wait_for(condition, timeout_s: float, interval_s: float = 0.5) -> bool:
+    """Poll `condition` (an exception counts as not yet) until it holds or `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return True
+        except Exception:
+            pass
+        time.sleep(interval_s)
+    return False
+
+
+class NodesProcess:
+    """`kray start --nodes N --port 0` as a user runs it: `start()` waits for "Kray is ready" and returns the
+    first bootstrap address; `stop()` sends SIGTERM to its process group (SIGKILL after 90 s); `output` keeps
+    every line it printed."""
+
+    def __init__(self, data_dir: Path, nodes: int = 3):
+        self.data_dir, self.nodes = Path(data_dir), nodes
+        self.output: list[str] = []
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 240) -> str:
+        kray = str(Path(sys.executable).parent / "kray")
+        self.proc = subprocess.Popen([kray, "start", "--nodes", str(self.nodes), "--port", "0", "--data-dir",
+                                      str(self.data_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True, stdin=subprocess.DEVNULL,
+                                     env=os.environ | {"PYTHONUNBUFFERED": "1"})
+        threading.Thread(target=lambda: self.output.extend(line.rstrip() for line in self.proc.stdout),
+                         daemon=True).start()
+        assert wait_for(lambda: any("Kray is ready" in line for line in self.output), timeout_s), \
+            "\n".join(self.output)
+        return next(line for line in self.output if "Kray is ready" in line).split("bootstrap=")[1].split(",")[0]
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(90)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)

@@ -1,14 +1,12 @@
 """`kray broker --kill/--restart N` acts on one broker of a running `kray start --nodes 3` from
 another terminal (issue 37: only LocalCluster.kill_node from Python could)."""
-import os
-import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
+
+from tests.kray_process import NodesProcess, wait_for
 
 KRAY = str(Path(sys.executable).parent / "kray")
 
@@ -17,28 +15,12 @@ def brokers(bootstrap: str) -> set[int]:
     return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).brokers)
 
 
-def wait_for(condition, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return True
-        except Exception:
-            pass
-        time.sleep(0.5)
-    return False
-
-
 def test_kray_broker_kills_and_restarts_one_broker_of_kray_start_nodes(tmp_path):
     data = tmp_path / "data"
-    proc = subprocess.Popen([KRAY, "start", "--nodes", "3", "--port", "0", "--data-dir", str(data)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            stdin=subprocess.DEVNULL, env=os.environ | {"PYTHONUNBUFFERED": "1"})
-    output: list[str] = []
-    threading.Thread(target=lambda: output.extend(line.rstrip() for line in proc.stdout), daemon=True).start()
+    server = NodesProcess(data)
+    output = server.output
     try:
-        assert wait_for(lambda: any("Kray is ready" in line for line in output), 240), "\n".join(output)
-        bootstrap = next(line for line in output if "Kray is ready" in line).split("bootstrap=")[1].split(",")[0]
+        bootstrap = server.start()
         assert wait_for(lambda: brokers(bootstrap) == {1, 2, 3}, 60)
 
         kill = subprocess.run([KRAY, "broker", "--data-dir", str(data), "--kill", "2"], capture_output=True, text=True,
@@ -54,11 +36,7 @@ def test_kray_broker_kills_and_restarts_one_broker_of_kray_start_nodes(tmp_path)
         assert (restart.returncode, restart.stdout.strip()) == (0, "kray broker: ok: broker 2 serves again"), restart
         assert wait_for(lambda: brokers(bootstrap) == {1, 2, 3}, 60)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(90)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        server.stop()
     assert any("Kray stopped: every process it started has exited" in line for line in output), "\n".join(output)
     # Kray says it in its words (broker 2 lost ... back); Ray's own messages ("(raylet) The node ... has been
     # marked dead", in colour even when redirected) stay in the log directory

@@ -4,11 +4,8 @@ tests/kafka/lib): replicas move between brokers, a throttled move stays in progr
 throttles are removed by --verify, every record produced before is read back after, and the replicas moved away
 are deleted from their brokers' disks."""
 import json
-import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -18,42 +15,21 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from tests.kafka.broker import java, missing
+from tests.kray_process import NodesProcess, wait_for
 
 KRAY = str(Path(sys.executable).parent / "kray")
 RECORDS = 3000
 VALUE = b"r" * 1000  # 3 MB a partition: more than one follower fetch (replica.fetch.max.bytes 1 MiB)
 
 
-def wait_for(condition, timeout_s: float, interval_s: float = 0.5) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return True
-        except Exception:
-            pass
-        time.sleep(interval_s)
-    return False
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     data = tmp_path_factory.mktemp("reassign") / "data"
-    proc = subprocess.Popen([KRAY, "start", "--nodes", "3", "--port", "0", "--data-dir", str(data)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            stdin=subprocess.DEVNULL, env=os.environ | {"PYTHONUNBUFFERED": "1"})
-    output: list[str] = []
-    threading.Thread(target=lambda: output.extend(line.rstrip() for line in proc.stdout), daemon=True).start()
+    server = NodesProcess(data)
     try:
-        assert wait_for(lambda: any("Kray is ready" in line for line in output), 240), "\n".join(output)
-        bootstrap = next(line for line in output if "Kray is ready" in line).split("bootstrap=")[1].split(",")[0]
-        yield {"bootstrap": bootstrap, "data": data}
+        yield {"bootstrap": server.start(), "data": data}
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(90)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        server.stop()
 
 
 def kray(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
