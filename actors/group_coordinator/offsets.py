@@ -65,6 +65,7 @@ class OffsetStore:
 
     def _forget(self, group_id: str, topic: str, partition: int) -> bool:
         """Drop a partition's committed offset and its pending ones; True if there was either."""
+        self._changes_unrevertable()
         stored = self._offsets.get(group_id, {})
         found = stored.pop((topic, partition), None) is not None
         self._order.pop((group_id, topic, partition), None)
@@ -133,6 +134,7 @@ class OffsetStore:
         """The COMMIT or ABORT marker of `producer_id` reached the partition (appended now, or replayed): its
         pending offsets become the committed ones, or are dropped. Returns the (group, topic, partition) whose
         committed offset changed. Nothing to write: the marker is the record."""
+        self._changes_unrevertable()
         by_group = self._pending.pop(producer_id, None)
         if by_group is None:
             return []  # a marker for a producer without pending offsets here (a resend, or none were sent)
@@ -195,6 +197,13 @@ class OffsetStore:
                 self._changes.clear()
             self._changes.append((key, self._offsets.get(group_id, {}).get((topic, partition)), self._order.get(key)))
             self._store(group_id, topic, partition, value, self._take_order())
+
+    def _changes_unrevertable(self) -> None:
+        """Committed offsets change otherwise than by `apply` (a tombstone, a transaction's marker): the commits applied
+        before can no longer be taken back alone (`revert` says so; the shell then reloads from the log)."""
+        if self._changes:
+            self._changes_dropped += len(self._changes)
+            self._changes.clear()
 
     def changes_mark(self) -> int:
         """Where the next commit's changes start (see `revert`)."""
@@ -291,6 +300,7 @@ class OffsetStore:
     def replay(self, key_bytes, value_bytes, producer_id: int = -1) -> str:
         """Load one offset commit record (`producer_id`: of its transactional batch, -1 outside a transaction);
         returns its group id."""
+        self._changes_unrevertable()
         (group_id, topic, partition), value = crec.decode_offset_commit(key_bytes, value_bytes)
         if value is None:
             self._forget(group_id, topic, partition)

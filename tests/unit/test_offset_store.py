@@ -145,3 +145,20 @@ def test_a_commit_changes_nothing_until_applied_and_a_revert_takes_back_exactly_
     replayed = OffsetStore()
     replayed.replay(*crec.offset_commit("g", "t", 0, OffsetCommitValue(1, -1, "", 1)))   # the log: the first
     assert replayed.fetch("g", None) == store.fetch("g", None), "the store is what the log holds"
+
+
+def test_a_tombstone_or_a_marker_after_an_applied_commit_makes_it_unrevertable():
+    """Once the offsets change otherwise (OffsetDelete, a transaction's marker), reverting the commit alone could
+    leave what no replay of the log gives: revert refuses, and the shell reloads from the log."""
+    for change in (lambda store: store.delete("g", [("t", 1)]), lambda store: store.complete_transaction(5, True)):
+        store = OffsetStore()
+        mark = store.changes_mark()
+        commit(store, "g", [("t", 0, 7, -1, "")], now_ms=2)
+        change(store)
+        assert not store.revert(mark)
+        assert [v.offset for _, _, v in store.fetch("g", None)] == [7], "a refused revert changes nothing"
+        store.settle()
+        mark = store.changes_mark()
+        commit(store, "g", [("t", 0, 8, -1, "")], now_ms=3)
+        assert store.revert(mark), "after settling, commits are revertable again"
+        assert [v.offset for _, _, v in store.fetch("g", None)] == [7]
