@@ -162,7 +162,9 @@ class OffsetStore:
     def live_records(self) -> list[Record]:
         """One record per committed offset, its current value: replaying them rebuilds the store (compaction).
         Pending transactional offsets are not among them: their records stay in the log until their transaction
-        ends (the shell never deletes records past the partition's last stable offset)."""
+        ends (the shell never deletes records past the partition's last stable offset). The commits applied and not
+        settled go into them too: they can no longer be reverted alone."""
+        self._changes_unrevertable()
         return [crec.offset_commit(g, t, p, v) for g, stored in self._offsets.items() for (t, p), v in stored.items()]
 
     def positions(self) -> list[tuple[str, str, int, int]]:

@@ -147,10 +147,11 @@ def test_a_commit_changes_nothing_until_applied_and_a_revert_takes_back_exactly_
     assert replayed.fetch("g", None) == store.fetch("g", None), "the store is what the log holds"
 
 
-def test_a_tombstone_or_a_marker_after_an_applied_commit_makes_it_unrevertable():
-    """Once the offsets change otherwise (OffsetDelete, a transaction's marker), reverting the commit alone could
+def test_a_tombstone_a_marker_or_compaction_after_an_applied_commit_makes_it_unrevertable():
+    """Once the offsets change otherwise (OffsetDelete, a transaction's marker) or compaction writes them, reverting the commit alone could
     leave what no replay of the log gives: revert refuses, and the shell reloads from the log."""
-    for change in (lambda store: store.delete("g", [("t", 1)]), lambda store: store.complete_transaction(5, True)):
+    for change in (lambda store: store.delete("g", [("t", 1)]), lambda store: store.complete_transaction(5, True),
+                   lambda store: store.live_records()):                   # (compaction rewrites them)
         store = OffsetStore()
         mark = store.changes_mark()
         commit(store, "g", [("t", 0, 7, -1, "")], now_ms=2)
