@@ -100,13 +100,17 @@ class Balancing:
             self._clear_throttles(loads)
             return None
         eligible = [b for b in core.live_brokers() if b in rec.serving and b not in draining]
+        down = sorted(b for b in core.brokers if b not in draining and b not in eligible)
+        if enabled and down:  # (a broker fenced for a moment must not set off moves among the others)
+            self._say_once(f"balancer: waits while broker{'s' if len(down) > 1 else ''} "
+                           f"{', '.join(map(str, down))} {'are' if len(down) > 1 else 'is'} down or starting "
+                           f"(drains go on)")
+        elif not down:
+            self.said = {t for t in self.said if not t.startswith("balancer: waits while")}
         result = balancer.plan(loads, eligible, draining, int(config.get("kray.balancer.max.moves.in.flight", 10)),
-                               balance=enabled)
+                               balance=enabled and not down)
         for reason in result.stuck:
-            if reason not in self.said:
-                self.said.add(reason)
-                log.warning("balancer: %s", reason)
-                self.shell._say(f"balancer: {reason}")
+            self._say_once(f"balancer: {reason}")
         if result.moves:
             self._throttle(result.moves, loads)
             topics: dict[str, list] = {}
@@ -138,6 +142,12 @@ class Balancing:
                 self.retiring.add(broker_id)
                 self.shell.supervision._spawn(self._retire(broker_id))
         return result
+
+    def _say_once(self, text: str) -> None:
+        if text not in self.said:
+            self.said.add(text)
+            log.warning("%s", text)
+            self.shell._say(text)
 
     # ---- throttles -----------------------------------------------------------------------------
     def _rate(self) -> int:

@@ -21,8 +21,7 @@ from cluster.admin import KafkaConnection
 from cluster.local import LocalCluster
 from cluster.tools import reassign_partitions as tool
 
-OVERRIDES = {"broker.session.timeout.ms": 3000, "broker.heartbeat.interval.ms": 500, "replica.lag.time.max.ms": 5000,
-             "kray.balancer.enable": True, "kray.balancer.check.interval.ms": 1000,
+OVERRIDES = {"kray.balancer.enable": True, "kray.balancer.check.interval.ms": 1000,
              "kray.balancer.max.moves.in.flight": 8,
              # small internal topics: the balance covers them too, and the test keeps to a few minutes
              "offsets.topic.num.partitions": 6, "share.coordinator.state.topic.num.partitions": 6,
