@@ -2,6 +2,8 @@
 balancer.py, read from the core as actors/controller/balancing.py reads it) carried out as AlterPartitionReassignments
 with replicas catching up (AlterPartition), new partitions kept off a broker being drained (as Kafka's cordoned
 brokers, KIP-1066), and UnregisterBroker refused while a replica is left and replayed from the log after."""
+from collections import Counter
+
 from actors.config_schema import BROKER_DEFAULTS
 from actors.controller import balancer
 from actors.controller.balancing import partition_loads
@@ -100,3 +102,79 @@ def test_a_drain_without_balancing_moves_only_the_draining_brokers_replicas():
         assert 2 not in p.replicas
         if 2 not in before[p.index]:
             assert p.replicas == before[p.index]
+
+
+class _Supervision:
+    def __init__(self):
+        self.spawned, self.followed, self.pushed = [], 0, 0
+
+    def follow_placements(self):
+        self.followed += 1
+
+    def push_replication_throttles(self):
+        self.pushed += 1
+
+    def note_changes(self):
+        pass
+
+    def _spawn(self, coro):
+        self.spawned.append(coro)
+        coro.close()
+
+
+class _Shell:
+    """The controller shell as balancing.Balancing uses it: the real core and reconciler, the rest recorded."""
+
+    def __init__(self, core, serving):
+        from actors.controller.reconciler import Reconciler
+        self.core, self.rec, self.supervision = core, Reconciler(), _Supervision()
+        self.rec.serving = set(serving)
+        self.records, self.said = [], []
+
+    def _persist(self, outcome):
+        self.records += outcome.records
+
+    def _say(self, text):
+        self.said.append(text)
+
+    async def reconfigure_replicas(self, name):
+        pass
+
+
+def test_the_shell_step_throttles_joining_replicas_elects_once_idle_and_retires_a_drained_broker():
+    from actors.controller.balancing import Balancing
+    core, _ = _core(3)
+    core.broker_config.update({"kray.balancer.enable": True, "kray.balancer.max.moves.in.flight": 4,
+                               "kray.balancer.replication.throttled.rate": 1000000})
+    core.create_topic("orders", 8, 2, {})
+    core.register_broker(BrokerInfo(4, "127.0.0.1", 9095, None, "node-4"))
+    shell = _Shell(core, {1, 2, 3})
+    balancing = Balancing(shell)
+    result = balancing.step()
+    assert result.moves == [] and any("broker 4 is down or starting" in s for s in shell.said), \
+        "a broker that does not serve yet holds the balance back"
+    shell.rec.serving.add(4)
+    result = balancing.step()
+    assert 0 < len(result.moves) <= 4 and all(4 in m.replicas for m in result.moves)
+    listed = core.topics["orders"].configs["follower.replication.throttled.replicas"]
+    assert set(listed.split(",")) == {f"{m.partition}:4" for m in result.moves}
+    assert core.dynamic_broker_configs["4"]["follower.replication.throttled.rate"] == 1000000
+    assert shell.supervision.followed == 1
+    assert not result.elections or any(p.moving for p in partition_loads(core))
+    for _ in range(20):
+        _catch_up_all(core)
+        balancing.step()
+    assert not any(p.moving for p in partition_loads(core))
+    assert "follower.replication.throttled.replicas" not in core.topics["orders"].configs
+    assert "4" not in core.dynamic_broker_configs, "the balancer removes the throttles it set"
+    on = Counter(b for p in core.topics["orders"].partitions for b in p.replicas)
+    assert on == {1: 4, 2: 4, 3: 4, 4: 4}
+    assert {b: sum(p.leader == b for p in core.topics["orders"].partitions) for b in (1, 2, 3, 4)} == \
+        {1: 2, 2: 2, 3: 2, 4: 2}
+
+    core.alter_broker_configs("4", {"kray.broker.draining": True})
+    for _ in range(20):
+        _catch_up_all(core)
+        balancing.step()
+    assert all(4 not in p.replicas for p in core.topics["orders"].partitions)
+    assert [c.__qualname__ for c in shell.supervision.spawned if "retire" in c.__qualname__] == ["Balancing._retire"]
