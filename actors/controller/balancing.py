@@ -95,10 +95,10 @@ class Balancing:
         config = core.broker_config
         draining = core.draining_brokers() & set(core.brokers)
         enabled = _enabled(config.get("kray.balancer.enable", False))
-        loads = partition_loads(core)
         if not enabled and not draining:
-            self._clear_throttles(loads)
+            self._clear_throttles()
             return None
+        loads = partition_loads(core)
         eligible = [b for b in core.live_brokers() if b in rec.serving and b not in draining]
         down = sorted(b for b in core.brokers if b not in draining and b not in eligible)
         if enabled and down:  # (a broker fenced for a moment must not set off moves among the others)
@@ -135,7 +135,7 @@ class Balancing:
             _, outcome = core.elect_leaders(PREFERRED, list(topics.items()))
             self.shell._persist(outcome)
         if not moving:
-            self._clear_throttles(loads)
+            self._clear_throttles()
         for broker_id in sorted(draining):
             if broker_id not in self.retiring and not any(broker_id in p.replicas for t in core.topics.values()
                                                           for p in t.partitions):
@@ -183,7 +183,7 @@ class Balancing:
         if brokers:
             self.shell.supervision.push_replication_throttles()
 
-    def _clear_throttles(self, loads) -> None:
+    def _clear_throttles(self) -> None:
         """No move runs: remove the throttles the balancer set."""
         if not self.throttled_entries and not self.throttled_brokers:
             return

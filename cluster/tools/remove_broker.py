@@ -64,7 +64,8 @@ class State:
             return f"Broker {broker} removed: no partition has a replica on it, and it has unregistered."
         if not self.replicas:
             return f"Broker {broker}: no replica left; it stops and unregisters."
-        return (f"Broker {broker}: {len(self.replicas)} replicas left ({self.leaders} leaders), "
+        n = len(self.replicas)
+        return (f"Broker {broker}: {n} replica{'s' if n != 1 else ''} left ({self.leaders} leading), "
                 f"{len(self.moving)} moving off now.")
 
 

@@ -167,3 +167,25 @@ def test_a_fourth_broker_takes_its_share_then_is_removed_and_nothing_acknowledge
     accepted = {(e.partition, e.offset) for e in h.share if e.kind == "accepted"}
     refused = sum(n for kind, n in h.errors.items() if kind.startswith("share acknowledgement refused"))
     assert acked - accepted == set() or refused, (len(acked - accepted), refused)
+
+
+def test_a_node_that_ray_drains_has_its_broker_drained_and_unregistered(cluster):
+    """`ray drain-node` (Ray's DrainNode API, what the autoscaler calls before it takes a node away) on broker 5's
+    node: the controller drains broker 5 as kray remove-broker would, and it unregisters; every partition keeps
+    its replication factor."""
+    _, _, before = _spread(cluster)
+    replication = {key: len(r) for key, (r, _) in before.items()}
+    node = cluster.add_node(5)
+    _wait(lambda: 5 in _spread(cluster)[0], 120, "broker 5 got no replica in 120 s")
+    _wait(lambda: _balanced(cluster, [1, 2, 3, 5]), 300,
+          lambda: f"not balanced after 300 s: {_spread(cluster)[:2]}, moving {_moves(cluster.bootstrap)}")
+    done = subprocess.run([str(Path(sys.executable).parent / "ray"), "drain-node", "--address",
+                           cluster.ray_cluster.address, "--node-id", node.node_id, "--reason",
+                           "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", "kray test: node leaves",
+                           "--deadline-remaining-seconds", "900"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    _wait(lambda: 5 not in cluster.metadata().brokers and _spread(cluster)[0][5] == 0, 300,
+          lambda: f"broker 5 not drained after 300 s: {_spread(cluster)[:2]}, moving {_moves(cluster.bootstrap)}")
+    for key, (r, _) in _spread(cluster)[2].items():
+        assert len(r) == replication.get(key, len(r)) and 5 not in r, (key, r)
+    cluster.kill_node(5, graceful=True)
