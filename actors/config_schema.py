@@ -281,9 +281,6 @@ TOPIC_CONFIGS_WITHOUT_EFFECT: dict[str, str] = {
     "flush.messages": "Kray flushes as its durability rules say (acks=all: replicated), not every N messages",
     "flush.ms": "Kray flushes as its durability rules say (acks=all: replicated), not on a timer",
     "preallocate": "segment files grow as they are written",
-    "leader.replication.throttled.replicas": "Kray throttles replication on the followers' side only: "
-                                             "follower.replication.throttled.replicas with each broker's "
-                                             "follower.replication.throttled.rate",
     "local.retention.ms": "Kray has no tiered storage (remote.storage.enable is refused)",
     "local.retention.bytes": "Kray has no tiered storage (remote.storage.enable is refused)",
     "remote.log.copy.disable": "Kray has no tiered storage (remote.storage.enable is refused)",
@@ -305,10 +302,6 @@ BROKER_CONFIGS_IN_PART: dict[str, str] = {
     "controller.quorum.voters": "static voters (no KIP-853 AddVoter/RemoveVoter); broker ids or Kafka's id@host:port",
     "group.share.assignment.interval.ms": "accepted, validated and described; the assignor recomputes a group's "
                                           "assignment at the next heartbeat after any change (as with 0)",
-    "leader.replication.throttled.rate": "a dynamic broker config too; the leader's side of Kafka's throttle is "
-                                         "applied by the followers: each broker's followers of the replicas listed "
-                                         "in follower.replication.throttled.replicas fetch at most "
-                                         "follower.replication.throttled.rate (docs/operations/reassignment.md)",
     "replica.alter.log.dirs.io.max.bytes.per.second": "accepted (a dynamic broker config too), no effect: a Kray "
                                                       "broker has one log directory",
 }

@@ -25,6 +25,7 @@ import ray
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster.admin import KafkaConnection
+from protocol.messages import MetadataRequest
 from cluster.local import LocalCluster
 from cluster.tools.metadata_quorum import describe_request, partition_of
 from tests.cluster.test_replication import AckedProducer, _read_keys, _wait_for_isr
@@ -75,6 +76,27 @@ def agreed(cluster, brokers, *, above_epoch: int = 0, timeout_s: float = ELECTED
         time.sleep(0.5)
     raise AssertionError(f"no agreed quorum leader among {sorted(brokers)} within {timeout_s:.0f} s: "
                          f"{ {b: (getattr(p, 'leader_id', p), getattr(p, 'leader_epoch', None)) for b, p in seen.items()} }")
+
+
+def _listed_everywhere(cluster, brokers: set[int], timeout_s: float = 30.0) -> None:
+    """Until each broker's Metadata answer, asked over TCP, lists every broker of `brokers`: a
+    broker back from a restart is known to the controller a moment before every gateway has the
+    new image, and a client that meets an answer without it drops its connection to it and fails
+    what it had in flight there (librdkafka: _DESTROY_BROKER), as a Kafka client would with a
+    broker whose metadata lags. An operator waits for the broker to be listed; so does the test."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        seen = {}
+        for b in brokers:
+            try:
+                with KafkaConnection(cluster.addresses[b], client_id="test-quorum", timeout_s=5) as conn:
+                    seen[b] = sorted(x.node_id for x in conn.send(MetadataRequest(topics=[])).brokers)
+            except Exception as e:  # still starting its listener
+                seen[b] = repr(e)
+        if all(isinstance(v, list) and set(v) >= brokers for v in seen.values()):
+            return
+        assert time.monotonic() < deadline, f"brokers not listed by every broker within {timeout_s:.0f} s: {seen}"
+        time.sleep(0.3)
 
 
 def _create(cluster, topic: str, partitions: int = 3) -> AdminClient:
@@ -140,6 +162,7 @@ def test_a_killed_leader_is_replaced_and_rejoins_as_a_follower(cluster):
     assert back.leader_epoch >= after.leader_epoch
     assert back.high_watermark >= after.high_watermark
     # the cluster works on: the metadata from before the loss, new metadata after it
+    _listed_everywhere(cluster, {1, 2, 3})
     _create(cluster, "q-after")
     assert {"q-before", topic, "q-after"} <= set(AdminClient({"bootstrap.servers": cluster.bootstrap})
                                                    .list_topics(timeout=10).topics)

@@ -5,7 +5,7 @@ producers, a plain consumer, a consumer group committing and a share consumer ac
 (cluster/jepsen.py's clients). cluster/checker.py's rules then hold: nothing acknowledged is lost, no offset
 holds two records, nothing read is gone, committed offsets never go backwards, and no record whose acceptance
 was acknowledged is delivered again. Also: a throttled move that is cancelled, and a move that a restarted
-controller carries on from the metadata log."""
+controller carries on from the metadata log, and a move held back by the leader's side of the throttle."""
 import threading
 import time
 import uuid
@@ -225,3 +225,47 @@ def test_a_throttled_move_is_cancelled_and_one_survives_a_controller_restart(clu
     assert (p.replicas, sorted(p.isr), p.leader) == ([3, 2], [2, 3], 3)
     _, final = jepsen.read_final(bootstrap, topic, 1)
     assert len(final[0]) == 3000
+
+
+def _leader_throttle(admin: AdminClient, topic: str, leaders: str, rate: str | None) -> None:
+    op = AlterConfigOpType.SET if rate is not None else AlterConfigOpType.DELETE
+    for resource in [ConfigResource(ResourceType.BROKER, str(b), incremental_configs=[
+            ConfigEntry("leader.replication.throttled.rate", rate or "", incremental_operation=op)]) for b in (1, 2, 3)] + [
+            ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+                ConfigEntry("leader.replication.throttled.replicas", leaders if rate is not None else "",
+                            incremental_operation=op)])]:
+        for f in admin.incremental_alter_configs([resource]).values():
+            f.result(60)
+
+
+def _replica_bytes(cluster, broker: int, topic: str) -> int:
+    directory = cluster.data_dir / f"broker-{broker}" / f"{topic}-0"
+    return sum(f.stat().st_size for f in directory.glob("*.log")) if directory.exists() else 0
+
+
+def test_the_leaders_throttle_holds_a_new_replica_back_until_it_is_lifted(cluster):
+    """Kafka's leader side of the throttle: broker 1 leads partition 0 and the topic lists its replica in
+    leader.replication.throttled.replicas; with leader.replication.throttled.rate 50 kB/s a replica added on
+    broker 3 (not in the ISR) gets about that rate, while the in-sync follower on broker 2 and an acks=all
+    producer go on unthrottled. Lifted, the move completes and every record is on the new replica."""
+    bootstrap = cluster.bootstrap
+    topic = f"lt-{uuid.uuid4().hex[:6]}"
+    admin = _create(bootstrap, topic, {0: [1, 2]})
+    _fill(bootstrap, topic, 3)
+    total = _replica_bytes(cluster, 1, topic)
+    _leader_throttle(admin, topic, "0:1", "50000")
+    assert _alter(bootstrap, {(topic, 0): [1, 2, 3]}) == {}
+    started = time.monotonic()
+    time.sleep(8)
+    copied = _replica_bytes(cluster, 3, topic)
+    elapsed = time.monotonic() - started
+    # one fetch may overshoot the rate by its size (replica.fetch.max.bytes, 1 MiB), the rest keeps to it
+    assert copied <= 1048576 + 50000 * elapsed * 1.5, (copied, elapsed)
+    assert copied < total and not _moves_done(bootstrap), (copied, total)
+    _fill(bootstrap, topic, 1)  # the in-sync follower is not throttled: acks=all writes go on
+    _leader_throttle(admin, topic, "", None)
+    _wait(lambda: _moves_done(bootstrap), 120, "the move did not complete once the throttle was lifted")
+    p = cluster.metadata().topics[topic].partitions[0]
+    assert (p.replicas, sorted(p.isr)) == ([1, 2, 3], [1, 2, 3])
+    _, final = jepsen.read_final(bootstrap, topic, 1)
+    assert len(final[0]) == 4000

@@ -30,6 +30,7 @@ from actors.gateway.fetch_sessions import FINAL_EPOCH, NO_SESSION, FetchSessions
 from actors.gateway.file_region import FileRegion
 from actors.gateway.handlers.quotas import throttle as quota_throttle
 from actors.gateway.handlers.routing import partition_client, resolve_topic
+from actors.gateway.leader_throttle import LeaderThrottle
 from actors.quotas import CONSUMER_BYTE_RATE
 from actors.gateway.partition_client import (
     by_listener, fetch_args, fetch_result, replica_fetch_args, replica_fetch_result,
@@ -200,6 +201,8 @@ async def handle_fetch(ctx, header, request, connection=None) -> FetchResponse:
     follower_allowed = replica_id == NO_REPLICA or access.allows_cluster(AclOperation.CLUSTER_ACTION)
     if not follower_allowed:
         _log_refused_follower(replica_id, access)
+    throttle = _leader_throttle(ctx) if replica_id != NO_REPLICA else None
+    throttled: list[bool] = []  # per wanted partition: under the leader's replication throttle
     resolved = [resolve_topic(ctx, ft.topic, ft.topic_id, by_id) for ft in topics]
     names = [topic.name if topic is not None else None if by_id else ft.topic
              for ft, (topic, _) in zip(topics, resolved)]
@@ -221,18 +224,25 @@ async def handle_fetch(ctx, header, request, connection=None) -> FetchResponse:
                 last_fetched_epoch = fp.last_fetched_epoch if version >= 12 else -1
                 wanted.append(_Wanted(client, fp.fetch_offset, fp.partition_max_bytes, fp.current_leader_epoch,
                                       last_fetched_epoch, replica_id, pr))
+                throttled.append(throttle is not None and throttle.applies(topic, fp.partition, ctx.broker_id,
+                                                                           replica_id))
     isolation = request.isolation_level
-    sizes = await _read_all(wanted, isolation)
+    sizes, held = _hold_back(throttle, wanted, await _read_all(wanted, isolation), throttled)
     # as Kafka's delayed fetch: an error on any partition (its leader moved...) or a diverging
     # epoch for a follower answers at once
     answer_now = len(wanted) < sum(len(ft.partitions) for ft in topics) or any(
         w.response.error_code or w.response.diverging_epoch.end_offset >= 0 for w in wanted)
     if wanted and sum(sizes) < max(request.min_bytes, 1) and request.max_wait_ms > 0 and not answer_now:
-        idle = [w for w, size in zip(wanted, sizes) if size == 0]
+        idle = [w for w, size, h in zip(wanted, sizes, held) if size == 0 and not h]
         if idle:
             if await _wait_for_any(idle, request.max_wait_ms, isolation):
-                sizes = await _read_all(wanted, isolation)
+                sizes, held = _hold_back(throttle, wanted, await _read_all(wanted, isolation), throttled)
+        elif any(held):  # only throttled records to send: wait for the leader's quota (at most max wait)
+            await asyncio.sleep(min(request.max_wait_ms / 1000, throttle.wait_s(time.monotonic())))
+            sizes, held = _hold_back(throttle, wanted, await _read_all(wanted, isolation), throttled)
     fetched_bytes = _trim_to_max_bytes(wanted, sizes, request.max_bytes)
+    if any(throttled):
+        throttle.record(sum(_sent_bytes(w) for w, t in zip(wanted, throttled) if t), time.monotonic())
     # consumer_byte_rate: a fetch that takes its client above the quota is answered empty, with the time to wait
     # (as Kafka's throttled fetch response; its bytes are not counted, as they were not sent)
     throttle_ms = quota_throttle(ctx, connection, header.client_id, CONSUMER_BYTE_RATE, fetched_bytes,
@@ -283,6 +293,30 @@ def _trim_to_max_bytes(wanted: list[_Wanted], sizes: list[int], max_bytes: int) 
             continue
         total += size
     return total
+
+
+def _leader_throttle(ctx) -> LeaderThrottle:
+    """The broker's leader side of the replication throttle, set to the rate the metadata says now."""
+    throttle = getattr(ctx, "leader_throttle", None)
+    if throttle is None:
+        throttle = ctx.leader_throttle = LeaderThrottle()
+    throttle.configure(ctx.broker_id, ctx.config, getattr(ctx.metadata, "dynamic_broker_configs", None) or {})
+    return throttle
+
+
+def _hold_back(throttle, wanted: list[_Wanted], sizes: list[int], throttled: list[bool]):
+    """While the leader's replication quota is exceeded, the throttled partitions are answered without
+    records (their offsets still go): (sizes with theirs 0, which were held back)."""
+    if throttle is None or not any(throttled) or not throttle.exceeded(time.monotonic()):
+        return sizes, [False] * len(sizes)
+    held = [t and size > 0 for t, size in zip(throttled, sizes)]
+    _drop_records([w for w, h in zip(wanted, held) if h])
+    return [0 if h else size for size, h in zip(sizes, held)], held
+
+
+def _sent_bytes(w: _Wanted) -> int:
+    records = w.response.records
+    return 0 if records is None else len(records)
 
 
 def _drop_records(wanted: list[_Wanted]) -> None:
