@@ -11,10 +11,11 @@ which the node watcher sets for a node Ray drains) are drained whether the balan
 drained broker (no partition places a replica on it) is retired: its gateway and shards stop, its node runs
 no broker from then on, and the broker is unregistered from the metadata.
 
-Throttle: with `kray.balancer.replication.throttled.rate` set, the balancer lists each joining replica in its
-topic's follower.replication.throttled.replicas and sets follower.replication.throttled.rate on the brokers
-that receive replicas (those without a rate of the operator's), as kray reassign-partitions --throttle does;
-it removes what it set once no move runs. What it set is remembered by this controller only: after a
+Throttle: with `kray.balancer.replication.throttled.rate` set, the balancer throttles its moves as kray
+reassign-partitions --throttle does (both sides of Kafka's throttle: the moving partitions' current replicas in
+leader.replication.throttled.replicas, the joining ones in follower.replication.throttled.replicas, the rate on
+the brokers sending and receiving, except where the operator set one); it removes what it set once no move
+runs. What it set is remembered by this controller only: after a
 controller failover, entries it left are cleared by the next controller only when it throttles again
 (`kray reassign-partitions --verify` or kray configs remove them too).
 
@@ -35,8 +36,9 @@ from actors.controller.elections import PREFERRED, reassigning
 log = logging.getLogger("kray.controller")
 LONG_MAX = 9223372036854775807
 RETIRE_STOP_TIMEOUT_S = 10.0
-THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
-THROTTLED_RATE = "follower.replication.throttled.rate"
+# (the topic's throttled replica list, the brokers' rate) of each side of Kafka's replication throttle
+LEADER_SIDE = ("leader.replication.throttled.replicas", "leader.replication.throttled.rate")
+FOLLOWER_SIDE = ("follower.replication.throttled.replicas", "follower.replication.throttled.rate")
 DRAINING = "kray.broker.draining"
 
 
@@ -59,8 +61,8 @@ class Balancing:
     def __init__(self, shell):
         self.shell = shell
         self.task: asyncio.Task | None = None
-        self.throttled_entries: dict[str, set[str]] = {}  # topic -> "partition:broker" entries it added
-        self.throttled_brokers: set[int] = set()  # brokers whose follower rate it set
+        self.throttled_entries: dict[tuple[str, str], set[str]] = {}  # (topic, key) -> "partition:broker" it added
+        self.throttled_brokers: set[tuple[int, str]] = set()  # (broker, rate key) it set
         self.said: set[str] = set()  # stuck reasons said already
         self.retiring: set[int] = set()
 
@@ -154,54 +156,57 @@ class Balancing:
         return int(self.core.broker_config.get("kray.balancer.replication.throttled.rate", LONG_MAX))
 
     def _throttle(self, moves: list[balancer.Move], loads: list[balancer.PartitionLoad]) -> None:
-        """List each joining replica in its topic's follower throttled replicas, and give the receiving brokers
-        the balancer's rate, before the moves start (their replicas start with the throttle)."""
+        """As kray reassign-partitions --throttle, before the moves start (their replicas start throttled): each
+        moving partition's current replicas in its topic's leader.replication.throttled.replicas and its joining
+        replicas in follower.replication.throttled.replicas; the balancer's rate as leader.replication.throttled.rate
+        on the brokers sending and follower.replication.throttled.rate on those receiving (not on a broker whose
+        rate the operator set)."""
         rate = self._rate()
         if rate >= LONG_MAX:
             return
         current = {(p.topic, p.partition): set(p.replicas) for p in loads}
-        adding: dict[str, set[str]] = {}
-        brokers = set()
+        entries: dict[tuple[str, str], set[str]] = {}
+        rates: set[tuple[int, str]] = set()
         for move in moves:
-            for b in set(move.replicas) - current[(move.topic, move.partition)]:
-                adding.setdefault(move.topic, set()).add(f"{move.partition}:{b}")
-                brokers.add(b)
-        for name, entries in adding.items():
-            topic = self.core.topics[name]
-            value = str(self.core.effective_configs(topic).get(THROTTLED_REPLICAS) or "")
+            before = current[(move.topic, move.partition)]
+            for side, brokers in ((LEADER_SIDE, before), (FOLLOWER_SIDE, set(move.replicas) - before)):
+                for b in brokers:
+                    entries.setdefault((move.topic, side[0]), set()).add(f"{move.partition}:{b}")
+                    rates.add((b, side[1]))
+        for (name, key), wanted in sorted(entries.items()):
+            value = str(self.core.topics[name].configs.get(key) or "")
             if value.strip() == "*":
                 continue
             listed = [e for e in value.split(",") if e.strip()]
-            new = [e for e in sorted(entries) if e not in listed]
+            new = [e for e in sorted(wanted) if e not in listed]
             if new:
-                self.throttled_entries.setdefault(name, set()).update(new)
-                self._set_topic_throttle(name, ",".join(listed + new))
-        for b in sorted(brokers):
-            if THROTTLED_RATE not in self.core.dynamic_broker_configs.get(str(b), {}) or b in self.throttled_brokers:
-                self.throttled_brokers.add(b)
-                self.shell._persist(self.core.alter_broker_configs(str(b), {THROTTLED_RATE: rate}))
-        if brokers:
+                self.throttled_entries.setdefault((name, key), set()).update(new)
+                self._set_topic_config(name, key, ",".join(listed + new))
+        for b, key in sorted(rates):
+            if key not in self.core.dynamic_broker_configs.get(str(b), {}) or (b, key) in self.throttled_brokers:
+                self.throttled_brokers.add((b, key))
+                self.shell._persist(self.core.alter_broker_configs(str(b), {key: rate}))
+        if rates:
             self.shell.supervision.push_replication_throttles()
 
     def _clear_throttles(self) -> None:
         """No move runs: remove the throttles the balancer set."""
         if not self.throttled_entries and not self.throttled_brokers:
             return
-        for name, entries in list(self.throttled_entries.items()):
+        for (name, key), added in list(self.throttled_entries.items()):
             topic = self.core.topics.get(name)
             if topic is not None:
-                value = str(topic.configs.get(THROTTLED_REPLICAS) or "")
-                kept = [e for e in value.split(",") if e.strip() and e not in entries]
-                self._set_topic_throttle(name, ",".join(kept) if kept else None)
+                kept = [e for e in str(topic.configs.get(key) or "").split(",") if e.strip() and e not in added]
+                self._set_topic_config(name, key, ",".join(kept) if kept else None)
         self.throttled_entries.clear()
-        for b in sorted(self.throttled_brokers):
-            if str(b) in self.core.dynamic_broker_configs:
-                self.shell._persist(self.core.alter_broker_configs(str(b), {THROTTLED_RATE: None}))
+        for b, key in sorted(self.throttled_brokers):
+            if key in self.core.dynamic_broker_configs.get(str(b), {}):
+                self.shell._persist(self.core.alter_broker_configs(str(b), {key: None}))
         self.throttled_brokers.clear()
         self.shell.supervision.push_replication_throttles()
 
-    def _set_topic_throttle(self, name: str, value: str | None) -> None:
-        outcome = self.core.alter_topic_configs(name, {THROTTLED_REPLICAS: value}, incremental=True)
+    def _set_topic_config(self, name: str, key: str, value: str | None) -> None:
+        outcome = self.core.alter_topic_configs(name, {key: value}, incremental=True)
         self.shell._persist(outcome)
         if not outcome.error_code:
             self.shell.supervision._spawn(self.shell.reconfigure_replicas(name))

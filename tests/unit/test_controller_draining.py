@@ -154,11 +154,17 @@ def test_the_shell_step_throttles_joining_replicas_elects_once_idle_and_retires_
     assert result.moves == [] and any("broker 4 is down or starting" in s for s in shell.said), \
         "a broker that does not serve yet holds the balance back"
     shell.rec.serving.add(4)
+    before = {p.index: list(p.replicas) for p in core.topics["orders"].partitions}
     result = balancing.step()
     assert 0 < len(result.moves) <= 4 and all(4 in m.replicas for m in result.moves)
-    listed = core.topics["orders"].configs["follower.replication.throttled.replicas"]
-    assert set(listed.split(",")) == {f"{m.partition}:4" for m in result.moves}
+    configs = core.topics["orders"].configs
+    assert set(configs["follower.replication.throttled.replicas"].split(",")) == {f"{m.partition}:4" for m in result.moves}
+    assert set(configs["leader.replication.throttled.replicas"].split(",")) == \
+        {f"{m.partition}:{b}" for m in result.moves for b in before[m.partition]}
     assert core.dynamic_broker_configs["4"]["follower.replication.throttled.rate"] == 1000000
+    assert "follower.replication.throttled.rate" not in core.dynamic_broker_configs.get("1", {})
+    assert any(core.dynamic_broker_configs.get(str(b), {}).get("leader.replication.throttled.rate") == 1000000
+               for b in (1, 2, 3))
     assert shell.supervision.followed == 1
     assert not result.elections or any(p.moving for p in partition_loads(core))
     for _ in range(20):
@@ -166,7 +172,8 @@ def test_the_shell_step_throttles_joining_replicas_elects_once_idle_and_retires_
         balancing.step()
     assert not any(p.moving for p in partition_loads(core))
     assert "follower.replication.throttled.replicas" not in core.topics["orders"].configs
-    assert "4" not in core.dynamic_broker_configs, "the balancer removes the throttles it set"
+    assert "leader.replication.throttled.replicas" not in core.topics["orders"].configs
+    assert not any(core.dynamic_broker_configs.values()), "the balancer removes the throttles it set"
     on = Counter(b for p in core.topics["orders"].partitions for b in p.replicas)
     assert on == {1: 4, 2: 4, 3: 4, 4: 4}
     assert {b: sum(p.leader == b for p in core.topics["orders"].partitions) for b in (1, 2, 3, 4)} == \
