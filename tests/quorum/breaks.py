@@ -117,6 +117,16 @@ def _write_before_timers(original):
     return propose
 
 
+def _two_voter_changes_at_once(original):
+    def refuse(self):
+        # the bug: a leader takes a voter change while another is uncommitted (two changes at once:
+        # a majority of the newest set may miss every majority of the committed one)
+        if self.role is Role.LEADER and self.high_watermark > self._leadership.epoch_start_offset:
+            return None
+        return original(self)
+    return refuse
+
+
 @dataclass(frozen=True)
 class Break:
     what: str
@@ -148,6 +158,9 @@ BREAKS = {
                                             (RaftCore, "next_tick_ms", _next_tick_forgets_check_quorum)),
     "write_before_timers": Break("a proposal is taken before due timers fire",
                                  (RaftCore, "propose", _write_before_timers)),
+    "two_voter_changes_at_once": Break("a leader takes a voter change while another is uncommitted",
+                                       (RaftCore, "_refuse_voter_change", _two_voter_changes_at_once),
+                                       options={"simulation": {"voter_changes": 6, "check_voter_rules": False}}),
     "no_pre_vote": Break("an election timeout bumps the epoch without a pre-vote",
                          (RaftCore, "_to_prospective", _no_pre_vote), caught_by="returning_voter"),
 }

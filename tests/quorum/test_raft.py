@@ -383,17 +383,23 @@ def test_begin_quorum_epoch_makes_an_unattached_voter_follow_the_new_leader():
 
 
 # ---- observers ------------------------------------------------------------------------------------------
-def test_an_observer_finds_the_leader_through_any_voter_and_never_votes():
+def test_an_observer_finds_the_leader_through_any_voter_and_never_starts_an_election():
     observer = make(9, voters=(1, 2, 3))
     (request,) = sent(observer.tick(0), FetchRequest)
     voter = follower_of(leader=1, epoch=4, node_id=2)
     out = observer.handle(fetch_answer(voter, request, 0), 0)
     assert (observer.role, observer.epoch, observer.leader_id) == (Role.FOLLOWER, 4, 1)
     assert sent(out, FetchRequest, dst=1)
-    answer = sent(observer.handle(VoteRequest(2, 5, 0, 0, False), 0), VoteResponse)[0]
-    assert answer.error == ErrorCode.INVALID_REQUEST and not answer.vote_granted
     observer.tick(10 * FETCH_MS)
     assert observer.role is Role.FOLLOWER and observer.voted_id is None
+    # KIP-853: a candidate whose log names this node a voter may have its vote (one per epoch,
+    # persisted first) though this node's own log does not name it yet; it still never campaigns
+    out = observer.handle(VoteRequest(2, 5, 0, 0, False), 10 * FETCH_MS)
+    answer = sent(out, VoteResponse)[0]
+    assert answer.vote_granted and out.persist_state == ElectionState(5, None, 2)
+    for t in range(10 * FETCH_MS, 30 * FETCH_MS, 50):
+        observer.tick(t)
+        assert observer.role in (Role.UNATTACHED, Role.FOLLOWER)
 
 
 # ---- proposals and the shell's view ---------------------------------------------------------------------

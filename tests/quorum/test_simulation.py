@@ -34,11 +34,14 @@ def test_invariants_hold_and_the_quorum_recovers(first_seed):
         totals.update(run_seed(seed, STEPS).stats)
     # the block exercised what it claims to: elections lost and won, pre-votes refused, divergent
     # logs truncated, crashes (also mid-write) and restarts, partitions, drops and duplicates,
-    # resignations, observers fetching, proposals committed
+    # resignations, observers fetching, proposals committed, voter changes
     exercised = ("leaders", "resigned", "end_quorum_epoch", "pre_vote_granted", "pre_vote_refused", "vote_granted",
                  "vote_refused", "diverging_epochs", "truncations", "crashes", "crashes_mid_write", "restarts",
                  "partitions", "cut_off", "dropped", "duplicated", "fetch_FENCED_LEADER_EPOCH",
-                 "fetch_NOT_LEADER_OR_FOLLOWER", "observer_fetches", "accepted", "acknowledged", "not_leader")
+                 "fetch_NOT_LEADER_OR_FOLLOWER", "observer_fetches", "accepted", "acknowledged", "not_leader",
+                 # KIP-853: voters added and removed (a leader too, which then resigned), changes
+                 # refused while another was uncommitted or the new voter lagged
+                 "voters_added", "voters_removed", "removed_leader_resigned", "voter_change_REQUEST_TIMED_OUT")
     assert [k for k in exercised if totals[k] == 0] == []
     assert totals["settled"] == BLOCK and totals["acknowledged"] > 10 * BLOCK
 

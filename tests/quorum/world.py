@@ -8,6 +8,8 @@ they are reordered; the scheduler may drop or duplicate any message in flight; l
 only, a minority/majority split) and healed; nodes crash (their core and everything in memory is
 gone) and restart from what their shell persisted: the last election state and the durable log;
 they also pause (a stalled process: nothing reaches it, its timers do not run) and resume.
+Voter changes (KIP-853): on some seeds a node (the leader, mostly) is asked to add a non-voter or
+remove a voter, at random, among the faults; the voter set is what each node's log says.
 A shell may also crash in the middle of carrying out an Output (before anything, after the
 election state, after the truncation, in the middle of the append or after it, after sending), so
 a write it had not made yet is lost. There is no clock skew, but every core draws its own election timeouts from its
@@ -24,13 +26,17 @@ Invariants, checked after every step (`check` and the shell's own checks):
   I3 leader completeness: every committed batch is in the log of every leader of its epoch or later;
   I4 state machine safety: what any node applies (`committed`) at an offset is what every other
      node applies there, and the committed log never changes;
-  I5 durability: every committed batch is on the durable logs of a majority of voters, across
-     crashes, restarts and truncations;
+  I5 durability: every committed batch is on the durable logs of a majority of the voter set the
+     committed log names last (its last VotersRecord, else the bootstrap voters), across crashes,
+     restarts, truncations and voter changes;
   I6 per node life: HW never moves back, HW <= log end, the durable log and election state equal
      the core's after each Output, `committed` is contiguous;
   I7 check quorum: 1.5 x fetch.timeout.ms after the later of (its start as leader, the time by
-     which Fetches from a majority of voters, itself included, had last reached it) a node neither
-     leads nor takes a write: a leader cut off alone or with a minority, or paused, stops.
+     which Fetches from a majority of its voters, itself included if it is one, had last reached
+     it) a node neither leads nor takes a write: a leader cut off alone or with a minority, or
+     paused, stops;
+  I8 voter changes: a leader takes a change only with no other uncommitted and after committing
+     an entry of its epoch; a leader whose removal is committed leads no more.
 Liveness, at the end of a run (`settle`): the network heals, every node restarts, faults stop; a
 leader followed by every voter must exist and a proposal must commit on every node (observer
 included) within SETTLE_BOUND_MS. tests/quorum/scenarios.py adds the targeted liveness checks
@@ -48,7 +54,7 @@ from typing import Any
 
 from actors.controller.quorum import (
     CHECK_QUORUM_TIMEOUT_FACTOR, Accepted, Batch, ElectionState, EndQuorumEpochRequest, FetchRequest, FetchResponse,
-    LogError, QuorumConfig, QuorumStateError, RaftCore, Role, VoteResponse,
+    LogError, QuorumConfig, QuorumStateError, RaftCore, Role, VoteResponse, VotersRecord,
 )
 from actors.controller.quorum.output import Output
 
@@ -63,12 +69,15 @@ SETTLE_BOUND_MS = 5000        # 25 fetch timeouts: see settle()
 TIMELINE_STEPS = 80
 
 ACTIONS = ("deliver", "advance", "propose", "drop", "duplicate", "partition", "heal", "crash", "restart",
-           "pause", "resume", "resign")
+           "pause", "resume", "resign", "change_voters")
 WEIGHT_CHOICES = {
     "deliver": (50, 60, 70), "advance": (10, 15, 25), "propose": (4, 8, 15), "drop": (0, 0.5, 2),
     "duplicate": (0, 0.5, 2), "partition": (0, 0.5, 1.5), "heal": (0.5, 1, 2), "crash": (0, 0.3, 1),
     "restart": (0.5, 1, 3), "pause": (0, 0.3, 1), "resume": (0.5, 1, 3), "resign": (0, 0.1),
 }
+# voter changes are drawn from a Random of their own (VOTER_CHANGE_CHOICES), so that seeds drawing
+# none replay as before this action existed
+VOTER_CHANGE_CHOICES = (0, 0, 0.5, 1.5)
 CALM = {"deliver": 60, "advance": 15, "propose": 8}
 MAX_DELAY_CHOICES = (1, 3, 8)
 LONG_DELAY_CHOICES = (0, 0.01, 0.04)
@@ -119,7 +128,8 @@ class Node:
 
 class Simulation:
     def __init__(self, seed: int, *, verbose: bool = False, voters: int | None = None,
-                 weights: dict[str, float] | None = None, send_before_persist: bool = False):
+                 weights: dict[str, float] | None = None, send_before_persist: bool = False,
+                 voter_changes: float | None = None, check_voter_rules: bool = True):
         self.seed = seed
         self.rng = rng = random.Random(seed)
         self.verbose = verbose
@@ -127,7 +137,10 @@ class Simulation:
         self.voter_ids = tuple(range(1, n + 1))
         self.majority = n // 2 + 1
         self.config = QuorumConfig(voters=self.voter_ids, **SIM_TIMING)
-        self.weights = weights or {a: rng.choice(WEIGHT_CHOICES[a]) for a in ACTIONS}
+        self.weights = weights or {a: rng.choice(WEIGHT_CHOICES[a]) for a in ACTIONS if a in WEIGHT_CHOICES}
+        if weights is None or voter_changes is not None:
+            self.weights["change_voters"] = (voter_changes if voter_changes is not None else
+                                             random.Random(f"voters-{seed}").choice(VOTER_CHANGE_CHOICES))
         self.actions = [a for a in ACTIONS if self.weights.get(a)]
         self.thresholds = list(itertools.accumulate(self.weights[a] for a in self.actions))
         self.max_delay_ms = rng.choice(MAX_DELAY_CHOICES)
@@ -156,6 +169,8 @@ class Simulation:
         self.committed_chain: list[int] = []
         self.committed_bases: list[int] = []
         self.committed_end = 0
+        self.committed_voters = self.voter_ids               # I5: the voters the committed log names last
+        self.check_voter_rules = check_voter_rules           # I8 (off: the other invariants must see a break)
         self.proposed: dict[tuple[int, int], tuple] = {}      # (epoch, base offset) -> records of an Accepted
         self._durability_due = False
         self.settle_ms: int | None = None
@@ -259,8 +274,7 @@ class Simulation:
         del node.log[i:]
         del node.chain[i:]
         self.stats["truncations"] += 1
-        if node.voter:
-            self._durability_due = True
+        self._durability_due = True
 
     def _append(self, node: Node, out: Output) -> None:
         for batch in out.append:
@@ -336,6 +350,13 @@ class Simulation:
                           f"than the logs holding it")
             if not batch.control and (batch.epoch, batch.base_offset) in self.proposed:
                 self.stats["acknowledged"] += 1
+            for record in batch.records if batch.control else ():
+                if isinstance(record, VotersRecord):
+                    old, new = set(self.committed_voters), set(record.voters)
+                    self.stats["voters_added"] += len(new - old)
+                    self.stats["voters_removed"] += len(old - new)
+                    self.log(f"committed VOTERS {sorted(new)} at {batch.base_offset}")
+                    self.committed_voters = tuple(sorted(new))
         self.committed_end = hw
         self.log(f"committed up to {hw} (node {node.node_id})")
         self._durability_due = True
@@ -378,6 +399,8 @@ class Simulation:
             self.log(f"node {node.node_id} no longer leads epoch {node.leading[0]}: {core.role.value} e{core.epoch}")
             if core.role is Role.RESIGNED:
                 self.stats["resigned"] += 1
+                if node.node_id not in core.voters:
+                    self.stats["removed_leader_resigned"] += 1
             node.leading = (-1, -1)
 
     # ---- the scheduler ----------------------------------------------------------------------------
@@ -414,8 +437,8 @@ class Simulation:
         node = self.nodes[dst]
         if not node.up:
             return
-        if isinstance(message, FetchRequest) and node.voter and self.nodes[src].voter:
-            node.voter_fetch_ms[src] = self.now_ms
+        if isinstance(message, FetchRequest):
+            node.voter_fetch_ms[src] = self.now_ms    # (I7 counts those of the leader's voters)
         if self.verbose:
             self.log(f"{src} -> {dst}: {message}")
         self.stats["delivered"] += 1
@@ -550,6 +573,36 @@ class Simulation:
             self.stats["restarts"] += 1
             self.log(f"RESTART {node.node_id}: {self.describe(node)}")
 
+    def do_change_voters(self) -> None:
+        """Ask a node (the leader, mostly) to add a non-voter or remove a voter (KIP-853)."""
+        rng = self.rng
+        running = [n for n in self.node_list if n.running]
+        if not running:
+            return
+        leader = self.leader()
+        node = leader if leader is not None and rng.random() < 0.9 else rng.choice(running)
+        core = node.core
+        voters = core.voters
+        outside = [i for i in self.nodes if i not in voters]
+        add = bool(outside) and (len(voters) < 3 or rng.random() < 0.5)
+        target = rng.choice(outside) if add else rng.choice(voters)
+        was_leader = core.role is Role.LEADER
+        pending, own_commit = core.voter_change_pending, was_leader and core.high_watermark > (
+            core._leadership.epoch_start_offset)
+        result, out = (core.add_voter if add else core.remove_voter)(target, self.now_ms)
+        what = f"{'add' if add else 'remove'} voter {target} on node {node.node_id} (voters {list(voters)})"
+        if isinstance(result, Accepted):
+            if self.check_voter_rules and (pending or not own_commit):   # I8
+                self.fail(f"I8: {what} accepted with a change uncommitted ({pending}) or before an entry of its "
+                          f"epoch committed ({not own_commit})")
+            self._check_quorum(node, "accepted a voter change", voters)
+            self.stats["voter_changes_accepted"] += 1
+            self.log(f"{what}: accepted at {result.base_offset} e{result.epoch}")
+        else:
+            self.stats["voter_change_" + result.error.name] += 1
+            self.log(f"{what}: {result.error.name} ({result.reason})")
+        self.carry_out(node, out)
+
     def do_resign(self) -> None:
         leader = self.leader()
         if leader is not None:
@@ -564,14 +617,20 @@ class Simulation:
         for node in self.node_list:
             if node.running and node.core.role is Role.LEADER:
                 self._check_quorum(node, "still leads")
+                core = node.core
+                if node.node_id not in core.voters and core.voters_offset < core.high_watermark:
+                    self.fail(f"I8: node {node.node_id} still leads epoch {core.epoch} though its removal "
+                              f"(offset {core.voters_offset}) is committed")
 
-    def _check_quorum(self, node: Node, what: str) -> None:
-        """I7 for one leader: Fetches from a majority (with itself) reached it within the window."""
-        if len(self.voter_ids) == 1:
+    def _check_quorum(self, node: Node, what: str, voters: tuple[int, ...] | None = None) -> None:
+        """I7 for one leader: Fetches from a majority of its voters (with itself, if one) reached
+        it within the window."""
+        voters = voters if voters is not None else node.core.voters
+        if voters == (node.node_id,):
             return
         bound = int(self.config.fetch_timeout_ms * CHECK_QUORUM_TIMEOUT_FACTOR)
-        recent = sorted(node.voter_fetch_ms.values(), reverse=True)
-        needed = self.majority - 1
+        recent = sorted((t for v, t in node.voter_fetch_ms.items() if v in voters and v != node.node_id), reverse=True)
+        needed = len(voters) // 2 + 1 - (1 if node.node_id in voters else 0)
         since = max(node.leading[1], recent[needed - 1] if len(recent) >= needed else -1)
         if self.now_ms > since + bound:
             self.fail(f"I7: node {node.node_id} {what} in epoch {node.core.epoch} at {self.now_ms}, though Fetches "
@@ -582,11 +641,26 @@ class Simulation:
         known = len(self.committed)
         if not known:
             return
-        holding = [v for v in self.voter_ids if self._common_prefix(self.nodes[v]) >= known]
-        if len(holding) < self.majority:
+        # the committed voter set, or the uncommitted one a leader may have counted (one change
+        # away: any majority of it meets any majority of the committed set): what a durable log
+        # holding the whole committed log names after it
+        prefix = {n.node_id: self._common_prefix(n) for n in self.node_list}
+        sets = {self.committed_voters}
+        for n in self.node_list:
+            if prefix[n.node_id] >= known:
+                pending = [r.voters for b in n.log[known:] if b.control for r in b.records
+                           if isinstance(r, VotersRecord)]
+                if pending:
+                    sets.add(tuple(sorted(pending[-1])))
+        for voters in sorted(sets):
+            holding = [v for v in voters if prefix[v] >= known]
+            if len(holding) >= len(voters) // 2 + 1:
+                return
+        voters = self.committed_voters
+        if True:
             self.fail(f"I5: the committed log (up to {self.committed[-1].next_offset}) is whole on the durable logs of "
-                      f"voters {holding} only: "
-                      + ", ".join(f"{v}: {self._common_prefix(self.nodes[v])} batches" for v in self.voter_ids))
+                      f"voters {holding} of {list(voters)} only: "
+                      + ", ".join(f"{v}: {prefix[v]} batches" for v in voters) + f"; sets looked at: {sorted(sets)}")
 
     def _common_prefix(self, node: Node) -> int:
         """How many batches of the committed log start node's durable log (prefix hashes: binary search)."""

@@ -12,18 +12,18 @@ raft.py is the state machine, messages.py the RPCs, log.py the batches and the e
 output.py what a step returns, config.py the settings.
 """
 from .config import CHECK_QUORUM_TIMEOUT_FACTOR, QuorumConfig
-from .log import Batch, LeaderChange, LogError, QuorumLog
+from .log import Batch, LeaderChange, LogError, QuorumLog, VotersRecord
 from .messages import (
     NO_LEADER, BeginQuorumEpochRequest, BeginQuorumEpochResponse, EndQuorumEpochRequest, EndQuorumEpochResponse,
     EpochEndOffset, FetchRequest, FetchResponse, Message, VoteRequest, VoteResponse,
 )
-from .output import Accepted, ElectionState, LeaderAndEpoch, NotLeader, Output, QuorumStatus, ReplicaStatus
+from .output import Accepted, ElectionState, LeaderAndEpoch, NotLeader, Output, QuorumStatus, Refused, ReplicaStatus
 from .raft import QuorumStateError, RaftCore, Role
 
 __all__ = [
-    "CHECK_QUORUM_TIMEOUT_FACTOR", "QuorumConfig", "Batch", "LeaderChange", "LogError", "QuorumLog", "NO_LEADER",
+    "CHECK_QUORUM_TIMEOUT_FACTOR", "QuorumConfig", "Batch", "LeaderChange", "LogError", "QuorumLog", "VotersRecord", "NO_LEADER",
     "BeginQuorumEpochRequest", "BeginQuorumEpochResponse", "EndQuorumEpochRequest", "EndQuorumEpochResponse",
     "EpochEndOffset", "FetchRequest", "FetchResponse", "Message", "VoteRequest", "VoteResponse", "Accepted",
-    "ElectionState", "LeaderAndEpoch", "NotLeader", "Output", "QuorumStatus", "ReplicaStatus", "QuorumStateError",
+    "ElectionState", "LeaderAndEpoch", "NotLeader", "Output", "QuorumStatus", "Refused", "ReplicaStatus", "QuorumStateError",
     "RaftCore", "Role",
 ]

@@ -25,9 +25,18 @@ class LeaderChange:
 
 
 @dataclass(frozen=True)
+class VotersRecord:
+    """KRaft's VotersRecord (KIP-853): the whole voter set, in force from its offset on (committed
+    or not) until the next one; a truncation that removes it brings the previous set back. The one
+    record of its control batch. Endpoints and directory ids are the shell's (ids only here)."""
+    voters: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Batch:
     """Records written together by the leader of `epoch`, at offsets base_offset..next_offset-1.
-    A control batch holds one LeaderChange; other records are the shell's, opaque here."""
+    A control batch holds one LeaderChange or one VotersRecord; other records are the shell's,
+    opaque here."""
     base_offset: int
     epoch: int
     records: tuple[Any, ...]
@@ -48,6 +57,7 @@ class QuorumLog:
         self._bases: list[int] = []
         self._epochs: list[int] = []          # epochs, strictly increasing ...
         self._epoch_starts: list[int] = []    # ... and the offset each starts at
+        self._voter_sets: list[tuple[int, tuple[int, ...]]] = []   # (offset, voters) of each VotersRecord
         for batch in batches:
             self.append(batch)
 
@@ -87,6 +97,11 @@ class QuorumLog:
     def batches_between(self, start: int, end: int) -> list[Batch]:
         """The batches wholly in [start, end) (both boundaries)."""
         return self.batches[bisect.bisect_left(self._bases, start):bisect.bisect_left(self._bases, end)]
+
+    def latest_voters(self) -> tuple[int, tuple[int, ...]] | None:
+        """(offset, voters) of the last VotersRecord in the log, committed or not (KIP-853's voter
+        set in force); None when the log holds none (the bootstrap set applies)."""
+        return self._voter_sets[-1] if self._voter_sets else None
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(E', end): E' is the largest epoch <= `epoch` in this log and `end` the offset where it
@@ -130,6 +145,10 @@ class QuorumLog:
             self._epoch_starts.append(batch.base_offset)
         self.batches.append(batch)
         self._bases.append(batch.base_offset)
+        if batch.control:
+            for record in batch.records:
+                if isinstance(record, VotersRecord):
+                    self._voter_sets.append((batch.base_offset, tuple(sorted(record.voters))))
 
     def truncate_to(self, offset: int) -> None:
         """Drop every batch at or after `offset` (a batch boundary)."""
@@ -143,6 +162,8 @@ class QuorumLog:
         j = bisect.bisect_left(self._epoch_starts, offset)
         del self._epochs[j:]
         del self._epoch_starts[j:]
+        while self._voter_sets and self._voter_sets[-1][0] >= offset:
+            self._voter_sets.pop()
 
     def __len__(self) -> int:
         return len(self.batches)

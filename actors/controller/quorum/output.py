@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from protocol.errors import ErrorCode
+
 from .log import Batch
 from .messages import Message
 
@@ -69,6 +71,16 @@ class Accepted:
 @dataclass(frozen=True)
 class NotLeader:
     """Proposals go to the leader: leader_id is this node's best knowledge (None: unknown)."""
+    leader_id: int | None
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A voter change (add_voter / remove_voter) the leader did not take: Kafka's error for it
+    (AddRaftVoter / RemoveRaftVoter), why, and the leader as this node knows it."""
+    error: ErrorCode
+    reason: str
     leader_id: int | None
     epoch: int
 

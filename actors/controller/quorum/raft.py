@@ -20,9 +20,19 @@ Roles (Kafka's EpochState classes):
   Resigned     a leader that gave up its epoch (check quorum, `resign`, or a restart of a leader):
                takes no writes, tells the voters with EndQuorumEpoch (most caught up first), and
                pre-votes after an election timeout.
-Observers (ids not in controller.quorum.voters) are only ever Unattached or Follower: they find the
-leader by fetching from any voter, fetch from it, and never vote or count toward the high
-watermark.
+Observers (ids not in the voter set) are only ever Unattached, Follower or (a leader removed from
+the set) Resigned: they find the leader by fetching from any voter (or bootstrap voter), fetch from
+it, and never count toward the high watermark or start an election.
+
+Voter changes (KIP-853): the voter set is in the log. It is the set of the last VotersRecord in the
+log, committed or not (a truncation that removes one brings the previous set back), else the
+bootstrap set (config.voters). The leader takes one change at a time (`add_voter`,
+`remove_voter`): only once it has committed an entry of its own epoch and no VotersRecord is
+uncommitted (Raft's single-server changes: any majority of the old set meets any majority of the
+new one), and it adds only an observer that fetched lately and has reached its high watermark.
+A leader that removes itself keeps leading, without counting itself, until the removal commits,
+then resigns. Votes, BeginQuorumEpoch and EndQuorumEpoch are taken from any node (a voter's log may
+not hold the VotersRecord naming the sender yet); a candidate counts only the votes of its own set.
 
 Votes (one per epoch, durable before it leaves) go only to a candidate whose log end (last epoch,
 log end offset) is at least ours. A pre-vote needs the same, and is refused by a leader and by a
@@ -51,8 +61,11 @@ Where this differs from Kafka's raft module, on purpose:
 * a Candidate refused by a majority backs off, then pre-votes again; a Prospective that led its
   epoch (Resigned, then timed out) goes back to Resigned, never to Unattached, so that no restart
   can make it lead that epoch again;
-* a fixed voter set (controller.quorum.voters): no KIP-853 reconfiguration, no snapshots
-  (FetchSnapshot), no directory ids, no cluster id checks: the transport's job or a later step.
+* voter ids only: directory ids and endpoints of KIP-853's voter keys are the shell's; no
+  kraft.version feature (the log may hold a VotersRecord from its start), no snapshots
+  (FetchSnapshot), no cluster id checks: the transport's job or a later step; a change is refused
+  at once (REQUEST_TIMED_OUT) when it cannot start yet, where Kafka waits up to its timeout: the
+  shell retries.
 """
 from __future__ import annotations
 
@@ -64,13 +77,13 @@ from typing import Any, Sequence
 from protocol.errors import ErrorCode
 
 from .config import QuorumConfig
-from .log import Batch, LeaderChange, LogError, QuorumLog
+from .log import Batch, LeaderChange, LogError, QuorumLog, VotersRecord
 from .messages import (
     NO_LEADER, BeginQuorumEpochRequest, BeginQuorumEpochResponse, EndQuorumEpochRequest, EndQuorumEpochResponse,
     EpochEndOffset, FetchRequest, FetchResponse, Message, VoteRequest, VoteResponse,
 )
 from .output import (
-    Accepted, ElectionState, LeaderAndEpoch, NotLeader, Output, QuorumStatus, ReplicaStatus,
+    Accepted, ElectionState, LeaderAndEpoch, NotLeader, Output, QuorumStatus, Refused, ReplicaStatus,
 )
 
 
@@ -140,21 +153,16 @@ class RaftCore:
         an offset known committed and already applied by the shell (a snapshot's), else 0."""
         self.node_id = node_id
         self.config = config
-        self.voters: tuple[int, ...] = tuple(sorted(config.voters))
-        self.is_voter = node_id in self.voters
-        self._majority = len(self.voters) // 2 + 1
+        self.bootstrap_voters: tuple[int, ...] = tuple(sorted(config.voters))
         self._rng = rng
+        self._leadership: _Leadership | None = None
         self.log = QuorumLog(log)
+        self._voters_changed()
         if not (0 <= high_watermark <= self.log.end_offset and self.log.is_boundary(high_watermark)):
             raise ValueError(f"high watermark {high_watermark} is not a batch boundary of the log")
         self.high_watermark = high_watermark
         self._applied_offset = high_watermark
         election = election or ElectionState()
-        for who in (election.leader_id, election.voted_id):
-            if who is not None and who not in self.voters:
-                raise ValueError(f"persisted state {election} names {who}, not a voter")
-        if election.voted_id is not None and not self.is_voter:
-            raise ValueError("an observer never votes")
         self._persisted = election
         self._reported: LeaderAndEpoch | None = None
         self._now = now_ms
@@ -163,7 +171,6 @@ class RaftCore:
         self._election_retries = 0
         self._election_deadline_ms: int | None = None
         self._nominee: _Nominee | None = None
-        self._leadership: _Leadership | None = None
         self._fetching: _Fetching | None = None
         self._resignation: _Resignation | None = None
         # (a leader, when this node last had a fetch answered by it): kept through elections, so a
@@ -178,7 +185,7 @@ class RaftCore:
             self._to_unattached(self.log.last_epoch)
         elif self.leader_id == node_id:
             self._to_resigned(())   # never lead an epoch twice: its first leader's log of it is the only one
-        elif self.voted_id == node_id and self.leader_id is None:
+        elif self.voted_id == node_id and self.leader_id is None and self.is_voter:
             self._to_candidate(bump=False)
         elif self.leader_id is not None:
             self._to_follower(self.epoch, self.leader_id)
@@ -210,6 +217,62 @@ class RaftCore:
         self._append(Batch(base, self.epoch, tuple(records)))
         self._leader_log_grew()
         return Accepted(self.epoch, base, self.log.end_offset - 1), self._end()
+
+    def add_voter(self, voter_id: int, now_ms: int) -> tuple[Accepted | Refused, Output]:
+        """KIP-853's AddVoter on the leader: append a VotersRecord with `voter_id` added (in force at
+        once); done when `committed` brings the Accepted batch. `voter_id` must be an observer that
+        fetched within fetch.timeout.ms and has reached the high watermark."""
+        self._begin(now_ms)
+        refused = self._refuse_voter_change()
+        if refused is None and voter_id in self.voters:
+            refused = ErrorCode.DUPLICATE_VOTER, f"node {voter_id} is a voter already"
+        if refused is None:
+            state = self._leadership.observers.get(voter_id)
+            if (state is None or state.last_fetch_ms is None
+                    or self._now - state.last_fetch_ms > self.config.fetch_timeout_ms):
+                refused = (ErrorCode.REQUEST_TIMED_OUT, f"node {voter_id} has not fetched from the leader "
+                           f"within {self.config.fetch_timeout_ms} ms: start it (as an observer) first")
+            elif state.end_offset < self.high_watermark:
+                refused = (ErrorCode.REQUEST_TIMED_OUT, f"node {voter_id} is catching up (at offset "
+                           f"{state.end_offset}, high watermark {self.high_watermark}): try again")
+        return self._voter_change(refused, tuple(sorted(self.voters + (voter_id,))))
+
+    def remove_voter(self, voter_id: int, now_ms: int) -> tuple[Accepted | Refused, Output]:
+        """KIP-853's RemoveVoter on the leader: append a VotersRecord without `voter_id` (in force at
+        once). A leader that removes itself resigns once that commits."""
+        self._begin(now_ms)
+        refused = self._refuse_voter_change()
+        if refused is None and voter_id not in self.voters:
+            refused = ErrorCode.VOTER_NOT_FOUND, f"node {voter_id} is not a voter (voters: {list(self.voters)})"
+        if refused is None and self.voters == (voter_id,):
+            refused = ErrorCode.INVALID_REQUEST, f"node {voter_id} is the only voter: add another one first"
+        return self._voter_change(refused, tuple(v for v in self.voters if v != voter_id))
+
+    @property
+    def voter_change_pending(self) -> bool:
+        """A VotersRecord in the log is not committed yet."""
+        return self.voters_offset >= self.high_watermark
+
+    def _refuse_voter_change(self) -> tuple[ErrorCode, str] | None:
+        if self.role is not Role.LEADER:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, f"node {self.node_id} does not lead the quorum"
+        if self.high_watermark <= self._leadership.epoch_start_offset:
+            return (ErrorCode.REQUEST_TIMED_OUT, f"leader {self.node_id} has not committed an entry of its epoch "
+                    f"{self.epoch} yet: try again")
+        if self.voter_change_pending:
+            return (ErrorCode.REQUEST_TIMED_OUT, f"the voter change at offset {self.voters_offset} is not "
+                    f"committed yet (one change at a time): try again")
+        return None
+
+    def _voter_change(self, refused: tuple[ErrorCode, str] | None,
+                      voters: tuple[int, ...]) -> tuple[Accepted | Refused, Output]:
+        if refused is not None:
+            hint = None if self.leader_id == self.node_id and self.role is not Role.LEADER else self.leader_id
+            return Refused(refused[0], refused[1], hint, self.epoch), self._end()
+        base = self.log.end_offset
+        self._append(Batch(base, self.epoch, (VotersRecord(voters),), control=True))
+        self._leader_log_grew()
+        return Accepted(self.epoch, base, base), self._end()
 
     def resign(self, now_ms: int) -> Output:
         """A leader gives up its epoch on purpose (shutdown): EndQuorumEpoch to the voters."""
@@ -303,6 +366,22 @@ class RaftCore:
     def _append(self, batch: Batch) -> None:
         self.log.append(batch)
         self._out.append.append(batch)
+        if batch.control:
+            self._voters_changed()
+
+    def _voters_changed(self) -> None:
+        """The log's voter set (its last VotersRecord, else the bootstrap set) is the one in force."""
+        latest = self.log.latest_voters()
+        self.voters_offset, self.voters = latest if latest is not None else (-1, self.bootstrap_voters)
+        self.is_voter = self.node_id in self.voters
+        self._majority = len(self.voters) // 2 + 1
+        lead = self._leadership
+        if lead is not None:
+            for v in self.voters:
+                if v != self.node_id and v not in lead.replicas:
+                    lead.replicas[v] = lead.observers.pop(v, None) or _Replica()
+            for r in [r for r in lead.replicas if r not in self.voters]:
+                lead.observers[r] = lead.replicas.pop(r)
 
     def _truncate(self, offset: int) -> None:
         if offset >= self.log.end_offset:
@@ -310,6 +389,7 @@ class RaftCore:
         if self._out.append:
             raise AssertionError("a truncation after an append in one step")  # never: one fetch answer is one or the other
         self.log.truncate_to(offset)
+        self._voters_changed()
         out = self._out
         out.truncate_to = offset if out.truncate_to is None else min(out.truncate_to, offset)
 
@@ -345,8 +425,11 @@ class RaftCore:
     def _to_voted(self, candidate: int) -> None:
         self._leave()
         self.leader_id, self.voted_id, self.role = None, candidate, Role.UNATTACHED
-        # the candidate has at least our chance of winning: give it a whole election timeout
-        self._election_deadline_ms = self._now + self._random_election_timeout_ms()
+        if self.is_voter:
+            # the candidate has at least our chance of winning: give it a whole election timeout
+            self._election_deadline_ms = self._now + self._random_election_timeout_ms()
+        else:
+            self._fetching = _Fetching(fetch_deadline_ms=self._now)   # (a voter in the candidate's log)
 
     def _to_follower(self, epoch: int, leader_id: int) -> None:
         if leader_id == self.node_id:
@@ -436,6 +519,9 @@ class RaftCore:
         now, role = self._now, self.role
         if role is Role.LEADER:
             lead = self._leadership
+            if not self.is_voter and not self.voter_change_pending:
+                self._resign()    # its own removal is committed: an observer from now on
+                return True
             if now >= self._check_quorum_deadline_ms():
                 self._resign()    # no majority fetched lately: we may be cut off, take no more writes
                 return True
@@ -450,7 +536,12 @@ class RaftCore:
                         self._send(v, BeginQuorumEpochRequest(self.node_id, self.epoch, self.node_id))
             return False
         if role is Role.RESIGNED:
-            if now >= self._election_deadline_ms:
+            if not self.is_voter:
+                # a leader removed from the voters: it looks for the next leader as observers do
+                if self._fetching is None:
+                    self._fetching = _Fetching(fetch_deadline_ms=now)
+                self._send_fetch(discover=True)
+            elif now >= self._election_deadline_ms:
                 self._to_prospective()
                 return True
             res = self._resignation
@@ -465,7 +556,11 @@ class RaftCore:
                 if self.is_voter:
                     self._to_prospective()
                     return True
-                self._send_fetch(discover=True)   # an observer asks any voter who leads now
+                # an observer asks any voter who leads now; cut off from its leader, it no longer
+                # refuses pre-votes (a voter it lags behind, in a set its log does not hold yet,
+                # may need its vote)
+                self._fetching.has_fetched = False
+                self._send_fetch(discover=True)
             else:
                 self._send_fetch(discover=False)
             return False
@@ -498,11 +593,11 @@ class RaftCore:
         becoming leader counts as a fetch from all). Kafka's timer counts fetches since its last
         reset, so a majority completed by one fetch after a cut can keep a leader cut off with a
         minority for up to twice that; the window bounds it at once."""
-        if len(self.voters) == 1:
+        if self.voters == (self.node_id,):
             return 1 << 62
         lead = self._leadership
         recent = sorted((r.last_fetch_ms for r in lead.replicas.values() if r.last_fetch_ms is not None), reverse=True)
-        needed = self._majority - 1
+        needed = self._majority - (1 if self.is_voter else 0)   # a leader removing itself does not count
         newest_majority_ms = recent[needed - 1] if len(recent) >= needed else lead.since_ms
         return max(newest_majority_ms, lead.since_ms) + self.config.check_quorum_timeout_ms
 
@@ -528,7 +623,7 @@ class RaftCore:
         if now < fetching.backoff_until_ms:
             return
         if discover or self.leader_id is None:
-            others = [v for v in self.voters if v != self.node_id]
+            others = sorted(v for v in set(self.voters) | set(self.bootstrap_voters) if v != self.node_id)
             if not others:
                 return
             destination = self._rng.choice(others)
@@ -566,7 +661,7 @@ class RaftCore:
             leader = NO_LEADER if (granted and request.pre_vote) else self._leader_hint()
             self._send(request.src, VoteResponse(self.node_id, error, self.epoch, leader, granted, request.pre_vote))
 
-        if not self.is_voter or request.src not in self.voters or request.src == self.node_id:
+        if request.src == self.node_id:   # (any other node: our log may not name it a voter yet)
             return answer(ErrorCode.INVALID_REQUEST)
         illegal_epoch = (request.last_epoch > request.epoch if request.pre_vote
                          else request.last_epoch >= request.epoch)
@@ -633,7 +728,7 @@ class RaftCore:
 
     # ---- BeginQuorumEpoch / EndQuorumEpoch ------------------------------------------------------------
     def _on_begin_quorum_epoch(self, request: BeginQuorumEpochRequest) -> None:
-        if request.src not in self.voters or request.leader_id != request.src:
+        if request.leader_id != request.src or request.src == self.node_id:
             error = ErrorCode.INVALID_REQUEST
         elif request.epoch < self.epoch:
             error = ErrorCode.FENCED_LEADER_EPOCH
@@ -646,7 +741,7 @@ class RaftCore:
         self._common_response(response.error, response.epoch, response.leader_id)
 
     def _on_end_quorum_epoch(self, request: EndQuorumEpochRequest) -> None:
-        if request.src not in self.voters or request.leader_id != request.src:
+        if request.leader_id != request.src or request.src == self.node_id:
             error = ErrorCode.INVALID_REQUEST
         elif request.epoch < self.epoch:
             error = ErrorCode.FENCED_LEADER_EPOCH
@@ -720,7 +815,8 @@ class RaftCore:
     def _maybe_advance_high_watermark(self) -> None:
         """The largest offset a majority of voters holds, once it covers our epoch's first batch."""
         lead = self._leadership
-        ends = sorted([self.log.end_offset] + [r.end_offset for r in lead.replicas.values()], reverse=True)
+        own = [self.log.end_offset] if self.is_voter else []   # a leader removing itself does not count
+        ends = sorted(own + [r.end_offset for r in lead.replicas.values()], reverse=True)
         offset = ends[self._majority - 1]
         if offset > lead.epoch_start_offset and offset > self.high_watermark:
             self.high_watermark = offset
