@@ -420,13 +420,13 @@ class GroupCoordinator(PartitionReplica):
         if error:
             return [error] * len(partitions)
         seen = self.markers_seen.get(producer_id, 0)
-        errors, records = shard.commit_transactional_offsets(group_id, producer_id, member_id, instance_id,
-                                                             generation_or_epoch, partitions, now_ms=now_ms())
-        if not records:
-            return errors
+        result = shard.commit_transactional_offsets(group_id, producer_id, member_id, instance_id,
+                                                    generation_or_epoch, partitions, now_ms=now_ms())
+        if not result.records:
+            return result.response
         guard = TxnWrite(producer_id, producer_epoch, lambda: self.markers_seen.get(producer_id, 0) == seen)
-        error = await self._commit(records, guard)
-        return [error or e for e in errors]
+        error = await self._commit(result.records, guard)
+        return [error or e for e in result.response]
 
     def _producer_error(self, producer_id: int, producer_epoch: int) -> int:
         if producer_id < 0 or producer_epoch < 0:
@@ -493,8 +493,9 @@ class GroupCoordinator(PartitionReplica):
 
     async def delete_offsets(self, group_id: str, partitions: list):
         shard = await self._ready()
-        error, errors, records = shard.delete_offsets(group_id, partitions)
-        commit_error = await self._commit(records)
+        result = shard.delete_offsets(group_id, partitions)
+        commit_error = await self._commit(result.records)
+        error, errors = result.response
         return error, [commit_error or e for e in errors]
 
     # ---- share groups ------------------------------------------------------------------------
@@ -603,9 +604,9 @@ class GroupCoordinator(PartitionReplica):
                     await coordinator.delete_state.remote(group_id, topic_id, index)
                 except Exception as e:
                     log.warning("deleting share state of %s failed: %s", group_id, e)
-        results, records = shard.delete_groups(group_ids)
-        error = await self._commit(records)
-        return [(g, error or code, message) for g, code, message in results]
+        result = shard.delete_groups(group_ids)
+        error = await self._commit(result.records)
+        return [(g, error or code, message) for g, code, message in result.response]
 
     async def close(self) -> None:
         for task in self.tasks:

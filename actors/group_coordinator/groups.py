@@ -309,9 +309,19 @@ class Groups:
     def commit_transactional_offsets(self, group_id: str, producer_id: int, member_id: str,
                                      instance_id: str | None, generation_or_epoch: int,
                                      partitions: list[tuple[str, int, int, int, str | None]], *,
+                                     now_ms: int) -> CoordinatorResult[list[int]]:
+        """Kafka's TxnOffsetCommit (OffsetMetadataManager.commitTransactionalOffset): the records, which the shell
+        appends in `producer_id`'s transactional batch, and as the response an error code per partition (the pending
+        offsets are kept at once, not through the records: a failed append reloads the shard)."""
+        errors, records = self._transactional_offset_commit(group_id, producer_id, member_id, instance_id,
+                                                            generation_or_epoch, partitions, now_ms=now_ms)
+        return CoordinatorResult(records, errors)
+
+    def _transactional_offset_commit(self, group_id: str, producer_id: int, member_id: str,
+                                     instance_id: str | None, generation_or_epoch: int,
+                                     partitions: list[tuple[str, int, int, int, str | None]], *,
                                      now_ms: int) -> tuple[list[int], list[Record]]:
-        """Kafka's TxnOffsetCommit (OffsetMetadataManager.commitTransactionalOffset): an error code per partition
-        and the records, which the shell appends in `producer_id`'s transactional batch. The offsets stay pending
+        """TxnOffsetCommit's errors and records. The offsets stay pending
         until the producer's marker reaches the partition (`complete_transaction`). A group that does not exist
         is created as a simple group when the request has no generation, else ILLEGAL_GENERATION; a member's
         generation (classic) or epoch (consumer) must be current (a stale consumer epoch is ILLEGAL_GENERATION,
@@ -374,9 +384,14 @@ class Groups:
         return ErrorCode.NONE, [(t, p, v, ErrorCode.NONE) for t, p, v in self.offsets.fetch(group_id, topics)]
 
     def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
-                       ) -> tuple[int, list[int], list[Record]]:
-        """Kafka's OffsetDelete: (group error, an error per partition, records). A group's members may not lose the
-        offsets of topics they subscribe to (GROUP_SUBSCRIBED_TO_TOPIC)."""
+                       ) -> CoordinatorResult[tuple[int, list[int]]]:
+        """Kafka's OffsetDelete: the tombstones, and as the response (group error, an error per partition). A group's
+        members may not lose the offsets of topics they subscribe to (GROUP_SUBSCRIBED_TO_TOPIC). The offsets go at
+        once, not through the records: a failed append reloads the shard."""
+        error, errors, records = self._offset_delete(group_id, partitions)
+        return CoordinatorResult(records, (error, errors))
+
+    def _offset_delete(self, group_id: str, partitions: list[tuple[str, int]]) -> tuple[int, list[int], list[Record]]:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, [], []
         kind = self.group_type(group_id)
@@ -406,8 +421,10 @@ class Groups:
         rows += [(g, state, STREAMS, STREAMS_PROTOCOL_TYPE) for g, state in self.streams.list_groups()]
         return sorted(r for r in rows if (not states or r[1].lower() in states) and (not types or r[2] in types))
 
-    def delete_groups(self, group_ids: Iterable[str]) -> tuple[list[tuple[str, int, str | None]], list[Record]]:
-        """Kafka's DeleteGroups for every type (share groups: the shell deletes their share state first)."""
+    def delete_groups(self, group_ids: Iterable[str]) -> CoordinatorResult[list[tuple[str, int, str | None]]]:
+        """Kafka's DeleteGroups for every type (share groups: the shell deletes their share state first): the
+        records, and as the response (group id, error, message) each. The groups go at once, not through the
+        records: a failed append reloads the shard."""
         results, records = [], []
         for group_id in group_ids:
             kind = self.group_type(group_id)
@@ -434,7 +451,7 @@ class Groups:
             else:
                 records += self.offsets.delete_group(group_id) + self._remove_classic(group_id)
                 results.append((group_id, ErrorCode.NONE, None))
-        return results, records
+        return CoordinatorResult(records, results)
 
     def on_topics_deleted(self, topic_ids: set, topic_names: set[str]) -> list[Record]:
         return self.share.on_topics_deleted(topic_ids) + self.offsets.on_topics_deleted(topic_names)
