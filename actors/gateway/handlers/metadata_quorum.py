@@ -75,12 +75,15 @@ async def handle_quorum_fetch(ctx, header, request, connection):
     return wire.fetch_response_to_wire(answer)
 
 
-def describe_quorum_response(status, version: int) -> m.DescribeQuorumResponse:
-    """DescribeQuorum from RaftCore.status(): replicas' states are the leader's (empty elsewhere)."""
+def describe_quorum_response(status, version: int, endpoints=None) -> m.DescribeQuorumResponse:
+    """DescribeQuorum from RaftCore.status(): replicas' states are the leader's (empty elsewhere);
+    v2 adds each replica's directory id (wire.voter_directory_id) and the voters' endpoints
+    (`endpoints`: node id -> (listener name, host, port), from the cluster metadata)."""
     cls = m.DescribeQuorumResponse
 
     def replicas(states):
-        return [cls.ReplicaState(replica_id=r.replica_id, log_end_offset=r.log_end_offset,
+        return [cls.ReplicaState(replica_id=r.replica_id, replica_directory_id=wire.voter_directory_id(r.replica_id),
+                                 log_end_offset=r.log_end_offset,
                                  last_fetch_timestamp=-1 if r.last_fetch_ms is None else r.last_fetch_ms,
                                  last_caught_up_timestamp=-1 if r.last_caught_up_ms is None else r.last_caught_up_ms)
                 for r in states]
@@ -89,7 +92,22 @@ def describe_quorum_response(status, version: int) -> m.DescribeQuorumResponse:
                              leader_id=-1 if status.leader_id is None else status.leader_id,
                              leader_epoch=status.epoch, high_watermark=status.high_watermark,
                              current_voters=replicas(status.voters), observers=replicas(status.observers))
-    return cls(error_code=0, topics=[cls.TopicData(topic_name=wire.METADATA_TOPIC, partitions=[part])])
+    nodes = [cls.Node(node_id=v.replica_id, listeners=[cls.Listener(name=e[0], host=e[1], port=e[2])])
+             for v in status.voters if (e := (endpoints or {}).get(v.replica_id)) is not None]
+    return cls(error_code=0, topics=[cls.TopicData(topic_name=wire.METADATA_TOPIC, partitions=[part])], nodes=nodes)
+
+
+def voter_endpoints(ctx) -> dict:
+    """node id -> (listener name, host, port) of each broker's inter-broker listener, as the
+    cluster metadata names them (a voter's endpoint)."""
+    metadata = getattr(ctx, "metadata", None)
+    brokers = getattr(metadata, "brokers", None) or {}
+    out = {}
+    for broker_id, broker in brokers.items():
+        host, port = getattr(broker, "host", None), getattr(broker, "port", None)
+        if host is not None and port is not None:
+            out[broker_id] = (getattr(broker, "listener", None) or "PLAINTEXT", host, port)
+    return out
 
 
 async def handle_describe_quorum(ctx, header, request, connection):
@@ -99,7 +117,7 @@ async def handle_describe_quorum(ctx, header, request, connection):
                    error_message="Cluster authorization failed.", topics=[])
     node = getattr(ctx, "quorum", None)
     if node is not None:
-        return describe_quorum_response(node.status(), header.api_version)
+        return describe_quorum_response(node.status(), header.api_version, voter_endpoints(ctx))
     ask = getattr(ctx.controller, "quorum_status", None)
     try:
         status = await ask() if ask is not None else None
