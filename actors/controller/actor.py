@@ -31,7 +31,7 @@ import ray
 
 from actors import internal_topics, log_to_stderr
 from actors.config_schema import TopicConfig
-from actors.controller.core import BrokerInfo, ControllerCore, Outcome, TopicState
+from actors.controller.core import BrokerInfo, ControllerCore, ControllerResult, TopicState
 from actors.controller.events import BrokerEvents
 from actors.controller.image import MetadataImage
 from actors.controller.leadership import Leadership
@@ -567,7 +567,7 @@ class ControllerActor:
         self.leadership.stop()
 
     # ---- internals -------------------------------------------------------------------------
-    def _persist(self, outcome: Outcome) -> None:
+    def _persist(self, outcome: ControllerResult) -> None:
         """Write the records the core applied; wake metadata waiters. No await in between."""
         if outcome.records:
             self.log.append(outcome.records)

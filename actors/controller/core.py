@@ -62,7 +62,7 @@ class TopicState:
 
 
 @dataclass
-class Outcome:
+class ControllerResult:
     """What a command answers: an error code (0 on success), a message, and records to persist."""
     error_code: int = 0
     message: str | None = None
@@ -152,12 +152,12 @@ class ControllerCore:
             return None
         return topic.topic_id.bytes, index
 
-    def replication_outcome(self, records: list[dict[str, Any]], error_code: int = 0) -> Outcome:
-        """A ReplicationControl decision as an Outcome the shell persists like any other."""
-        return Outcome(error_code, None, records)
+    def replication_outcome(self, records: list[dict[str, Any]], error_code: int = 0) -> ControllerResult:
+        """A ReplicationControl decision as an ControllerResult the shell persists like any other."""
+        return ControllerResult(error_code, None, records)
 
     # ---- commands ------------------------------------------------------------------------
-    def register_broker(self, info: BrokerInfo, now_ms: int = 0) -> Outcome:
+    def register_broker(self, info: BrokerInfo, now_ms: int = 0) -> ControllerResult:
         """A broker (re)starts: its endpoint, a new broker epoch (fencing its previous incarnation,
         whose partitions get new leaders), then unfenced at once: Kray's gateway registers only
         once it follows the metadata, which is what KRaft waits for before unfencing."""
@@ -173,24 +173,24 @@ class ControllerCore:
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, Any], *, internal: bool = False,
                      assignments: dict[int, list[int]] | None = None,
-                     validate_only: bool = False, creation_id: str | None = None) -> Outcome:
+                     validate_only: bool = False, creation_id: str | None = None) -> ControllerResult:
         """`creation_id`, unique per topic of a CreateTopics request, makes the creation idempotent:
         a retry of it (its answer lost to a timeout or a controller failover, after the record was
         committed) finds the topic it made and succeeds, where another request's answers
         TOPIC_ALREADY_EXISTS."""
         problem = topic_name_error(name)
         if problem:
-            return Outcome(ErrorCode.INVALID_TOPIC_EXCEPTION, problem + "; use letters, digits, '.', '_' or '-'")
+            return ControllerResult(ErrorCode.INVALID_TOPIC_EXCEPTION, problem + "; use letters, digits, '.', '_' or '-'")
         if name in self.topics:
             if creation_id is not None and self.topics[name].creation_id == creation_id:
-                return Outcome()
-            return Outcome(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")  # Kafka's words
+                return ControllerResult()
+            return ControllerResult(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")  # Kafka's words
         collides = next((t for t in self.topics if t.replace(".", "_") == name.replace(".", "_")), None)
         if collides:
-            return Outcome(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                           f"topic {name!r} collides with existing topic {collides!r} ('.' and '_' collide in metric names)")
+            return ControllerResult(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                    f"topic {name!r} collides with existing topic {collides!r} ('.' and '_' collide in metric names)")
         if name.startswith("__") and not internal:
-            return Outcome(ErrorCode.INVALID_TOPIC_EXCEPTION, "topic names starting with '__' are reserved for internal topics")
+            return ControllerResult(ErrorCode.INVALID_TOPIC_EXCEPTION, "topic names starting with '__' are reserved for internal topics")
         if assignments:
             num_partitions = len(assignments)
             replication_factor = len(next(iter(assignments.values())))
@@ -199,21 +199,21 @@ class ControllerCore:
         if replication_factor == -1:
             replication_factor = int(self.broker_config["default.replication.factor"])
         if not 1 <= num_partitions <= PARTITIONS_PER_TOPIC_MAX:
-            return Outcome(ErrorCode.INVALID_PARTITIONS, f"number of partitions must be between 1 and {PARTITIONS_PER_TOPIC_MAX}")
+            return ControllerResult(ErrorCode.INVALID_PARTITIONS, f"number of partitions must be between 1 and {PARTITIONS_PER_TOPIC_MAX}")
         if replication_factor < 1:
-            return Outcome(ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor must be at least 1")
+            return ControllerResult(ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor must be at least 1")
         live = len(self.live_brokers())
         if replication_factor > live:
-            return Outcome(ErrorCode.INVALID_REPLICATION_FACTOR,
-                           f"replication factor {replication_factor} is larger than the {live} available brokers")
+            return ControllerResult(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                    f"replication factor {replication_factor} is larger than the {live} available brokers")
         try:
             typed = validate_topic_configs(configs)
         except ConfigError as e:
-            return Outcome(ErrorCode.INVALID_CONFIG, str(e))
+            return ControllerResult(ErrorCode.INVALID_CONFIG, str(e))
         placement = assignments or self._place(len(self.topics), 0, num_partitions, replication_factor)
         if validate_only:  # answered as Kafka does: the partitions, replicas and configs it would have
-            return Outcome(validated={"num_partitions": num_partitions, "replication_factor": replication_factor,
-                                      "configs": topic_config_defaults(self.broker_config) | typed})
+            return ControllerResult(validated={"num_partitions": num_partitions, "replication_factor": replication_factor,
+                                               "configs": topic_config_defaults(self.broker_config) | typed})
         topic_id = uuid.uuid4()
         record = {
             "type": "topic", "name": name, "topic_id": topic_id.bytes, "internal": internal, "configs": typed,
@@ -224,95 +224,95 @@ class ControllerCore:
             record["creation_id"] = creation_id
         return self._commit([record])
 
-    def delete_topic(self, name: str) -> Outcome:
+    def delete_topic(self, name: str) -> ControllerResult:
         topic = self.topics.get(name)
         if topic is None:
-            return Outcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            return ControllerResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         if not self.broker_config["delete.topic.enable"]:
-            return Outcome(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false on this cluster")
+            return ControllerResult(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false on this cluster")
         if topic.internal:
-            return Outcome(ErrorCode.INVALID_TOPIC_EXCEPTION, f"internal topic {name!r} cannot be deleted")
+            return ControllerResult(ErrorCode.INVALID_TOPIC_EXCEPTION, f"internal topic {name!r} cannot be deleted")
         return self._commit([{"type": "delete_topic", "topic_id": topic.topic_id.bytes}])
 
-    def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> Outcome:
+    def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> ControllerResult:
         topic = self.topics.get(name)
         if topic is None:
-            return Outcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            return ControllerResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         current = len(topic.partitions)
         if count <= current:
-            return Outcome(ErrorCode.INVALID_PARTITIONS,
-                           f"topic {name!r} has {current} partitions; the new count must be larger")
+            return ControllerResult(ErrorCode.INVALID_PARTITIONS,
+                                    f"topic {name!r} has {current} partitions; the new count must be larger")
         if count > PARTITIONS_PER_TOPIC_MAX:
-            return Outcome(ErrorCode.INVALID_PARTITIONS, f"at most {PARTITIONS_PER_TOPIC_MAX} partitions per topic")
+            return ControllerResult(ErrorCode.INVALID_PARTITIONS, f"at most {PARTITIONS_PER_TOPIC_MAX} partitions per topic")
         rf = len(topic.partitions[0].replicas)
         if rf > len(self.live_brokers()):
-            return Outcome(ErrorCode.INVALID_REPLICATION_FACTOR, "not enough brokers for the topic's replication factor")
+            return ControllerResult(ErrorCode.INVALID_REPLICATION_FACTOR, "not enough brokers for the topic's replication factor")
         if validate_only:
-            return Outcome()
+            return ControllerResult()
         placement = self._place(len(self.topics), current, count - current, rf)
         return self._commit([{"type": "partitions", "topic_id": topic.topic_id.bytes, "added": [
             {"index": current + i, "replicas": placement[i], "leader": placement[i][0], "leader_epoch": 0,
              "isr": placement[i]} for i in range(count - current)]}])
 
     def alter_topic_configs(self, name: str, configs: dict[str, Any], *, incremental: bool,
-                            validate_only: bool = False) -> Outcome:
+                            validate_only: bool = False) -> ControllerResult:
         topic = self.topics.get(name)
         if topic is None:
-            return Outcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            return ControllerResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         try:
             typed = validate_topic_configs({k: v for k, v in configs.items() if v is not None})
         except ConfigError as e:
-            return Outcome(ErrorCode.INVALID_CONFIG, str(e))
+            return ControllerResult(ErrorCode.INVALID_CONFIG, str(e))
         merged = dict(topic.configs) if incremental else {}
         merged.update(typed)
         for key in [k for k, v in configs.items() if v is None]:
             merged.pop(key, None)
         if validate_only:
-            return Outcome()
+            return ControllerResult()
         return self._commit([{"type": "topic_configs", "topic_id": topic.topic_id.bytes, "configs": merged}])
 
     def alter_group_configs(self, group_id: str, configs: dict[str, Any], *, incremental: bool,
-                            validate_only: bool = False) -> Outcome:
+                            validate_only: bool = False) -> ControllerResult:
         """Group-level configs (KIP-932 share group configs); None deletes a key."""
         if not group_id:
-            return Outcome(ErrorCode.INVALID_GROUP_ID, "the group id is empty")
+            return ControllerResult(ErrorCode.INVALID_GROUP_ID, "the group id is empty")
         try:
             typed = validate_group_configs({k: v for k, v in configs.items() if v is not None}, self.broker_config)
         except ConfigError as e:
-            return Outcome(ErrorCode.INVALID_CONFIG, str(e))
+            return ControllerResult(ErrorCode.INVALID_CONFIG, str(e))
         dlq_topic = typed.get("errors.deadletterqueue.topic.name")
         if dlq_topic and dlq_topic in self.topics and not self.effective_configs(self.topics[dlq_topic]).get(
                 "errors.deadletterqueue.group.enable"):
-            return Outcome(ErrorCode.INVALID_CONFIG, f"topic {dlq_topic!r} cannot be a dead-letter topic: its "
+            return ControllerResult(ErrorCode.INVALID_CONFIG, f"topic {dlq_topic!r} cannot be a dead-letter topic: its "
                                                      "errors.deadletterqueue.group.enable is not true (KIP-1191)")
         merged = dict(self.group_configs.get(group_id, {})) if incremental else {}
         merged.update(typed)
         for key in [k for k, v in configs.items() if v is None]:
             merged.pop(key, None)
         if validate_only:
-            return Outcome()
+            return ControllerResult()
         return self._commit([{"type": "group_configs", "group_id": group_id, "configs": merged}])
 
-    def alter_broker_configs(self, broker: str, configs: dict[str, Any], *, validate_only: bool = False) -> Outcome:
+    def alter_broker_configs(self, broker: str, configs: dict[str, Any], *, validate_only: bool = False) -> ControllerResult:
         """IncrementalAlterConfigs of a BROKER resource: `broker` is a broker id, or "" for the cluster's
         default; None deletes a key (a key that is not set: nothing to delete, no error, as Kafka)."""
         if broker != "" and not (broker.isdigit() and int(broker) >= 0):
-            return Outcome(ErrorCode.INVALID_REQUEST, f"broker {broker!r}: a broker id, or \"\" for the cluster's "
+            return ControllerResult(ErrorCode.INVALID_REQUEST, f"broker {broker!r}: a broker id, or \"\" for the cluster's "
                                                       f"default")
         try:
             typed = validate_dynamic_broker_configs({k: v for k, v in configs.items() if v is not None})
             validate_dynamic_broker_configs({k: 0 for k, v in configs.items() if v is None})
         except ConfigError as e:
-            return Outcome(ErrorCode.INVALID_CONFIG, str(e))
+            return ControllerResult(ErrorCode.INVALID_CONFIG, str(e))
         merged = dict(self.dynamic_broker_configs.get(broker, {}))
         merged.update(typed)
         for key in [k for k, v in configs.items() if v is None]:
             merged.pop(key, None)
         if validate_only or merged == self.dynamic_broker_configs.get(broker, {}):
-            return Outcome()
+            return ControllerResult()
         return self._commit([{"type": "broker_configs", "broker": broker, "configs": merged}])
 
-    def create_acls(self, bindings: list[AclBinding]) -> tuple[list[tuple[int, str | None]], Outcome]:
+    def create_acls(self, bindings: list[AclBinding]) -> tuple[list[tuple[int, str | None]], ControllerResult]:
         """CreateAcls: per binding (error code, message); a binding that exists already is a success
         that adds nothing, as in Kafka's AclControlManager."""
         results, new = [], {}
@@ -325,11 +325,11 @@ class ControllerCore:
                 new[binding] = None
             results.append((0, None))
         if not new:
-            return results, Outcome()
+            return results, ControllerResult()
         return results, self._commit([{"type": "acls", "bindings": [binding_row(b) for b in new]}])
 
     def delete_acls(self, filters: list[AclBindingFilter]) -> tuple[list[tuple[int, str | None, list[AclBinding]]],
-                                                                    Outcome]:
+                                                                    ControllerResult]:
         """DeleteAcls: per filter (error code, message, the bindings it matched and removed)."""
         results, gone = [], {}
         for acl_filter in filters:
@@ -341,18 +341,18 @@ class ControllerCore:
             gone.update(dict.fromkeys(matched))
             results.append((0, None, matched))
         if not gone:
-            return results, Outcome()
+            return results, ControllerResult()
         return results, self._commit([{"type": "remove_acls", "bindings": [binding_row(b) for b in gone]}])
 
     def alter_user_scram_credentials(self, deletions: list, upsertions: list
-                                     ) -> tuple[list[scram_credentials.AlterResult], Outcome]:
+                                     ) -> tuple[list[scram_credentials.AlterResult], ControllerResult]:
         """AlterUserScramCredentials (scram_credentials.Deletion / Upsertion): per user a result;
         what succeeded is committed together."""
         results, records = scram_credentials.alter_credentials(self.scram_credentials, deletions, upsertions)
-        return results, self._commit(records) if records else Outcome()
+        return results, self._commit(records) if records else ControllerResult()
 
     def alter_client_quotas(self, entries: list[tuple[list, list]], validate_only: bool = False
-                            ) -> tuple[list[tuple[int, str | None]], Outcome]:
+                            ) -> tuple[list[tuple[int, str | None]], ControllerResult]:
         """AlterClientQuotas: entries of (entity as [(type, name or None)...], ops as [(key, value, remove)...]);
         per entry (error code, message). An entry is all or nothing, as in Kafka's ClientQuotaControlManager."""
         results, records = [], []
@@ -373,12 +373,12 @@ class ControllerCore:
             records.extend({"type": "client_quota", "entity": [list(p) for p in entity], "key": key,
                             "value": None if remove else float(value)} for key, value, remove in ops)
         if validate_only or not records:
-            return results, Outcome()
+            return results, ControllerResult()
         return results, self._commit(records)
 
     def alter_partition_reassignments(self, topics: list[tuple[str, list[tuple[int, list[int] | None]]]],
                                       allow_replication_factor_change: bool = True
-                                      ) -> tuple[list[tuple[str, list[tuple[int, int, str | None]]]], Outcome]:
+                                      ) -> tuple[list[tuple[str, list[tuple[int, int, str | None]]]], ControllerResult]:
         """AlterPartitionReassignments (KIP-455): per topic, per partition a target replica list or
         None (cancel). Answers per topic [(partition, error code, message)]; the records of every
         partition that succeeded are committed together, as Kafka's ControllerResult.atomicOf."""
@@ -400,7 +400,7 @@ class ControllerCore:
                     records += decided
                 answers.append((index, error, message))
             results.append((name, answers))
-        return results, Outcome(records=records)
+        return results, ControllerResult(records=records)
 
     def list_partition_reassignments(self, topics: list[tuple[str, list[int]]] | None
                                      ) -> list[tuple[str, list[tuple[int, list[int], list[int], list[int]]]]]:
@@ -421,7 +421,7 @@ class ControllerCore:
         return found
 
     def elect_leaders(self, election_type: int, partitions: list[tuple[str, list[int]]] | None
-                      ) -> tuple[list[tuple[str, list[tuple[int, int, str | None]]]], Outcome]:
+                      ) -> tuple[list[tuple[str, list[tuple[int, int, str | None]]]], ControllerResult]:
         """ElectLeaders (KIP-460): PREFERRED (0) or UNCLEAN (1), for the partitions named (None: all;
         then the partitions that need no election are left out of the answer, as Kafka's)."""
         if election_type not in (PREFERRED, UNCLEAN):
@@ -445,11 +445,11 @@ class ControllerCore:
                 if not (every and error == ErrorCode.ELECTION_NOT_NEEDED):
                     answers.append((index, error, None))
             results.append((name, answers))
-        return results, Outcome(records=records)
+        return results, ControllerResult(records=records)
 
-    def allocate_producer_id(self) -> tuple[int, Outcome]:
+    def allocate_producer_id(self) -> tuple[int, ControllerResult]:
         """Hand out the next producer id; ids are reserved in the log a block at a time."""
-        outcome = Outcome()
+        outcome = ControllerResult()
         if self.next_producer_id >= self.producer_id_limit:
             outcome = self._commit([{"type": "producer_ids",
                                      "limit": self.next_producer_id + PRODUCER_ID_BLOCK_SIZE}])
@@ -533,10 +533,10 @@ class ControllerCore:
         self.next_producer_id = self.producer_id_limit
         self.replication.finish_replay(now_ms)
 
-    def _commit(self, records: list[dict[str, Any]]) -> Outcome:
+    def _commit(self, records: list[dict[str, Any]]) -> ControllerResult:
         for record in records:
             self.apply(record)
-        return Outcome(records=records)
+        return ControllerResult(records=records)
 
     def _place(self, seed: int, first_index: int, count: int, replication_factor: int) -> dict[int, list[int]]:
         """Round-robin replicas over the live brokers, each partition's replicas on distinct brokers."""
