@@ -5,6 +5,7 @@ the quorum's leader), under an acks=all producer: the quorum keeps one leader, a
 fetching as an observer, metadata changes (topics created) commit with two voters, a leader that
 removes itself hands over to another, and every acknowledged record is read back."""
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -12,12 +13,14 @@ from pathlib import Path
 
 import pytest
 import ray
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster.admin import KafkaConnection
 from cluster.local import LocalCluster
 from cluster.tools.metadata_quorum import describe_request, format_directory_id, partition_of
 from tests.cluster.test_metadata_quorum import _create
 from tests.cluster.test_replication import AckedProducer, _read_keys, _wait_for_isr
+from tests.kafka.broker import LIB, java
 
 REPO = Path(__file__).resolve().parents[2]
 QUORUM = {"controller.quorum.voters": "1,2,3"}
@@ -70,6 +73,14 @@ def kray_quorum(cluster, *args: str) -> subprocess.CompletedProcess:
                           cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
+def commit_a_topic(cluster, name: str) -> None:
+    """A metadata change: a topic created (one partition, one replica, so that it needs only the
+    controller and one broker), answered once its records are committed in the quorum."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(120)
+    assert name in admin.list_topics(timeout=30).topics
+
+
 def directory_of(view, node_id: int) -> str:
     (replica,) = [r for r in list(view.current_voters) + list(view.observers) if r.replica_id == node_id]
     return format_directory_id(replica.replica_directory_id)
@@ -97,7 +108,7 @@ def test_a_voter_removed_and_added_back_under_a_producer(cluster):
         while follower not in [r.replica_id for r in describe(cluster.addresses[two.leader_id]).observers]:
             assert time.monotonic() < deadline, "the removed voter is not an observer of the leader"
             time.sleep(0.5)
-        _create(cluster, "voters-two")             # a metadata change commits with two voters
+        commit_a_topic(cluster, "voters-two")      # a metadata change commits with two voters
         refused = kray_quorum(cluster, "remove-controller", "--controller-id", str(follower),
                               "--controller-directory-id", directory_of(view, follower))
         assert refused.returncode == 1 and "VOTER_NOT_FOUND" in refused.stderr
@@ -112,7 +123,7 @@ def test_a_voter_removed_and_added_back_under_a_producer(cluster):
         assert out.returncode == 0, out.stderr
         handed = leader_view(cluster, {1, 2, 3} - {old})
         assert handed.leader_id != old and handed.leader_epoch > three.leader_epoch
-        _create(cluster, "voters-handed")          # the new leader's controller commits metadata
+        commit_a_topic(cluster, "voters-handed")   # the new leader's controller commits metadata
         out = kray_quorum(cluster, "add-controller", "--controller-id", str(old))
         assert out.returncode == 0, out.stderr
         final = leader_view(cluster, {1, 2, 3})
@@ -130,3 +141,30 @@ def test_a_voter_removed_and_added_back_under_a_producer(cluster):
     assert not lost, f"{len(lost)} acknowledged records lost, e.g. {sorted(lost)[:10]}"
     print(f"{len(producer.acked)} records acknowledged through two removals and two additions "
           f"({time.monotonic() - started:.0f} s), none lost; final leader {final.leader_id} (epoch {final.leader_epoch})")
+
+
+@pytest.mark.skipif(shutil.which("java") is None or not any(LIB.glob("kafka-tools-*.jar")),
+                    reason="Kafka 4.4's tools (tests/kafka/lib, installed by ./dev test) and java are needed")
+def test_kafkas_own_kafka_metadata_quorum_removes_a_voter_of_kray(cluster):
+    """Kafka 4.4's kafka-metadata-quorum.sh (org.apache.kafka.tools.MetadataQuorumCommand) against
+    Kray: describe --replication lists Kray's voters with their directory ids, remove-controller
+    takes one out through Kafka's admin client (RemoveRaftVoter); kray add-controller puts it back."""
+    view = leader_view(cluster, {1, 2, 3})
+    bootstrap = cluster.addresses[view.leader_id]
+
+    def kafka_tool(*args):
+        run = subprocess.run(java("org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-server", bootstrap,
+                                  *args), capture_output=True, text=True, timeout=120)
+        return run.returncode, run.stdout + run.stderr
+
+    code, text = kafka_tool("describe", "--replication")
+    assert code == 0, text
+    victim = min({1, 2, 3} - {view.leader_id})
+    assert directory_of(view, victim) in text
+    code, text = kafka_tool("remove-controller", "--controller-id", str(victim),
+                            "--controller-directory-id", directory_of(view, victim))
+    assert code == 0, text
+    leader_view(cluster, {1, 2, 3} - {victim})
+    out = kray_quorum(cluster, "add-controller", "--controller-id", str(victim))
+    assert out.returncode == 0, out.stderr
+    leader_view(cluster, {1, 2, 3})
