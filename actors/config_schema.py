@@ -89,6 +89,13 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "replica.alter.log.dirs.io.max.bytes.per.second": 9223372036854775807,
     "auto.leader.rebalance.enable": True,
     "leader.imbalance.check.interval.seconds": 300,
+    # Kray's own balancer (actors/controller/balancer.py, docs/operations/balancer.md): replicas and leaders
+    # moved onto brokers that join, off brokers being removed (kray remove-broker, a node Ray drains)
+    "kray.balancer.enable": False,
+    "kray.balancer.max.moves.in.flight": 10,
+    "kray.balancer.replication.throttled.rate": 9223372036854775807,  # bytes/s per broker while it moves
+    "kray.balancer.check.interval.ms": 5000,
+    "kray.broker.draining": False,  # a dynamic broker config: set per broker by kray remove-broker
     # classic and consumer (KIP-848) groups, committed offsets: Kafka 4's shipped defaults
     "group.min.session.timeout.ms": 6000,
     "group.max.session.timeout.ms": 1800000,
@@ -302,7 +309,7 @@ BROKER_CONFIGS_IN_PART: dict[str, str] = {
 # Broker configs that IncrementalAlterConfigs may change while Kray runs (for one broker, or the cluster's
 # default with the resource name ""), as Kafka's dynamic broker configs: the replication throttles
 DYNAMIC_BROKER_CONFIGS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate",
-                          "replica.alter.log.dirs.io.max.bytes.per.second")
+                          "replica.alter.log.dirs.io.max.bytes.per.second", "kray.broker.draining")
 
 
 def validate_dynamic_broker_configs(configs: dict[str, Any]) -> dict[str, Any]:
@@ -404,6 +411,8 @@ BROKER_INT_RANGES: dict[str, tuple[int, int]] = {
     "replica.fetch.max.bytes": (0, INT_MAX), "replica.fetch.response.max.bytes": (0, INT_MAX),
     "leader.replication.throttled.rate": (0, LONG_MAX), "follower.replication.throttled.rate": (0, LONG_MAX),
     "replica.alter.log.dirs.io.max.bytes.per.second": (0, LONG_MAX),
+    "kray.balancer.max.moves.in.flight": (1, INT_MAX), "kray.balancer.replication.throttled.rate": (1, LONG_MAX),
+    "kray.balancer.check.interval.ms": (100, INT_MAX),
     "leader.imbalance.check.interval.seconds": (1, LONG_MAX), "group.min.session.timeout.ms": (INT_MIN, INT_MAX),
     "group.max.session.timeout.ms": (INT_MIN, INT_MAX), "group.initial.rebalance.delay.ms": (INT_MIN, INT_MAX),
     "group.max.size": (1, INT_MAX), "group.consumer.session.timeout.ms": (1, INT_MAX),

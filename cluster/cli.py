@@ -368,12 +368,13 @@ def build_parser() -> argparse.ArgumentParser:
     from cluster import broker_control
     broker_control.add_parser(sub)
     from cluster.tools import (acls, configs, console_share_consumer, consumer_groups, delete_records,
-                               leader_election, metadata_quorum, perf, reassign_partitions, share_groups,
-                               share_workers, streams_groups, topics, transactions)
+                               leader_election, metadata_quorum, perf, reassign_partitions, remove_broker,
+                               share_groups, share_workers, streams_groups, topics, transactions)
     topics.add_parser(sub)
     delete_records.add_parser(sub)
     reassign_partitions.add_parser(sub)
     leader_election.add_parser(sub)
+    remove_broker.add_parser(sub)
     acls.add_parser(sub)
     configs.add_parser(sub)
     share_groups.add_parser(sub)

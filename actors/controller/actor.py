@@ -31,6 +31,7 @@ import ray
 
 from actors import internal_topics, log_to_stderr
 from actors.config_schema import TopicConfig
+from actors.controller.balancing import Balancing
 from actors.controller.core import BrokerInfo, ControllerCore, ControllerResult, TopicState
 from actors.controller.events import BrokerEvents
 from actors.controller.image import MetadataImage
@@ -92,6 +93,7 @@ class ControllerActor:
         # carried out by the supervision (which also watches shards and nodes, and ticks sessions)
         self.rec = Reconciler()
         self.supervision = Supervision(self)
+        self.balancing = Balancing(self)  # the balancer (kray.balancer.*) and drains (kray remove-broker)
         self.leadership.on_ray_nodes = self.supervision.learn_node_cpus
         self.own_handle = None
         self.changed = asyncio.Event()
@@ -188,6 +190,7 @@ class ControllerActor:
             # after a restart, can take longer than a broker session
             self.core.replication.finish_replay(now_ms())
             self.supervision.start()
+            self.balancing.start()
 
     # ---- brokers: one per Ray node -----------------------------------------------------------
     @answers_once_committed
@@ -327,6 +330,9 @@ class ControllerActor:
         """A gateway (re)starts its broker: a new broker epoch, unfenced, and its replicas start.
         Returns at once with the image and the broker epoch its heartbeats carry (replicas may
         take longer to start than a broker session lasts); `broker_ready` then waits for them."""
+        if info.node_id in self.rec.retired_nodes:
+            raise ValueError(f"broker {info.broker_id} was removed (kray remove-broker, or its node drained by Ray): "
+                             f"its Ray node {info.node_id[:12]} runs no broker; start the node again to add a broker")
         if info.node_id in self.rec.lost_nodes:
             raise ValueError(f"broker {info.broker_id}: its Ray node {info.node_id[:12]} was declared dead; the "
                              f"broker starts again on the node that replaces it")
@@ -490,11 +496,16 @@ class ControllerActor:
         outcome = self.core.alter_topic_configs(name, configs, incremental=incremental, validate_only=validate_only)
         self._persist(outcome)
         if not outcome.error_code and not validate_only:
-            await self._durable()
-            topic = self.core.topics[name]
+            await self.reconfigure_replicas(name)
+        return outcome.error_code, outcome.message
+
+    async def reconfigure_replicas(self, name: str) -> None:
+        """Once committed, a topic's running replicas take its configs as they are now."""
+        await self._durable()
+        topic = self.core.topics.get(name)
+        if topic is not None:
             config = TopicConfig.from_kafka(self.core.effective_configs(topic))
             await self._await_replicas([actor.reconfigure.remote(config) for actor in self.rec.handles(topic.topic_id)])
-        return outcome.error_code, outcome.message
 
     @staticmethod
     async def _await_replicas(calls: list) -> None:
@@ -549,6 +560,7 @@ class ControllerActor:
         logs), then kill them."""
         self.leadership.stopping = True  # its voter stops with its gateway: that is no reason to restart
         self.supervision.stop()
+        self.balancing.stop()
         if self.leadership.watching is not None:
             self.leadership.watching.cancel()
         gateways = list(self.rec.gateways.values())

@@ -122,6 +122,32 @@ class ControllerCore:
         """Registered, unfenced brokers: where new replicas may go (Kafka places on unfenced ones)."""
         return sorted(b for b in self.brokers if self.replication.is_live(b))
 
+    def draining_brokers(self) -> set[int]:
+        """Brokers being removed (the dynamic broker config kray.broker.draining, set by kray remove-broker or for
+        a node Ray drains): every replica leaves them, and new partitions are not placed on them (as Kafka's
+        cordoned brokers, KIP-1066)."""
+        return {int(b) for b, configs in self.dynamic_broker_configs.items()
+                if b.isdigit() and configs.get("kray.broker.draining") in (True, "true")}
+
+    def placeable_brokers(self) -> list[int]:
+        """Live brokers that new replicas may go to: not being drained."""
+        draining = self.draining_brokers()
+        return [b for b in self.live_brokers() if b not in draining]
+
+    def unregister_broker(self, broker_id: int) -> ControllerResult:
+        """A drained broker leaves the cluster (Kafka's UnregisterBroker): fenced (it holds no replica, so no
+        leader moves), then forgotten. Refused while any partition still places a replica on it."""
+        if broker_id not in self.brokers:
+            return ControllerResult(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered")
+        holding = [f"{t.name}-{p.index}" for t in self.topics.values() for p in t.partitions if broker_id in p.replicas]
+        if holding:
+            return ControllerResult(ErrorCode.INVALID_REQUEST, f"broker {broker_id} still holds replicas of "
+                                                               f"{len(holding)} partitions ({', '.join(holding[:5])}"
+                                                               f"...): drain it first")
+        fenced = self.replication.broker_died(broker_id).records
+        unregistered = self._commit([{"type": "unregister_broker", "broker_id": broker_id}]).records
+        return ControllerResult(records=fenced + unregistered)
+
     def _unclean_leader_election_enable(self, key: Any) -> bool:
         topic = self.topics_by_id.get(uuid.UUID(bytes=key[0])) if isinstance(key, tuple) else None
         value = topic.configs.get("unclean.leader.election.enable") if topic is not None else None
@@ -202,10 +228,12 @@ class ControllerCore:
             return ControllerResult(ErrorCode.INVALID_PARTITIONS, f"number of partitions must be between 1 and {PARTITIONS_PER_TOPIC_MAX}")
         if replication_factor < 1:
             return ControllerResult(ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor must be at least 1")
-        live = len(self.live_brokers())
+        live = len(self.placeable_brokers())
         if replication_factor > live:
             return ControllerResult(ErrorCode.INVALID_REPLICATION_FACTOR,
-                                    f"replication factor {replication_factor} is larger than the {live} available brokers")
+                                    f"replication factor {replication_factor} is larger than the {live} available "
+                                    f"brokers" + (" (brokers being removed take no new partitions)"
+                                                  if self.draining_brokers() else ""))
         try:
             typed = validate_topic_configs(configs)
         except ConfigError as e:
@@ -245,7 +273,7 @@ class ControllerCore:
         if count > PARTITIONS_PER_TOPIC_MAX:
             return ControllerResult(ErrorCode.INVALID_PARTITIONS, f"at most {PARTITIONS_PER_TOPIC_MAX} partitions per topic")
         rf = len(topic.partitions[0].replicas)
-        if rf > len(self.live_brokers()):
+        if rf > len(self.placeable_brokers()):
             return ControllerResult(ErrorCode.INVALID_REPLICATION_FACTOR, "not enough brokers for the topic's replication factor")
         if validate_only:
             return ControllerResult()
@@ -468,6 +496,9 @@ class ControllerCore:
                                                            record.get("rack"), record.get("node_id", ""),
                                                            {name: (address[0], address[1]) for name, address
                                                             in (record.get("endpoints") or {}).items()})
+        elif kind == "unregister_broker":
+            self.brokers.pop(record["broker_id"], None)
+            self.replication.brokers.pop(record["broker_id"], None)
         elif kind == "topic":
             topic = TopicState(record["name"], uuid.UUID(bytes=record["topic_id"]),
                                [_partition_state(p) for p in record["partitions"]],
@@ -540,7 +571,7 @@ class ControllerCore:
 
     def _place(self, seed: int, first_index: int, count: int, replication_factor: int) -> dict[int, list[int]]:
         """Round-robin replicas over the live brokers, each partition's replicas on distinct brokers."""
-        ids = self.live_brokers()
+        ids = self.placeable_brokers()
         placement = {}
         for i in range(count):
             start = (seed + first_index + i) % len(ids)

@@ -165,6 +165,7 @@ class Reconciler:
         self.supervised: dict[int, GatewaySupervision] = {}
         self.node_brokers: dict[str, int | None] = {}  # Ray node id -> its broker id (None: no broker there)
         self.lost_nodes: set[str] = set()  # declared dead: a gateway left on one may not register
+        self.retired_nodes: set[str] = set()  # (of lost_nodes) their broker was drained and unregistered
         self.id_conflicts: set[tuple[str, str]] = set()  # (node, live node) claiming one broker id: said once
         # nodes whose gateway said it runs there when this controller adopted it: a node on the same
         # host that claims the broker is an older one Ray has not declared dead yet, not a newer one
@@ -470,6 +471,27 @@ class Reconciler:
             del self.replicas[key]  # died with its shard
         self.changed = True
         return actions
+
+    def broker_retired(self, broker_id: int) -> tuple[Any, list[Any]]:
+        """A drained broker leaves (kray remove-broker, a node Ray drains): its node runs no broker from now on
+        (a gateway left there may not register again, as on a lost node), and its gateway and shards are
+        forgotten, returned (gateway or None, shards) for the shell to stop. A node started again (a new Ray
+        node id) is a new broker node."""
+        for node_id in [n for n, b in self.node_brokers.items() if b == broker_id]:
+            del self.node_brokers[node_id]
+            self.lost_nodes.add(node_id)
+            self.retired_nodes.add(node_id)
+            self.confirmed_nodes.discard(node_id)
+        self.registered.discard(broker_id)
+        self.serving.discard(broker_id)
+        self.broker_failures.pop(broker_id, None)
+        self.supervised.pop(broker_id, None)
+        gateway = self.gateways.pop(broker_id, None)
+        shards = [self.shards.pop(s) for s in [s for s in self.shards if s[0] == broker_id]]
+        for key in [k for k in self.replicas if k[2] == broker_id]:
+            del self.replicas[key]
+        self.changed = True
+        return gateway, shards
 
     # ---- a controller that starts while the actors run -----------------------------------
     def adopt(self, core, shards: dict[ShardKey, tuple[Any, list | None]], gateways: dict[int, tuple[Any, str, bool]],

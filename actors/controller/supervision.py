@@ -47,6 +47,16 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def draining_ray_nodes() -> set[str]:
+    """The nodes Ray drains (its DrainNode API: `ray drain-node`, the autoscaler), by node id. Ray's Python API
+    has it only in ray._private.state (Ray 2.60); without it, none."""
+    try:
+        from ray._private.state import state
+        return set(state.get_draining_nodes())
+    except (ImportError, AttributeError):
+        return set()
+
+
 class Supervision:
     def __init__(self, shell):
         self.shell = shell  # the ControllerActor: its core, metadata log, events and images
@@ -121,6 +131,7 @@ class Supervision:
         nodes = list(map(NodeView.of, ray_nodes))
         actions, new = self.rec.nodes_seen(nodes)
         self.execute(actions)
+        self.drain_brokers_of(await self.shell.leadership.gcs(draining_ray_nodes))
         for node in new:
             broker_id = node.labelled_broker_id
             if broker_id is None:
@@ -128,6 +139,19 @@ class Supervision:
                 broker_id = await composition.run_on_node(node.node_id, recorded_broker_id, str(self.shell.data_dir),
                                                           proposed)
             self.execute(self.rec.claim(node, broker_id, nodes))
+
+    def drain_brokers_of(self, nodes: set[str]) -> None:
+        """Ray drains these nodes (`ray drain-node`, an autoscaler taking a node down): their brokers are
+        drained as kray remove-broker drains one (the dynamic broker config kray.broker.draining)."""
+        for node_id in sorted(nodes):
+            broker_id = self.rec.node_brokers.get(node_id)
+            if broker_id is None or broker_id not in self.core.brokers or broker_id in self.core.draining_brokers():
+                continue
+            outcome = self.core.alter_broker_configs(str(broker_id), {"kray.broker.draining": True})
+            self.shell._persist(outcome)
+            if not outcome.error_code:
+                self.shell._say(f"broker {broker_id} is drained: Ray drains its node {node_id[:12]}; its replicas "
+                                f"move to the other brokers, then it unregisters")
 
     def execute(self, actions: list) -> None:
         """Carry out the reconciler's actions: the quick ones here, calls to actors as tasks that

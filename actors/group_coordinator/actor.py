@@ -92,6 +92,7 @@ class GroupCoordinator(PartitionReplica):
         self.recent_markers: list[TxnMarker] = []
         self.markers_seen: dict[int, int] = {}  # producer id -> markers appended here (TxnWrite's guard)
         self.cleanable_ratio = float(self.config.get("log.cleaner.min.cleanable.ratio", 0.5))
+        self.appending = 0  # calls whose records are being appended
 
     # ---- loading and background work -------------------------------------------------------
     @property
@@ -262,12 +263,23 @@ class GroupCoordinator(PartitionReplica):
     def _topics(self) -> dict[str, tuple[uuid.UUID, int]]:
         return {t.name: (t.topic_id, len(t.partitions)) for t in self.image.topics.values() if not t.internal}
 
-    async def _commit(self, records: list, transaction: TxnWrite | None = None) -> int:
+    async def _commit(self, records: list, transaction: TxnWrite | None = None, revert=None) -> int:
+        """Append a call's records: 0, or the error to answer. When the append fails, `revert` (an offset commit's)
+        takes back the call's own changes if no other call's records are on their way to the log (later changes may
+        rest on them otherwise); else, and for every other call, the shard is rebuilt from the log."""
         if not records:
             return 0
+        shard = self.shard
+        self.appending += 1
         try:
             await self.group_log.append(records, transaction)
         except CoordinatorLogError as e:
+            self.appending -= 1
+            if (revert is not None and not self.appending and shard is not None and shard is self.shard
+                    and revert(shard)):
+                log.warning("offset commit append failed (%s); the commit is reverted", e)
+                shard.settle_offset_commits()
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
             log.warning("group record append failed (%s); reloading the shard from the log", e)
             if self.host.shard is not None:
                 self.carried_sessions = self.host.shard.session_deadlines()
@@ -280,6 +292,9 @@ class GroupCoordinator(PartitionReplica):
                     future.set_exception(CoordinatorLogError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                                              f"the group's record could not be written ({e}); retry"))
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        self.appending -= 1
+        if not self.appending and shard is not None and shard is self.shard:
+            shard.settle_offset_commits()
         return 0
 
     async def _settle(self, outcome: CoordinatorResult) -> int:
@@ -368,10 +383,11 @@ class GroupCoordinator(PartitionReplica):
     async def commit_offsets(self, group_id: str, member_id: str, instance_id: str | None,
                              generation_or_epoch: int, partitions: list, api_version: int) -> list[int]:
         shard = await self._ready()
-        errors, records = shard.commit_offsets(group_id, member_id, instance_id, generation_or_epoch, partitions,
-                                               api_version=api_version, now_ms=now_ms())
-        error = await self._commit(records)
-        return [error or e for e in errors]
+        mark = shard.offset_commits_mark()
+        result = shard.commit_offsets(group_id, member_id, instance_id, generation_or_epoch, partitions,
+                                      api_version=api_version, now_ms=now_ms())
+        error = await self._commit(result.records, revert=lambda s: s.revert_offset_commits(mark))
+        return [error or e for e in result.response]
 
     async def fetch_offsets(self, group_id: str, topics: list | None, member_id: str | None = None,
                             member_epoch: int = -1, require_stable: bool = False):
@@ -435,12 +451,12 @@ class GroupCoordinator(PartitionReplica):
             if coordinator is None:
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE
             adds = api_version >= TXN_OFFSET_COMMIT_ADDS_VERSION
-            [step] = await coordinator.add_partitions.remote(
+            [response] = await coordinator.add_partitions.remote(
                 [AddPartitions(transactional_id, producer_id, producer_epoch, (partition,), not adds, 2 if adds else 0)])
         except Exception as e:
             log.info("verifying the transaction of %r failed: %s", transactional_id, e)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        error = (step.partition_errors or {}).get(partition, step.error)
+        error = (response.partition_errors or {}).get(partition, response.error)
         if error == ErrorCode.PRODUCER_FENCED:
             return ErrorCode.INVALID_PRODUCER_EPOCH
         if error == ErrorCode.TRANSACTION_ABORTABLE and api_version < TXN_OFFSET_COMMIT_ABORTABLE_VERSION:

@@ -46,6 +46,7 @@ class Groups:
         self.streams = StreamsGroups(config)
         self.offsets = OffsetStore(config)
         self.next_retention_check_ms = 0
+        self._simple_created: list[tuple[int, str]] = []  # (offsets mark, group) a commit created, until settled
 
     # ---- the namespace -------------------------------------------------------------------------------------------
 
@@ -228,8 +229,43 @@ class Groups:
 
     def commit_offsets(self, group_id: str, member_id: str, instance_id: str | None, generation_or_epoch: int,
                        partitions: list[tuple[str, int, int, int, str | None]], *, api_version: int,
+                       now_ms: int) -> CoordinatorResult[list[int]]:
+        """Kafka's OffsetCommit: the records to append, and as the response an error code per partition (in
+        order). The offsets change only through the records, applied at once by the store's replay path
+        (`OffsetStore.apply`); until the shell settles them, `revert_offset_commits` takes them back (and the simple
+        group a commit created, as Kafka's snapshot registry reverts both)."""
+        mark, existed = self.offsets.changes_mark(), self.group_type(group_id) is not None
+        errors, records = self._offset_commit(group_id, member_id, instance_id, generation_or_epoch, partitions,
+                                              api_version=api_version, now_ms=now_ms)
+        if not existed and self.group_type(group_id) is not None:
+            self._simple_created.append((mark, group_id))
+        self.offsets.apply(records)
+        return CoordinatorResult(records, errors)
+
+    def offset_commits_mark(self) -> int:
+        """Where the next commit's changes start (see `revert_offset_commits`)."""
+        return self.offsets.changes_mark()
+
+    def revert_offset_commits(self, mark: int) -> bool:
+        """Take back the commits made since `mark` (their append failed), and the simple groups they created; False,
+        changing nothing, when they are no longer remembered (see OffsetStore.revert)."""
+        if not self.offsets.revert(mark):
+            return False
+        while self._simple_created and self._simple_created[-1][0] >= mark:
+            _, group_id = self._simple_created.pop()
+            if self.group_type(group_id) == CLASSIC and self.classic.is_empty(group_id) \
+                    and not self.offsets.has_offsets(group_id):
+                self._remove_classic(group_id)  # (never written: its tombstone is not needed)
+        return True
+
+    def settle_offset_commits(self) -> None:
+        """Every commit made so far is in the log (or was reverted)."""
+        self.offsets.settle()
+        self._simple_created.clear()
+
+    def _offset_commit(self, group_id: str, member_id: str, instance_id: str | None, generation_or_epoch: int,
+                       partitions: list[tuple[str, int, int, int, str | None]], *, api_version: int,
                        now_ms: int) -> tuple[list[int], list[Record]]:
-        """An error code per partition (in order) and the records to append: Kafka's OffsetCommit."""
         if not group_id:
             return [ErrorCode.INVALID_GROUP_ID] * len(partitions), []
         kind = self.group_type(group_id)

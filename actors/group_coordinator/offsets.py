@@ -1,7 +1,10 @@
 """Committed offsets of consumer groups (classic and KIP-848 alike): a pure store. No Ray, no clock, no I/O.
 
 Every change returns the `__consumer_offsets` records that make it durable (Kafka's OffsetCommit records, one per
-partition, keyed by group, topic and partition, so compaction keeps the latest); `replay` rebuilds the store.
+partition, keyed by group, topic and partition, so compaction keeps the latest); `replay` rebuilds the store. A
+commit changes nothing itself: its records change the store when they are applied (`apply`, replay's path), and
+until the shell settles them (their append done) `revert` takes back exactly those changes, as Kafka's snapshot
+registry reverts records whose append failed.
 Retention (`offsets.retention.minutes`) applies to groups without members: an offset expires once the later of its
 commit and the moment its group became empty is older than the retention.
 
@@ -30,6 +33,7 @@ from protocol.errors import ErrorCode
 OFFSETS_CONFIG_DEFAULTS = {key: BROKER_DEFAULTS[key] for key in (
     "offsets.retention.minutes", "offset.metadata.max.bytes", "offsets.retention.check.interval.ms")}
 NO_OFFSET = -1
+CHANGES_MAX = 100_000  # applied commits remembered for `revert` while appends overlap; beyond, the shell reloads
 
 TopicPartition = tuple[str, int]
 
@@ -47,6 +51,9 @@ class OffsetStore:
         self._pending: dict[int, dict[str, dict[TopicPartition, tuple[OffsetCommitValue, int]]]] = {}
         self._open_by_group: dict[str, set[int]] = {}  # group -> producer ids with pending offsets in it
         self._next_order = 0
+        # committed offsets `apply` replaced, with what they were, until the shell settles them
+        self._changes: list[tuple[tuple[str, str, int], OffsetCommitValue | None, int | None]] = []
+        self._changes_dropped = 0  # how many were forgotten unsettled (appends never stopped overlapping)
 
     def _take_order(self) -> int:
         self._next_order += 1
@@ -58,6 +65,7 @@ class OffsetStore:
 
     def _forget(self, group_id: str, topic: str, partition: int) -> bool:
         """Drop a partition's committed offset and its pending ones; True if there was either."""
+        self._changes_unrevertable()
         stored = self._offsets.get(group_id, {})
         found = stored.pop((topic, partition), None) is not None
         self._order.pop((group_id, topic, partition), None)
@@ -126,6 +134,7 @@ class OffsetStore:
         """The COMMIT or ABORT marker of `producer_id` reached the partition (appended now, or replayed): its
         pending offsets become the committed ones, or are dropped. Returns the (group, topic, partition) whose
         committed offset changed. Nothing to write: the marker is the record."""
+        self._changes_unrevertable()
         by_group = self._pending.pop(producer_id, None)
         if by_group is None:
             return []  # a marker for a producer without pending offsets here (a resend, or none were sent)
@@ -153,7 +162,9 @@ class OffsetStore:
     def live_records(self) -> list[Record]:
         """One record per committed offset, its current value: replaying them rebuilds the store (compaction).
         Pending transactional offsets are not among them: their records stay in the log until their transaction
-        ends (the shell never deletes records past the partition's last stable offset)."""
+        ends (the shell never deletes records past the partition's last stable offset). The commits applied and not
+        settled go into them too: they can no longer be reverted alone."""
+        self._changes_unrevertable()
         return [crec.offset_commit(g, t, p, v) for g, stored in self._offsets.items() for (t, p), v in stored.items()]
 
     def positions(self) -> list[tuple[str, str, int, int]]:
@@ -163,22 +174,65 @@ class OffsetStore:
     def commit(self, group_id: str, partitions: Iterable[tuple[str, int, int, int, str | None]],
                now_ms: int) -> tuple[list[int], list[Record]]:
         """Commit (topic, partition, offset, leader epoch, metadata) each: an error code per partition (in order),
-        and the records of those that succeed."""
+        and the records of those that succeed. Changes nothing: `apply` the records (Kafka's commitOffset, whose
+        records its replay applies)."""
         errors, records = [], []
-        stored = self._offsets.setdefault(group_id, {})
         for topic, partition, offset, leader_epoch, metadata in partitions:
             metadata = metadata or ""
             if len(metadata.encode()) > self.metadata_max_bytes:
                 errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
                 continue
             value = OffsetCommitValue(offset, leader_epoch, metadata, now_ms)
-            stored[(topic, partition)] = value
-            self._order[(group_id, topic, partition)] = self._take_order()
             records.append(crec.offset_commit(group_id, topic, partition, value))
             errors.append(ErrorCode.NONE)
-        if not stored:
-            del self._offsets[group_id]
         return errors, records
+
+    def apply(self, records: list[Record]) -> None:
+        """Replay a commit's records (not transactional) now, before their append, remembering what they replace."""
+        for key_bytes, value_bytes in records:
+            (group_id, topic, partition), value = crec.decode_offset_commit(key_bytes, value_bytes)
+            if value is None:
+                raise ValueError("apply takes a commit's records, not tombstones")
+            key = (group_id, topic, partition)
+            if len(self._changes) >= CHANGES_MAX:
+                self._changes_dropped += len(self._changes)
+                self._changes.clear()
+            self._changes.append((key, self._offsets.get(group_id, {}).get((topic, partition)), self._order.get(key)))
+            self._store(group_id, topic, partition, value, self._take_order())
+
+    def _changes_unrevertable(self) -> None:
+        """Committed offsets change otherwise than by `apply` (a tombstone, a transaction's marker): the commits applied
+        before can no longer be taken back alone (`revert` says so; the shell then reloads from the log)."""
+        if self._changes:
+            self._changes_dropped += len(self._changes)
+            self._changes.clear()
+
+    def changes_mark(self) -> int:
+        """Where the next commit's changes start (see `revert`)."""
+        return self._changes_dropped + len(self._changes)
+
+    def revert(self, mark: int) -> bool:
+        """Take back every commit applied since `mark`, newest first: the committed offsets are as before them. Only
+        right when nothing else changed those offsets since (no other append was under way). False, changing
+        nothing, when those changes are no longer remembered (the shell then rebuilds the store from the log)."""
+        if mark < self._changes_dropped:
+            return False
+        while self._changes_dropped + len(self._changes) > mark:
+            (group_id, topic, partition), value, order = self._changes.pop()
+            if value is None:
+                stored = self._offsets.get(group_id, {})
+                stored.pop((topic, partition), None)
+                if not stored:
+                    self._offsets.pop(group_id, None)
+                self._order.pop((group_id, topic, partition), None)
+            else:
+                self._store(group_id, topic, partition, value, order)
+        return True
+
+    def settle(self) -> None:
+        """Every applied commit is in the log (or was reverted): forget how to undo them."""
+        self._changes.clear()
+        self._changes_dropped = 0
 
     def fetch(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None
               ) -> list[tuple[str, int, OffsetCommitValue | None]]:
@@ -248,6 +302,7 @@ class OffsetStore:
     def replay(self, key_bytes, value_bytes, producer_id: int = -1) -> str:
         """Load one offset commit record (`producer_id`: of its transactional batch, -1 outside a transaction);
         returns its group id."""
+        self._changes_unrevertable()
         (group_id, topic, partition), value = crec.decode_offset_commit(key_bytes, value_bytes)
         if value is None:
             self._forget(group_id, topic, partition)

@@ -23,7 +23,9 @@ import uuid
 from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost
 from actors.partition.actor import PartitionReplica
 from actors.share_coordinator import wire
-from actors.share_coordinator.core import OpResult, ReadResult, ShareCoordinatorShard, SummaryResult
+from actors.coordinator_result import CoordinatorResult
+from actors.share_coordinator.core import (ReadResponse, ShareCoordinatorShard, StateResponse,
+                                         SummaryResponse)
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("kray.share_coordinator")
@@ -68,20 +70,22 @@ class ShareCoordinator(PartitionReplica):
             shard.replay(key, value, offset)
         return shard
 
-    async def _run(self, operation) -> tuple[OpResult | ReadResult, int, str | None]:
-        """Run an operation on the shard and append its records: (its result, the error, its message)."""
+    async def _run(self, operation) -> StateResponse | ReadResponse:
+        """Run an operation on the shard and append its records: its response, or the append's error."""
         shard = await self._ready()
         mark = shard.changes_mark()
         result = operation(shard)
         error, message = await self._commit(shard, mark, result)
-        return result, error, message
+        return result.response._replace(error_code=error, error_message=message) if error else result.response
 
-    async def _commit(self, shard: ShareCoordinatorShard, mark: int, result: OpResult | ReadResult
+    async def _commit(self, shard: ShareCoordinatorShard, mark: int, result: CoordinatorResult
                       ) -> tuple[int, str | None]:
-        if result.error_code or not result.records:
+        """Append the result's records: (the error to answer, its message): the response's own, or the append's."""
+        response = result.response
+        if response.error_code or not result.records:
             if not self.appending and shard is self.shard:
                 shard.settle()
-            return result.error_code, result.error_message
+            return response.error_code, response.error_message
         self.appending += 1
         try:
             offsets = await self.state_log.append(result.records)
@@ -103,31 +107,28 @@ class ShareCoordinator(PartitionReplica):
         return 0, None
 
     async def initialize_state(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int,
-                               start_offset: int) -> tuple[int, str | None]:
-        _, error, message = await self._run(lambda shard: shard.initialize(
+                               start_offset: int) -> StateResponse:
+        """(error code, message), as every operation that answers a StateResponse."""
+        return await self._run(lambda shard: shard.initialize(
             group_id, topic_id, partition, state_epoch=state_epoch, start_offset=start_offset, now_ms=now_ms()))
-        return error, message
 
-    async def read_state(self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int) -> ReadResult:
-        result, error, message = await self._run(lambda shard: shard.read(
+    async def read_state(self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int
+                         ) -> ReadResponse:
+        return await self._run(lambda shard: shard.read(
             group_id, topic_id, partition, leader_epoch=leader_epoch, now_ms=now_ms()))
-        return result._replace(error_code=error, error_message=message, records=[]) if error else \
-            result._replace(records=[])
 
     async def write_state(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int,
                           leader_epoch: int, start_offset: int, state_batches: list,
-                          delivery_complete_count: int = -1) -> tuple[int, str | None]:
-        _, error, message = await self._run(lambda shard: shard.write(
+                          delivery_complete_count: int = -1) -> StateResponse:
+        return await self._run(lambda shard: shard.write(
             group_id, topic_id, partition, state_epoch=state_epoch, leader_epoch=leader_epoch,
             start_offset=start_offset, state_batches=state_batches, delivery_complete_count=delivery_complete_count,
             now_ms=now_ms()))
-        return error, message
 
-    async def delete_state(self, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[int, str | None]:
-        _, error, message = await self._run(lambda shard: shard.delete(group_id, topic_id, partition))
-        return error, message
+    async def delete_state(self, group_id: str, topic_id: uuid.UUID, partition: int) -> StateResponse:
+        return await self._run(lambda shard: shard.delete(group_id, topic_id, partition))
 
-    async def read_state_summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> SummaryResult:
+    async def read_state_summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> SummaryResponse:
         shard = await self._ready()
         return shard.read_summary(group_id, topic_id, partition)
 
@@ -143,7 +144,8 @@ class ShareCoordinator(PartitionReplica):
                 if shard is None:
                     continue
                 await self._commit(shard, shard.changes_mark(),
-                                   OpResult(0, None, shard.snapshot_cold_partitions(now_ms=now_ms())))
+                                   CoordinatorResult(shard.snapshot_cold_partitions(now_ms=now_ms()),
+                                                     StateResponse(0, None)))
                 await self.delete_records(shard.prunable_before_offset())
             except Exception:
                 log.exception("pruning %s-%d failed", self.topic, self.partition)

@@ -1,10 +1,12 @@
 """ShareCoordinatorShard: the share-group state of one `__share_group_state` partition, Ray-free.
 
 Every operation validates, builds the record(s) Kafka would write, applies them to the in-memory
-state with the same function replay uses, and returns them as ``(key_bytes, value_bytes|None)``
-ready to append. The shell appends them, then reports their log offsets with ``on_appended``. If
-an append fails, the in-memory state is ahead of the log: drop the shard and rebuild it by
-replaying the partition (Kafka reverts through its snapshot registry instead).
+state with the same function replay uses, and returns a `CoordinatorResult` (actors/coordinator_result.py):
+the records as ``(key_bytes, value_bytes|None)`` ready to append, and the response (`StateResponse`, or
+`ReadResponse` for a read) to give once they are appended. The shell appends them, then reports their log
+offsets with ``on_appended``. If an append fails, the shell reverts exactly the changes made since its
+``changes_mark`` (``revert``), as Kafka reverts through its snapshot registry; when other operations'
+changes rest on them it rebuilds the shard from the log instead.
 
 Kafka behaviour followed (ShareCoordinatorShard, ShareGroupOffset, PersisterStateBatchCombiner,
 ShareCoordinatorOffsetsManager, ShareCoordinatorConfig; Kafka 4.1-4.2 and trunk):
@@ -51,6 +53,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Iterable, NamedTuple
 
+from actors.coordinator_result import CoordinatorResult
 from actors.internal_topics import java_string_hash, partition_for
 from protocol.coordinator_records import ShareSnapshotKey, ShareSnapshotValue, ShareUpdateKey, ShareUpdateValue
 from protocol.errors import ErrorCode
@@ -60,7 +63,7 @@ from .records import decode_record, encode_record
 __all__ = [
     "DEFAULT_SNAPSHOT_UPDATE_RECORDS_MAX", "DEFAULT_COLD_PARTITION_SNAPSHOT_INTERVAL_MS",
     "UNINITIALIZED_START_OFFSET", "UNINITIALIZED_DELIVERY_COMPLETE_COUNT", "NOT_SUPPLIED",
-    "StateBatch", "SharePartitionState", "OpResult", "ReadResult", "SummaryResult",
+    "StateBatch", "SharePartitionState", "StateResponse", "ReadResponse", "SummaryResponse",
     "ShareCoordinatorShard", "combine_state_batches",
     "share_coordinator_key", "state_partition_for", "state_partition_for_key", "java_string_hash",
 ]
@@ -107,28 +110,34 @@ class SharePartitionState:
     updates_since_snapshot: int
 
 
-class OpResult(NamedTuple):
+class StateResponse(NamedTuple):
+    """The answer to Initialize, Write and Delete (Kafka's per-partition result of their responses)."""
     error_code: int
     error_message: str | None
-    records: list[Record]
 
 
-class ReadResult(NamedTuple):
+class ReadResponse(NamedTuple):
+    """The answer to ReadShareGroupState (its records, if any, record a higher leader epoch)."""
     error_code: int
     error_message: str | None
     state_epoch: int
     start_offset: int
     state_batches: tuple[StateBatch, ...]
-    records: list[Record]              # the leader-epoch record a read may write
 
 
-class SummaryResult(NamedTuple):
+class SummaryResponse(NamedTuple):
+    """The answer to ReadShareGroupStateSummary, which writes nothing (so no CoordinatorResult)."""
     error_code: int
     error_message: str | None
     state_epoch: int
     leader_epoch: int
     start_offset: int
     delivery_complete_count: int
+
+
+def _answer(error_code: int, error_message: str | None,
+            records: list[Record] | None = None) -> CoordinatorResult[StateResponse]:
+    return CoordinatorResult(records if records is not None else [], StateResponse(error_code, error_message))
 
 
 # ---- key -> __share_group_state partition ------------------------------------------------------------------------
@@ -356,17 +365,17 @@ class ShareCoordinatorShard:
 
     # -- RPCs --
     def initialize(self, group_id: str, topic_id: uuid.UUID, partition: int, *, state_epoch: int,
-                   start_offset: int, now_ms: int) -> OpResult:
+                   start_offset: int, now_ms: int) -> CoordinatorResult[StateResponse]:
         if partition < 0:
-            return OpResult(ErrorCode.INVALID_REQUEST, MSG_NEGATIVE_PARTITION, [])
+            return _answer(ErrorCode.INVALID_REQUEST, MSG_NEGATIVE_PARTITION)
         if state_epoch < 0 or start_offset < UNINITIALIZED_START_OFFSET:
-            return OpResult(ErrorCode.INVALID_REQUEST, "The state epoch and start offset must not be negative.", [])
+            return _answer(ErrorCode.INVALID_REQUEST, "The state epoch and start offset must not be negative.")
         st = self._states.get((group_id, topic_id, partition))
         if st is not None:
             if st.state_epoch > state_epoch:
-                return OpResult(ErrorCode.FENCED_STATE_EPOCH, MSG_FENCED_STATE_EPOCH, [])
+                return _answer(ErrorCode.FENCED_STATE_EPOCH, MSG_FENCED_STATE_EPOCH)
             if st.state_epoch == state_epoch and st.start_offset == start_offset:
-                return OpResult(ErrorCode.NONE, None, [])              # a retried initialize
+                return _answer(ErrorCode.NONE, None)              # a retried initialize
         value = ShareSnapshotValue(
             snapshot_epoch=0 if st is None else st.snapshot_epoch + 1,
             state_epoch=state_epoch, leader_epoch=DEFAULT_LEADER_EPOCH if st is None else st.leader_epoch,
@@ -374,15 +383,16 @@ class ShareCoordinatorShard:
             delivery_complete_count=UNINITIALIZED_DELIVERY_COMPLETE_COUNT if start_offset == UNINITIALIZED_START_OFFSET else 0,
             create_timestamp=now_ms, write_timestamp=now_ms, state_batches=[],
         )
-        return OpResult(ErrorCode.NONE, None,
-                        self._emit(ShareSnapshotKey(group_id=group_id, topic_id=topic_id, partition=partition), value))
+        key = ShareSnapshotKey(group_id=group_id, topic_id=topic_id, partition=partition)
+        return _answer(ErrorCode.NONE, None, self._emit(key, value))
 
     def read(self, group_id: str, topic_id: uuid.UUID, partition: int, *, leader_epoch: int,
-             now_ms: int | None = None) -> ReadResult:
+             now_ms: int | None = None) -> CoordinatorResult[ReadResponse]:
         """ReadShareGroupState. A higher leader epoch is recorded (one record, a snapshot if due: pass
         ``now_ms`` for its timestamps, else the previous snapshot's are kept)."""
         def error(code, message):
-            return ReadResult(code, message, DEFAULT_STATE_EPOCH, UNINITIALIZED_START_OFFSET, (), [])
+            return CoordinatorResult([], ReadResponse(code, message, DEFAULT_STATE_EPOCH,
+                                                      UNINITIALIZED_START_OFFSET, ()))
         if partition < 0:
             return error(ErrorCode.INVALID_REQUEST, MSG_NEGATIVE_PARTITION)
         if leader_epoch < NOT_SUPPLIED:
@@ -398,50 +408,51 @@ class ShareCoordinatorShard:
                                          start_offset=st.start_offset,
                                          delivery_complete_count=st.delivery_complete_count, batches=(),
                                          now_ms=st.write_timestamp_ms if now_ms is None else now_ms)
-        return ReadResult(ErrorCode.NONE, None, st.state_epoch, st.start_offset, st.state_batches, records)
+        return CoordinatorResult(records, ReadResponse(ErrorCode.NONE, None, st.state_epoch, st.start_offset,
+                                                       st.state_batches))
 
     def write(self, group_id: str, topic_id: uuid.UUID, partition: int, *, state_epoch: int, leader_epoch: int,
               start_offset: int, state_batches, delivery_complete_count: int = UNINITIALIZED_DELIVERY_COMPLETE_COUNT,
-              now_ms: int) -> OpResult:
+              now_ms: int) -> CoordinatorResult[StateResponse]:
         if partition < 0:
-            return OpResult(ErrorCode.INVALID_REQUEST, MSG_NEGATIVE_PARTITION, [])
+            return _answer(ErrorCode.INVALID_REQUEST, MSG_NEGATIVE_PARTITION)
         batches = _as_tuples(state_batches)
         if (state_epoch < NOT_SUPPLIED or leader_epoch < NOT_SUPPLIED or start_offset < NOT_SUPPLIED
                 or not -1 <= delivery_complete_count <= _INT32_MAX or not _batches_valid(batches)):
-            return OpResult(ErrorCode.INVALID_REQUEST, "Invalid epoch, start offset, count or state batch.", [])
+            return _answer(ErrorCode.INVALID_REQUEST, "Invalid epoch, start offset, count or state batch.")
         key = (group_id, topic_id, partition)
         st = self._states.get(key)
         if st is None:
-            return OpResult(ErrorCode.INVALID_REQUEST, MSG_WRITE_UNINITIALIZED, [])
+            return _answer(ErrorCode.INVALID_REQUEST, MSG_WRITE_UNINITIALIZED)
         if leader_epoch != NOT_SUPPLIED and st.leader_epoch > leader_epoch:
-            return OpResult(ErrorCode.FENCED_LEADER_EPOCH, MSG_FENCED_LEADER_EPOCH, [])
+            return _answer(ErrorCode.FENCED_LEADER_EPOCH, MSG_FENCED_LEADER_EPOCH)
         if state_epoch != NOT_SUPPLIED and st.state_epoch > state_epoch:
-            return OpResult(ErrorCode.FENCED_STATE_EPOCH, MSG_FENCED_STATE_EPOCH, [])
-        return OpResult(ErrorCode.NONE, None, self._state_record(
+            return _answer(ErrorCode.FENCED_STATE_EPOCH, MSG_FENCED_STATE_EPOCH)
+        return _answer(ErrorCode.NONE, None, self._state_record(
             key, st, leader_epoch=leader_epoch, start_offset=start_offset,
             delivery_complete_count=delivery_complete_count, batches=batches, now_ms=now_ms))
 
-    def delete(self, group_id: str, topic_id: uuid.UUID, partition: int) -> OpResult:
+    def delete(self, group_id: str, topic_id: uuid.UUID, partition: int) -> CoordinatorResult[StateResponse]:
         if partition < 0:
-            return OpResult(ErrorCode.INVALID_REQUEST, MSG_NEGATIVE_PARTITION, [])
+            return _answer(ErrorCode.INVALID_REQUEST, MSG_NEGATIVE_PARTITION)
         if (group_id, topic_id, partition) not in self._states:
-            return OpResult(ErrorCode.NONE, None, [])
-        return OpResult(ErrorCode.NONE, None,
-                        self._emit(ShareSnapshotKey(group_id=group_id, topic_id=topic_id, partition=partition), None))
+            return _answer(ErrorCode.NONE, None)
+        key = ShareSnapshotKey(group_id=group_id, topic_id=topic_id, partition=partition)
+        return _answer(ErrorCode.NONE, None, self._emit(key, None))          # a tombstone
 
     def read_summary(self, group_id: str, topic_id: uuid.UUID, partition: int, *,
-                     leader_epoch: int = NOT_SUPPLIED) -> SummaryResult:
+                     leader_epoch: int = NOT_SUPPLIED) -> SummaryResponse:
         """ReadShareGroupStateSummary (start offset and delivery complete count for lag). Writes nothing and,
         as in Kafka, does not fence on ``leader_epoch``. An uninitialized share-partition answers NONE with
         start offset -1."""
         if partition < 0:
-            return SummaryResult(ErrorCode.INVALID_REQUEST, MSG_NEGATIVE_PARTITION, DEFAULT_STATE_EPOCH,
+            return SummaryResponse(ErrorCode.INVALID_REQUEST, MSG_NEGATIVE_PARTITION, DEFAULT_STATE_EPOCH,
                                  DEFAULT_LEADER_EPOCH, UNINITIALIZED_START_OFFSET, UNINITIALIZED_DELIVERY_COMPLETE_COUNT)
         st = self._states.get((group_id, topic_id, partition))
         if st is None:
-            return SummaryResult(ErrorCode.NONE, None, DEFAULT_STATE_EPOCH, DEFAULT_LEADER_EPOCH,
+            return SummaryResponse(ErrorCode.NONE, None, DEFAULT_STATE_EPOCH, DEFAULT_LEADER_EPOCH,
                                  UNINITIALIZED_START_OFFSET, UNINITIALIZED_DELIVERY_COMPLETE_COUNT)
-        return SummaryResult(ErrorCode.NONE, None, st.state_epoch, st.leader_epoch, st.start_offset,
+        return SummaryResponse(ErrorCode.NONE, None, st.state_epoch, st.leader_epoch, st.start_offset,
                              st.delivery_complete_count)
 
     # -- record building --

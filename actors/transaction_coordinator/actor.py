@@ -4,8 +4,8 @@ It is that partition's PartitionReplica (the log, replicated like any other) plu
 the coordinator moves with the partition's leadership and its appends stay in process. In each leader term it
 replays the partition into a fresh TransactionCoordinatorCore (coordinator epoch = the leader epoch) and
 resends the markers of the transactions a previous leader left in Prepare*. Each operation steps the core
-synchronously, appends the Step's records (acks=all, through CoordinatorLog), calls `on_appended`, then answers
-and hands the Step's markers to the MarkerSender (marker_sender.py: WriteTxnMarkers over the brokers' listeners),
+synchronously, appends its result's records (acks=all, through CoordinatorLog), calls `on_appended`, then answers
+the result's response and hands the response's markers to the MarkerSender (marker_sender.py: WriteTxnMarkers over the brokers' listeners),
 whose reports become Complete* records. A timer aborts transactions past their timeout and expires idle
 transactional ids. A failed append leaves the core ahead of the log: it is dropped and replayed. The partition is
 replayed as soon as this replica leads it (and again soon after a drop), as Kafka loads on election: a transaction
@@ -27,8 +27,8 @@ from actors.security.inter_broker import broker_transport
 from actors.partition.actor import PartitionReplica
 from protocol.errors import ErrorCode
 
-from .core import (AddOffsets, AddPartitions, EndTxn, InitProducerId, ListResult, MarkersWritten, Step,
-                   TransactionCoordinatorCore, TxnConfig, epoch_exhausted)
+from .core import (AddOffsets, AddPartitions, EndTxn, InitProducerId, ListResult, MarkersWritten,
+                   TransactionCoordinatorCore, TxnConfig, TxnResponse, TxnResult, epoch_exhausted)
 from .marker_sender import GONE, MARKER_REQUEST_TIMEOUT_S, MarkerConnection, MarkerSender
 from .records import decode_record
 from .wire import txn_answer
@@ -141,12 +141,12 @@ class TransactionCoordinator(PartitionReplica):
         return core
 
     # ---- stepping the core ---------------------------------------------------------------------------------------
-    async def _commit(self, core: TransactionCoordinatorCore, step: Step) -> ErrorCode:
-        """Append the step's records, mark them durable, hand its markers over; the error to answer."""
-        if step.records:
-            ids = transactional_ids(step.records)
+    async def _commit(self, core: TransactionCoordinatorCore, result: TxnResult) -> ErrorCode:
+        """Append the result's records, mark them durable, hand its markers over; the error to answer."""
+        if result.records:
+            ids = transactional_ids(result.records)
             try:
-                await self.txn_log.append(list(step.records))
+                await self.txn_log.append(list(result.records))
             except CoordinatorLogError as e:
                 log.warning("%s-%d: append failed (%s); the coordinator reloads from the log", self.topic,
                             self.partition, e)
@@ -156,13 +156,13 @@ class TransactionCoordinator(PartitionReplica):
                 return append_error(e.error_code)
             core.on_appended(ids)
             self._appended(ids)
-        if step.markers and self.image is None:
+        if result.response.markers and self.image is None:
             await self._refresh_metadata()
         if core is not self.shard:
             return E.NOT_COORDINATOR  # the partition moved (or reloaded) meanwhile: its new coordinator resends
-        for markers in step.markers:
+        for markers in result.response.markers:
             self.sender.start(markers)
-        if step.records:
+        if result.records:
             self.wake.set()  # a transaction may have started: its timeout is a new deadline
         return E.NONE
 
@@ -173,27 +173,28 @@ class TransactionCoordinator(PartitionReplica):
             if waiting is not None:
                 waiting.set()
 
-    async def _run(self, operation) -> Step:
-        """`operation(core)` -> Step, committed; the Step answered (its error, or the append's)."""
+    async def _run(self, operation) -> TxnResult:
+        """`operation(core)` -> its result, committed; when committing failed, no records and the error."""
         try:
             core = await self._ready()
         except CoordinatorLogError as e:
-            return Step(error=ErrorCode(e.error_code))
-        step = operation(core)
-        error = await self._commit(core, step)
+            return TxnResult([], TxnResponse(error=ErrorCode(e.error_code)))
+        result = operation(core)
+        error = await self._commit(core, result)
         if error:
-            return Step(error=error, partition_errors={tp: error for tp in step.partition_errors or ()} or None)
-        return step
+            errors = {tp: error for tp in result.response.partition_errors or ()} or None
+            return TxnResult([], TxnResponse(error=error, partition_errors=errors))
+        return result
 
     # ---- the operations (Ray calls from the gateway) ---------------------------------------------------------------
     async def init_producer_id(self, transactional_id: str, transaction_timeout_ms: int, producer_id: int,
-                               producer_epoch: int) -> Step:
+                               producer_epoch: int) -> TxnResponse:
         """InitProducerId of a transactional id. A new id (or one whose epoch is exhausted) takes a fresh producer
         id from the controller first (outside the step: no state change straddles the await)."""
         try:
             core = await self._ready()
         except CoordinatorLogError as e:
-            return Step(error=ErrorCode(e.error_code))
+            return TxnResponse(error=ErrorCode(e.error_code))
         new_producer_id = -1
         meta = core.transactions.get(transactional_id)
         if transactional_id and (meta is None or epoch_exhausted(meta.producer_epoch)):
@@ -202,45 +203,49 @@ class TransactionCoordinator(PartitionReplica):
                                                                timeout_s=MARKER_REQUEST_TIMEOUT_S)
             except Exception as e:
                 log.warning("allocating a producer id failed: %s", e)
-                return Step(error=E.COORDINATOR_NOT_AVAILABLE)
+                return TxnResponse(error=E.COORDINATOR_NOT_AVAILABLE)
         request = InitProducerId(transactional_id, transaction_timeout_ms, new_producer_id, producer_id,
                                  producer_epoch)
-        return await self._run(lambda c: c.init_producer_id(request, now_ms()) if c is core else
-                               Step(error=E.NOT_COORDINATOR))
+        result = await self._run(lambda c: c.init_producer_id(request, now_ms()) if c is core else
+                                 TxnResult([], TxnResponse(error=E.NOT_COORDINATOR)))
+        return result.response
 
-    async def add_partitions(self, inputs: list[AddPartitions]) -> list[Step]:
-        """One Step per transaction, each with an error for every partition of its input."""
-        steps = []
+    async def add_partitions(self, inputs: list[AddPartitions]) -> list[TxnResponse]:
+        """One response per transaction, each with an error for every partition of its input."""
+        responses = []
         for i in inputs:
-            step = await self._run_when_settled(i.transactional_id,
-                                                    lambda core, i=i: core.add_partitions(i, now_ms()))
-            if step.partition_errors is None:
-                step = step._replace(partition_errors={tp: step.error for tp in i.partitions})
-            steps.append(step)
-        return steps
+            result = await self._run_when_settled(i.transactional_id,
+                                                  lambda core, i=i: core.add_partitions(i, now_ms()))
+            response = result.response
+            if response.partition_errors is None:
+                response = response._replace(partition_errors={tp: response.error for tp in i.partitions})
+            responses.append(response)
+        return responses
 
-    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> Step:
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          group_id: str) -> TxnResponse:
         partition = internal_topics.group_partition(group_id, int(self.config["offsets.topic.num.partitions"]))
         request = AddOffsets(transactional_id, producer_id, producer_epoch, group_id, partition)
-        return await self._run_when_settled(transactional_id, lambda core: core.add_offsets(request, now_ms()))
+        result = await self._run_when_settled(transactional_id, lambda core: core.add_offsets(request, now_ms()))
+        return result.response
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool,
-                      transaction_version: int = 0) -> Step:
+                      transaction_version: int = 0) -> TxnResponse:
         """EndTxn. Version 2 with the epoch exhausted takes a fresh producer id from the controller first (outside
         the step, as InitProducerId)."""
         request = EndTxn(transactional_id, producer_id, producer_epoch, committed, transaction_version)
         try:
             core = await self._ready()
         except CoordinatorLogError as e:
-            return Step(error=ErrorCode(e.error_code))
+            return TxnResponse(error=ErrorCode(e.error_code))
         if core.needs_new_producer_id(request):
             try:
                 request = request._replace(new_producer_id=await controller_client.call(
                     self.controller, "allocate_producer_id", timeout_s=MARKER_REQUEST_TIMEOUT_S))
             except Exception as e:
                 log.warning("allocating a producer id failed: %s", e)
-                return Step(error=E.COORDINATOR_NOT_AVAILABLE)
-        return await self._run(lambda c: c.end_txn(request, now_ms()))
+                return TxnResponse(error=E.COORDINATOR_NOT_AVAILABLE)
+        return (await self._run(lambda c: c.end_txn(request, now_ms()))).response
 
     async def txn_operation(self, operation: str, args: list) -> list:
         """A TXN_COORDINATOR frame (actors/partition/wire.py) from this broker's gateway: the per-transaction
@@ -249,7 +254,7 @@ class TransactionCoordinator(PartitionReplica):
         if operation == "add_partitions":
             inputs = [AddPartitions(str(t), int(pid), int(epoch), tuple((str(topic), int(p)) for topic, p in tps),
                                     bool(verify), int(version)) for t, pid, epoch, tps, verify, version in args]
-            return [txn_answer(step) for step in await self.add_partitions(inputs)]
+            return [txn_answer(response) for response in await self.add_partitions(inputs)]
         if operation == "add_offsets":
             transactional_id, producer_id, producer_epoch, group_id = args
             return txn_answer(await self.add_offsets(str(transactional_id), int(producer_id), int(producer_epoch),
@@ -282,31 +287,31 @@ class TransactionCoordinator(PartitionReplica):
         async def written(report: MarkersWritten) -> None:
             if core is not self.shard:
                 return  # another term's core: its replay resends and completes
-            step = core.markers_written(report, now_ms())
-            if step.error:
-                log.warning("%s: markers written, but %s", report.transactional_id, step.error.name)
+            result = core.markers_written(report, now_ms())
+            if result.response.error:
+                log.warning("%s: markers written, but %s", report.transactional_id, result.response.error.name)
                 return
-            error = await self._commit(core, step)
+            error = await self._commit(core, result)
             if error:
                 log.warning("%s: writing its Complete record failed (%s); a reload resends its markers",
                             report.transactional_id, error.name)
         return written
 
-    async def _run_when_settled(self, transactional_id: str, operation) -> Step:
+    async def _run_when_settled(self, transactional_id: str, operation) -> TxnResult:
         """`_run(operation)`; while it is answered CONCURRENT_TRANSACTIONS (the id's previous transaction still
         has markers out, or one of its records is being appended), once more after each append of the id's records
         (the Complete record among them), for at most CONCURRENT_WAIT_S."""
         deadline = time.monotonic() + CONCURRENT_WAIT_S
         while True:
-            step = await self._run(operation)
+            result = await self._run(operation)
             remaining = deadline - time.monotonic()
-            if step.error != E.CONCURRENT_TRANSACTIONS or step.records or remaining <= 0:
-                return step  # (records: a timed-out transaction being aborted, answered as it is)
+            if result.response.error != E.CONCURRENT_TRANSACTIONS or result.records or remaining <= 0:
+                return result  # (records: a timed-out transaction being aborted, answered as it is)
             appended = self.appended.setdefault(transactional_id, asyncio.Event())
             try:
                 await asyncio.wait_for(appended.wait(), remaining)
             except asyncio.TimeoutError:
-                return step
+                return result
 
     def _leader_of(self, tp: tuple[str, int]) -> int | None:
         """The partition's leader broker; None while it has none (or the image does not know its topic yet); GONE

@@ -1,7 +1,8 @@
 """TransactionCoordinatorCore: the transactions of one `__transaction_state` partition, Ray-free and clock-free.
 
-Every operation takes a typed input and `now_ms`, checks it, and returns a `Step`: the records to append to the
-partition, the markers to send to partition leaders, and the answer. The state is applied at once, with the same
+Every operation takes a typed input and `now_ms`, checks it, and returns a `CoordinatorResult`
+(actors/coordinator_result.py): the records to append to the partition, and the response, a `TxnResponse`: the
+answer, and the markers to send to partition leaders once the records are durable. The state is applied at once, with the same
 record replay reads; the transactional ids written are *pending* until the shell calls `on_appended` (a request
 for a pending id is answered CONCURRENT_TRANSACTIONS, as Kafka answers while a transition awaits its append). The
 shell appends, calls `on_appended`, then answers and sends the markers (never before the Prepare record is
@@ -49,13 +50,14 @@ import re
 from dataclasses import dataclass, replace
 from typing import Iterable, NamedTuple
 
+from actors.coordinator_result import CoordinatorResult
 from protocol.errors import ErrorCode
 
 from .records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TxnMetadata, decode_record, encode_record
 from .states import EXPIRATION_ALLOWED, STATE_BY_NAME, STATE_NAMES, TxnState, check_transition
 
 __all__ = ["SHORT_MAX", "CONSUMER_OFFSETS_TOPIC", "TxnConfig", "InitProducerId", "AddPartitions", "AddOffsets",
-           "EndTxn", "MarkersWritten", "Markers", "Step", "ListedTransaction", "ListResult",
+           "EndTxn", "MarkersWritten", "Markers", "TxnResponse", "TxnResult", "ListedTransaction", "ListResult",
            "TransactionCoordinatorCore", "epoch_exhausted", "client_error"]
 
 SHORT_MAX = 32767
@@ -158,13 +160,22 @@ class Markers(NamedTuple):
     partitions: tuple[TopicPartition, ...]
 
 
-class Step(NamedTuple):
-    records: tuple[tuple[bytes, bytes | None], ...] = ()
-    markers: tuple[Markers, ...] = ()
+class TxnResponse(NamedTuple):
+    """What an operation answers (the error, the producer id and epoch to go on with, an error per partition of an
+    add), and `markers`: the WriteTxnMarkers the shell sends once the operation's records are durable (the client's
+    answer never carries them)."""
     error: ErrorCode = E.NONE
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
     partition_errors: dict[TopicPartition, ErrorCode] | None = None
+    markers: tuple[Markers, ...] = ()
+
+
+TxnResult = CoordinatorResult[TxnResponse]
+
+
+def _result(records: Iterable[tuple[bytes, bytes | None]] = (), **response) -> TxnResult:
+    return CoordinatorResult(list(records), TxnResponse(**response))
 
 
 class ListedTransaction(NamedTuple):
@@ -179,8 +190,8 @@ class ListResult(NamedTuple):
     unknown_state_filters: list[str]
 
 
-def _fail(error: ErrorCode, partitions: Iterable[TopicPartition] = ()) -> Step:
-    return Step(error=error, partition_errors={tp: error for tp in partitions} or None)
+def _fail(error: ErrorCode, partitions: Iterable[TopicPartition] = ()) -> TxnResult:
+    return _result(error=error, partition_errors={tp: error for tp in partitions} or None)
 
 
 # ---- the core ----------------------------------------------------------------------------------------------------
@@ -225,7 +236,7 @@ class TransactionCoordinatorCore:
 
     # -- InitProducerId -------------------------------------------------------------------------------------------
 
-    def init_producer_id(self, request: InitProducerId, now_ms: int) -> Step:
+    def init_producer_id(self, request: InitProducerId, now_ms: int) -> TxnResult:
         txn_id, timeout_ms = request.transactional_id, request.transaction_timeout_ms
         if not txn_id:
             return _fail(E.INVALID_REQUEST)
@@ -246,7 +257,7 @@ class TransactionCoordinatorCore:
             return _fail(E.CONCURRENT_TRANSACTIONS)
         if meta.state == TxnState.ONGOING:
             record, markers = self._fence_and_abort(meta, now_ms)
-            return Step(records=(record,), markers=(markers,), error=E.CONCURRENT_TRANSACTIONS)
+            return _result((record,), markers=(markers,), error=E.CONCURRENT_TRANSACTIONS)
         fresh = dict(state=TxnState.EMPTY, txn_timeout_ms=timeout_ms, partitions=frozenset(),
                      txn_start_timestamp_ms=-1, txn_last_update_timestamp_ms=now_ms)
         if epoch_exhausted(meta.producer_epoch) and (expected is None or expected[1] == meta.producer_epoch):
@@ -262,7 +273,7 @@ class TransactionCoordinatorCore:
         else:
             return _fail(E.PRODUCER_FENCED)
         record = self._transit(meta, new)
-        return Step(records=(record,), producer_id=new.producer_id, producer_epoch=new.producer_epoch)
+        return _result((record,), producer_id=new.producer_id, producer_epoch=new.producer_epoch)
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn ----------------------------------------------------------------------
 
@@ -281,7 +292,7 @@ class TransactionCoordinatorCore:
             return E.CONCURRENT_TRANSACTIONS
         return meta
 
-    def add_partitions(self, request: AddPartitions, now_ms: int) -> Step:
+    def add_partitions(self, request: AddPartitions, now_ms: int) -> TxnResult:
         partitions = tuple(request.partitions)
         if not request.transactional_id:
             return _fail(E.INVALID_REQUEST, partitions)
@@ -294,25 +305,25 @@ class TransactionCoordinatorCore:
             return _fail(meta, partitions)
         ok = {tp: E.NONE for tp in partitions}
         if meta.state == TxnState.ONGOING and meta.partitions.issuperset(partitions):
-            return Step(partition_errors=ok)
+            return _result(partition_errors=ok)
         starts = meta.state != TxnState.ONGOING
         new = replace(meta, state=TxnState.ONGOING, partitions=meta.partitions | frozenset(partitions),
                       txn_start_timestamp_ms=now_ms if starts else meta.txn_start_timestamp_ms,
                       txn_last_update_timestamp_ms=now_ms, client_transaction_version=request.transaction_version)
-        return Step(records=(self._transit(meta, new),), partition_errors=ok)
+        return _result((self._transit(meta, new),), partition_errors=ok)
 
-    def _verify(self, request: AddPartitions, partitions: tuple) -> Step:
+    def _verify(self, request: AddPartitions, partitions: tuple) -> TxnResult:
         meta = self._check_producer(request.transactional_id, request.producer_id, request.producer_epoch)
         if isinstance(meta, ErrorCode):
             return _fail(meta, partitions)
-        return Step(partition_errors={tp: E.NONE if tp in meta.partitions else E.TRANSACTION_ABORTABLE
-                                      for tp in partitions})
+        return _result(partition_errors={tp: E.NONE if tp in meta.partitions else E.TRANSACTION_ABORTABLE
+                                         for tp in partitions})
 
-    def add_offsets(self, request: AddOffsets, now_ms: int) -> Step:
-        step = self.add_partitions(AddPartitions(request.transactional_id, request.producer_id,
-                                                 request.producer_epoch,
-                                                 ((CONSUMER_OFFSETS_TOPIC, request.offsets_partition),)), now_ms)
-        return step._replace(partition_errors=None)
+    def add_offsets(self, request: AddOffsets, now_ms: int) -> TxnResult:
+        result = self.add_partitions(AddPartitions(request.transactional_id, request.producer_id,
+                                                   request.producer_epoch,
+                                                   ((CONSUMER_OFFSETS_TOPIC, request.offsets_partition),)), now_ms)
+        return CoordinatorResult(result.records, result.response._replace(partition_errors=None))
 
     # -- EndTxn and the markers -----------------------------------------------------------------------------------
 
@@ -323,7 +334,7 @@ class TransactionCoordinatorCore:
         return (request.transaction_version >= 2 and meta is not None and meta.producer_id == request.producer_id
                 and epoch_exhausted(meta.producer_epoch))
 
-    def end_txn(self, request: EndTxn, now_ms: int) -> Step:
+    def end_txn(self, request: EndTxn, now_ms: int) -> TxnResult:
         if not request.transactional_id:
             return _fail(E.INVALID_REQUEST)
         meta = self.transactions.get(request.transactional_id)
@@ -355,12 +366,12 @@ class TransactionCoordinatorCore:
             return self._prepare_end(meta, request, now_ms)
         same_result = (state in (TxnState.COMPLETE_COMMIT, TxnState.PREPARE_COMMIT)) == committed
         if state in _COMPLETE and same_result:
-            return Step(producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)  # a retry
+            return _result(producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)  # a retry
         if state in _PREPARE and same_result:
             return _fail(E.CONCURRENT_TRANSACTIONS)
         return _fail(E.INVALID_TXN_STATE)
 
-    def _prepare_end(self, meta: TxnMetadata, request: EndTxn, now_ms: int) -> Step:
+    def _prepare_end(self, meta: TxnMetadata, request: EndTxn, now_ms: int) -> TxnResult:
         """Ongoing (or, version 2, nothing open and aborted) -> Prepare{Commit,Abort}, with version 2's bump: the
         markers carry the new epoch; the answer is the epoch (or, the epoch exhausted, the producer id) to go on
         with."""
@@ -380,10 +391,10 @@ class TransactionCoordinatorCore:
                 changes.update(partitions=frozenset(), txn_start_timestamp_ms=now_ms)
         new = replace(meta, **changes)
         record = self._transit(meta, new)
-        return Step(records=(record,), markers=(self._markers(self.transactions[meta.transactional_id]),),
-                    producer_id=answer[0], producer_epoch=answer[1])
+        return _result((record,), markers=(self._markers(self.transactions[meta.transactional_id]),),
+                       producer_id=answer[0], producer_epoch=answer[1])
 
-    def markers_written(self, report: MarkersWritten, now_ms: int) -> Step:
+    def markers_written(self, report: MarkersWritten, now_ms: int) -> TxnResult:
         meta = self._producer_of(report.transactional_id, report.producer_id, report.producer_epoch)
         if isinstance(meta, ErrorCode):
             return _fail(meta)
@@ -397,7 +408,7 @@ class TransactionCoordinatorCore:
         if meta.next_producer_id != NO_PRODUCER_ID:  # version 2, the epoch exhausted: on with the next id
             new = replace(new, producer_id=meta.next_producer_id, producer_epoch=0,
                           last_producer_epoch=NO_PRODUCER_EPOCH)
-        return Step(records=(self._transit(meta, new),))
+        return _result((self._transit(meta, new),))
 
     # -- what the shell polls -------------------------------------------------------------------------------------
 
@@ -407,7 +418,7 @@ class TransactionCoordinatorCore:
                      if m.state == TxnState.ONGOING]
         return min(deadlines, default=None)
 
-    def abort_timed_out(self, now_ms: int) -> Step:
+    def abort_timed_out(self, now_ms: int) -> TxnResult:
         records, markers = [], []
         for txn_id, meta in sorted(self.transactions.items()):
             if (meta.state == TxnState.ONGOING and txn_id not in self.pending
@@ -415,9 +426,9 @@ class TransactionCoordinatorCore:
                 record, marker = self._fence_and_abort(meta, now_ms)
                 records.append(record)
                 markers.append(marker)
-        return Step(records=tuple(records), markers=tuple(markers))
+        return _result(records, markers=tuple(markers))
 
-    def expire_transactional_ids(self, now_ms: int) -> Step:
+    def expire_transactional_ids(self, now_ms: int) -> TxnResult:
         cutoff_ms = now_ms - self.config.transactional_id_expiration_ms
         records = []
         for txn_id, meta in sorted(self.transactions.items()):
@@ -427,7 +438,7 @@ class TransactionCoordinatorCore:
                 del self.transactions[txn_id]
                 self.pending.add(txn_id)
                 records.append(encode_record(None, txn_id))
-        return Step(records=tuple(records))
+        return _result(records)
 
     # -- replay ---------------------------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Between Kafka's transaction APIs and the core: requests to typed inputs, Steps to responses, and the
+"""Between Kafka's transaction APIs and the core: requests to typed inputs, TxnResponses to responses, and the
 WriteTxnMarkers traffic a coordinator sends to partition leaders. Pure: the shell (next, issue 19) routes, authorizes,
 allocates producer ids and awaits appends; this module only translates.
 
@@ -17,7 +17,7 @@ from protocol.messages import (AddOffsetsToTxnResponse, AddPartitionsToTxnReques
                                DescribeTransactionsResponse, EndTxnResponse, InitProducerIdResponse,
                                ListTransactionsResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse)
 
-from .core import AddPartitions, EndTxn, InitProducerId, ListResult, Markers, MarkersWritten, Step, client_error
+from .core import AddPartitions, EndTxn, InitProducerId, ListResult, Markers, MarkersWritten, TxnResponse, client_error
 from .records import TxnMetadata
 from .states import STATE_NAMES
 
@@ -25,25 +25,25 @@ __all__ = ["INIT_PRODUCER_ID", "ADD_PARTITIONS_TO_TXN", "ADD_OFFSETS_TO_TXN", "E
            "init_producer_id_response", "add_partitions_inputs", "add_partitions_response", "end_txn_input",
            "end_txn_response", "add_offsets_response", "describe_transactions_response",
            "list_transactions_response", "write_txn_markers_requests", "marker_outcome", "MarkerProgress",
-           "txn_answer", "txn_step"]
+           "txn_answer", "txn_response"]
 
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 22, 24, 25, 26
 E = ErrorCode
 TopicPartition = tuple[str, int]
 
 
-def txn_answer(step: Step) -> list:
-    """What the gateway needs of a Step, for a TXN_COORDINATOR frame's answer: [error, [[topic, partition,
-    error]...] or None, producer id, producer epoch] (the last two: what EndTxn v5+ answers)."""
-    errors = step.partition_errors
-    return [int(step.error), None if errors is None else [[t, p, int(e)] for (t, p), e in errors.items()],
-            step.producer_id, step.producer_epoch]
+def txn_answer(response: TxnResponse) -> list:
+    """What the gateway needs of a TxnResponse, for a TXN_COORDINATOR frame's answer: [error, [[topic, partition,
+    error]...] or None, producer id, producer epoch] (the last two: what EndTxn v5+ answers; never the markers)."""
+    errors = response.partition_errors
+    return [int(response.error), None if errors is None else [[t, p, int(e)] for (t, p), e in errors.items()],
+            response.producer_id, response.producer_epoch]
 
 
-def txn_step(answer: list) -> Step:
-    """The Step (its error and partition errors) a TXN_COORDINATOR frame answered."""
+def txn_response(answer: list) -> TxnResponse:
+    """The TxnResponse (its error, partition errors, producer id and epoch) a TXN_COORDINATOR frame answered."""
     error, errors, producer_id, producer_epoch = answer
-    return Step(error=E(error), partition_errors=None if errors is None else {
+    return TxnResponse(error=E(error), partition_errors=None if errors is None else {
         (str(t), int(p)): E(e) for t, p, e in errors}, producer_id=int(producer_id), producer_epoch=int(producer_epoch))
 
 
@@ -66,11 +66,12 @@ def init_producer_id_input(request, new_producer_id: int) -> InitProducerId | Er
                           request.producer_id, request.producer_epoch)
 
 
-def init_producer_id_response(version: int, step: Step | ErrorCode) -> InitProducerIdResponse:
-    if isinstance(step, ErrorCode):
-        step = Step(error=step)
-    return InitProducerIdResponse(throttle_time_ms=0, error_code=client_error(INIT_PRODUCER_ID, version, step.error),
-                                  producer_id=step.producer_id, producer_epoch=step.producer_epoch)
+def init_producer_id_response(version: int, response: TxnResponse | ErrorCode) -> InitProducerIdResponse:
+    if isinstance(response, ErrorCode):
+        response = TxnResponse(error=response)
+    return InitProducerIdResponse(throttle_time_ms=0,
+                                  error_code=client_error(INIT_PRODUCER_ID, version, response.error),
+                                  producer_id=response.producer_id, producer_epoch=response.producer_epoch)
 
 
 TRANSACTION_VERSION_2_END_TXN = 5          # EndTxn from this version is transaction version 2's (an epoch bump)
@@ -82,15 +83,16 @@ def end_txn_input(request, version: int) -> EndTxn:
                   2 if version >= TRANSACTION_VERSION_2_END_TXN else 0)
 
 
-def end_txn_response(version: int, step: Step) -> EndTxnResponse:
-    failed = step.error != E.NONE
-    return EndTxnResponse(throttle_time_ms=0, error_code=client_error(END_TXN, version, step.error),
-                          producer_id=-1 if failed else step.producer_id,
-                          producer_epoch=-1 if failed else step.producer_epoch)
+def end_txn_response(version: int, response: TxnResponse) -> EndTxnResponse:
+    failed = response.error != E.NONE
+    return EndTxnResponse(throttle_time_ms=0, error_code=client_error(END_TXN, version, response.error),
+                          producer_id=-1 if failed else response.producer_id,
+                          producer_epoch=-1 if failed else response.producer_epoch)
 
 
-def add_offsets_response(version: int, step: Step) -> AddOffsetsToTxnResponse:
-    return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=client_error(ADD_OFFSETS_TO_TXN, version, step.error))
+def add_offsets_response(version: int, response: TxnResponse) -> AddOffsetsToTxnResponse:
+    return AddOffsetsToTxnResponse(throttle_time_ms=0,
+                                   error_code=client_error(ADD_OFFSETS_TO_TXN, version, response.error))
 
 
 # ---- AddPartitionsToTxn ------------------------------------------------------------------------------------------
@@ -116,11 +118,11 @@ def _topic_results(partition_errors: dict[TopicPartition, ErrorCode], version: i
         for p in partitions]) for topic, partitions in _by_topic(partition_errors).items()]
 
 
-def add_partitions_response(version: int, inputs: list[AddPartitions], steps: list[Step | dict],
+def add_partitions_response(version: int, inputs: list[AddPartitions], answers: list[TxnResponse | dict],
                             ) -> AddPartitionsToTxnResponse:
-    """`steps[i]` answers `inputs[i]`: a core Step, or a dict of partition errors the shell decided itself
-    (unknown topics, authorization: Kafka answers those and OPERATION_NOT_ATTEMPTED for the rest)."""
-    errors = [s if isinstance(s, dict) else (s.partition_errors or {}) for s in steps]
+    """`answers[i]` answers `inputs[i]`: the coordinator's TxnResponse, or a dict of partition errors the shell
+    decided itself (unknown topics, authorization: Kafka answers those and OPERATION_NOT_ATTEMPTED for the rest)."""
+    errors = [a if isinstance(a, dict) else (a.partition_errors or {}) for a in answers]
     if version <= 3:
         return AddPartitionsToTxnResponse(throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(
             errors[0], version))

@@ -5,6 +5,7 @@ import uuid
 
 import pytest
 
+from actors.coordinator_result import CoordinatorResult
 from actors.group_coordinator import classic_records as crec
 from actors.group_coordinator import consumer_records
 from actors.group_coordinator.classic import COMPLETING_REBALANCE, EMPTY, STABLE
@@ -80,11 +81,11 @@ class Harness:
         return result
 
     def commit(self, group, member_id="", generation=-1, partitions=(("orders", 0, 10),), api_version=9):
-        errors, records = self.groups.commit_offsets(
+        result = self.groups.commit_offsets(
             group, member_id, None, generation, [(t, p, o, -1, "") for t, p, o in partitions],
             api_version=api_version, now_ms=self.now_ms)
-        self.log += records
-        return errors
+        self.log += result.records
+        return result.response
 
     def committed(self, group, topic="orders", partition=0):
         error, rows = self.groups.fetch_offsets(group, [(topic, [partition])])
@@ -244,8 +245,8 @@ def test_commit_to_a_share_group_is_group_id_not_found():
 
 def test_commit_metadata_too_large():
     h = Harness(**{"offset.metadata.max.bytes": 3})
-    errors, _ = h.groups.commit_offsets("g", "", None, -1, [("orders", 0, 1, -1, "abcd"), ("orders", 1, 1, -1, "ab")],
-                                        api_version=9, now_ms=0)
+    errors = h.groups.commit_offsets("g", "", None, -1, [("orders", 0, 1, -1, "abcd"), ("orders", 1, 1, -1, "ab")],
+                                     api_version=9, now_ms=0).response
     assert errors == [ErrorCode.OFFSET_METADATA_TOO_LARGE, 0]
 
 
@@ -409,8 +410,8 @@ def test_replay_rebuilds_classic_groups_offsets_and_simple_groups():
     assert fresh.group_type("simple") == CLASSIC and fresh.classic.state("simple") == EMPTY, \
         "a group known only by its offsets comes back as a simple, empty group"
     assert fresh.fetch_offsets("simple", [("payments", [2])])[1][0][2].offset == 77
-    errors, _ = fresh.commit_offsets("simple", "", None, -1, [("payments", 2, 78, -1, "")], api_version=9,
-                                     now_ms=5000)
+    errors = fresh.commit_offsets("simple", "", None, -1, [("payments", 2, 78, -1, "")], api_version=9,
+                                  now_ms=5000).response
     assert errors == [0]
     assert fresh.share.group_type("simple") == CLASSIC, "the simple group's id is taken in the share namespace"
     assert fresh.list_groups() == h.groups.list_groups()
@@ -433,7 +434,7 @@ def test_an_empty_group_id_is_invalid_everywhere():
     assert h.groups.heartbeat("", 1, "m", None, now_ms=0) == ErrorCode.INVALID_GROUP_ID
     assert h.groups.leave_group("", [("m", None)], now_ms=0)[0] == ErrorCode.INVALID_GROUP_ID
     assert h.groups.commit_offsets("", "", None, -1, [("orders", 0, 5, -1, None)], api_version=9,
-                                   now_ms=0) == ([ErrorCode.INVALID_GROUP_ID], [])
+                                   now_ms=0) == CoordinatorResult([], [ErrorCode.INVALID_GROUP_ID])
     assert h.groups.fetch_offsets("", None) == (ErrorCode.INVALID_GROUP_ID, [])
     assert h.groups.delete_offsets("", [("orders", 0)])[0] == ErrorCode.INVALID_GROUP_ID
     assert h.groups.describe_classic("").error_code == ErrorCode.INVALID_GROUP_ID

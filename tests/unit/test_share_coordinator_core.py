@@ -5,9 +5,10 @@ import uuid
 import pytest
 
 from actors.share_coordinator import (
-    ShareCoordinatorShard, StateBatch, combine_state_batches, decode_record, java_string_hash,
-    share_coordinator_key, state_partition_for, state_partition_for_key,
+    ReadResponse, ShareCoordinatorShard, StateBatch, StateResponse, combine_state_batches, decode_record,
+    java_string_hash, share_coordinator_key, state_partition_for, state_partition_for_key,
 )
+from actors.coordinator_result import CoordinatorResult
 from protocol.coordinator_records import ShareSnapshotKey, ShareSnapshotValue, ShareUpdateKey, ShareUpdateValue
 from protocol.errors import ErrorCode
 
@@ -42,18 +43,18 @@ def kinds(records):
 
 def setup(limit=500, state_epoch=0, start_offset=-1):
     shard, log = ShareCoordinatorShard(snapshot_update_records_max=limit), Log()
-    code, _, recs = shard.initialize(G, T, P, state_epoch=state_epoch, start_offset=start_offset, now_ms=1000)
-    assert code == NONE
-    log.append(shard, recs)
+    result = shard.initialize(G, T, P, state_epoch=state_epoch, start_offset=start_offset, now_ms=1000)
+    assert result.response.error_code == NONE
+    log.append(shard, result.records)
     return shard, log
 
 
 def write(shard, log, *, start_offset=-1, batches=(), state_epoch=0, leader_epoch=0, count=-1, now_ms=2000):
-    code, msg, recs = shard.write(G, T, P, state_epoch=state_epoch, leader_epoch=leader_epoch,
-                                  start_offset=start_offset, state_batches=list(batches),
-                                  delivery_complete_count=count, now_ms=now_ms)
-    log.append(shard, recs)
-    return code, msg, recs
+    result = shard.write(G, T, P, state_epoch=state_epoch, leader_epoch=leader_epoch,
+                         start_offset=start_offset, state_batches=list(batches),
+                         delivery_complete_count=count, now_ms=now_ms)
+    log.append(shard, result.records)
+    return result.response.error_code, result.response.error_message, result.records
 
 
 def test_initialize_then_read():
@@ -64,33 +65,38 @@ def test_initialize_then_read():
             value.delivery_complete_count, value.create_timestamp, value.write_timestamp,
             value.state_batches) == (0, 3, 0, -1, -1, 1000, 1000, [])
     result = shard.read(G, T, P, leader_epoch=-1)
-    assert result == (NONE, None, 3, -1, (), [])
+    assert result == CoordinatorResult([], ReadResponse(NONE, None, 3, -1, ()))
 
 
 def test_initialize_with_start_offset_sets_count_zero_and_retry_is_noop():
     shard, log = setup(state_epoch=1, start_offset=42)
     assert shard.read_summary(G, T, P) == (NONE, None, 1, 0, 42, 0)
-    assert shard.initialize(G, T, P, state_epoch=1, start_offset=42, now_ms=5) == (NONE, None, [])
+    assert shard.initialize(G, T, P, state_epoch=1, start_offset=42, now_ms=5) == CoordinatorResult(
+        [], StateResponse(NONE, None))
 
 
 def test_reinitialize_with_new_state_epoch_replaces_state_and_bumps_snapshot_epoch():
     shard, log = setup()
     write(shard, log, start_offset=10, batches=[(10, 19, 2, 1)])
-    code, _, recs = shard.initialize(G, T, P, state_epoch=1, start_offset=50, now_ms=3000)
+    result = shard.initialize(G, T, P, state_epoch=1, start_offset=50, now_ms=3000)
+    code, recs = result.response.error_code, result.records
     log.append(shard, recs)
     st = shard.state(G, T, P)
     assert (code, st.snapshot_epoch, st.state_epoch, st.start_offset, st.state_batches) == (NONE, 1, 1, 50, ())
-    assert shard.initialize(G, T, P, state_epoch=0, start_offset=0, now_ms=4000)[0] == ErrorCode.FENCED_STATE_EPOCH
+    fenced = shard.initialize(G, T, P, state_epoch=0, start_offset=0, now_ms=4000)
+    assert fenced.response.error_code == ErrorCode.FENCED_STATE_EPOCH
 
 
 def test_uninitialized_and_invalid_requests():
     shard = ShareCoordinatorShard()
-    assert shard.read(G, T, P, leader_epoch=0).error_code == ErrorCode.INVALID_REQUEST
+    assert shard.read(G, T, P, leader_epoch=0).response.error_code == ErrorCode.INVALID_REQUEST
     assert shard.write(G, T, P, state_epoch=0, leader_epoch=0, start_offset=0, state_batches=[],
-                       now_ms=0)[0] == ErrorCode.INVALID_REQUEST
-    assert shard.initialize(G, T, -1, state_epoch=0, start_offset=-1, now_ms=0)[0] == ErrorCode.INVALID_REQUEST
-    assert shard.initialize(G, T, 0, state_epoch=-1, start_offset=-1, now_ms=0)[0] == ErrorCode.INVALID_REQUEST
-    assert shard.delete(G, T, -1)[0] == ErrorCode.INVALID_REQUEST
+                       now_ms=0).response.error_code == ErrorCode.INVALID_REQUEST
+    assert shard.initialize(G, T, -1, state_epoch=0, start_offset=-1,
+                            now_ms=0).response.error_code == ErrorCode.INVALID_REQUEST
+    assert shard.initialize(G, T, 0, state_epoch=-1, start_offset=-1,
+                            now_ms=0).response.error_code == ErrorCode.INVALID_REQUEST
+    assert shard.delete(G, T, -1).response.error_code == ErrorCode.INVALID_REQUEST
     assert shard.read_summary(G, T, -1).error_code == ErrorCode.INVALID_REQUEST
     assert shard.states() == {}
     shard, log = setup()
@@ -105,11 +111,11 @@ def test_writes_merge_into_read_state():
     shard, log = setup()
     assert write(shard, log, start_offset=0, batches=[(0, 10, 0, 1)], count=0)[0] == NONE
     write(shard, log, start_offset=0, batches=[StateBatch(11, 20, 0, 1)], count=0)
-    assert shard.read(G, T, P, leader_epoch=0).state_batches == ((0, 20, 0, 1),)   # coalesced
+    assert shard.read(G, T, P, leader_epoch=0).response.state_batches == ((0, 20, 0, 1),)   # coalesced
     write(shard, log, batches=[(5, 7, 2, 1)], count=3)                               # ack 5..7
     result = shard.read(G, T, P, leader_epoch=0)
-    assert result.start_offset == 0
-    assert result.state_batches == ((0, 4, 0, 1), (5, 7, 2, 1), (8, 20, 0, 1))
+    assert result.response.start_offset == 0
+    assert result.response.state_batches == ((0, 4, 0, 1), (5, 7, 2, 1), (8, 20, 0, 1))
     assert kinds(log.records) == [("ShareSnapshotKey", "ShareSnapshotValue")] + [("ShareUpdateKey", "ShareUpdateValue")] * 3
     assert log.rebuild().states() == shard.states()
 
@@ -169,7 +175,7 @@ def test_stale_epochs_are_fenced():
     before = shard.states()
     assert write(shard, log, leader_epoch=4, state_epoch=2, batches=[(0, 1, 2, 1)])[0] == ErrorCode.FENCED_LEADER_EPOCH
     assert write(shard, log, leader_epoch=5, state_epoch=1, batches=[(0, 1, 2, 1)])[0] == ErrorCode.FENCED_STATE_EPOCH
-    assert shard.read(G, T, P, leader_epoch=4).error_code == ErrorCode.FENCED_LEADER_EPOCH
+    assert shard.read(G, T, P, leader_epoch=4).response.error_code == ErrorCode.FENCED_LEADER_EPOCH
     assert shard.states() == before and len(log.records) == 2
     # -1 means "not supplied" and skips the checks
     assert write(shard, log, leader_epoch=-1, state_epoch=-1, batches=[(0, 1, 2, 1)])[0] == NONE
@@ -185,7 +191,8 @@ def test_read_with_higher_leader_epoch_writes_one_record_and_returns_state():
     shard, log = setup()
     write(shard, log, start_offset=0, batches=[(0, 3, 2, 1)])
     result = shard.read(G, T, P, leader_epoch=1, now_ms=5000)
-    assert (result.error_code, result.start_offset, result.state_batches) == (NONE, 0, ((0, 3, 2, 1),))
+    read = result.response
+    assert (read.error_code, read.start_offset, read.state_batches) == (NONE, 0, ((0, 3, 2, 1),))
     assert kinds(result.records) == [("ShareUpdateKey", "ShareUpdateValue")]
     _, value = decode_record(*result.records[0])
     assert (value.leader_epoch, value.start_offset, value.state_batches) == (1, 0, [])
@@ -221,14 +228,16 @@ def test_out_of_order_write_never_moves_start_offset_backwards():
 def test_delete_writes_tombstone():
     shard, log = setup()
     write(shard, log, start_offset=0, batches=[(0, 3, 2, 1)])
-    code, _, recs = shard.delete(G, T, P)
+    result = shard.delete(G, T, P)
+    code, recs = result.response.error_code, result.records
     log.append(shard, recs)
     assert code == NONE and kinds(recs) == [("ShareSnapshotKey", None)]
     assert shard.state(G, T, P) is None
-    assert shard.read(G, T, P, leader_epoch=0).error_code == ErrorCode.INVALID_REQUEST
-    assert shard.delete(G, T, P) == (NONE, None, [])             # deleting again: nothing to write
+    assert shard.read(G, T, P, leader_epoch=0).response.error_code == ErrorCode.INVALID_REQUEST
+    assert shard.delete(G, T, P) == CoordinatorResult([], StateResponse(NONE, None))  # again: nothing to write
     assert log.rebuild().states() == {}
-    code, _, recs = shard.initialize(G, T, P, state_epoch=0, start_offset=-1, now_ms=9)   # fresh again
+    result = shard.initialize(G, T, P, state_epoch=0, start_offset=-1, now_ms=9)   # fresh again
+    code, recs = result.response.error_code, result.records
     assert code == NONE and decode_record(*recs[0])[1].snapshot_epoch == 0
 
 

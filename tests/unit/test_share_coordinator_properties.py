@@ -98,9 +98,10 @@ def test_random_operations_match_model_and_replay(limit, ops):
         key = (G, t, 0)
         if kind == "write":
             _, _, state_epoch, leader_epoch, start_offset, batch_list, count = step
-            code, _, records = shard.write(G, t, 0, state_epoch=state_epoch, leader_epoch=leader_epoch,
-                                           start_offset=start_offset, state_batches=batch_list,
-                                           delivery_complete_count=count, now_ms=now_ms)
+            result = shard.write(G, t, 0, state_epoch=state_epoch, leader_epoch=leader_epoch,
+                                 start_offset=start_offset, state_batches=batch_list,
+                                 delivery_complete_count=count, now_ms=now_ms)
+            code, records = result.response.error_code, result.records
             expected = models[key].write(state_epoch, leader_epoch, start_offset, batch_list) if key in models \
                 else ErrorCode.INVALID_REQUEST
             assert code == expected
@@ -111,19 +112,19 @@ def test_random_operations_match_model_and_replay(limit, ops):
             records = result.records
             m = models.get(key)
             if m is None:
-                assert result.error_code == ErrorCode.INVALID_REQUEST
+                assert result.response.error_code == ErrorCode.INVALID_REQUEST
             elif leader_epoch != -1 and m.leader_epoch > leader_epoch:
-                assert result.error_code == ErrorCode.FENCED_LEADER_EPOCH and not records
+                assert result.response.error_code == ErrorCode.FENCED_LEADER_EPOCH and not records
             else:
-                assert result.error_code == ErrorCode.NONE
-                assert (result.start_offset, result.state_epoch) == (m.start_offset, m.state_epoch)
-                assert expand(result.state_batches) == m.offsets
+                assert result.response.error_code == ErrorCode.NONE
+                assert (result.response.start_offset, result.response.state_epoch) == (m.start_offset, m.state_epoch)
+                assert expand(result.response.state_batches) == m.offsets
                 assert bool(records) == (leader_epoch not in (-1, m.leader_epoch))
                 m.leader_epoch = max(m.leader_epoch, leader_epoch)
         elif kind == "init":
             _, _, state_epoch, start_offset = step
-            code, _, records = shard.initialize(G, t, 0, state_epoch=state_epoch, start_offset=start_offset,
-                                                now_ms=now_ms)
+            result = shard.initialize(G, t, 0, state_epoch=state_epoch, start_offset=start_offset, now_ms=now_ms)
+            code, records = result.response.error_code, result.records
             m = models.get(key)
             if m is not None and m.state_epoch > state_epoch:
                 assert code == ErrorCode.FENCED_STATE_EPOCH
@@ -134,7 +135,8 @@ def test_random_operations_match_model_and_replay(limit, ops):
                     new.leader_epoch = m.leader_epoch if m else 0
                     models[key] = new
         elif kind == "delete":
-            code, _, records = shard.delete(G, t, 0)
+            result = shard.delete(G, t, 0)
+            code, records = result.response.error_code, result.records
             assert code == ErrorCode.NONE and bool(records) == (key in models)
             models.pop(key, None)
         else:

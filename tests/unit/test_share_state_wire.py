@@ -22,7 +22,7 @@ from actors.security.principal import ANONYMOUS, BROKER_PRINCIPAL, KafkaPrincipa
 from actors.partition.listener import start_listener
 from actors.pipelined import PipelinedConnection
 from actors.share_coordinator import wire
-from actors.share_coordinator.core import ReadResult, StateBatch, SummaryResult
+from actors.share_coordinator.core import ReadResponse, StateBatch, StateResponse, SummaryResponse
 from actors.share_partition.state_client import BrokerStateConnection, LocalStateConnection, StateConnectionError
 from protocol.errors import ErrorCode, MalformedMessage
 from protocol.headers import RequestHeader
@@ -54,23 +54,23 @@ class RecordingCoordinator:
             await asyncio.sleep(self.delay_s)
         if state_epoch == -9:
             raise CoordinatorLogError(ErrorCode.NOT_COORDINATOR, "this replica does not lead the partition now")
-        return (ErrorCode.FENCED_STATE_EPOCH, "stale") if state_epoch < 0 else (0, None)
+        return StateResponse(ErrorCode.FENCED_STATE_EPOCH, "stale") if state_epoch < 0 else StateResponse(0, None)
 
     async def read_state(self, group_id, topic_id, partition, leader_epoch):
         self.calls.append(("read", partition, leader_epoch))
-        return ReadResult(0, None, 3, 40, (StateBatch(40, 44, 0, 2),), [])
+        return ReadResponse(0, None, 3, 40, (StateBatch(40, 44, 0, 2),))
 
     async def delete_state(self, group_id, topic_id, partition):
         self.calls.append(("delete", partition))
-        return 0, None
+        return StateResponse(0, None)
 
     async def initialize_state(self, group_id, topic_id, partition, state_epoch, start_offset):
         self.calls.append(("initialize", partition, state_epoch, start_offset))
-        return 0, None
+        return StateResponse(0, None)
 
     async def read_state_summary(self, group_id, topic_id, partition):
         self.calls.append(("summary", partition))
-        return SummaryResult(0, None, 3, 1, 40, -1)
+        return SummaryResponse(0, None, 3, 1, 40, -1)
 
 
 def write_request(start_offset, state_epoch=1, partition=0):

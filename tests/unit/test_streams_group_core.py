@@ -208,10 +208,10 @@ def test_offset_commits_check_the_streams_member_and_epoch():
                                      process_id="p")
     epoch = r.member_epoch
     partitions = [("in", 0, 5, -1, None)]
-    assert g.commit_offsets("app", "m1", None, epoch, partitions, api_version=9, now_ms=1)[0] == [0]
-    assert g.commit_offsets("app", "m1", None, epoch + 1, partitions, api_version=9, now_ms=1)[0] == \
+    assert g.commit_offsets("app", "m1", None, epoch, partitions, api_version=9, now_ms=1).response == [0]
+    assert g.commit_offsets("app", "m1", None, epoch + 1, partitions, api_version=9, now_ms=1).response == \
         [ErrorCode.STALE_MEMBER_EPOCH]
-    assert g.commit_offsets("app", "mx", None, epoch, partitions, api_version=9, now_ms=1)[0] == \
+    assert g.commit_offsets("app", "mx", None, epoch, partitions, api_version=9, now_ms=1).response == \
         [ErrorCode.UNKNOWN_MEMBER_ID]
     error, rows = g.fetch_offsets("app", [("in", [0])], member_id="m1", member_epoch=epoch)
     assert error == 0 and rows[0][2].offset == 5

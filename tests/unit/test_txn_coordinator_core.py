@@ -6,9 +6,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from actors.coordinator_result import CoordinatorResult
 from actors.transaction_coordinator.core import (SHORT_MAX, AddOffsets, AddPartitions, EndTxn, InitProducerId,
                                                  Markers, MarkersWritten, TransactionCoordinatorCore, TxnConfig,
-                                                 client_error, epoch_exhausted)
+                                                 TxnResponse, client_error, epoch_exhausted)
 from actors.transaction_coordinator.records import TxnMetadata, decode_record, encode_record
 from actors.transaction_coordinator.states import (STATE_NAMES, TRANSITIONS, IllegalTransition, TxnState,
                                                    check_transition)
@@ -70,9 +71,9 @@ class Harness:
 
 
 def ok(step, pid=None, epoch=None):
-    assert step.error == E.NONE, step.error
+    assert step.response.error == E.NONE, step.response.error
     if pid is not None:
-        assert (step.producer_id, step.producer_epoch) == (pid, epoch)
+        assert (step.response.producer_id, step.response.producer_epoch) == (pid, epoch)
     return step
 
 
@@ -145,11 +146,11 @@ def test_record_reads_value_version_0_and_refuses_nonsense():
 def test_init_producer_id_new_and_bump():
     h = Harness()
     step = ok(h.init(), 1000, 0)
-    assert len(step.records) == 1 and not step.markers
+    assert len(step.records) == 1 and not step.response.markers
     assert (h.meta().state, h.meta().txn_timeout_ms, h.meta().txn_start_timestamp_ms) == (S.EMPTY, TIMEOUT_MS, -1)
     ok(h.init(timeout_ms=5_000), 1000, 1)  # the same id again: the epoch bumps, the producer id stays
     assert h.meta().txn_timeout_ms == 5_000
-    assert h.add(1000, 0, TP0).error == E.PRODUCER_FENCED  # the zombie of epoch 0
+    assert h.add(1000, 0, TP0).response.error == E.PRODUCER_FENCED  # the zombie of epoch 0
     h.assert_replay_equals_live()
 
 
@@ -157,13 +158,13 @@ def test_init_producer_id_new_and_bump():
                                               (900_001, E.INVALID_TRANSACTION_TIMEOUT), (900_000, E.NONE), (1, E.NONE)])
 def test_transaction_timeout_bounded_by_max(timeout_ms, error):
     h = Harness()
-    assert h.init(timeout_ms=timeout_ms).error == error
+    assert h.init(timeout_ms=timeout_ms).response.error == error
     assert ("tx" in h.core.transactions) == (error == E.NONE)
 
 
 def test_transaction_max_timeout_is_configurable():
     h = Harness(TxnConfig(transaction_max_timeout_ms=1_000))
-    assert h.init(timeout_ms=1_001).error == E.INVALID_TRANSACTION_TIMEOUT
+    assert h.init(timeout_ms=1_001).response.error == E.INVALID_TRANSACTION_TIMEOUT
     ok(h.init(timeout_ms=1_000))
 
 
@@ -178,27 +179,27 @@ def test_config_from_kafka_keys():
 
 def test_init_producer_id_bad_requests():
     h = Harness()
-    assert h.init(txn_id="").error == E.INVALID_REQUEST
-    assert h.init(pid=5).error == E.INVALID_REQUEST  # an id without an epoch
-    assert h.init(epoch=5).error == E.INVALID_REQUEST
+    assert h.init(txn_id="").response.error == E.INVALID_REQUEST
+    assert h.init(pid=5).response.error == E.INVALID_REQUEST  # an id without an epoch
+    assert h.init(epoch=5).response.error == E.INVALID_REQUEST
     assert not h.log
 
 
 def test_pending_until_appended():
     h = Harness(auto_append=False)
     step = ok(h.init())
-    assert h.init().error == E.CONCURRENT_TRANSACTIONS
+    assert h.init().response.error == E.CONCURRENT_TRANSACTIONS
     h.core.on_appended(["tx"])
-    ok(h.init(), step.producer_id, 1)
-    assert h.add(step.producer_id, 1, TP0).error == E.CONCURRENT_TRANSACTIONS
+    ok(h.init(), step.response.producer_id, 1)
+    assert h.add(step.response.producer_id, 1, TP0).response.error == E.CONCURRENT_TRANSACTIONS
     h.core.on_appended(["tx"])
-    ok(h.add(step.producer_id, 1, TP0))
-    assert h.end(step.producer_id, 1, True).error == E.CONCURRENT_TRANSACTIONS  # AddPartitions not appended yet
+    ok(h.add(step.response.producer_id, 1, TP0))
+    assert h.end(step.response.producer_id, 1, True).response.error == E.CONCURRENT_TRANSACTIONS  # AddPartitions not appended yet
     h.core.on_appended(["tx"])
-    ok(h.end(step.producer_id, 1, True))
-    assert h.written(step.producer_id, 1, True).error == E.CONCURRENT_TRANSACTIONS  # markers before the Prepare
+    ok(h.end(step.response.producer_id, 1, True))
+    assert h.written(step.response.producer_id, 1, True).response.error == E.CONCURRENT_TRANSACTIONS  # markers before the Prepare
     h.core.on_appended(["tx"])
-    ok(h.written(step.producer_id, 1, True))
+    ok(h.written(step.response.producer_id, 1, True))
 
 
 def test_kip360_init_with_current_producer_id_and_epoch():
@@ -207,12 +208,12 @@ def test_kip360_init_with_current_producer_id_and_epoch():
     ok(h.init(pid=1000, epoch=0), 1000, 1)
     ok(h.init(pid=1000, epoch=0), 1000, 1)  # a retry of that bump: the same epoch back
     assert h.meta().last_producer_epoch == 0
-    assert h.init(pid=1000, epoch=5).error == E.PRODUCER_FENCED  # neither the current nor the last epoch
-    assert h.init(pid=999, epoch=1).error == E.PRODUCER_FENCED  # another producer id
+    assert h.init(pid=1000, epoch=5).response.error == E.PRODUCER_FENCED  # neither the current nor the last epoch
+    assert h.init(pid=999, epoch=1).response.error == E.PRODUCER_FENCED  # another producer id
     ok(h.init(pid=1000, epoch=1), 1000, 2)
     # the last epoch lives in memory only (as in Kafka): after a coordinator move the retry is fenced
     h.core = h.replayed()
-    assert h.init(pid=1000, epoch=1).error == E.PRODUCER_FENCED
+    assert h.init(pid=1000, epoch=1).response.error == E.PRODUCER_FENCED
     ok(h.init(pid=1000, epoch=2), 1000, 3)
 
 
@@ -221,11 +222,11 @@ def test_init_while_ongoing_fences_and_aborts():
     ok(h.init())
     ok(h.add(1000, 0, TP0, TP1))
     step = h.init()
-    assert step.error == E.CONCURRENT_TRANSACTIONS
+    assert step.response.error == E.CONCURRENT_TRANSACTIONS
     assert (h.meta().state, h.meta().producer_epoch) == (S.PREPARE_ABORT, 1)
-    assert step.markers == (Markers("tx", 1000, 1, False, 7, (TP0, TP1)),)
-    assert h.end(1000, 0, True).error == E.PRODUCER_FENCED  # the old producer
-    assert h.init().error == E.CONCURRENT_TRANSACTIONS  # until the markers are written
+    assert step.response.markers == (Markers("tx", 1000, 1, False, 7, (TP0, TP1)),)
+    assert h.end(1000, 0, True).response.error == E.PRODUCER_FENCED  # the old producer
+    assert h.init().response.error == E.CONCURRENT_TRANSACTIONS  # until the markers are written
     ok(h.written(1000, 1, False))
     assert h.meta().state == S.COMPLETE_ABORT and h.meta().partitions == frozenset()
     ok(h.init(), 1000, 2)
@@ -239,33 +240,33 @@ def test_commit_flow():
     ok(h.init())
     h.now_ms += 10
     step = ok(h.add(1000, 0, TP0))
-    assert step.partition_errors == {TP0: E.NONE} and len(step.records) == 1
+    assert step.response.partition_errors == {TP0: E.NONE} and len(step.records) == 1
     assert (h.meta().state, h.meta().txn_start_timestamp_ms) == (S.ONGOING, T0 + 10)
     h.now_ms += 10
-    assert ok(h.add(1000, 0, TP0)).records == ()  # nothing new
+    assert ok(h.add(1000, 0, TP0)).records == []  # nothing new
     ok(h.add(1000, 0, TP1, TP2))
     ok(h.add_offsets(1000, 0, "g", 5))
     assert h.meta().partitions == {TP0, TP1, TP2, ("__consumer_offsets", 5)}
     assert h.meta().txn_start_timestamp_ms == T0 + 10  # the transaction started at its first partition
     step = ok(h.end(1000, 0, True), 1000, 0)
     assert h.meta().state == S.PREPARE_COMMIT
-    assert step.markers == (Markers("tx", 1000, 0, True, 7, tuple(sorted(h.meta().partitions))),)
-    assert h.core.markers_to_resend() == list(step.markers)
+    assert step.response.markers == (Markers("tx", 1000, 0, True, 7, tuple(sorted(h.meta().partitions))),)
+    assert h.core.markers_to_resend() == list(step.response.markers)
     for error, attempt in [(E.CONCURRENT_TRANSACTIONS, lambda: h.end(1000, 0, True)),
                            (E.INVALID_TXN_STATE, lambda: h.end(1000, 0, False)),
                            (E.CONCURRENT_TRANSACTIONS, lambda: h.add(1000, 0, TP0)),
                            (E.CONCURRENT_TRANSACTIONS, lambda: h.add_offsets(1000, 0)),
                            (E.CONCURRENT_TRANSACTIONS, lambda: h.init()),
                            (E.INVALID_TXN_STATE, lambda: h.written(1000, 0, False))]:
-        assert attempt().error == error
+        assert attempt().response.error == error
     h.assert_replay_equals_live()
     h.now_ms += 10
     ok(h.written(1000, 0, True))
     assert (h.meta().state, h.meta().partitions, h.meta().txn_last_update_timestamp_ms) == (
         S.COMPLETE_COMMIT, frozenset(), T0 + 30)
     assert h.core.markers_to_resend() == []
-    assert ok(h.end(1000, 0, True)).records == ()  # a retried commit
-    assert h.end(1000, 0, False).error == E.INVALID_TXN_STATE
+    assert ok(h.end(1000, 0, True)).records == []  # a retried commit
+    assert h.end(1000, 0, False).response.error == E.INVALID_TXN_STATE
     h.now_ms += 10
     ok(h.add(1000, 0, TP2))  # the next transaction, same epoch (transaction version 1)
     assert (h.meta().state, h.meta().partitions, h.meta().txn_start_timestamp_ms) == (S.ONGOING, {TP2}, T0 + 40)
@@ -277,42 +278,42 @@ def test_abort_flow():
     ok(h.init())
     ok(h.add(1000, 0, TP0))
     step = ok(h.end(1000, 0, False))
-    assert h.meta().state == S.PREPARE_ABORT and step.markers[0].committed is False
-    assert h.end(1000, 0, False).error == E.CONCURRENT_TRANSACTIONS
-    assert h.end(1000, 0, True).error == E.INVALID_TXN_STATE
-    assert h.written(1000, 0, True).error == E.INVALID_TXN_STATE
+    assert h.meta().state == S.PREPARE_ABORT and step.response.markers[0].committed is False
+    assert h.end(1000, 0, False).response.error == E.CONCURRENT_TRANSACTIONS
+    assert h.end(1000, 0, True).response.error == E.INVALID_TXN_STATE
+    assert h.written(1000, 0, True).response.error == E.INVALID_TXN_STATE
     ok(h.written(1000, 0, False))
     assert h.meta().state == S.COMPLETE_ABORT
     ok(h.end(1000, 0, False))  # a retried abort
-    assert h.end(1000, 0, True).error == E.INVALID_TXN_STATE
+    assert h.end(1000, 0, True).response.error == E.INVALID_TXN_STATE
     ok(h.init(), 1000, 1)
     h.assert_replay_equals_live()
 
 
 def test_end_txn_errors():
     h = Harness()
-    assert h.end(1000, 0, True, txn_id="").error == E.INVALID_REQUEST
-    assert h.end(1000, 0, True).error == E.INVALID_PRODUCER_ID_MAPPING  # unknown id
+    assert h.end(1000, 0, True, txn_id="").response.error == E.INVALID_REQUEST
+    assert h.end(1000, 0, True).response.error == E.INVALID_PRODUCER_ID_MAPPING  # unknown id
     ok(h.init())
-    assert h.end(1000, 0, True).error == E.INVALID_TXN_STATE  # Empty: nothing to end
-    assert h.end(1000, 0, False).error == E.INVALID_TXN_STATE  # (an empty abort is transaction version 2)
-    assert h.end(999, 0, True).error == E.INVALID_PRODUCER_ID_MAPPING
-    assert h.end(1000, 1, True).error == E.PRODUCER_FENCED
-    assert h.written(999, 0, True).error == E.INVALID_PRODUCER_ID_MAPPING
-    assert h.written(1000, 3, True).error == E.PRODUCER_FENCED
+    assert h.end(1000, 0, True).response.error == E.INVALID_TXN_STATE  # Empty: nothing to end
+    assert h.end(1000, 0, False).response.error == E.INVALID_TXN_STATE  # (an empty abort is transaction version 2)
+    assert h.end(999, 0, True).response.error == E.INVALID_PRODUCER_ID_MAPPING
+    assert h.end(1000, 1, True).response.error == E.PRODUCER_FENCED
+    assert h.written(999, 0, True).response.error == E.INVALID_PRODUCER_ID_MAPPING
+    assert h.written(1000, 3, True).response.error == E.PRODUCER_FENCED
     assert len(h.log) == 1
 
 
 def test_add_partitions_errors():
     h = Harness()
-    assert h.add(1000, 0, TP0, txn_id="").partition_errors == {TP0: E.INVALID_REQUEST}
-    assert h.add(1000, 0, TP0, TP1).partition_errors == {TP0: E.INVALID_PRODUCER_ID_MAPPING,
+    assert h.add(1000, 0, TP0, txn_id="").response.partition_errors == {TP0: E.INVALID_REQUEST}
+    assert h.add(1000, 0, TP0, TP1).response.partition_errors == {TP0: E.INVALID_PRODUCER_ID_MAPPING,
                                                          TP1: E.INVALID_PRODUCER_ID_MAPPING}
     ok(h.init())
-    assert h.add(999, 0, TP0).error == E.INVALID_PRODUCER_ID_MAPPING
-    assert h.add(1000, 1, TP0).error == E.PRODUCER_FENCED
-    assert h.add_offsets(1000, 1).error == E.PRODUCER_FENCED
-    assert h.add_offsets(1000, 1).partition_errors is None
+    assert h.add(999, 0, TP0).response.error == E.INVALID_PRODUCER_ID_MAPPING
+    assert h.add(1000, 1, TP0).response.error == E.PRODUCER_FENCED
+    assert h.add_offsets(1000, 1).response.error == E.PRODUCER_FENCED
+    assert h.add_offsets(1000, 1).response.partition_errors is None
     assert len(h.log) == 1
 
 
@@ -322,11 +323,11 @@ def test_verify_only_writes_nothing():
     ok(h.add(1000, 0, TP0))
     before = len(h.log)
     step = h.add(1000, 0, TP0, TP1, verify_only=True)
-    assert step.partition_errors == {TP0: E.NONE, TP1: E.TRANSACTION_ABORTABLE} and step.records == ()
-    assert h.add(1000, 1, TP0, verify_only=True).partition_errors == {TP0: E.PRODUCER_FENCED}
-    assert h.add(7, 0, TP0, verify_only=True).partition_errors == {TP0: E.INVALID_PRODUCER_ID_MAPPING}
+    assert step.response.partition_errors == {TP0: E.NONE, TP1: E.TRANSACTION_ABORTABLE} and step.records == []
+    assert h.add(1000, 1, TP0, verify_only=True).response.partition_errors == {TP0: E.PRODUCER_FENCED}
+    assert h.add(7, 0, TP0, verify_only=True).response.partition_errors == {TP0: E.INVALID_PRODUCER_ID_MAPPING}
     ok(h.end(1000, 0, True))
-    assert h.add(1000, 0, TP0, verify_only=True).partition_errors == {TP0: E.CONCURRENT_TRANSACTIONS}
+    assert h.add(1000, 0, TP0, verify_only=True).response.partition_errors == {TP0: E.CONCURRENT_TRANSACTIONS}
     assert len(h.log) == before + 1 and h.meta().partitions == {TP0}
 
 
@@ -358,13 +359,13 @@ def test_epoch_exhaustion_rotates_the_producer_id():
     ok(h.init(), 500, SHORT_MAX - 1)
     assert epoch_exhausted(SHORT_MAX - 1)
     step = ok(h.init(pid=500, epoch=SHORT_MAX - 1))
-    new_pid = step.producer_id
-    assert new_pid != 500 and step.producer_epoch == 0
+    new_pid = step.response.producer_id
+    assert new_pid != 500 and step.response.producer_epoch == 0
     assert (h.meta().prev_producer_id, h.meta().last_producer_epoch) == (500, SHORT_MAX - 1)
     # KIP-360: the producer retries with the exhausted old id and epoch: it gets the new id back, not fenced
     ok(h.init(pid=500, epoch=SHORT_MAX - 1), new_pid, 0)
     ok(h.init(pid=new_pid, epoch=0), new_pid, 1)
-    assert h.init(pid=500, epoch=SHORT_MAX - 1).error == E.PRODUCER_FENCED  # the previous id is now new_pid
+    assert h.init(pid=500, epoch=SHORT_MAX - 1).response.error == E.PRODUCER_FENCED  # the previous id is now new_pid
     h.assert_replay_equals_live()
 
 
@@ -372,7 +373,7 @@ def test_epoch_exhaustion_without_producer_id():
     h = Harness()
     at_epoch(h, SHORT_MAX - 1)
     step = ok(h.init())
-    assert step.producer_id != 500 and step.producer_epoch == 0
+    assert step.response.producer_id != 500 and step.response.producer_epoch == 0
     assert h.meta().last_producer_epoch == -1
 
 
@@ -380,13 +381,13 @@ def test_fence_at_the_last_epochs():
     h = Harness()
     at_epoch(h, SHORT_MAX - 1, S.ONGOING, frozenset({TP0}))
     step = h.init()
-    assert step.error == E.CONCURRENT_TRANSACTIONS and step.markers[0].producer_epoch == SHORT_MAX
+    assert step.response.error == E.CONCURRENT_TRANSACTIONS and step.response.markers[0].producer_epoch == SHORT_MAX
     ok(h.written(500, SHORT_MAX, False))
     step = ok(h.init())
-    assert step.producer_id != 500 and step.producer_epoch == 0
+    assert step.response.producer_id != 500 and step.response.producer_epoch == 0
     h2 = Harness()
     at_epoch(h2, SHORT_MAX, S.ONGOING, frozenset({TP0}))
-    assert h2.init().markers[0].producer_epoch == SHORT_MAX  # no epoch above it: the fence keeps it
+    assert h2.init().response.markers[0].producer_epoch == SHORT_MAX  # no epoch above it: the fence keeps it
 
 
 # ---- time --------------------------------------------------------------------------------------------------------
@@ -402,14 +403,14 @@ def test_timed_out_transaction_is_fenced_and_aborted():
     ok(h.add(1000, 0, TP1))  # more partitions do not move the deadline
     assert h.core.next_deadline_ms() == T0 + 5 + 1_000
     h.now_ms = T0 + 5 + 1_000
-    assert h.run(h.core.abort_timed_out(h.now_ms)) == ((), (), E.NONE, -1, -1, None)  # not yet: strictly past
+    assert h.run(h.core.abort_timed_out(h.now_ms)) == CoordinatorResult([], TxnResponse())  # not yet: strictly past
     h.now_ms += 1
     step = h.run(h.core.abort_timed_out(h.now_ms))
-    assert len(step.records) == 1 and step.markers == (Markers("tx", 1000, 1, False, 7, (TP0, TP1)),)
+    assert len(step.records) == 1 and step.response.markers == (Markers("tx", 1000, 1, False, 7, (TP0, TP1)),)
     assert (h.meta().state, h.meta().producer_epoch) == (S.PREPARE_ABORT, 1)
     assert h.core.next_deadline_ms() is None
-    assert h.run(h.core.abort_timed_out(h.now_ms + 10_000)).records == ()
-    assert h.end(1000, 0, True).error == E.PRODUCER_FENCED  # the producer learns it was fenced
+    assert h.run(h.core.abort_timed_out(h.now_ms + 10_000)).records == []
+    assert h.end(1000, 0, True).response.error == E.PRODUCER_FENCED  # the producer learns it was fenced
     ok(h.written(1000, 1, False))
     ok(h.init(timeout_ms=1_000), 1000, 2)
     h.assert_replay_equals_live()
@@ -420,7 +421,7 @@ def test_timeout_skips_pending_transactions():
     ok(h.init(timeout_ms=1_000))
     h.core.on_appended(["tx"])
     ok(h.add(1000, 0, TP0))
-    assert h.core.abort_timed_out(T0 + 10_000).records == ()  # its AddPartitions is not durable yet
+    assert h.core.abort_timed_out(T0 + 10_000).records == []  # its AddPartitions is not durable yet
     h.core.on_appended(["tx"])
     assert len(h.core.abort_timed_out(T0 + 10_000).records) == 1
 
@@ -438,13 +439,13 @@ def test_idle_transactional_ids_expire():
                     lambda: h.written(1002, 0, True, txn_id="c")):
         ok(attempt())
         h.core.on_appended("c")  # c completes at T0 + 50 s
-    assert h.core.expire_transactional_ids(T0 + 99_999).records == ()
+    assert h.core.expire_transactional_ids(T0 + 99_999).records == []
     step = h.run(h.core.expire_transactional_ids(T0 + 100_000))
-    assert step.records == (encode_record(None, "a"),)
+    assert step.records == [encode_record(None, "a")]
     assert "a" not in h.core.transactions and set(h.core.transactions) == {"b", "c"}
-    assert h.init(txn_id="a").error == E.CONCURRENT_TRANSACTIONS  # until the tombstone is durable
+    assert h.init(txn_id="a").response.error == E.CONCURRENT_TRANSACTIONS  # until the tombstone is durable
     h.core.on_appended("a")
-    assert h.end(1000, 0, True, txn_id="a").error == E.INVALID_PRODUCER_ID_MAPPING
+    assert h.end(1000, 0, True, txn_id="a").response.error == E.INVALID_PRODUCER_ID_MAPPING
     h.now_ms = T0 + 100_000
     ok(h.init(txn_id="a"))
     assert h.core.transactions["a"].producer_id not in (1000, 1001, 1002)  # a new producer id, epoch 0
@@ -460,7 +461,7 @@ def test_idle_transactional_ids_expire():
 def test_replay_resends_markers_of_prepared_transactions():
     h = Harness()
     for txn_id, committed in (("a", True), ("b", False), ("c", None)):
-        pid = ok(h.init(txn_id=txn_id)).producer_id
+        pid = ok(h.init(txn_id=txn_id)).response.producer_id
         ok(h.add(pid, 0, TP0, txn_id=txn_id))
         if committed is not None:
             ok(h.end(pid, 0, committed, txn_id=txn_id))
@@ -558,7 +559,7 @@ def test_property_against_a_model_of_the_producers(ops, first_epoch):
     else:
         for txn_id in IDS:
             step = ok(h.init(txn_id, 1_000))
-            client[txn_id] = (step.producer_id, step.producer_epoch)
+            client[txn_id] = (step.response.producer_id, step.response.producer_epoch)
     for op in ops:
         kind, txn_id = op[0], (op[1] if len(op) > 1 and op[1] in IDS else None)
         meta_before = h.core.transactions.get(txn_id) if txn_id else None
@@ -568,12 +569,12 @@ def test_property_against_a_model_of_the_producers(ops, first_epoch):
         if kind == "init":
             expected = {"none": None, "current": current, "stale": pair}[op[2]]
             step = h.init(txn_id, 1_000, *(expected or (-1, -1)))
-            if step.error == E.NONE:
+            if step.response.error == E.NONE:
                 if current is not None:
                     stale[txn_id].add(current)
-                client[txn_id] = (step.producer_id, step.producer_epoch)
+                client[txn_id] = (step.response.producer_id, step.response.producer_epoch)
             elif meta_before is not None and meta_before.state == S.ONGOING and expected in (None, current):
-                assert step.error == E.CONCURRENT_TRANSACTIONS and len(step.markers) == 1  # fenced and aborting
+                assert step.response.error == E.CONCURRENT_TRANSACTIONS and len(step.response.markers) == 1  # fenced and aborting
         elif kind in ("add", "offsets", "end"):
             if pair is None:
                 continue
@@ -584,10 +585,10 @@ def test_property_against_a_model_of_the_producers(ops, first_epoch):
             else:
                 step = h.end(*pair, op[3], txn_id=txn_id)
             meta = h.core.transactions.get(txn_id)
-            if step.error == E.NONE:  # fencing: only the producer of the live id and epoch succeeds
+            if step.response.error == E.NONE:  # fencing: only the producer of the live id and epoch succeeds
                 assert meta is not None and pair == (meta.producer_id, meta.producer_epoch)
             if pair in stale[txn_id] and pair != current:
-                assert step.error in (E.PRODUCER_FENCED, E.INVALID_PRODUCER_ID_MAPPING)
+                assert step.response.error in (E.PRODUCER_FENCED, E.INVALID_PRODUCER_ID_MAPPING)
         elif kind == "written":
             pending = [m for m in h.core.markers_to_resend() if m.transactional_id == txn_id]
             if not pending:
@@ -615,7 +616,7 @@ def test_property_against_a_model_of_the_producers(ops, first_epoch):
         # every Prepare record comes with its markers, in the same step
         prepared = [meta for meta in (decode_record(k, v)[1] for k, v in step.records)
                     if meta is not None and meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)]
-        sent = [(m.transactional_id, m.producer_id, m.producer_epoch, m.committed, m.partitions) for m in step.markers]
+        sent = [(m.transactional_id, m.producer_id, m.producer_epoch, m.committed, m.partitions) for m in step.response.markers]
         assert sent == [(p.transactional_id, p.producer_id, p.producer_epoch, p.state == S.PREPARE_COMMIT,
                          tuple(sorted(p.partitions))) for p in prepared]
         h.assert_replay_equals_live()
@@ -713,18 +714,18 @@ def test_one_transactional_id_against_a_naive_model(ops, start_epoch):
             new_pid = next(h.pids)
             h.pids = itertools.chain([new_pid], h.pids)
             step = h.init(timeout_ms=timeout_ms)
-            assert step.error == model.init(h.now_ms, new_pid)
-            if step.error == E.NONE:
-                zombie, live = live, (step.producer_id, step.producer_epoch)
+            assert step.response.error == model.init(h.now_ms, new_pid)
+            if step.response.error == E.NONE:
+                zombie, live = live, (step.response.producer_id, step.response.producer_epoch)
                 assert live == (model.pid, model.epoch)
         elif op[0] in ("add", "end"):
             pid, epoch = live if op[1] == "live" else zombie
             if op[0] == "add":
                 step = h.add(pid, epoch, *sorted(op[2]))
-                assert step.error == model.add(h.now_ms, pid, epoch, set(op[2]))
+                assert step.response.error == model.add(h.now_ms, pid, epoch, set(op[2]))
             else:
                 step = h.end(pid, epoch, op[2])
-                assert step.error == model.end(h.now_ms, pid, epoch, op[2])
+                assert step.response.error == model.end(h.now_ms, pid, epoch, op[2])
         elif op[0] == "written":
             for m in h.core.markers_to_resend():
                 ok(h.written(m.producer_id, m.producer_epoch, m.committed))

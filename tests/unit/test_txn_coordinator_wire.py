@@ -1,11 +1,11 @@
-"""actors/transaction_coordinator/wire.py: Kafka's transaction requests to the core's inputs, Steps to responses
+"""actors/transaction_coordinator/wire.py: Kafka's transaction requests to the core's inputs, TxnResponses to responses
 (encoded in every version), and the marker traffic to partition leaders."""
 import msgpack
 import pytest
 
 from actors.transaction_coordinator import wire
-from actors.transaction_coordinator.core import (EndTxn, InitProducerId, Markers, MarkersWritten, Step,
-                                                 TransactionCoordinatorCore)
+from actors.transaction_coordinator.core import (EndTxn, InitProducerId, Markers, MarkersWritten,
+                                                 TransactionCoordinatorCore, TxnResponse)
 from protocol.errors import ErrorCode as E
 from protocol.messages import (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, DescribeTransactionsResponse,
                                EndTxnRequest, EndTxnResponse, InitProducerIdRequest,
@@ -26,10 +26,10 @@ def test_init_producer_id():
         E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     assert wire.init_producer_id_input(InitProducerIdRequest(transactional_id="tx", keep_prepared_txn=True), 1) == \
         E.UNSUPPORTED_VERSION
-    response = wire.init_producer_id_response(4, Step(producer_id=77, producer_epoch=0))
+    response = wire.init_producer_id_response(4, TxnResponse(producer_id=77, producer_epoch=0))
     assert (response.error_code, response.producer_id, response.producer_epoch) == (0, 77, 0)
-    assert wire.init_producer_id_response(3, Step(error=E.PRODUCER_FENCED)).error_code == E.INVALID_PRODUCER_EPOCH
-    assert wire.init_producer_id_response(4, Step(error=E.PRODUCER_FENCED)).error_code == E.PRODUCER_FENCED
+    assert wire.init_producer_id_response(3, TxnResponse(error=E.PRODUCER_FENCED)).error_code == E.INVALID_PRODUCER_EPOCH
+    assert wire.init_producer_id_response(4, TxnResponse(error=E.PRODUCER_FENCED)).error_code == E.PRODUCER_FENCED
     failed = wire.init_producer_id_response(5, E.INVALID_TRANSACTION_TIMEOUT)
     assert (failed.producer_id, failed.producer_epoch) == (-1, -1)
     for version in range(0, 7):
@@ -40,14 +40,14 @@ def test_end_txn():
     request = EndTxnRequest(transactional_id="tx", producer_id=5, producer_epoch=2, committed=True)
     assert wire.end_txn_input(request, 4) == EndTxn("tx", 5, 2, True)
     assert wire.end_txn_input(request, 5) == EndTxn("tx", 5, 2, True, transaction_version=2)
-    response = wire.end_txn_response(5, Step(producer_id=5, producer_epoch=2))
+    response = wire.end_txn_response(5, TxnResponse(producer_id=5, producer_epoch=2))
     assert (roundtrip(response, 5).producer_id, roundtrip(response, 5).producer_epoch) == (5, 2)
-    fenced = wire.end_txn_response(1, Step(error=E.PRODUCER_FENCED))
+    fenced = wire.end_txn_response(1, TxnResponse(error=E.PRODUCER_FENCED))
     assert (fenced.error_code, fenced.producer_id) == (E.INVALID_PRODUCER_EPOCH, -1)
-    assert wire.add_offsets_response(1, Step(error=E.PRODUCER_FENCED)).error_code == E.INVALID_PRODUCER_EPOCH
-    assert wire.add_offsets_response(2, Step(error=E.PRODUCER_FENCED)).error_code == E.PRODUCER_FENCED
+    assert wire.add_offsets_response(1, TxnResponse(error=E.PRODUCER_FENCED)).error_code == E.INVALID_PRODUCER_EPOCH
+    assert wire.add_offsets_response(2, TxnResponse(error=E.PRODUCER_FENCED)).error_code == E.PRODUCER_FENCED
     for version in range(0, 6):
-        decoded = roundtrip(wire.end_txn_response(version, Step(error=E.CONCURRENT_TRANSACTIONS)), version)
+        decoded = roundtrip(wire.end_txn_response(version, TxnResponse(error=E.CONCURRENT_TRANSACTIONS)), version)
         assert isinstance(decoded, EndTxnResponse) and decoded.error_code == E.CONCURRENT_TRANSACTIONS
 
 
@@ -61,15 +61,15 @@ def test_add_partitions_v3_and_below_through_the_core():
                                      R.AddPartitionsToTxnTopic(name="u", partitions=[0])])
     inputs = wire.add_partitions_inputs(roundtrip(request, 3), 3)
     assert [i.partitions for i in inputs] == [(("t", 1), ("t", 0), ("u", 0))]
-    steps = [core.add_partitions(i, T0) for i in inputs]
+    steps = [core.add_partitions(i, T0).response for i in inputs]
     core.on_appended(["tx"])
     response = roundtrip(wire.add_partitions_response(3, inputs, steps), 3)
     assert [(t.name, [(p.partition_index, p.partition_error_code) for p in t.results_by_partition])
             for t in response.results_by_topic_v3_and_below] == [("t", [(0, 0), (1, 0)]), ("u", [(0, 0)])]
-    fenced = wire.add_partitions_response(1, inputs, [core.add_partitions(inputs[0]._replace(producer_epoch=3), T0)])
+    fenced = wire.add_partitions_response(1, inputs, [core.add_partitions(inputs[0]._replace(producer_epoch=3), T0).response])
     assert {p.partition_error_code for t in fenced.results_by_topic_v3_and_below for p in t.results_by_partition} \
         == {E.INVALID_PRODUCER_EPOCH}
-    assert step.error == E.NONE
+    assert step.response.error == E.NONE
 
 
 def test_add_partitions_v4_batch_and_verification():
@@ -81,7 +81,7 @@ def test_add_partitions_v4_batch_and_verification():
                                         topics=[R.AddPartitionsToTxnTopic(name="t", partitions=[1])])])
     inputs = wire.add_partitions_inputs(roundtrip(request, 5), 5)
     assert [(i.transactional_id, i.verify_only) for i in inputs] == [("a", True), ("b", False)]
-    steps = [Step(partition_errors={("t", 0): E.TRANSACTION_ABORTABLE}), {("t", 1): E.UNKNOWN_TOPIC_OR_PARTITION}]
+    steps = [TxnResponse(partition_errors={("t", 0): E.TRANSACTION_ABORTABLE}), {("t", 1): E.UNKNOWN_TOPIC_OR_PARTITION}]
     response = roundtrip(wire.add_partitions_response(5, inputs, steps), 5)
     assert response.error_code == 0
     assert [(r.transactional_id, r.topic_results[0].results_by_partition[0].partition_error_code)
@@ -210,11 +210,12 @@ def test_a_missing_partition_in_the_answer_is_retried():
     assert len(progress.requests(LEADERS.get)[0]) == 1
 
 
-def test_a_step_crosses_the_data_path_with_its_error_and_partition_errors():
-    """TXN_COORDINATOR frames (msgpack) carry what the gateway answers with: the error and each partition's."""
-    step = Step(records=((b"k", b"v"),), error=E.CONCURRENT_TRANSACTIONS,
-                partition_errors={("orders", 0): E.NONE, ("orders", 3): E.INVALID_PRODUCER_EPOCH})
-    back = wire.txn_step(msgpack.unpackb(msgpack.packb(wire.txn_answer(step))))
-    assert back.error == E.CONCURRENT_TRANSACTIONS and back.records == ()
-    assert back.partition_errors == step.partition_errors
-    assert wire.txn_step(msgpack.unpackb(msgpack.packb(wire.txn_answer(Step())))).partition_errors is None
+def test_a_response_crosses_the_data_path_with_its_error_and_partition_errors():
+    """TXN_COORDINATOR frames (msgpack) carry what the gateway answers with: the error and each partition's (not
+    the markers, which stay with the coordinator)."""
+    response = TxnResponse(error=E.CONCURRENT_TRANSACTIONS, markers=(marker(),),
+                           partition_errors={("orders", 0): E.NONE, ("orders", 3): E.INVALID_PRODUCER_EPOCH})
+    back = wire.txn_response(msgpack.unpackb(msgpack.packb(wire.txn_answer(response))))
+    assert back.error == E.CONCURRENT_TRANSACTIONS and back.markers == ()
+    assert back.partition_errors == response.partition_errors
+    assert wire.txn_response(msgpack.unpackb(msgpack.packb(wire.txn_answer(TxnResponse())))).partition_errors is None

@@ -22,6 +22,13 @@ PID, OTHER_PID = 4000, 4001
 UNSTABLE = ErrorCode.UNSTABLE_OFFSET_COMMIT
 
 
+def commit(store, group_id, partitions, now_ms):
+    """A plain OffsetCommit as the group shard makes it: the store's records, applied (replay's path)."""
+    errors, records = store.commit(group_id, partitions, now_ms)
+    store.apply(records)
+    return errors, records
+
+
 def committed(store, group="g", topic="in", partition=0):
     [(_, _, value)] = store.fetch(group, [(topic, [partition])])
     return None if value is None else value.offset
@@ -31,7 +38,7 @@ def committed(store, group="g", topic="in", partition=0):
 
 def test_pending_offsets_are_invisible_until_the_commit_marker():
     store = OffsetStore()
-    store.commit("g", [("in", 0, 5, -1, "")], now_ms=1)
+    commit(store, "g", [("in", 0, 5, -1, "")], now_ms=1)
     errors, records = store.commit_transactional("g", PID, [("in", 0, 10, 2, "m"), ("in", 1, 7, -1, None)], now_ms=2)
     assert errors == [0, 0]
     assert [crec.decode_offset_commit(k, v) for k, v in records] == [
@@ -48,7 +55,7 @@ def test_pending_offsets_are_invisible_until_the_commit_marker():
 
 def test_an_abort_drops_the_pending_offsets():
     store = OffsetStore()
-    store.commit("g", [("in", 0, 5, -1, "")], now_ms=1)
+    commit(store, "g", [("in", 0, 5, -1, "")], now_ms=1)
     store.commit_transactional("g", PID, [("in", 0, 10, -1, "")], now_ms=2)
     assert store.complete_transaction(PID, committed=False) == []
     assert committed(store) == 5 and not store.open_transactions()
@@ -70,10 +77,10 @@ def test_a_plain_commit_newer_than_the_pending_offset_stays():
     """Kafka keeps the most recent of a mix of transactional and plain commits (by record offset)."""
     store = OffsetStore()
     store.commit_transactional("g", PID, [("in", 0, 10, -1, "")], now_ms=5)
-    store.commit("g", [("in", 0, 3, -1, "")], now_ms=5)
+    commit(store, "g", [("in", 0, 3, -1, "")], now_ms=5)
     store.complete_transaction(PID, committed=True)
     assert committed(store) == 3
-    store.commit("g", [("in", 0, 4, -1, "")], now_ms=6)  # an older plain commit is replaced
+    commit(store, "g", [("in", 0, 4, -1, "")], now_ms=6)  # an older plain commit is replaced
     store.commit_transactional("g", PID, [("in", 0, 12, -1, "")], now_ms=7)
     store.complete_transaction(PID, committed=True)
     assert committed(store) == 12
@@ -104,7 +111,7 @@ def test_deletes_take_the_pending_offsets_too():
 
 def test_retention_never_expires_an_offset_a_transaction_will_replace():
     store = OffsetStore({"offsets.retention.minutes": 1})
-    store.commit("g", [("in", 0, 5, -1, ""), ("in", 1, 6, -1, "")], now_ms=0)
+    commit(store, "g", [("in", 0, 5, -1, ""), ("in", 1, 6, -1, "")], now_ms=0)
     store.commit_transactional("g", PID, [("in", 0, 10, -1, "")], now_ms=0)
     expired = store.expire(120_000, lambda g: 0)
     assert [crec.decode_offset_commit(k, v)[0] for k, v in expired] == [("g", "in", 1)]
@@ -114,7 +121,7 @@ def test_retention_never_expires_an_offset_a_transaction_will_replace():
 def test_replay_rebuilds_pending_offsets_and_applies_the_markers_in_log_order():
     live = OffsetStore()
     log = []  # (key, value, producer id) or ("marker", producer id, committed)
-    _, r = live.commit("g", [("in", 0, 5, -1, "")], now_ms=1)
+    _, r = commit(live, "g", [("in", 0, 5, -1, "")], now_ms=1)
     log += [(k, v, -1) for k, v in r]
     _, r = live.commit_transactional("g", PID, [("in", 0, 10, -1, "")], now_ms=2)
     log += [(k, v, PID) for k, v in r]
@@ -143,7 +150,7 @@ def test_a_rewrite_of_live_records_after_a_pending_offset_does_not_outrank_it():
     """Compaction rewrites the committed offsets after a transaction's records (which it keeps): the rewritten,
     older commit must not win over the transaction's offset when the transaction commits."""
     live = OffsetStore()
-    live.commit("g", [("in", 0, 5, -1, "")], now_ms=1)
+    commit(live, "g", [("in", 0, 5, -1, "")], now_ms=1)
     _, pending = live.commit_transactional("g", PID, [("in", 0, 10, -1, "")], now_ms=2)
     replayed = OffsetStore()
     for k, v in pending:

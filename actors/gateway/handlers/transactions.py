@@ -12,7 +12,7 @@ the offsets pending until the transaction's marker reaches the group's `__consum
 A transactional id's coordinator is the actor that follows the leadership of the `__transaction_state` partition the
 id hashes to (created on first use); a broker that does not lead it answers NOT_COORDINATOR and the client finds
 it again. The coordinator steps its core, appends, then answers (actors/transaction_coordinator/actor.py);
-wire.py translates requests and Steps. AddPartitionsToTxn, AddOffsetsToTxn and EndTxn, a transaction's own
+wire.py translates requests and the coordinator's responses. AddPartitionsToTxn, AddOffsetsToTxn and EndTxn, a transaction's own
 requests, reach it as TXN_COORDINATOR frames over the data path to its shard (no Ray call per transaction);
 InitProducerId, DescribeTransactions and ListTransactions are Ray calls.
 
@@ -41,7 +41,7 @@ from actors.gateway.handlers.groups import NotCoordinator, _internal_partition, 
 from actors.gateway.partition_client import PartitionNotHosted
 from actors.security.authorizer import AclOperation, ResourceType
 from actors.transaction_coordinator import wire
-from actors.transaction_coordinator.core import AddPartitions, ListResult, Step
+from actors.transaction_coordinator.core import AddPartitions, ListResult, TxnResponse
 from actors.transaction_coordinator.states import STATE_NAMES
 
 log = logging.getLogger("kray.gateway")
@@ -102,12 +102,13 @@ async def handle_transactional_init_producer_id(ctx, header, request, connection
         return wire.init_producer_id_response(version, checked)
     try:
         coordinator = await transaction_coordinator(ctx, checked.transactional_id)
-        step = await coordinator.init_producer_id.remote(checked.transactional_id, checked.transaction_timeout_ms,
-                                                         checked.producer_id, checked.producer_epoch)
+        response = await coordinator.init_producer_id.remote(checked.transactional_id,
+                                                             checked.transaction_timeout_ms, checked.producer_id,
+                                                             checked.producer_epoch)
     except Exception as e:
         log.info("InitProducerId of %r: %s", request.transactional_id, e)
         return wire.init_producer_id_response(version, ErrorCode(coordinator_error(e)))
-    return wire.init_producer_id_response(version, step)
+    return wire.init_producer_id_response(version, response)
 
 
 # ---- AddPartitionsToTxn --------------------------------------------------------------------------------------------
@@ -126,14 +127,14 @@ async def handle_add_partitions_to_txn(ctx, header, request, connection=None) ->
     inputs = wire.add_partitions_inputs(request, version)
     if any(tp for i in inputs for tp in i.partitions if not known_partition(ctx, *tp)):
         await ctx.catch_up_metadata()  # a topic created just now: never refuse on metadata older than the client's
-    steps: list = [None] * len(inputs)
+    replies: list = [None] * len(inputs)
     by_coordinator: dict[int, list[int]] = {}
     for n, i in enumerate(inputs):
         if not i.transactional_id:
-            steps[n] = {tp: E.INVALID_REQUEST for tp in i.partitions}
+            replies[n] = {tp: E.INVALID_REQUEST for tp in i.partitions}
             continue
         if version < 4 and not access.allows(WRITE, TRANSACTIONAL_ID, i.transactional_id):
-            steps[n] = {tp: E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in i.partitions}
+            replies[n] = {tp: E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in i.partitions}
             continue
         topics = {t for t, _ in i.partitions}
         internal = {t for t in topics if getattr(ctx.metadata.topics.get(t), "internal", False)}
@@ -141,14 +142,14 @@ async def handle_add_partitions_to_txn(ctx, header, request, connection=None) ->
         refused = {tp: E.TOPIC_AUTHORIZATION_FAILED if tp[0] not in writable else E.UNKNOWN_TOPIC_OR_PARTITION
                    for tp in i.partitions if tp[0] not in writable or not known_partition(ctx, *tp)}
         if refused:  # one failed partition fails the transaction's request: the rest are not attempted
-            steps[n] = {tp: refused.get(tp, E.OPERATION_NOT_ATTEMPTED) for tp in i.partitions}
+            replies[n] = {tp: refused.get(tp, E.OPERATION_NOT_ATTEMPTED) for tp in i.partitions}
             continue
         index = internal_topics.transaction_partition(i.transactional_id, _transaction_state_partitions(ctx))
         by_coordinator.setdefault(index, []).append(n)
 
     async def ask(numbers: list[int]) -> None:
         try:
-            answers = [wire.txn_step(a) for a in await coordinator_operation(
+            answers = [wire.txn_response(a) for a in await coordinator_operation(
                 ctx, inputs[numbers[0]].transactional_id, "add_partitions",
                 [[i.transactional_id, i.producer_id, i.producer_epoch, [list(tp) for tp in i.partitions], i.verify_only,
                   i.transaction_version] for i in (inputs[n] for n in numbers)])]
@@ -156,9 +157,9 @@ async def handle_add_partitions_to_txn(ctx, header, request, connection=None) ->
             error = ErrorCode(coordinator_error(e))
             answers = [{tp: error for tp in inputs[n].partitions} for n in numbers]
         for n, answer in zip(numbers, answers):
-            steps[n] = answer
+            replies[n] = answer
     await asyncio.gather(*(ask(numbers) for numbers in by_coordinator.values()))
-    return wire.add_partitions_response(version, inputs, steps)
+    return wire.add_partitions_response(version, inputs, replies)
 
 
 def _transaction_state_partitions(ctx) -> int:
@@ -173,32 +174,32 @@ async def handle_add_offsets_to_txn(ctx, header, request, connection=None) -> Ad
     version = header.api_version
     access = ctx.access(connection)
     if not access.allows(WRITE, TRANSACTIONAL_ID, request.transactional_id):
-        return wire.add_offsets_response(version, Step(error=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        return wire.add_offsets_response(version, TxnResponse(error=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
     if not access.allows(READ, GROUP, request.group_id):
-        return wire.add_offsets_response(version, Step(error=E.GROUP_AUTHORIZATION_FAILED))
+        return wire.add_offsets_response(version, TxnResponse(error=E.GROUP_AUTHORIZATION_FAILED))
     if not request.transactional_id:
-        return wire.add_offsets_response(version, Step(error=E.INVALID_REQUEST))
+        return wire.add_offsets_response(version, TxnResponse(error=E.INVALID_REQUEST))
     try:
-        step = wire.txn_step(await coordinator_operation(ctx, request.transactional_id, "add_offsets", [
+        response = wire.txn_response(await coordinator_operation(ctx, request.transactional_id, "add_offsets", [
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id]))
     except Exception as e:
-        step = Step(error=ErrorCode(coordinator_error(e)))
-    return wire.add_offsets_response(version, step)
+        response = TxnResponse(error=ErrorCode(coordinator_error(e)))
+    return wire.add_offsets_response(version, response)
 
 
 async def handle_end_txn(ctx, header, request, connection=None) -> EndTxnResponse:
     version = header.api_version
     if not ctx.access(connection).allows(WRITE, TRANSACTIONAL_ID, request.transactional_id):
-        return wire.end_txn_response(version, Step(error=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        return wire.end_txn_response(version, TxnResponse(error=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
     if not request.transactional_id:
-        return wire.end_txn_response(version, Step(error=E.INVALID_REQUEST))
+        return wire.end_txn_response(version, TxnResponse(error=E.INVALID_REQUEST))
     try:
         end = wire.end_txn_input(request, version)
-        step = wire.txn_step(await coordinator_operation(ctx, request.transactional_id, "end_txn", [
+        response = wire.txn_response(await coordinator_operation(ctx, request.transactional_id, "end_txn", [
             end.transactional_id, end.producer_id, end.producer_epoch, end.committed, end.transaction_version]))
     except Exception as e:
-        step = Step(error=ErrorCode(coordinator_error(e)))
-    return wire.end_txn_response(version, step)
+        response = TxnResponse(error=ErrorCode(coordinator_error(e)))
+    return wire.end_txn_response(version, response)
 
 
 # ---- TxnOffsetCommit -----------------------------------------------------------------------------------------------
@@ -452,13 +453,13 @@ async def _add_partitions(ctx, transactional_id: str, producer_id: int, producer
     if partition.leader == ctx.broker_id:
         [answer] = await coordinator_operation(ctx, transactional_id, "add_partitions", [
             [transactional_id, producer_id, producer_epoch, [list(tp) for tp in partitions], verify, version]])
-        step = wire.txn_step(answer)
+        response = wire.txn_response(answer)
     elif actor is not None:
-        [step] = await actor.add_partitions.remote([AddPartitions(transactional_id, producer_id, producer_epoch,
-                                                                  tuple(partitions), verify, version)])
+        [response] = await actor.add_partitions.remote([AddPartitions(transactional_id, producer_id, producer_epoch,
+                                                                      tuple(partitions), verify, version)])
     else:
         raise _not_coordinator(ctx, transactional_id, partition.leader)
-    return step.partition_errors or {tp: step.error for tp in partitions}
+    return response.partition_errors or {tp: response.error for tp in partitions}
 
 
 def transactional_produce(handle_produce):
