@@ -147,7 +147,9 @@ def test_a_fourth_broker_takes_its_share_then_is_removed_and_nothing_acknowledge
         stop_producers.set()
         for t in producers:
             t.join(150)
-        acked = {(a.partition, a.offset) for a in h.acks}
+        # (an acknowledgement without an offset, librdkafka's idempotent producer's answer after a timed-out request
+        # whose records a later one proved written, is checked by its value in cluster/checker.py, below)
+        acked = {(a.partition, a.offset) for a in h.acks if a.offset is not None and a.offset >= 0}
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (
                 acked <= {(r.partition, r.offset) for r in list(h.reads)}
