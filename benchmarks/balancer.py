@@ -266,7 +266,8 @@ def markdown(runs: list[dict]) -> str:
            "`python -m benchmarks.balancer` (see its docstring). Latencies in ms: the producer's send to "
            "acknowledgement (acks=all), the share consumer's record create time to delivery.\n\n"]
     for r in runs:
-        out.append(f"## {r['at']} (load average {r['load_average']:.1f} at the end)\n\n")
+        out.append(f"## {r['at']}{' (' + r['label'] + ')' if r.get('label') else ''}, load average "
+                   f"{r['load_average']:.1f} at the end\n\n")
         out.append(f"{r['rate_per_s']:.0f} records/s of 1 KiB, {r['fill_mb']} MB in the topic beforehand. Broker 4 "
                    f"served {r['broker_4_serving_s']} s after its node joined; balanced {r['balance_s']} s after "
                    f"that ({r['bytes_moved_onto_4'] / 1e6:.1f} MB copied onto it; replicas "
@@ -313,8 +314,15 @@ def main() -> int:
     parser.add_argument("--phase-s", type=float, default=20.0)
     parser.add_argument("--rate", type=float, default=200.0, help="records/s (1 KiB each)")
     parser.add_argument("--fill-mb", type=int, default=30)
+    parser.add_argument("--label", help="what this run is (kept with it)")
+    parser.add_argument("--plot-only", action="store_true", help="draw the PNG of the last run in the JSON")
     args = parser.parse_args()
+    if args.plot_only:
+        plot(json.loads(JSON_OUT.read_text())[-1])
+        return 0
     result = run(args.phase_s, args.rate, args.fill_mb)
+    if args.label:
+        result["label"] = args.label
     runs = json.loads(JSON_OUT.read_text()) if JSON_OUT.exists() else []
     runs.append(result)
     JSON_OUT.write_text(json.dumps(runs, indent=1))

@@ -3250,6 +3250,69 @@ class ShareAcknowledgeResponse(Message):
         )
 
 
+class AddRaftVoterRequest(Message):
+    API_KEY = 80
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 0
+    __slots__ = ('cluster_id', 'timeout_ms', 'voter_id', 'voter_directory_id', 'listeners', 'ack_when_committed')
+    FIELDS = (
+        F('cluster_id', 'string', '0+', nullable='0+'),
+        F('timeout_ms', 'int32', '0+'),
+        F('voter_id', 'int32', '0+'),
+        F('voter_directory_id', 'uuid', '0+'),
+        F('listeners', '[]Listener', '0+'),
+        F('ack_when_committed', 'bool', '1+', default=True),
+    )
+
+    class Listener(Message):
+        __slots__ = ('name', 'host', 'port')
+        FIELDS = (
+            F('name', 'string', '0+'),
+            F('host', 'string', '0+'),
+            F('port', 'uint16', '0+'),
+        )
+
+
+class AddRaftVoterResponse(Message):
+    API_KEY = 80
+    MIN_VERSION = 0
+    MAX_VERSION = 1
+    FLEXIBLE_MIN = 0
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message')
+    FIELDS = (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+    )
+
+
+class RemoveRaftVoterRequest(Message):
+    API_KEY = 81
+    MIN_VERSION = 0
+    MAX_VERSION = 0
+    FLEXIBLE_MIN = 0
+    __slots__ = ('cluster_id', 'voter_id', 'voter_directory_id')
+    FIELDS = (
+        F('cluster_id', 'string', '0+', nullable='0+'),
+        F('voter_id', 'int32', '0+'),
+        F('voter_directory_id', 'uuid', '0+'),
+    )
+
+
+class RemoveRaftVoterResponse(Message):
+    API_KEY = 81
+    MIN_VERSION = 0
+    MAX_VERSION = 0
+    FLEXIBLE_MIN = 0
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message')
+    FIELDS = (
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+    )
+
+
 class InitializeShareGroupStateRequest(Message):
     API_KEY = 83
     MIN_VERSION = 0

@@ -18,10 +18,12 @@ The rules:
 - Drains first: every replica on a draining broker is replaced by the least loaded broker that may take it
   and does not hold the partition already. A partition with more replicas than there are brokers to take
   them cannot be drained: `stuck` says which and why.
-- Then replicas: a replica moves from the most loaded broker to the least loaded one while that lowers the
-  spread. A broker's load is the sum of its replicas' weights: 1 per replica, plus, where known, the
-  partition's bytes over the mean bytes and its produce rate over the mean rate. With nothing known this is
-  the replica count, and the counts end at most 1 apart.
+- Then replicas: first each topic's (from the broker with most of its replicas to one with at least 2 fewer),
+  then the totals: a replica moves from the most loaded broker to the least loaded one while that lowers the
+  spread, without widening the spread of a topic whose partitions weigh alike. A broker's load is the sum of
+  its replicas' weights: 1 per replica, plus, where known, the partition's bytes over the mean bytes and its
+  produce rate over the mean rate. With nothing known this is the replica count, and the counts end at most 1
+  apart, per topic and in all.
 - Then leaders: the preferred leader (first replica) is what Kafka's preferred leader election restores; a
   partition's replica list is reordered so preferred leaders are spread by count (at most 1 apart where
   the placement allows), and partitions whose leader is not their preferred replica (in the ISR, on a
@@ -139,42 +141,71 @@ def plan(partitions: Iterable[PartitionLoad], brokers: Iterable[int], draining: 
                 budget -= 1
             relocate(key, source, min(candidates, key=lambda b: (load[b], count[b], b)))
 
-    # 2. replicas
+    # 2. replicas: each topic's spread evenly first (without sizes, a topic's partitions are alike: this keeps a
+    # joining broker from getting only some topic's empty partitions), then the totals
     by_key = {(p.topic, p.partition): p for p in partitions}
+    topic_count: dict[str, dict[int, int]] = {}
+    for key, target in targets.items():
+        counts = topic_count.setdefault(key[0], {b: 0 for b in eligible})
+        for b in target:
+            if b in counts:
+                counts[b] += 1
     if balance:
+        for topic in sorted(topic_count):
+            while budget > 0:
+                best = _best_topic_move(topic, by_key, targets, moved, eligible, load, weight, movable,
+                                        topic_count[topic])
+                if best is None:
+                    break
+                key, source, dest = best
+                budget -= 1
+                relocate(key, source, dest)
+                topic_count[topic][source] -= 1
+                topic_count[topic][dest] += 1
         while budget > 0:
-            best = _best_replica_move(by_key, targets, moved, eligible, load, weight, movable)
+            best = _best_replica_move(by_key, targets, moved, eligible, load, weight, movable, topic_count)
             if best is None:
                 break
             key, source, dest = best
             budget -= 1
             relocate(key, source, dest)
+            topic_count[key[0]][source] -= 1
+            topic_count[key[0]][dest] += 1
 
-    # 3. leaders: reorder replica lists (a reorder moves no data: it completes at once)
+    # 3. leaders: reorder replica lists (a reorder moves no data: it completes at once), each topic's preferred
+    # leaders spread first, then the totals
     if balance:
         leaders = {b: 0 for b in eligible}
+        topic_leaders: dict[str, dict[int, int]] = {t: {b: 0 for b in eligible} for t in topic_count}
         for key, target in targets.items():
             if target and target[0] in leaders:
                 leaders[target[0]] += 1
-        for _ in range(len(partitions) * len(eligible) + 1):
-            most = max(eligible, key=lambda b: (leaders[b], -b))
-            found = None
-            for fewest in sorted(eligible, key=lambda b: (leaders[b], b)):
-                if leaders[most] - leaders[fewest] < 2:
-                    break
-                found = next((key for key in sorted(targets) if targets[key] and targets[key][0] == most
-                              and fewest in targets[key] and fewest in by_key[key].isr
-                              and not by_key[key].moving and set(targets[key]) <= eligible_set), None)
-                if found is not None:
-                    target = targets[found]
-                    target.remove(fewest)
-                    target.insert(0, fewest)
-                    leaders[most] -= 1
-                    leaders[fewest] += 1
-                    moved.add(found)
-                    break
-            if found is None:
-                break
+                topic_leaders[key[0]][target[0]] += 1
+
+        def lead_by(key: tuple[str, int], new_leader: int) -> None:
+            target = targets[key]
+            old = target[0]
+            target.remove(new_leader)
+            target.insert(0, new_leader)
+            for counts in (leaders, topic_leaders[key[0]]):
+                counts[old] -= 1
+                counts[new_leader] += 1
+            moved.add(key)
+
+        def reorderable(key: tuple[str, int], most: int, fewest: int) -> bool:
+            target = targets[key]
+            return (bool(target) and target[0] == most and fewest in target and fewest in by_key[key].isr
+                    and not by_key[key].moving and set(target) <= eligible_set)
+
+        for topic in sorted(topic_leaders):
+            counts = topic_leaders[topic]
+            keys = sorted(k for k in targets if k[0] == topic)
+            while not _lead_once(counts, eligible, keys, reorderable, lead_by, lambda k, a, b: True):
+                pass
+        keys = sorted(targets)
+        while not _lead_once(leaders, eligible, keys, reorderable, lead_by,
+                             lambda k, a, b: topic_leaders[k[0]][a] > topic_leaders[k[0]][b]):
+            pass
 
     originals = {(p.topic, p.partition): list(p.replicas) for p in partitions}
     result.moves = [Move(key[0], key[1], tuple(targets[key])) for key in sorted(moved) if targets[key] != originals[key]]
@@ -189,9 +220,48 @@ def plan(partitions: Iterable[PartitionLoad], brokers: Iterable[int], draining: 
     return result
 
 
-def _best_replica_move(by_key, targets, moved, eligible, load, weight, movable):
+def _lead_once(counts, eligible, keys, reorderable, lead_by, allowed) -> bool:
+    """One preferred leader moved from the broker leading most to one leading fewer (at least 2 fewer), in a
+    partition that has it in its ISR and where `allowed(key, from, to)`; True when there is none to move."""
+    for most in sorted(eligible, key=lambda b: (-counts[b], b)):
+        for fewest in sorted(eligible, key=lambda b: (counts[b], b)):
+            if counts[most] - counts[fewest] < 2:
+                break
+            found = next((k for k in keys if reorderable(k, most, fewest) and allowed(k, most, fewest)), None)
+            if found is not None:
+                lead_by(found, fewest)
+                return False
+    return True
+
+
+def _best_topic_move(topic, by_key, targets, moved, eligible, load, weight, movable, counts):
+    """(partition of `topic`, from, to): from the broker with most of the topic's replicas to one with at least
+    2 fewer, the partition whose weight best evens the brokers' total loads; None when the topic is spread."""
+    for source in sorted(eligible, key=lambda b: (-counts[b], -load[b], b)):
+        for dest in sorted(eligible, key=lambda b: (counts[b], load[b], b)):
+            if counts[source] - counts[dest] < 2:
+                break
+            best, best_score = None, None
+            for key, target in targets.items():
+                if key[0] != topic or key in moved or source not in target or dest in target \
+                        or not movable(by_key[key]):
+                    continue
+                score = abs((load[source] - load[dest]) / 2 - weight[key])
+                if best_score is None or score < best_score - _EPSILON:
+                    best, best_score = key, score
+            if best is not None:
+                return best, source, dest
+    return None
+
+
+def _best_replica_move(by_key, targets, moved, eligible, load, weight, movable, topic_count):
     """(partition, from, to) that lowers the load spread the most, from the most loaded brokers to the least
-    loaded ones; None when no move lowers it. A partition moves at most once per plan."""
+    loaded ones, never widening the spread of a topic whose partitions weigh alike (the topic has more replicas
+    on `from` than on `to`); None when no move lowers it. A partition moves at most once per plan."""
+    weights_of: dict[str, set[float]] = {}
+    for key in targets:
+        weights_of.setdefault(key[0], set()).add(round(weight[key], 6))
+    alike = {t for t, ws in weights_of.items() if len(ws) == 1}
     for source in sorted(eligible, key=lambda b: (-load[b], b)):
         for dest in sorted(eligible, key=lambda b: (load[b], b)):
             gap = load[source] - load[dest]
@@ -199,7 +269,8 @@ def _best_replica_move(by_key, targets, moved, eligible, load, weight, movable):
                 break
             best, best_score = None, None
             for key, target in targets.items():
-                if key in moved or source not in target or dest in target or not movable(by_key[key]):
+                if key in moved or source not in target or dest in target or not movable(by_key[key]) \
+                        or (key[0] in alike and topic_count[key[0]][source] <= topic_count[key[0]][dest]):
                     continue
                 w = weight[key]
                 if w >= gap - _EPSILON:

@@ -325,6 +325,14 @@ class GatewayActor:
         """The committed metadata records through this broker's voter (quorum_shell/voter.py read_through)."""
         return read_through(self.ctx.quorum, from_offset)
 
+    async def change_raft_voters(self, op: str, voter_id: int, timeout_ms: int) -> tuple[int, str | None]:
+        """AddRaftVoter/RemoveRaftVoter forwarded by another broker to this one, whose voter leads
+        (handlers/raft_voters.py): (error code, message)."""
+        if self.ctx.quorum is None:
+            return 6, f"broker {self.ctx.broker_id} runs no voter of the metadata quorum"   # NOT_LEADER_OR_FOLLOWER
+        error, message = await self.ctx.quorum.change_voters(op, voter_id, timeout_ms)
+        return int(error), message
+
     async def until_stopped(self) -> None:
         """Returns when the gateway stops; raises in the caller if it dies (the controller's cue to
         have the restarted gateway serve again)."""

@@ -125,6 +125,8 @@ _ROWS = [
     ApiAcls(53, "BeginQuorumEpoch", (_cluster(Op.CLUSTER_ACTION),)),
     ApiAcls(54, "EndQuorumEpoch", (_cluster(Op.CLUSTER_ACTION),)),
     ApiAcls(55, "DescribeQuorum", (_cluster(Op.DESCRIBE),)),
+    ApiAcls(80, "AddRaftVoter", (_cluster(Op.ALTER),)),
+    ApiAcls(81, "RemoveRaftVoter", (_cluster(Op.ALTER),)),
     ApiAcls(60, "DescribeCluster", (_cluster(Op.DESCRIBE, "cluster authorized operations asked"),)),
     ApiAcls(61, "DescribeProducers", (_topics(Op.READ),)),
     ApiAcls(65, "DescribeTransactions", (Check(Op.DESCRIBE, Res.TRANSACTIONAL_ID, "transactional_id"),

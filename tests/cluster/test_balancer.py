@@ -20,6 +20,7 @@ from cluster import checker, jepsen
 from cluster.admin import KafkaConnection
 from cluster.local import LocalCluster
 from cluster.tools import reassign_partitions as tool
+from tests.cluster.test_reassignment import wait_for_readers
 
 OVERRIDES = {"kray.balancer.enable": True, "kray.balancer.check.interval.ms": 1000,
              "kray.balancer.max.moves.in.flight": 8,
@@ -147,12 +148,7 @@ def test_a_fourth_broker_takes_its_share_then_is_removed_and_nothing_acknowledge
         stop_producers.set()
         for t in producers:
             t.join(150)
-        acked = {(a.partition, a.offset) for a in h.acks}
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (
-                acked <= {(r.partition, r.offset) for r in list(h.reads)}
-                and acked <= {(e.partition, e.offset) for e in list(h.share) if e.kind == "accepted"}):
-            time.sleep(1)
+        acked = wait_for_readers(h)
         stop_consumers.set()
         for t in consumers:
             t.join(60)

@@ -320,7 +320,8 @@ def test_a_paused_leader_is_fenced_and_never_acknowledges_again(cluster, client)
         f"the fenced leader acknowledged a write: {stale_answer}"
     _wait_for_isr(admin, topic, 0, [1, 2, 3])
     producer.finish()
-    assert cluster.leader(topic, 0) in (new_leader, old_leader)
+    # (whoever leads now: under load a second election may move it again, as Kafka's controller may)
+    assert cluster.leader(topic, 0) in cluster.brokers
     keys = _read_keys(cluster.bootstrap, topic, 1, len(producer.acked), client)
     assert keys >= set(producer.acked), "acknowledged records lost"
     # a fetch with the old leader epoch is fenced by whoever leads now

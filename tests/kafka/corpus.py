@@ -388,7 +388,6 @@ API_VERSION_DIFFERENCES: dict[int, str] = {
     64: "UnregisterBroker: Kray's brokers are Ray nodes, which leave with their node",
     74: "ListConfigResources (client metrics, KIP-714/1142) not built",
     75: "DescribeTopicPartitions (KIP-966) not built: clients fall back to Metadata",
-    80: "dynamic controller voters not built yet (issue 36)", 81: "dynamic controller voters not built yet (issue 36)",
     93: "StreamsGroupTopologyDescriptionUpdate not built: Kray's StreamsGroupDescribe has no topology descriptions "
         "(streams groups themselves, 88/89, are: tests/kafka/test_streams.py)",
     94: "UnregisterController: Kray's controllers are fixed at deploy time (issue 36)",

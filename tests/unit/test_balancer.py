@@ -124,6 +124,13 @@ def test_drain_only_when_balancing_is_off():
     assert plan(model.view(), {1, 2, 3, 4}, set(), balance=False).empty
 
 
+def test_a_new_broker_gets_replicas_of_every_topic_not_only_the_first_ones():
+    model = Model(_cluster([1, 2, 3], {"__consumer_offsets": (12, 3), "orders": (6, 2), "zeta": (4, 3)}))
+    _run(model, {1, 2, 3, 4}, set(), cap=8)
+    for topic, at_least in (("__consumer_offsets", 9), ("orders", 3), ("zeta", 3)):
+        assert sum(4 in p.replicas for p in model.view() if p.topic == topic) >= at_least, topic
+
+
 def test_a_drain_that_would_drop_below_the_replication_factor_is_stuck_and_said():
     model = Model(_cluster([1, 2, 3], {"orders": (3, 3)}))
     result = plan(model.view(), {1, 2, 3}, {3}, max_moves_in_flight=10)
@@ -200,6 +207,9 @@ def test_planning_converges_keeps_replication_factors_and_empties_draining_broke
         assert model.replicas_on(b) == 0 and model.leaders()[b] == 0
     counts = [model.replicas_on(b) for b in stays]
     assert max(counts) - min(counts) <= 1, counts
+    for topic in {p.topic for p in model.view()}:  # each topic spread too (its partitions are alike)
+        per_topic = Counter(b for p in model.view() if p.topic == topic for b in p.replicas)
+        assert max(per_topic[b] for b in stays) - min(per_topic[b] for b in stays) <= 1, (topic, per_topic)
     # every leader is its partition's preferred replica, and preferred leaders are spread within 1 where
     # reordering replica lists can do it (it always can when each partition has a replica on every broker)
     assert model.leaders() == model.preferred()

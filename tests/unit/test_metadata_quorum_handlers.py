@@ -120,3 +120,25 @@ def test_a_broker_without_a_voter_asks_the_controller_for_describe_quorum():
     ctx.controller = Controller(None)
     response = asyncio.run(handle_describe_quorum(ctx, header, m.DescribeQuorumRequest(), None))
     assert response.error_code == ErrorCode.INVALID_REQUEST and "voter" in response.error_message
+
+
+def test_a_follower_voter_answers_describe_quorum_with_the_leaders_view(monkeypatch):
+    from actors.gateway.handlers import metadata_quorum
+
+    class Follower(Voter):
+        def status(self):
+            return QuorumStatus(node_id=2, role="follower", epoch=4, leader_id=1, voted_id=None, high_watermark=15,
+                                log_end_offset=17)
+
+    async def leader_status(leader_id):
+        assert leader_id == 1
+        return Voter().status()
+
+    monkeypatch.setattr(metadata_quorum, "leader_status", leader_status)
+    header = SimpleNamespace(api_version=2, api_key=55)
+    response = asyncio.run(handle_describe_quorum(_ctx({AclOperation.DESCRIBE}, Follower()), header,
+                                                  m.DescribeQuorumRequest(), None))
+    part = m.DescribeQuorumResponse.decode(response.encode(2), 2).topics[0].partitions[0]
+    assert (part.leader_id, part.high_watermark) == (1, 17)
+    assert [r.replica_id for r in part.current_voters] == [1, 2]
+    assert part.current_voters[0].replica_directory_id == wire.voter_directory_id(1)

@@ -65,8 +65,8 @@ def test_round_trip(cls, version):
 def test_every_api_has_both_classes():
     # every API protocol/schemas.toml names: the classic and share APIs, the ACL APIs, the SCRAM credential APIs,
     # the controller's and the quorum's APIs, the transaction APIs, the streams-group APIs, the client-quota APIs,
-    # reassignment and elections (43, 45, 46), DescribeLogDirs (35)
-    assert len(API_BY_KEY) == 41 + 3 + 2 + 3 + 4 + 8 + 2 + 2 + 3 + 1
+    # reassignment and elections (43, 45, 46), DescribeLogDirs (35), AddRaftVoter and RemoveRaftVoter (80, 81)
+    assert len(API_BY_KEY) == 41 + 3 + 2 + 3 + 4 + 8 + 2 + 2 + 3 + 1 + 2
     for spec in API_BY_KEY.values():
         assert (spec.request.API_KEY, spec.response.API_KEY) == (spec.key, spec.key)
         assert spec.request.__name__ == f"{spec.name}Request"

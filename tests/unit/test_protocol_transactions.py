@@ -39,6 +39,7 @@ ADVERTISED_BEFORE_ISSUE_19 = [  # and DeleteRecords (21), added later
     (50, 0, 0), (51, 0, 0), (52, 0, 2), (53, 0, 1), (54, 0, 1), (55, 0, 2), (60, 0, 2), (68, 0, 1), (69, 0, 1),
     (76, 1, 1), (77, 1, 1), (78, 1, 2), (79, 1, 2), (83, 0, 0), (84, 0, 0), (85, 0, 1), (86, 0, 0), (87, 0, 1),
     (88, 0, 1), (89, 0, 1),  # streams groups (KIP-1071), added later
+    (80, 0, 1), (81, 0, 0),  # AddRaftVoter, RemoveRaftVoter (KIP-853, issue 36), added later
     (90, 0, 1), (91, 0, 0), (92, 0, 0)]
 
 

@@ -226,3 +226,48 @@ def test_a_proposal_waiting_when_the_node_stops_is_told_its_fate_is_unknown(tmp_
             await asyncio.wait_for(proposal, 1)
         run.cancel()
     asyncio.run(scenario())
+
+
+async def _voter_changes(tmp_path):
+    """Three nodes over the wire loopback: remove a follower (it follows on as an observer), add it
+    back, then the leader removes itself and another node leads; change_voters answers Kafka's
+    error codes once the change committed."""
+    from protocol.errors import ErrorCode
+    transports, nodes, runs = {}, {}, {}
+    for i in (1, 2, 3):
+        transports[i] = WireLoopback(i)
+        nodes[i] = QuorumNode(i, CONFIG, str(tmp_path / f"n{i}"), transports[i])
+    for t in transports.values():
+        t.nodes = nodes
+    for i in (1, 2, 3):
+        runs[i] = asyncio.ensure_future(nodes[i].run())
+
+    def leader_id():
+        ids = {n.status().leader_id for n in nodes.values() if _role(n) == "leader"}
+        return ids.pop() if len(ids) == 1 else None
+
+    await _until(lambda: leader_id() is not None, 5)
+    first = leader_id()
+    follower = next(i for i in (1, 2, 3) if i != first)
+    assert await nodes[follower].change_voters("remove", first, 1000) == \
+        (ErrorCode.NOT_LEADER_OR_FOLLOWER, f"node {follower} does not lead the quorum")
+    assert await nodes[first].change_voters("remove", follower, 3000) == (ErrorCode.NONE, None)
+    assert nodes[first].core.voters == tuple(sorted({1, 2, 3} - {follower}))
+    await asyncio.wait_for(nodes[first].propose([b"two voters"]), 5)
+    await _until(lambda: nodes[follower].core.voters == nodes[first].core.voters, 5)   # it follows on
+    assert (await nodes[first].change_voters("remove", follower, 1000))[0] == ErrorCode.VOTER_NOT_FOUND
+    assert await nodes[first].change_voters("add", follower, 3000) == (ErrorCode.NONE, None)
+    assert nodes[first].core.voters == (1, 2, 3)
+    assert await nodes[first].change_voters("remove", first, 3000) == (ErrorCode.NONE, None)
+    await _until(lambda: leader_id() not in (None, first), 5)
+    second = leader_id()
+    await asyncio.wait_for(nodes[second].propose([b"after"]), 5)
+    assert not nodes[first].core.is_voter and nodes[second].core.voters == tuple(sorted({1, 2, 3} - {first}))
+    for i in (1, 2, 3):
+        nodes[i].stop()
+        runs[i].cancel()
+    await asyncio.sleep(0)
+
+
+def test_voters_change_through_the_nodes(tmp_path):
+    asyncio.run(_voter_changes(tmp_path))

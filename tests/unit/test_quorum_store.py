@@ -115,3 +115,21 @@ def test_the_state_file_is_replaced_whole(tmp_path):
     names = sorted(os.listdir(tmp_path / store_mod.PARTITION_DIR))
     assert names == [store_mod.LOG_FILE, store_mod.STATE_FILE]      # no temporary left behind
     assert QuorumStore(tmp_path, (1, 2, 3)).election == ElectionState(epoch=9, leader_id=2)
+
+
+def test_once_the_log_holds_a_voters_record_it_decides_the_voters(tmp_path):
+    """KIP-853: the log is the source of truth; quorum-state turns into Kafka's v1 (no currentVoters)
+    and a changed controller.quorum.voters no longer stops the node (it only says where to look)."""
+    import json
+    from actors.controller.quorum import VotersRecord
+    st = QuorumStore(tmp_path, (1, 2, 3))
+    st.persist(Output(append=[Batch(0, 1, (LeaderChange(1, (1, 2, 3), (1, 2)),), control=True),
+                              Batch(1, 1, (VotersRecord((1, 2)),), control=True)]))
+    st.persist(Output(persist_state=ElectionState(epoch=2, leader_id=1)))
+    st.close()
+    state = json.loads((tmp_path / store_mod.PARTITION_DIR / store_mod.STATE_FILE).read_text())
+    assert state["data_version"] == 1 and "currentVoters" not in state and state["leaderEpoch"] == 2
+    again = QuorumStore(tmp_path, (1, 2, 4))        # another config: the log's set is in force
+    core = RaftCore(1, QuorumConfig(voters=(1, 2, 4)), now_ms=0, rng=random.Random(1), election=again.election,
+                    log=again.batches)
+    assert core.voters == (1, 2) and again.batches[1].records == (VotersRecord((1, 2)),)

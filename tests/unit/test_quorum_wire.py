@@ -118,3 +118,15 @@ def test_leader_change_bytes_are_kafkas_layout():
     # version prefix 0, Version 0, LeaderId 1, Voters [1,2], GrantingVoters [1], no tagged fields
     assert value == (b"\x00\x00" b"\x00\x00" b"\x00\x00\x00\x01" b"\x03" b"\x00\x00\x00\x01\x00"
                      b"\x00\x00\x00\x02\x00" b"\x02" b"\x00\x00\x00\x01\x00" b"\x00")
+
+
+def test_a_voters_record_travels_as_kafkas_kraft_voters_control_record():
+    from actors.controller.quorum import Batch, VotersRecord
+    from protocol import record_batch as rb
+    batch = Batch(7, 3, (VotersRecord((1, 2, 4)),), control=True)
+    data = wire.encode_batches([batch])
+    (header,) = list(rb.iter_batches(data))
+    (record,) = rb.decode_records(header)
+    assert header.is_control and record.key[:4] == b"\x00\x00\x00\x06"     # control type 6: KRaftVoters
+    assert wire.decode_batches(data) == (batch,)
+    assert wire.voter_directory_id(4) != wire.voter_directory_id(1)

@@ -305,7 +305,8 @@ class RaftCore:
             times.append(self._nominee.backoff_until_ms)
         fetching = self._fetching
         if fetching is not None:
-            times.append(fetching.fetch_deadline_ms)
+            if fetching.fetch_deadline_ms > self._now:   # (an observer past it looks for the leader on the
+                times.append(fetching.fetch_deadline_ms)  # in-flight fetch's timeout, not at once again)
             if fetching.backoff_until_ms > self._now:
                 times.append(fetching.backoff_until_ms)
             if fetching.in_flight is not None:

@@ -33,6 +33,7 @@ from actors.controller.quorum import (
     Accepted, BeginQuorumEpochRequest, Batch, EndQuorumEpochRequest, FetchRequest, Message, NotLeader, Output,
     QuorumConfig, QuorumStatus, RaftCore, VoteRequest,
 )
+from protocol.errors import ErrorCode
 
 from .store import QuorumStore
 
@@ -40,6 +41,7 @@ log = logging.getLogger("kray.quorum")
 
 REQUESTS = (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest)
 INBOUND_PENDING_MAX = 64     # requests from one peer waiting for the core's answer at once
+VOTER_CHANGE_RETRY_S = 0.1   # a voter change that cannot start yet (REQUEST_TIMED_OUT) is asked again
 
 
 class QuorumStorageError(RuntimeError):
@@ -159,6 +161,37 @@ class QuorumNode:
             self._fail(e)
             raise
         return await future
+
+    async def change_voters(self, op: str, voter_id: int, timeout_ms: int) -> tuple[ErrorCode, str | None]:
+        """KIP-853's AddVoter ("add") or RemoveVoter ("remove") on this node, if it leads: asked again
+        while it cannot start yet (another change uncommitted, no entry of the leader's epoch
+        committed, the new voter still catching up), then awaited until its VotersRecord commits,
+        all within timeout_ms; (ErrorCode.NONE, None) once committed, else Kafka's error and why."""
+        deadline_ms = self.clock_ms() + timeout_ms
+        while True:
+            if self._stopped:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER, "this node's voter stopped"
+            call = self.core.add_voter if op == "add" else self.core.remove_voter
+            result, out = call(voter_id, self.clock_ms())
+            if isinstance(result, Accepted):
+                break
+            self._step(lambda now, out=out: out)
+            if result.error != ErrorCode.REQUEST_TIMED_OUT or self.clock_ms() >= deadline_ms:
+                return result.error, result.reason
+            await asyncio.sleep(VOTER_CHANGE_RETRY_S)
+        future = asyncio.get_running_loop().create_future()
+        self._proposals[result.base_offset] = (result, future)
+        self._step(lambda now: out)
+        log.info("node %d: %s voter %d appended at offset %d (epoch %d)", self.node_id, op, voter_id,
+                 result.base_offset, result.epoch)
+        try:
+            await asyncio.wait_for(asyncio.shield(future), max(0.0, (deadline_ms - self.clock_ms()) / 1000))
+        except asyncio.TimeoutError:
+            return (ErrorCode.REQUEST_TIMED_OUT, f"the voter change at offset {result.base_offset} did not commit "
+                    f"within {timeout_ms} ms (it still may): see kray metadata-quorum describe --status")
+        except LookupError as e:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, f"the leader lost its epoch before the change committed: {e}"
+        return ErrorCode.NONE, None
 
     def status(self) -> QuorumStatus:
         return self.core.status()

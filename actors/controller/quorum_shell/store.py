@@ -3,17 +3,21 @@ order of the Output contract (actors/controller/quorum/output.py): state, trunca
 each durable (fsync) before the next, and all before the shell sends the step's messages.
 
 Files, in the node's `log.dirs`, under `__cluster_metadata-0/` as Kafka lays them out:
-- `quorum-state`: JSON (Kafka's QuorumStateData: leaderId, leaderEpoch, votedId, currentVoters),
-  replaced atomically (write a temporary file, fsync, rename, fsync the directory): a crash leaves
+- `quorum-state`: JSON, Kafka's QuorumStateData as Kafka writes it: v0 (leaderId, leaderEpoch,
+  votedId, currentVoters: the static set) while the log holds no VotersRecord (Kafka's
+  kraft.version 0), v1 (currentVoters gone, votedDirectoryId) once it holds one; replaced atomically (write a temporary file, fsync, rename, fsync the directory): a crash leaves
   the old state or the new one, never half of one.
 - `00000000000000000000.log`: RecordBatch v2 after RecordBatch v2 (wire.encode_batches: the same
   bytes Fetch carries; each batch has its own length and CRC-32C). Recovery reads batches until
   the first torn or corrupt one, or one that breaks the log's shape, and cuts the file there, as
   Kafka's log recovery does for its active segment. Snapshots (and so more segments) come later.
 
-The voter set is fixed at first start and recorded in `quorum-state` (`currentVoters`): a restart
-with another `controller.quorum.voters` is refused (`VotersChanged`), never silently followed —
-changing voters is KIP-853's job (AddVoter/RemoveVoter), not a config edit's.
+The voter set is the log's (KIP-853): its last VotersRecord, committed or not. Before the log
+holds one, it is the bootstrap set: `controller.quorum.voters` as this node first started with it,
+recorded in `quorum-state`'s `currentVoters` (v0). A restart with another `controller.quorum.voters` is refused (`VotersChanged`) while
+the log holds no VotersRecord, never silently followed; once it holds one the log decides, and the
+config names only where to look for the quorum. Changing voters is AddRaftVoter/RemoveRaftVoter's
+job (`kray metadata-quorum add-controller/remove-controller`), not a config edit's.
 
 `crash_after` (tests only) stops a write after the named step, as a crash there would.
 """
@@ -32,7 +36,9 @@ from . import wire
 PARTITION_DIR = f"{wire.METADATA_TOPIC}-{wire.METADATA_PARTITION}"
 STATE_FILE = "quorum-state"
 LOG_FILE = "00000000000000000000.log"
-STATE_DATA_VERSION = 0
+STATE_DATA_VERSION = 0          # Kafka's QuorumStateData v0: currentVoters, a static voter set
+DYNAMIC_STATE_DATA_VERSION = 1  # v1 (KIP-853): the voters are the log's, no currentVoters
+ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"   # Kafka's Uuid.ZERO_UUID, as its JSON writes it
 NO_ID = -1
 
 
@@ -58,21 +64,26 @@ class QuorumStore:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.voters = tuple(sorted(voters))
         self.crash_after = crash_after
-        self.election = self._load_state()
         self._fd = os.open(self.dir / LOG_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         self.batches, self._positions = self._recover_log()
+        self.election = self._load_state()
 
     # ---- quorum-state ------------------------------------------------------------------------------
     def _load_state(self) -> ElectionState:
         path = self.dir / STATE_FILE
         if not path.exists():
-            self._write_state(ElectionState())       # records the voter set at first start
+            self._write_state(ElectionState())       # records the bootstrap voter set at first start
             return ElectionState()
         data = json.loads(path.read_text())
-        recorded = tuple(sorted(v["voterId"] for v in data.get("currentVoters") or ()))
+        listed = data.get("currentVoters")
+        recorded = tuple(sorted(v["voterId"] for v in listed)) if listed is not None else self.voters
         if recorded != self.voters:
-            raise VotersChanged(f"controller.quorum.voters {list(self.voters)} but {path} records "
-                                f"{list(recorded)}: change voters with AddVoter/RemoveVoter, not the config")
+            in_log = QuorumLog(self.batches).latest_voters()
+            if in_log is None:
+                raise VotersChanged(f"controller.quorum.voters {list(self.voters)} but {path} records "
+                                    f"{list(recorded)}: change voters with `kray metadata-quorum add-controller/"
+                                    f"remove-controller` (AddRaftVoter/RemoveRaftVoter), not the config")
+            self.voters = recorded   # the log decides the voters; keep the bootstrap set recorded
         leader = data.get("leaderId", NO_ID)
         voted = data.get("votedId", NO_ID)
         return ElectionState(epoch=data.get("leaderEpoch", 0), leader_id=None if leader == NO_ID else leader,
@@ -80,8 +91,11 @@ class QuorumStore:
 
     def _write_state(self, state: ElectionState) -> None:
         data = {"leaderId": NO_ID if state.leader_id is None else state.leader_id, "leaderEpoch": state.epoch,
-                "votedId": NO_ID if state.voted_id is None else state.voted_id, "appliedOffset": 0,
-                "currentVoters": [{"voterId": v} for v in self.voters], "data_version": STATE_DATA_VERSION}
+                "votedId": NO_ID if state.voted_id is None else state.voted_id, "appliedOffset": 0}
+        if QuorumLog(self.batches).latest_voters() is None:
+            data.update(currentVoters=[{"voterId": v} for v in self.voters], data_version=STATE_DATA_VERSION)
+        else:
+            data.update(votedDirectoryId=ZERO_UUID, data_version=DYNAMIC_STATE_DATA_VERSION)
         tmp = self.dir / (STATE_FILE + ".tmp")
         with open(tmp, "w") as f:
             f.write(json.dumps(data))

@@ -8,7 +8,10 @@ to. Requests name their sender in their own fields (Vote's replica_id, leader_id
 
 Records: a data batch's records are bytes (the record values; the state machine's encoding is the
 shell's business), a control batch holds one LeaderChange written as Kafka's LeaderChangeMessage
-control record (type 2). Each Batch is one RecordBatch v2: base offset, partition leader epoch =
+control record (type 2), or one VotersRecord (KIP-853) as Kafka's KRaftVoters control record
+(type 6, VotersRecord v0: each voter's id, its directory id (Kray's stand-in, voter_directory_id),
+no endpoints (a voter's are its broker's inter-broker listener, as the metadata says) and the
+kraft.version range 0-1). Each Batch is one RecordBatch v2: base offset, partition leader epoch =
 the batch's epoch, the control bit. Timestamps are not carried by the core: 0 on the wire.
 
 Pre-vote (KIP-996) needs VoteRequest v2 (its PreVote field); a pre-vote refuses to encode below v2
@@ -17,7 +20,7 @@ Pre-vote (KIP-996) needs VoteRequest v2 (its PreVote field); a pre-vote refuses 
 from __future__ import annotations
 
 import struct
-from uuid import UUID
+from uuid import UUID, uuid5
 
 from protocol import messages as m
 from protocol import record_batch as rb
@@ -26,6 +29,7 @@ from protocol.errors import ErrorCode
 from actors.controller.quorum import (
     NO_LEADER, Batch, BeginQuorumEpochRequest, BeginQuorumEpochResponse, EndQuorumEpochRequest,
     EndQuorumEpochResponse, EpochEndOffset, FetchRequest, FetchResponse, LeaderChange, VoteRequest, VoteResponse,
+    VotersRecord,
 )
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -35,6 +39,11 @@ VOTE_PRE_VOTE_MIN_VERSION = 2            # KIP-996's PreVote field
 FETCH_REPLICA_STATE_MIN_VERSION = 15     # replica id moved into ReplicaState (KIP-903)
 FETCH_TOPIC_ID_MIN_VERSION = 13
 CONTROL_TYPE_LEADER_CHANGE = 2
+CONTROL_TYPE_KRAFT_VOTERS = 6
+VOTERS_RECORD_VERSION = 0
+KRAFT_VERSION_RANGE = (0, 1)             # a voter's supported kraft.version (KIP-853 needs 1)
+# Kray's stand-in for a voter's log directory id (Kafka's meta.properties directory.id): one per node id
+_DIRECTORY_NAMESPACE = UUID("6b726179-766f-7465-7273-000000000853")
 LEADER_CHANGE_VERSION = 0
 FETCH_MAX_BYTES = 8 * 1024 * 1024        # per Fetch; the core's fetch_max_records bounds it first
 
@@ -83,6 +92,73 @@ def encode_leader_change(change: LeaderChange) -> tuple[bytes, bytes]:
     return key, bytes(out)
 
 
+def voter_directory_id(node_id: int) -> UUID:
+    """The directory id DescribeQuorum reports for a voter, and the one Remove/AddRaftVoter take."""
+    return uuid5(_DIRECTORY_NAMESPACE, str(node_id))
+
+
+def encode_voters(record: VotersRecord) -> tuple[bytes, bytes]:
+    """(key, value) of a KRaftVoters control record: key = (version 0, type 6); value =
+    version-prefixed VotersRecord v0 (flexible)."""
+    key = struct.pack(">hh", 0, CONTROL_TYPE_KRAFT_VOTERS)
+    out = bytearray(struct.pack(">hh", VOTERS_RECORD_VERSION, VOTERS_RECORD_VERSION))
+    _uvarint(out, len(record.voters) + 1)
+    for voter_id in record.voters:
+        out += struct.pack(">i", voter_id) + voter_directory_id(voter_id).bytes
+        _uvarint(out, 1)                                   # no endpoints
+        out += struct.pack(">hh", *KRAFT_VERSION_RANGE)
+        out.append(0)                                      # KRaftVersionFeature's tagged fields
+        out.append(0)                                      # the voter's tagged fields
+    out.append(0)
+    return key, bytes(out)
+
+
+def _skip_tagged(value: bytes, pos: int) -> int:
+    count, pos = _read_uvarint(value, pos)
+    for _ in range(count):
+        _tag, pos = _read_uvarint(value, pos)
+        size, pos = _read_uvarint(value, pos)
+        pos += size
+    return pos
+
+
+def decode_voters(value: bytes | None) -> VotersRecord:
+    if value is None or len(value) < 5:
+        raise BadQuorumMessage("VotersRecord: truncated")
+    prefix, _version = struct.unpack_from(">hh", value)
+    if prefix != VOTERS_RECORD_VERSION:
+        raise BadQuorumMessage(f"VotersRecord v{prefix} unsupported")
+    pos = 4
+    count, pos = _read_uvarint(value, pos)
+    ids = []
+    try:
+        for _ in range(count - 1):
+            ids.append(struct.unpack_from(">i", value, pos)[0])
+            pos += 4 + 16
+            endpoints, pos = _read_uvarint(value, pos)
+            for _ in range(endpoints - 1):
+                for _string in range(2):                   # Name, Host (compact strings)
+                    size, pos = _read_uvarint(value, pos)
+                    pos += size - 1
+                pos += 2                                   # Port
+                pos = _skip_tagged(value, pos)
+            pos += 4                                       # KRaftVersionFeature's range
+            pos = _skip_tagged(value, pos)
+            pos = _skip_tagged(value, pos)
+    except struct.error:
+        raise BadQuorumMessage("VotersRecord: truncated") from None
+    if pos > len(value) or not ids:
+        raise BadQuorumMessage("VotersRecord: truncated or empty")
+    return VotersRecord(tuple(ids))
+
+
+def decode_control(key: bytes | None, value: bytes | None):
+    """The one record of a control batch: a LeaderChange or a VotersRecord."""
+    if key is not None and len(key) >= 4 and struct.unpack_from(">hh", key) == (0, CONTROL_TYPE_KRAFT_VOTERS):
+        return decode_voters(value)
+    return decode_leader_change(key, value)
+
+
 def decode_leader_change(key: bytes | None, value: bytes | None) -> LeaderChange:
     if key is None or len(key) < 4 or struct.unpack_from(">hh", key) != (0, CONTROL_TYPE_LEADER_CHANGE):
         raise BadQuorumMessage("control record is not a LeaderChange")
@@ -112,9 +188,10 @@ def encode_batches(batches) -> bytes:
     out = bytearray()
     for batch in batches:
         if batch.control:
-            if len(batch.records) != 1 or not isinstance(batch.records[0], LeaderChange):
-                raise NotOnWire("a control batch holds exactly one LeaderChange")
-            key, value = encode_leader_change(batch.records[0])
+            if len(batch.records) != 1 or not isinstance(batch.records[0], (LeaderChange, VotersRecord)):
+                raise NotOnWire("a control batch holds exactly one LeaderChange or VotersRecord")
+            record = batch.records[0]
+            key, value = encode_voters(record) if isinstance(record, VotersRecord) else encode_leader_change(record)
             records = [(key, value, (), 0)]
         else:
             if not all(isinstance(r, (bytes, bytearray)) for r in batch.records):
@@ -140,7 +217,7 @@ def decode_batches(data) -> tuple[Batch, ...]:
                 if len(records) != 1:
                     raise BadQuorumMessage("control batch with more than one record")
                 batch = Batch(base, header.partition_leader_epoch,
-                              (decode_leader_change(records[0].key, records[0].value),), control=True)
+                              (decode_control(records[0].key, records[0].value),), control=True)
             else:
                 batch = Batch(base, header.partition_leader_epoch, tuple(bytes(r.value or b"") for r in records))
             batches.append(batch)

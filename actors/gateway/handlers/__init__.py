@@ -20,6 +20,7 @@ from actors.gateway.handlers.groups import (handle_delete_groups, handle_find_co
 from actors.gateway.handlers.list_offsets import handle_list_offsets
 from actors.gateway.handlers.log_dirs import handle_describe_log_dirs
 from actors.gateway.handlers.metadata_quorum import handle_describe_quorum, handle_quorum_rpc
+from actors.gateway.handlers.raft_voters import handle_raft_voter
 from actors.gateway.handlers.produce import acks_zero, handle_produce
 from actors.gateway.handlers.producer_ids import handle_init_producer_id
 from actors.gateway.handlers.producers import handle_describe_producers
@@ -93,6 +94,8 @@ ROUTES: dict[int, Route] = {
     53: Route(handle_quorum_rpc, 0, 1),  # BeginQuorumEpoch
     54: Route(handle_quorum_rpc, 0, 1),  # EndQuorumEpoch
     55: Route(handle_describe_quorum, 0, 2),
+    80: Route(handle_raft_voter, 0, 1),  # AddRaftVoter (KIP-853; UpdateRaftVoter, 82, is Kafka's controllers' only)
+    81: Route(handle_raft_voter, 0, 0),  # RemoveRaftVoter
     60: Route(handle_describe_cluster, 0, 2),
     61: Route(handle_describe_producers, 0, 0, advertised=TRANSACTIONS_ADVERTISED),  # the partition leaders' state
     65: Route(handle_describe_transactions, 0, 0, advertised=TRANSACTIONS_ADVERTISED),
