@@ -298,6 +298,21 @@ class ReplicaCore:
         self._pending = None
         return Effects(released=released)
 
+    def resign(self) -> Effects:
+        """This replica stops (a reassignment moved it off its broker, its topic was deleted, or its
+        host closes): from now on it neither leads nor follows. The acks=all produces waiting here
+        are answered NOT_LEADER_OR_FOLLOWER, and so is anything that comes in later, at once: a
+        produce appended here now would wait for a high watermark no follower moves any more, until
+        its request timeout (Kafka's old leader answers NOT_LEADER_OR_FOLLOWER once it learns it is
+        not a replica)."""
+        effects = self.release_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self.role = Role.NONE
+        self.leader_id = NO_LEADER
+        self.leader_epoch_start_offset = UNKNOWN_OFFSET
+        self.followers = {}
+        self._pending = None
+        return effects
+
     def _stop(self, reg: PartitionRegistration) -> Effects:
         effects = self._become_follower(reg)
         self.role = Role.NONE
