@@ -67,6 +67,22 @@ def predecessor_credit_ms(silent_ms: int, session_timeout_ms: int, grace_ms: int
     return min(max(0, silent_ms - LEASE_SKEW_MS), max(0, session_timeout_ms - grace_ms))
 
 
+def silent_predecessor(status, own_id: int) -> tuple[int, int] | None:
+    """From a new leader's voter status: (the voter that led before, when it was last heard from),
+    if its session should continue from then (`continue_predecessor_session`); None when there is
+    none, it is this voter, or it removed itself from the voters (RemoveRaftVoter): a leader's own
+    removal commits with a majority and it then resigns, a planned handover like Kafka's, whose
+    broker keeps a fresh session as every other one (it is not cut off)."""
+    heard = status.leader_heard
+    if heard is None or heard[0] == own_id:
+        return None
+    if status.voters and heard[0] not in {v.replica_id for v in status.voters}:
+        log.warning("broker %d, whose voter led before, removed itself from the voters: a handover, its "
+                    "session is fresh", heard[0])
+        return None
+    return heard
+
+
 class Leadership:
     def __init__(self, broker_config: dict[str, Any], voter_id: int | None):
         self.broker_config = broker_config
@@ -251,8 +267,7 @@ class Leadership:
         if answer is None:
             return None
         self.renew_lease(answer[0])
-        heard = answer[0].leader_heard
-        return None if heard is None or heard[0] == self.voter_id else heard
+        return silent_predecessor(answer[0], self.voter_id)
 
     @staticmethod
     def continue_predecessor_session(core, predecessor: tuple[int, int] | None) -> None:
