@@ -47,8 +47,12 @@ ADOPT_TIMEOUT_S_STANDBY = 1.0
 # heartbeat intervals after taking over (see continue_predecessor_session)
 SUCCESSOR_GRACE_HEARTBEATS = 2
 # an active controller of the metadata quorum answers heartbeats only until this long after its
-# voter's last contact with a majority of the voters (followers fetch every replica.fetch.wait.max.ms)
-CONTROLLER_LEASE_MS = 1000
+# voter's last contact with a majority of the voters: controller.quorum.fetch.timeout.ms, after
+# which a follower, too, stops counting on its leader. (It was 1 s: with two voters the contact is
+# one follower's fetch, and on a loaded machine its fetches came >1 s apart often enough that every
+# heartbeat went unanswered for a whole session and live brokers were fenced. Brokers count their
+# sessions from the contact, not from the answer, so a longer lease fences a cut-off host no later.)
+DEFAULT_CONTROLLER_LEASE_MS = 2000
 # how much later than a follower last heard from the leader the leader may have last heard from a
 # majority (the other follower's fetch, up to one replica.fetch.wait.max.ms later, and transit)
 LEASE_SKEW_MS = 500
@@ -97,6 +101,7 @@ class Leadership:
                                          only=DEDICATED_CONTROLLER_ID, local=LocalVoter(self.dedicated))
         self.watching: asyncio.Task | None = None
         self.lease_until_ms = 0  # (monotonic ms) heartbeats are answered until then: renew_lease
+        self.lease_ms = int(broker_config.get("controller.quorum.fetch.timeout.ms", DEFAULT_CONTROLLER_LEASE_MS))
         # (monotonic ms) when its voter last heard from a majority of the voters, None with one voter
         self.majority_contact_ms: int | None = None
         self.stopping = False
@@ -325,7 +330,7 @@ class Leadership:
 
     def renew_lease(self, status) -> None:
         """Heartbeats are answered only while a majority of voters was in touch with this
-        controller's voter within CONTROLLER_LEASE_MS: a controller cut off from the others stops
+        controller's voter within `lease_ms`: a controller cut off from the others stops
         renewing its own host's broker sessions at once, not when its voter resigns (1.5 quorum
         fetch timeouts later). The contact's time goes with every heartbeat's answer (`contact_age_ms`)."""
         if len(status.voters) <= 1:  # a single voter: no one else could take over
@@ -334,7 +339,7 @@ class Leadership:
         contact_ms = status.majority_contact_ms(monotonic_ms())
         if contact_ms is not None:
             self.majority_contact_ms = max(self.majority_contact_ms or contact_ms, contact_ms)
-            self.lease_until_ms = max(self.lease_until_ms, contact_ms + CONTROLLER_LEASE_MS)
+            self.lease_until_ms = max(self.lease_until_ms, contact_ms + self.lease_ms)
 
     def contact_age_ms(self) -> int:
         """For a heartbeat's answer: how long ago this controller's voter last heard from a majority
@@ -342,7 +347,7 @@ class Leadership:
         now = monotonic_ms()
         if self.voter_id is not None and now >= self.lease_until_ms:
             raise NotController(f"the controller on broker {self.voter_id} has not heard from a majority of the "
-                                f"voters within {CONTROLLER_LEASE_MS} ms")
+                                f"voters within {self.lease_ms} ms")
         return 0 if self.majority_contact_ms is None else max(0, now - self.majority_contact_ms)
 
     def failed(self, why: str) -> None:
