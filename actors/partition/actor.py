@@ -443,7 +443,10 @@ class PartitionReplica:
 
     def has_data(self, offset: int, replica: int = wire.WAIT_CONSUMER) -> bool:
         """Records at or beyond `offset` are readable (`replica`: one of wire.WAIT_*; True is a
-        follower's fetch: written)."""
+        follower's fetch: written). A replica that is closing ends every wait: what is fetched from it next
+        is refused with NOT_LEADER_OR_FOLLOWER, and the client goes to the new leader."""
+        if self.closing:
+            return True
         core = self.core
         if replica == wire.WAIT_READ_COMMITTED:
             return core.last_stable_offset > offset
@@ -539,6 +542,7 @@ class PartitionReplica:
         # its client's connection
         self.closing = True
         self._apply(self.replica.resign())
+        self._wake()  # long polls waiting on it end now (their fetch is answered NOT_LEADER_OR_FOLLOWER)
         self._stop_following()
         self.shares.close()
         # after any checkpoint still queued (so the last one written is this one, and `delete`

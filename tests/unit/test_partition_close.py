@@ -88,6 +88,11 @@ def test_a_leader_that_closes_answers_produces_not_leader_at_once(tmp_path):
         [again] = await asyncio.wait_for(replica.produce([batch()], -1, 1, REQUEST_TIMEOUT_MS), ANSWER_WITHIN_S)
         assert again.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
+        # a consumer's long poll on it ends at once (its fetch is then refused), not at its max wait
+        assert await asyncio.wait_for(replica.wait_for_data(10**6, REQUEST_TIMEOUT_MS), ANSWER_WITHIN_S)
+        error = replica.replica.validate_leader_epoch(-1)
+        assert error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
         host.io_done.set_result(None)
         await asyncio.wait_for(closing, 10)
 
