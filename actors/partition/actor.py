@@ -453,7 +453,7 @@ class PartitionReplica:
         return (core.log_end_offset if replica else core.high_watermark) > offset
 
     async def list_offsets(self, timestamp: int, leader_epoch: int, isolation_level: int):
-        error = self.replica.validate_leader_epoch(leader_epoch)
+        error = self.replica.check_list_offsets(leader_epoch)
         if error:
             return error, -1, -1, -1
         error, offset, ts = self.core.list_offsets(timestamp, isolation_level=isolation_level)

@@ -362,6 +362,19 @@ class ReplicaCore:
             return ErrorCode.NONE
         return self._check_leader_epoch(current_leader_epoch)
 
+    def check_list_offsets(self, current_leader_epoch: int = NO_EPOCH_GIVEN) -> int:
+        """Before a client's ListOffsets: as validate_leader_epoch, and OFFSET_NOT_AVAILABLE (retriable)
+        while this leader's high watermark is below the offset its leader epoch began at. A new leader's
+        high watermark lags until its followers fetch in the new epoch, and an answer from it then would
+        name an end older than records already acknowledged (Kafka's Partition.fetchOffsetForTimestamp
+        refuses the same way, KIP-207)."""
+        error = self.validate_leader_epoch(current_leader_epoch)
+        if error:
+            return error
+        if self.leader_epoch_start_offset > self.high_watermark:
+            return ErrorCode.OFFSET_NOT_AVAILABLE
+        return ErrorCode.NONE
+
     def check_produce(self, acks: int, current_leader_epoch: int = NO_EPOCH_GIVEN) -> int:
         """Before appending a producer's (or an internal writer's) batch: may this replica take it?"""
         error = self.validate_leader_epoch(current_leader_epoch)
