@@ -30,7 +30,7 @@ from actors.controller.metadata_log import MetadataLog
 from actors.controller.nodes import NodeView, read_broker_id
 from actors.controller.quorum_metadata import QuorumMetadataLog
 from actors.controller.quorum_shell.node import monotonic_ms
-from actors.controller.quorum_shell.settings import DEDICATED_CONTROLLER_ID, combined_voters
+from actors.controller.quorum_shell.settings import DEDICATED_CONTROLLER_ID, combined_voters, quorum_config
 from actors.controller.quorum_shell.voter import LocalVoter, build_dedicated_voter
 from actors.controller.ray_calls import GcsCalls, find_running_actors
 from actors.controller_client import NotController
@@ -46,13 +46,6 @@ ADOPT_TIMEOUT_S_STANDBY = 1.0
 # a new active controller fences the broker whose voter led before no sooner than this many of its
 # heartbeat intervals after taking over (see continue_predecessor_session)
 SUCCESSOR_GRACE_HEARTBEATS = 2
-# an active controller of the metadata quorum answers heartbeats only until this long after its
-# voter's last contact with a majority of the voters: controller.quorum.fetch.timeout.ms, after
-# which a follower, too, stops counting on its leader. (It was 1 s: with two voters the contact is
-# one follower's fetch, and on a loaded machine its fetches came >1 s apart often enough that every
-# heartbeat went unanswered for a whole session and live brokers were fenced. Brokers count their
-# sessions from the contact, not from the answer, so a longer lease fences a cut-off host no later.)
-DEFAULT_CONTROLLER_LEASE_MS = 2000
 # how much later than a follower last heard from the leader the leader may have last heard from a
 # majority (the other follower's fetch, up to one replica.fetch.wait.max.ms later, and transit)
 LEASE_SKEW_MS = 500
@@ -101,7 +94,13 @@ class Leadership:
                                          only=DEDICATED_CONTROLLER_ID, local=LocalVoter(self.dedicated))
         self.watching: asyncio.Task | None = None
         self.lease_until_ms = 0  # (monotonic ms) heartbeats are answered until then: renew_lease
-        self.lease_ms = int(broker_config.get("controller.quorum.fetch.timeout.ms", DEFAULT_CONTROLLER_LEASE_MS))
+        # heartbeats are answered only until this long after its voter's last contact with a majority
+        # of the voters: controller.quorum.fetch.timeout.ms, after which a follower, too, stops counting
+        # on its leader. (It was 1 s: with two voters the contact is one follower's fetch, and on a loaded
+        # machine those came >1 s apart often enough that heartbeats went unanswered for a whole session
+        # and live brokers were fenced. Brokers count their sessions from the contact, not from the
+        # answer, so a longer lease fences a cut-off host no later.)
+        self.lease_ms = quorum_config(broker_config, self.quorum_voters or (DEDICATED_CONTROLLER_ID,)).fetch_timeout_ms
         # (monotonic ms) when its voter last heard from a majority of the voters, None with one voter
         self.majority_contact_ms: int | None = None
         self.stopping = False

@@ -288,15 +288,18 @@ class ReplicaCore:
         self._waiters_in_order = True
         return Effects(released=released)
 
-    def _become_follower(self, reg: PartitionRegistration) -> Effects:
-        released = self.release_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER).released
-        self._set_registration(reg)
-        self.role = Role.FOLLOWER
-        self.leader_id = reg.leader
+    def _step_down(self, role: Role, leader_id: int) -> Effects:
+        """No longer lead: the acks=all produces waiting here are answered NOT_LEADER_OR_FOLLOWER."""
+        effects = self.release_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self.role, self.leader_id = role, leader_id
         self.leader_epoch_start_offset = UNKNOWN_OFFSET
         self.followers = {}
         self._pending = None
-        return Effects(released=released)
+        return effects
+
+    def _become_follower(self, reg: PartitionRegistration) -> Effects:
+        self._set_registration(reg)
+        return self._step_down(Role.FOLLOWER, reg.leader)
 
     def resign(self) -> Effects:
         """This replica stops (a reassignment moved it off its broker, its topic was deleted, or its
@@ -305,19 +308,11 @@ class ReplicaCore:
         produce appended here now would wait for a high watermark no follower moves any more, until
         its request timeout (Kafka's old leader answers NOT_LEADER_OR_FOLLOWER once it learns it is
         not a replica)."""
-        effects = self.release_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        self.role = Role.NONE
-        self.leader_id = NO_LEADER
-        self.leader_epoch_start_offset = UNKNOWN_OFFSET
-        self.followers = {}
-        self._pending = None
-        return effects
+        return self._step_down(Role.NONE, NO_LEADER)
 
     def _stop(self, reg: PartitionRegistration) -> Effects:
-        effects = self._become_follower(reg)
-        self.role = Role.NONE
-        self.leader_id = NO_LEADER
-        return effects
+        self._set_registration(reg)
+        return self._step_down(Role.NONE, NO_LEADER)
 
     def _set_registration(self, reg: PartitionRegistration) -> None:
         self.leader_epoch = reg.leader_epoch

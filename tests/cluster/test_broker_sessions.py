@@ -19,14 +19,14 @@ import pytest
 import ray
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from actors.controller.leadership import DEFAULT_CONTROLLER_LEASE_MS
+from actors.controller.quorum import QuorumConfig
 from cluster.local import LocalCluster, _node_pids
 from protocol.errors import ErrorCode
 from tests.cluster.raw import metadata_one, produce_one
 from tests.cluster.test_replication import AckedProducer, _read_keys, _wait_for_isr
 
 SESSION_MS = 3000
-LEASE_S = DEFAULT_CONTROLLER_LEASE_MS / 1000   # controller.quorum.fetch.timeout.ms, not set here
+LEASE_S = QuorumConfig(voters=(1,)).fetch_timeout_ms / 1000   # controller.quorum.fetch.timeout.ms, not set here
 LIVENESS = {"broker.session.timeout.ms": SESSION_MS, "broker.heartbeat.interval.ms": 500,
             "replica.lag.time.max.ms": 5000}
 
