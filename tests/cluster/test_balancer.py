@@ -33,11 +33,12 @@ PARTITIONS = 6
 # The longest an acks=all producer may go without an acknowledgement on a partition while a broker is drained.
 # Kafka moves leadership with a handover: the old leader answers NOT_LEADER_OR_FOLLOWER and the client has the new
 # leader's address after a metadata refresh, within ~0.1-1 s. On a loaded test machine one move takes seconds
-# (measured under load ~20: 1-5 s). A produce parked at a replica that stopped leading waits for its request
-# timeout instead (request.timeout.ms, 30 s in librdkafka and Kafka's clients), and so does every later answer on
-# its connection: issue 36's drain stalled 30-35 s that way. 10 s lies well above a loaded handover and well below
-# a request timeout.
-ACK_GAP_S_MAX = 10.0
+# (measured under load ~20: 1-5 s; in a full CI run, with the controller stalling 1-1.4 s at a time and its
+# AlterPartition answers late, one partition waited 14.5 s). A produce parked at a replica that stopped leading
+# waits for its request timeout instead (request.timeout.ms, 30 s in librdkafka and Kafka's clients), and so does
+# every later answer on its connection: issue 36's drain stalled 29.4-35 s that way. The bound lies above the
+# slowest handover seen and below a request timeout.
+ACK_GAP_S_MAX = 25.0
 
 
 @pytest.fixture(scope="module")
