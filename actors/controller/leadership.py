@@ -30,7 +30,7 @@ from actors.controller.metadata_log import MetadataLog
 from actors.controller.nodes import NodeView, read_broker_id
 from actors.controller.quorum_metadata import QuorumMetadataLog
 from actors.controller.quorum_shell.node import monotonic_ms
-from actors.controller.quorum_shell.settings import DEDICATED_CONTROLLER_ID, combined_voters
+from actors.controller.quorum_shell.settings import DEDICATED_CONTROLLER_ID, combined_voters, quorum_config
 from actors.controller.quorum_shell.voter import LocalVoter, build_dedicated_voter
 from actors.controller.ray_calls import GcsCalls, find_running_actors
 from actors.controller_client import NotController
@@ -46,9 +46,6 @@ ADOPT_TIMEOUT_S_STANDBY = 1.0
 # a new active controller fences the broker whose voter led before no sooner than this many of its
 # heartbeat intervals after taking over (see continue_predecessor_session)
 SUCCESSOR_GRACE_HEARTBEATS = 2
-# an active controller of the metadata quorum answers heartbeats only until this long after its
-# voter's last contact with a majority of the voters (followers fetch every replica.fetch.wait.max.ms)
-CONTROLLER_LEASE_MS = 1000
 # how much later than a follower last heard from the leader the leader may have last heard from a
 # majority (the other follower's fetch, up to one replica.fetch.wait.max.ms later, and transit)
 LEASE_SKEW_MS = 500
@@ -67,6 +64,22 @@ def predecessor_credit_ms(silent_ms: int, session_timeout_ms: int, grace_ms: int
     return min(max(0, silent_ms - LEASE_SKEW_MS), max(0, session_timeout_ms - grace_ms))
 
 
+def silent_predecessor(status, own_id: int) -> tuple[int, int] | None:
+    """From a new leader's voter status: (the voter that led before, when it was last heard from),
+    if its session should continue from then (`continue_predecessor_session`); None when there is
+    none, it is this voter, or it removed itself from the voters (RemoveRaftVoter): a leader's own
+    removal commits with a majority and it then resigns, a planned handover like Kafka's, whose
+    broker keeps a fresh session as every other one (it is not cut off)."""
+    heard = status.leader_heard
+    if heard is None or heard[0] == own_id:
+        return None
+    if status.voters and heard[0] not in {v.replica_id for v in status.voters}:
+        log.warning("broker %d, whose voter led before, removed itself from the voters: a handover, its "
+                    "session is fresh", heard[0])
+        return None
+    return heard
+
+
 class Leadership:
     def __init__(self, broker_config: dict[str, Any], voter_id: int | None):
         self.broker_config = broker_config
@@ -81,6 +94,13 @@ class Leadership:
                                          only=DEDICATED_CONTROLLER_ID, local=LocalVoter(self.dedicated))
         self.watching: asyncio.Task | None = None
         self.lease_until_ms = 0  # (monotonic ms) heartbeats are answered until then: renew_lease
+        # heartbeats are answered only until this long after its voter's last contact with a majority
+        # of the voters: controller.quorum.fetch.timeout.ms, after which a follower, too, stops counting
+        # on its leader. (It was 1 s: with two voters the contact is one follower's fetch, and on a loaded
+        # machine those came >1 s apart often enough that heartbeats went unanswered for a whole session
+        # and live brokers were fenced. Brokers count their sessions from the contact, not from the
+        # answer, so a longer lease fences a cut-off host no later.)
+        self.lease_ms = quorum_config(broker_config, self.quorum_voters or (DEDICATED_CONTROLLER_ID,)).fetch_timeout_ms
         # (monotonic ms) when its voter last heard from a majority of the voters, None with one voter
         self.majority_contact_ms: int | None = None
         self.stopping = False
@@ -251,8 +271,7 @@ class Leadership:
         if answer is None:
             return None
         self.renew_lease(answer[0])
-        heard = answer[0].leader_heard
-        return None if heard is None or heard[0] == self.voter_id else heard
+        return silent_predecessor(answer[0], self.voter_id)
 
     @staticmethod
     def continue_predecessor_session(core, predecessor: tuple[int, int] | None) -> None:
@@ -310,7 +329,7 @@ class Leadership:
 
     def renew_lease(self, status) -> None:
         """Heartbeats are answered only while a majority of voters was in touch with this
-        controller's voter within CONTROLLER_LEASE_MS: a controller cut off from the others stops
+        controller's voter within `lease_ms`: a controller cut off from the others stops
         renewing its own host's broker sessions at once, not when its voter resigns (1.5 quorum
         fetch timeouts later). The contact's time goes with every heartbeat's answer (`contact_age_ms`)."""
         if len(status.voters) <= 1:  # a single voter: no one else could take over
@@ -319,7 +338,7 @@ class Leadership:
         contact_ms = status.majority_contact_ms(monotonic_ms())
         if contact_ms is not None:
             self.majority_contact_ms = max(self.majority_contact_ms or contact_ms, contact_ms)
-            self.lease_until_ms = max(self.lease_until_ms, contact_ms + CONTROLLER_LEASE_MS)
+            self.lease_until_ms = max(self.lease_until_ms, contact_ms + self.lease_ms)
 
     def contact_age_ms(self) -> int:
         """For a heartbeat's answer: how long ago this controller's voter last heard from a majority
@@ -327,7 +346,7 @@ class Leadership:
         now = monotonic_ms()
         if self.voter_id is not None and now >= self.lease_until_ms:
             raise NotController(f"the controller on broker {self.voter_id} has not heard from a majority of the "
-                                f"voters within {CONTROLLER_LEASE_MS} ms")
+                                f"voters within {self.lease_ms} ms")
         return 0 if self.majority_contact_ms is None else max(0, now - self.majority_contact_ms)
 
     def failed(self, why: str) -> None:

@@ -27,7 +27,7 @@ from actors.names import NAMESPACE, controller_name, gateway_name, shard_name
 from actors.shard.hosted import HostedReplica, shard_index
 
 log = logging.getLogger("kray.controller")
-METADATA_WAIT_S_MAX = 30.0
+RECONCILE_EVERY_S_MAX = 30.0  # the reconciler steps at least this often, with no change
 # changes come in bursts (a topic of 1,000 partitions is 1,000 replicas confirming one by one): a
 # round of telling replicas waits this long for more, so a burst costs a few rounds, not one each
 CHANGES_COALESCE_S = 0.02
@@ -227,7 +227,7 @@ class Supervision:
             except Exception:
                 log.exception("reconciling the controller's actors failed")
             wake_at = self.rec.next_wake()
-            deadline = loop.time() + METADATA_WAIT_S_MAX
+            deadline = loop.time() + RECONCILE_EVERY_S_MAX
             if await self._await_change_or_wake(deadline if wake_at is None else min(deadline, wake_at)):
                 await asyncio.sleep(CHANGES_COALESCE_S)
 

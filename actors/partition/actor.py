@@ -105,6 +105,7 @@ class PartitionReplica:
         self.hosted_by = host  # the shard: its listener serves this replica, its fetchers fetch for it
         self.alter_in_flight: AlterPartitionRequest | None = None  # sent, neither answered nor timed out
         self.shares = ShareLeaders(self, broker_config, spec["controller"])
+        self.closing = False  # `close` began: it neither leads nor follows any more
 
     def _replication_config(self, topic_config) -> ReplicationConfig:
         return ReplicationConfig(replica_lag_time_max_ms=self.replica_lag_time_max_ms,
@@ -142,6 +143,8 @@ class PartitionReplica:
                                     tuple(registration["isr"]))
         if (reg.leader_epoch, reg.partition_epoch) < (self.replica.leader_epoch, self.replica.partition_epoch):
             return  # overtaken by a newer state (the controller's calls may arrive out of order)
+        if self.closing:
+            return  # stopped: a state told before the stop must not make it lead again
         self.broker_epoch = broker_epoch
         was_leader, old_epoch = self.replica.is_leader, self.replica.leader_epoch
         self._apply(self.replica.apply_registration(reg, now_ms()))
@@ -440,14 +443,17 @@ class PartitionReplica:
 
     def has_data(self, offset: int, replica: int = wire.WAIT_CONSUMER) -> bool:
         """Records at or beyond `offset` are readable (`replica`: one of wire.WAIT_*; True is a
-        follower's fetch: written)."""
+        follower's fetch: written). A replica that is closing ends every wait: what is fetched from it next
+        is refused with NOT_LEADER_OR_FOLLOWER, and the client goes to the new leader."""
+        if self.closing:
+            return True
         core = self.core
         if replica == wire.WAIT_READ_COMMITTED:
             return core.last_stable_offset > offset
         return (core.log_end_offset if replica else core.high_watermark) > offset
 
     async def list_offsets(self, timestamp: int, leader_epoch: int, isolation_level: int):
-        error = self.replica.validate_leader_epoch(leader_epoch)
+        error = self.replica.check_list_offsets(leader_epoch)
         if error:
             return error, -1, -1, -1
         error, offset, ts = self.core.list_offsets(timestamp, isolation_level=isolation_level)
@@ -528,10 +534,15 @@ class PartitionReplica:
         self.replica.config = self._replication_config(config)
 
     async def close(self) -> None:
-        # acks=all produces waiting here are answered now (NOT_LEADER_OR_FOLLOWER: their producers go to the
-        # leader the controller named), not left to their request timeout: a reassignment stops the replica
-        # that led until its move completed
-        self.release_acks_waits()
+        # before any await: this replica leads no more. The acks=all produces waiting here are answered now
+        # (NOT_LEADER_OR_FOLLOWER: their producers go to the leader the controller named), and so is every
+        # produce, fetch or share fetch that reaches it while it closes (its shard serves it until `close`
+        # returns): a reassignment stops the replica that led until its move completed, and a produce
+        # appended here then would wait for its request timeout (30 s), holding up every later answer on
+        # its client's connection
+        self.closing = True
+        self._apply(self.replica.resign())
+        self._wake()  # long polls waiting on it end now (their fetch is answered NOT_LEADER_OR_FOLLOWER)
         self._stop_following()
         self.shares.close()
         # after any checkpoint still queued (so the last one written is this one, and `delete`

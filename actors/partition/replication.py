@@ -288,21 +288,31 @@ class ReplicaCore:
         self._waiters_in_order = True
         return Effects(released=released)
 
-    def _become_follower(self, reg: PartitionRegistration) -> Effects:
-        released = self.release_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER).released
-        self._set_registration(reg)
-        self.role = Role.FOLLOWER
-        self.leader_id = reg.leader
+    def _step_down(self, role: Role, leader_id: int) -> Effects:
+        """No longer lead: the acks=all produces waiting here are answered NOT_LEADER_OR_FOLLOWER."""
+        effects = self.release_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self.role, self.leader_id = role, leader_id
         self.leader_epoch_start_offset = UNKNOWN_OFFSET
         self.followers = {}
         self._pending = None
-        return Effects(released=released)
+        return effects
+
+    def _become_follower(self, reg: PartitionRegistration) -> Effects:
+        self._set_registration(reg)
+        return self._step_down(Role.FOLLOWER, reg.leader)
+
+    def resign(self) -> Effects:
+        """This replica stops (a reassignment moved it off its broker, its topic was deleted, or its
+        host closes): from now on it neither leads nor follows. The acks=all produces waiting here
+        are answered NOT_LEADER_OR_FOLLOWER, and so is anything that comes in later, at once: a
+        produce appended here now would wait for a high watermark no follower moves any more, until
+        its request timeout (Kafka's old leader answers NOT_LEADER_OR_FOLLOWER once it learns it is
+        not a replica)."""
+        return self._step_down(Role.NONE, NO_LEADER)
 
     def _stop(self, reg: PartitionRegistration) -> Effects:
-        effects = self._become_follower(reg)
-        self.role = Role.NONE
-        self.leader_id = NO_LEADER
-        return effects
+        self._set_registration(reg)
+        return self._step_down(Role.NONE, NO_LEADER)
 
     def _set_registration(self, reg: PartitionRegistration) -> None:
         self.leader_epoch = reg.leader_epoch
@@ -346,6 +356,19 @@ class ReplicaCore:
         if current_leader_epoch == NO_EPOCH_GIVEN:
             return ErrorCode.NONE
         return self._check_leader_epoch(current_leader_epoch)
+
+    def check_list_offsets(self, current_leader_epoch: int = NO_EPOCH_GIVEN) -> int:
+        """Before a client's ListOffsets: as validate_leader_epoch, and OFFSET_NOT_AVAILABLE (retriable)
+        while this leader's high watermark is below the offset its leader epoch began at. A new leader's
+        high watermark lags until its followers fetch in the new epoch, and an answer from it then would
+        name an end older than records already acknowledged (Kafka's Partition.fetchOffsetForTimestamp
+        refuses the same way, KIP-207)."""
+        error = self.validate_leader_epoch(current_leader_epoch)
+        if error:
+            return error
+        if self.leader_epoch_start_offset > self.high_watermark:
+            return ErrorCode.OFFSET_NOT_AVAILABLE
+        return ErrorCode.NONE
 
     def check_produce(self, acks: int, current_leader_epoch: int = NO_EPOCH_GIVEN) -> int:
         """Before appending a producer's (or an internal writer's) batch: may this replica take it?"""

@@ -25,6 +25,7 @@ from tests.kafka.broker import LIB, java
 REPO = Path(__file__).resolve().parents[2]
 QUORUM = {"controller.quorum.voters": "1,2,3"}
 WITHIN_S = 60.0
+METADATA_PROPAGATION_S = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +79,15 @@ def commit_a_topic(cluster, name: str) -> None:
     controller and one broker), answered once its records are committed in the quorum."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(name, 1, 1)])[name].result(120)
-    assert name in admin.list_topics(timeout=30).topics
+    # every broker then learns the topic from the metadata (as in Kafka, a moment after CreateTopics
+    # answers: a Metadata request to another broker may not list it yet)
+    deadline = time.monotonic() + METADATA_PROPAGATION_S
+    for broker, address in cluster.addresses.items():
+        one = AdminClient({"bootstrap.servers": address})
+        while name not in one.list_topics(timeout=30).topics:
+            assert time.monotonic() < deadline, f"broker {broker} does not list {name} {METADATA_PROPAGATION_S:.0f} s after it was created"
+            time.sleep(0.2)
+    print(f"{name}: listed by every broker {METADATA_PROPAGATION_S - (deadline - time.monotonic()):.1f} s after CreateTopics answered")
 
 
 def directory_of(view, node_id: int) -> str:

@@ -1,7 +1,9 @@
 """The controller's session tick and takeover arithmetic, pure (actors/controller/reconciler.py
-SessionTicks and expired_sessions, actors/controller/leadership.py predecessor_credit_ms)."""
+SessionTicks and expired_sessions, actors/controller/leadership.py predecessor_credit_ms and
+silent_predecessor)."""
 from actors.controller.elections import ReplicationControl
-from actors.controller.leadership import LEASE_SKEW_MS, predecessor_credit_ms
+from actors.controller.leadership import LEASE_SKEW_MS, predecessor_credit_ms, silent_predecessor
+from actors.controller.quorum.output import QuorumStatus, ReplicaStatus
 from actors.controller.reconciler import SessionTicks, expired_sessions
 
 
@@ -33,3 +35,19 @@ def test_the_predecessor_keeps_at_least_the_grace_of_its_session():
     assert predecessor_credit_ms(silent_ms=200, session_timeout_ms=9000, grace_ms=4000) == 0
     assert predecessor_credit_ms(silent_ms=3000, session_timeout_ms=9000, grace_ms=4000) == 3000 - LEASE_SKEW_MS
     assert predecessor_credit_ms(silent_ms=60_000, session_timeout_ms=9000, grace_ms=4000) == 5000
+
+
+def _leader_status(node_id, voters, heard):
+    return QuorumStatus(node_id, "leader", 7, node_id, node_id, 10, 10,
+                        voters=tuple(ReplicaStatus(v, 10, 0, 0) for v in voters), leader_heard=heard)
+
+
+def test_a_predecessor_that_went_silent_keeps_counting_its_session_but_one_that_removed_itself_does_not():
+    # voter 1 led, then went silent (cut off): still a voter, its session continues from then
+    assert silent_predecessor(_leader_status(2, (1, 2, 3), (1, 5000)), own_id=2) == (1, 5000)
+    # voter 1 led and removed itself (RemoveRaftVoter committed with a majority, then it resigned):
+    # a planned handover, its broker is as alive as any other
+    assert silent_predecessor(_leader_status(2, (2, 3), (1, 5000)), own_id=2) is None
+    # nobody led before this voter, or it led itself
+    assert silent_predecessor(_leader_status(2, (1, 2, 3), None), own_id=2) is None
+    assert silent_predecessor(_leader_status(2, (1, 2, 3), (2, 5000)), own_id=2) is None

@@ -39,6 +39,16 @@ def test_becoming_leader_starts_the_epoch_at_the_log_end():
     assert core.high_watermark == 3, "a new leader keeps its HW until followers report"
 
 
+def test_a_new_leader_answers_list_offsets_only_once_its_high_watermark_reaches_its_epoch_start():
+    core = leader(5, epochs=LeaderEpochCache([(0, 0)]), high_watermark=3)
+    assert core.check_list_offsets() == ErrorCode.OFFSET_NOT_AVAILABLE   # the latest offset would say 3, not 5
+    fetch(core, 1, 5, 1)
+    assert core.check_list_offsets() == ErrorCode.OFFSET_NOT_AVAILABLE   # follower 2 has not fetched yet
+    fetch(core, 2, 5, 2)
+    assert core.high_watermark == 5 and core.check_list_offsets() == ErrorCode.NONE
+    assert core.check_list_offsets(current_leader_epoch=0) == ErrorCode.FENCED_LEADER_EPOCH
+
+
 def test_high_watermark_is_the_smallest_log_end_of_the_isr_and_never_goes_back():
     core = leader()
     effects = core.on_leader_append(10, now_ms=1)
