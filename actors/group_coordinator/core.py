@@ -32,6 +32,7 @@ Assignment only ever uses partitions of subscribed topics present in the view.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import uuid
 from collections.abc import Iterable, Mapping
@@ -584,21 +585,42 @@ class GroupCoordinatorShard:
         deletes the groups' share state first (`share_partitions`), as Kafka's DeleteGroups does for share groups."""
         results, records = [], []
         for group_id in group_ids:
-            if not group_id:
-                results.append((group_id, ErrorCode.INVALID_GROUP_ID, "Group id can't be empty."))
-                continue
-            try:
-                group = self._share_group(group_id)
-            except _GroupError as e:
-                results.append((group_id, e.error_code, e.message))
-                continue
-            if group.members:
-                results.append((group_id, ErrorCode.NON_EMPTY_GROUP, f"Group {group_id} is not empty."))
-                continue
-            del self._groups[group_id]  # DEAD
-            records += [rec.state_partition_metadata_tombstone(group_id), rec.share_group_metadata_tombstone(group_id)]
-            results.append((group_id, ErrorCode.NONE, None))
+            result, group_records = self.delete_records(group_id)
+            if group_records:
+                del self._groups[group_id]  # DEAD
+            records += group_records
+            results.append(result)
         return results, records
+
+    def delete_records(self, group_id: str) -> tuple[tuple[str, int, str | None], list[Record]]:
+        """DeleteGroups for one share group, computed only: (group id, error, message) and the tombstones that
+        delete it when replayed."""
+        if not group_id:
+            return (group_id, ErrorCode.INVALID_GROUP_ID, "Group id can't be empty."), []
+        try:
+            group = self._share_group(group_id)
+        except _GroupError as e:
+            return (group_id, e.error_code, e.message), []
+        if group.members:
+            return (group_id, ErrorCode.NON_EMPTY_GROUP, f"Group {group_id} is not empty."), []
+        return (group_id, ErrorCode.NONE, None), [rec.state_partition_metadata_tombstone(group_id),
+                                                  rec.share_group_metadata_tombstone(group_id)]
+
+    def snapshot(self, group_id: str):
+        """A copy of everything this holds for `group_id` (the group, or the id's reservation for another type),
+        for `restore` (a command's changes taken back)."""
+        return copy.deepcopy(self._groups.get(group_id)), self._foreign.get(group_id)
+
+    def restore(self, group_id: str, snapshot) -> None:
+        group, foreign = snapshot
+        if group is None:
+            self._groups.pop(group_id, None)
+        else:
+            self._groups[group_id] = group
+        if foreign is None:
+            self._foreign.pop(group_id, None)
+        else:
+            self._foreign[group_id] = foreign
 
     # ---- loading ----------------------------------------------------------------------------------------------------
 

@@ -92,3 +92,42 @@ def test_with_another_append_under_way_the_shard_is_rebuilt_from_the_log():
         assert [(t, p, v.offset) for t, p, v in (await c._ready()).offsets.fetch("g", None)] == [("orders", 0, 5)]
         assert c.group_log.replays == 2
     asyncio.run(run())
+
+
+def test_a_failed_delete_groups_or_offset_delete_is_reverted_and_the_shard_kept():
+    """DeleteGroups and OffsetDelete change the groups only through their tombstones (groups.py): when those cannot
+    be appended, their changes are taken back, the shard stays, and the log rebuilds the same groups."""
+    async def run():
+        c = coordinator()
+        assert await commit(c, "g", 5) == [0] and await commit(c, "g", 6, partition=1) == [0]
+        shard = c.shard
+        c.group_log.failing = True
+        assert await c.delete_offsets("g", [("orders", 0)]) == (0, [ErrorCode.COORDINATOR_NOT_AVAILABLE])
+        assert await c.delete_groups(["g"]) == [("g", ErrorCode.COORDINATOR_NOT_AVAILABLE, None)]
+        assert c.shard is shard and c.group_log.replays == 1, "the shard was not reloaded"
+        assert await offsets(c) == [("orders", 0, 5), ("orders", 1, 6)] and shard.group_type("g") == "classic"
+        assert shard.list_groups() == (await replayed(c)).list_groups()
+        c.group_log.failing = False
+        assert await c.delete_offsets("g", [("orders", 0)]) == (0, [0])
+        assert await offsets(c) == [("orders", 1, 6)]
+        assert await c.delete_groups(["g"]) == [("g", 0, None)]
+        assert shard.group_type("g") is None and (await replayed(c)).group_type("g") is None
+        assert c.group_log.replays == 1 + 2  # (the two `replayed` above)
+    asyncio.run(run())
+
+
+def test_a_group_changed_during_the_append_by_another_call_makes_the_shard_rebuild():
+    """A call that changes the groups during the call (here a classic heartbeat) lands while a DeleteGroups' append
+    is under way: when that append fails, its changes can no longer be taken back alone; the log rebuilds them."""
+    async def run():
+        c = coordinator()
+        assert await commit(c, "g", 5) == [0]
+        shard = c.shard
+        c.group_log.failing = True
+        deleted, heartbeat = await asyncio.gather(c.delete_groups(["g"]), c.heartbeat("other", 1, "m", None))
+        assert deleted == [("g", ErrorCode.COORDINATOR_NOT_AVAILABLE, None)]
+        assert c.shard is None or c.shard is not shard, "the shard was dropped"
+        c.group_log.failing = False
+        assert (await c._ready()).group_type("g") == "classic" and await offsets(c) == [("orders", 0, 5)]
+        assert c.group_log.replays == 2
+    asyncio.run(run())
