@@ -265,10 +265,10 @@ class GroupCoordinator(PartitionReplica):
 
     async def _commit(self, records: list, transaction: TxnWrite | None = None, mark=None) -> int:
         """Append a call's records: 0, or the error to answer. A call that changed state only through its records
-        (OffsetCommit, TxnOffsetCommit, OffsetDelete, DeleteGroups: see groups.py) passes the shard's `changes_mark`
-        from before it: when the append fails, its changes are taken back (`Groups.revert`) if no other call's
-        records are on their way to the log (later changes may rest on them otherwise) and nothing changed the
-        state otherwise since; else, and for every other call, the shard is rebuilt from the log."""
+        (OffsetCommit, TxnOffsetCommit, OffsetDelete, DeleteGroups, share initialization: see groups.py) passes the
+        shard's `changes_mark` from before it: when the append fails, its changes are taken back (`Groups.revert`) if no
+        other call's records are on their way to the log (later changes may rest on them otherwise) and nothing changed
+        the state otherwise since; else, and for every other call, the shard is rebuilt from the log."""
         shard = self.shard
         if mark is None and shard is not None:
             shard.untracked()  # it changed the groups during the call: earlier changes can't be taken back alone
@@ -564,8 +564,8 @@ class GroupCoordinator(PartitionReplica):
             if error:
                 log.warning("initializing share state of %s %s-%d failed: %s", group_id, topic_id, index, message)
         shard = await self._ready()
-        await self._commit(shard.share.mark_initialized(group_id, done)
-                           + shard.share.mark_initialize_failed(group_id, failed))
+        mark = shard.changes_mark()
+        await self._commit(shard.share_initialized(group_id, done, failed, now_ms()).records, mark=mark)
 
     async def _share_coordinator(self, group_id: str, topic_id: uuid.UUID, index: int):
         count = int(self.config["share.coordinator.state.topic.num.partitions"])
@@ -585,9 +585,11 @@ class GroupCoordinator(PartitionReplica):
     async def share_offsets_altered(self, group_id: str, partitions: dict) -> tuple[int, str | None]:
         """AlterShareGroupOffsets set these share-partitions' start offsets (see the core)."""
         shard = await self._ready()
-        error, message, records = shard.share.share_offsets_altered(group_id, partitions)
-        if not error and await self._commit(records):
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is reloading; retry"
+        mark = shard.changes_mark()
+        result = shard.share_offsets_altered(group_id, partitions, now_ms())
+        error, message = result.response
+        if not error and await self._commit(result.records, mark=mark):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator could not write the change; retry"
         return error, message
 
     async def describe(self, group_ids: list[str]):

@@ -7,16 +7,16 @@ requests aimed at a group of another type as Kafka does, converts an empty group
 protocols (KIP-848's upgrade and downgrade of empty groups), and checks offset commits against the group's
 members. The shell appends the records a call returns before it answers.
 
-The offset commands (OffsetCommit, TxnOffsetCommit, OffsetDelete) and DeleteGroups change state only through the
-records they return: each computes them from the current state without changing it, then applies them at once by
-the path replay takes (`apply`), as Kafka's coordinator replays a CoordinatorResult's records into its timeline
-data structures when it writes them. Until the shell settles them (their append done), `revert(mark)` takes back
-every change applied since `changes_mark()`: offsets partition by partition (OffsetStore), groups by a copy of each
-group's state taken before its first record, as Kafka reverts its snapshot registry when an append fails. What is
-not written in Kafka either (a simple group, which offsets committed outside group management create) is made in
-memory beside the records and taken back with them. The other commands (the group protocols' heartbeats, joins and
-syncs, the timers, topic changes) still change state during the call: after them `revert` refuses and the shell
-rebuilds the shard from the log when an append fails.
+The offset commands (OffsetCommit, TxnOffsetCommit, OffsetDelete), DeleteGroups and the share groups' initialization
+state (the share coordinators' answers, AlterShareGroupOffsets) change state only through the records they return: each
+computes them from the current state without changing it, then applies them at once by the path replay takes (`apply`),
+as Kafka's coordinator replays a CoordinatorResult's records into its timeline data structures when it writes them.
+Until the shell settles them (their append done), `revert(mark)` takes back every change applied since `changes_mark()`:
+offsets partition by partition (OffsetStore), groups by a copy of each group's state taken before its first record, as
+Kafka reverts its snapshot registry when an append fails. What is not written in Kafka either (a simple group, which
+offsets committed outside group management create) is made in memory beside the records and taken back with them. The
+other commands (the group protocols' heartbeats, joins and syncs, the timers, topic changes) still change state during
+the call: after them `revert` refuses and the shell rebuilds the shard from the log when an append fails.
 """
 from __future__ import annotations
 
@@ -261,6 +261,27 @@ class Groups:
             return DescribedClassicGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND,
                                          f"Group {group_id} is not a classic group.")
         return self.classic.describe(group_id)
+
+    # ---- share groups' initialization state (KIP-932) -------------------------------------------------------------
+
+    def share_initialized(self, group_id: str, done: Iterable, failed: Iterable, now_ms: int = 0
+                          ) -> CoordinatorResult[None]:
+        """The share coordinators initialized the share-partitions `done` and failed `failed` (the shell asked
+        them after a heartbeat): the records of the group's initialization state, applied (`apply`); until the
+        shell settles them, `revert` takes them back."""
+        records = self.share.initialized_records(group_id, done)
+        self.apply(records, now_ms)
+        failed_records = self.share.initialize_failed_records(group_id, failed)
+        self.apply(failed_records, now_ms)
+        return CoordinatorResult(records + failed_records)
+
+    def share_offsets_altered(self, group_id: str, partitions: Mapping, now_ms: int = 0
+                              ) -> CoordinatorResult[tuple[int, str | None]]:
+        """AlterShareGroupOffsets set these share-partitions' start offsets (`GroupCoordinatorShard.
+        share_offsets_altered`): the records, applied (`apply`), and as the response (error, message)."""
+        error, message, records = self.share.offsets_altered_records(group_id, partitions)
+        self.apply(records, now_ms)
+        return CoordinatorResult(records, (error, message))
 
     # ---- consumer protocol (KIP-848) ------------------------------------------------------------------------------
 

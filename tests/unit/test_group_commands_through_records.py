@@ -1,16 +1,18 @@
-"""DeleteGroups, OffsetDelete, TxnOffsetCommit and OffsetCommit change the groups only through the records they
-return (issue 34 item 3): each computes its records from the state without changing it, then applies them by the
-path replay takes (`Groups.apply`), as Kafka's coordinator replays a CoordinatorResult's records when it writes
-them. So (a) the state after a command is the state a fresh replay of the log plus the command's records gives, and
-(b) a command whose records are taken back (`Groups.revert`: their append failed) leaves the state as it was, with
-no reload from the log. Pure core; the shell's side is in test_group_coordinator_append_failure.py."""
+"""DeleteGroups, OffsetDelete, TxnOffsetCommit, OffsetCommit and the share groups' initialization state (the share
+coordinators' answers, AlterShareGroupOffsets) change the groups only through the records they return (issue 34 item 3):
+each computes its records from the state without changing it, then applies them by the path replay takes
+(`Groups.apply`), as Kafka's coordinator replays a CoordinatorResult's records when it writes them. So (a) the state
+after a command is the state a fresh replay of the log plus the command's records gives, and (b) a command whose records
+are taken back (`Groups.revert`: their append failed) leaves the state as it was, with no reload from the log. Pure
+core; the shell's side is in test_group_coordinator_append_failure.py."""
 import pytest
 
 from actors.group_coordinator.groups import Groups
 from actors.group_coordinator.streams_topology import Subtopology, Topology
-from tests.unit.test_groups_namespace import TOPICS, Harness
+from tests.unit.test_groups_namespace import TOPICS, Harness, topic_id
 
 PID = 7
+ORDERS, PAYMENTS = topic_id("orders"), topic_id("payments")
 
 
 def world() -> Harness:
@@ -63,6 +65,12 @@ COMMANDS = {
         "txn-new", PID + 1, "", None, -1, [("orders", 0, 1, -1, "")], now_ms=1),
     "offset commit creating a simple group": lambda g: g.commit_offsets(
         "new", "", None, -1, [("orders", 2, 3, -1, "")], api_version=9, now_ms=1),
+    "share-partitions initialized or not": lambda g: g.share_initialized(
+        "busy-share", [(ORDERS, 0), (ORDERS, 1), (ORDERS, 0)], [(ORDERS, 2), (PAYMENTS, 0)], now_ms=1),
+    "share offsets altered": lambda g: g.share_offsets_altered("idle-share", {(PAYMENTS, 1): "payments",
+                                                                               (ORDERS, 0): "orders"}),
+    "share offsets altered creating a group": lambda g: g.share_offsets_altered("new-share",
+                                                                                {(ORDERS, 2): "orders"}),
 }
 PRODUCER = {"txn offset commit to a simple group": PID, "txn offset commit creating a simple group": PID + 1}
 
@@ -87,6 +95,7 @@ def observed(g: Groups) -> tuple:
             {pid: g.offsets.pending(pid) for pid in sorted(g.offsets.open_transactions())},
             g.consumer.persisted_state(), g.streams.persisted_state(),
             {group: g.share.share_partitions(group) for group, _, kind, _ in groups if kind == "share"},
+            g.share.persisted_state(),
             [g.describe_classic(group) for group, _, kind, _ in groups if kind == "classic"],
             g.describe_consumer([group for group, _, kind, _ in groups if kind == "consumer"], TOPICS),
             g.describe_streams([group for group, _, kind, _ in groups if kind == "streams"]))
@@ -154,3 +163,17 @@ def test_a_later_command_is_taken_back_first():
     assert h.groups.revert(second)
     assert h.groups.group_type("idle-classic") == "classic" and h.committed("idle-classic") is None
     assert h.groups.revert(mark) and observed(h.groups) == before
+
+
+def test_share_partitions_still_initializing_keep_when_they_started():
+    """Replaying the initialization record keeps when this shard started initializing the partitions still
+    initializing: the next heartbeat does not ask to initialize them again before the retry interval."""
+    h = world()
+    [member] = h.groups.share.describe(["busy-share"], TOPICS)[0].members
+    first = h.groups.share.share_group_heartbeat("busy-share", "s1", member.member_epoch, now_ms=1, topics=TOPICS)[0]
+    assert first.error_code == 0 and first.initialize == []
+    h.groups.share_initialized("busy-share", [(ORDERS, 0)], [], now_ms=2)
+    again = h.groups.share.share_group_heartbeat("busy-share", "s1", first.member_epoch, now_ms=3, topics=TOPICS)[0]
+    assert again.error_code == 0 and again.initialize == []
+    assert h.groups.share.share_partitions("busy-share") == sorted(
+        [(ORDERS, 0), (ORDERS, 1), (ORDERS, 2)], key=lambda tp: (tp[0].bytes, tp[1]))

@@ -4,6 +4,7 @@ under way the shard is rebuilt from the log, as before. The shell (actors/group_
 log that fails on demand; no Ray."""
 import asyncio
 import itertools
+import uuid
 from types import SimpleNamespace
 
 from actors.coordinator_log import CoordinatorLogError, ShardHost
@@ -130,4 +131,23 @@ def test_a_group_changed_during_the_append_by_another_call_makes_the_shard_rebui
         c.group_log.failing = False
         assert (await c._ready()).group_type("g") == "classic" and await offsets(c) == [("orders", 0, 5)]
         assert c.group_log.replays == 2
+    asyncio.run(run())
+
+
+def test_a_failed_alter_share_group_offsets_is_reverted_and_the_shard_kept():
+    """AlterShareGroupOffsets creates an empty share group and marks its share-partitions initialized through its
+    records: when they cannot be appended, the group is not there, and the shard stays."""
+    async def run():
+        c = coordinator()
+        assert await commit(c, "g", 5) == [0]
+        shard, orders = c.shard, uuid.uuid4()
+        c.group_log.failing = True
+        error, message = await c.share_offsets_altered("sg", {(orders, 0): "orders"})
+        assert error == ErrorCode.COORDINATOR_NOT_AVAILABLE and "retry" in message
+        assert c.shard is shard and c.group_log.replays == 1, "the shard was not reloaded"
+        assert shard.group_type("sg") is None and shard.share.share_partitions("sg") == []
+        c.group_log.failing = False
+        assert await c.share_offsets_altered("sg", {(orders, 0): "orders"}) == (0, None)
+        assert shard.share.share_partitions("sg") == [(orders, 0)]
+        assert (await replayed(c)).share.persisted_state() == shard.share.persisted_state()
     asyncio.run(run())
