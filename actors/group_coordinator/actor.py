@@ -360,9 +360,9 @@ class GroupCoordinator(PartitionReplica):
         return await self._heartbeat(shard.consumer_group_heartbeat(
             group_id, member_id, member_epoch, topics=self._topics(), now_ms=now_ms(), **request))
 
-    async def _heartbeat(self, stepped):
-        """A KIP-848 or streams heartbeat's (result, records): the records committed, the timers woken."""
-        result, records = stepped
+    async def _heartbeat(self, stepped: CoordinatorResult):
+        """A KIP-848 or streams heartbeat's result: the records committed, the timers woken."""
+        records, result = stepped.records, stepped.response
         error = await self._commit(records)
         if error:
             result.error_code, result.error_message = error, "the group coordinator is reloading; retry"
@@ -508,10 +508,11 @@ class GroupCoordinator(PartitionReplica):
     async def share_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, rack_id: str | None,
                                     subscribed_topic_names: list[str] | None, client_id: str, client_host: str):
         shard = await self._ready()
-        result, records = shard.share.share_group_heartbeat(
+        stepped = shard.share_group_heartbeat(
             group_id, member_id, member_epoch, rack_id=rack_id, subscribed_topic_names=subscribed_topic_names,
             client_id=client_id, client_host=client_host, now_ms=now_ms(), topics=self._topics())
-        error = await self._commit(records)
+        result = stepped.response
+        error = await self._commit(stepped.records)
         if error:
             result.error_code, result.error_message = error, "the group coordinator is reloading; retry"
         elif result.initialize:
@@ -526,11 +527,12 @@ class GroupCoordinator(PartitionReplica):
             except Exception:  # (still initializing: the next heartbeat assigns them)
                 return result
             shard = await self._ready()
-            again, records = shard.share.share_group_heartbeat(
+            stepped = shard.share_group_heartbeat(
                 group_id, result.member_id, result.member_epoch, rack_id=rack_id,
                 subscribed_topic_names=subscribed_topic_names, client_id=client_id, client_host=client_host,
                 now_ms=now_ms(), topics=self._topics())
-            if again.error_code or await self._commit(records):
+            again = stepped.response
+            if again.error_code or await self._commit(stepped.records):
                 return result
             if again.initialize:
                 self.tasks.append(asyncio.ensure_future(self._initialize(group_id, again.initialize,

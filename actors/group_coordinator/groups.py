@@ -31,7 +31,7 @@ from actors.group_coordinator import streams_records as srec
 from actors.group_coordinator.classic import (STABLE, ClassicGroups, DescribedClassicGroup, JoinResult, Replies,
                                               SyncResult, merge, outcome)
 from actors.group_coordinator.consumer_group import ConsumerGroups, ConsumerHeartbeatResult, DescribedConsumerGroup
-from actors.group_coordinator.core import GroupCoordinatorShard, TopicsView
+from actors.group_coordinator.core import GroupCoordinatorShard, HeartbeatResult, TopicsView
 from actors.group_coordinator.offsets import OffsetStore
 from actors.group_coordinator.records import Record
 from actors.group_coordinator.streams_group import DescribedStreamsGroup, StreamsGroups, StreamsHeartbeatResult
@@ -212,6 +212,13 @@ class Groups:
                    protocols: list[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int, *,
                    client_id: str, client_host: str, require_known_member_id: bool, api_version: int,
                    now_ms: int) -> CoordinatorResult[Replies]:
+        """Kafka's JoinGroup (classic.py). The classic commands change the group during the call, not through the
+        records: the GroupMetadata record (the generation, its members with their metadata and assignments) is
+        written after every generation and assignment, as Kafka writes it, but much of a rebalance is in memory
+        only in Kafka too and has no record to replay: members' sessions (a heartbeat writes nothing), pending
+        member ids (KIP-394), the calls a join or sync phase holds, and the phase itself (replay gives Stable,
+        Empty, or PreparingRebalance for a generation whose assignment never came). A failed append reloads the
+        shard (`untracked`)."""
         self.untracked()
         converted = self._downgrade(group_id)
         error = self._not_classic(group_id)
@@ -229,6 +236,7 @@ class Groups:
     def sync_group(self, call: int, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
                    protocol_type: str | None, protocol_name: str | None, assignments: list[tuple[str, bytes]], *,
                    now_ms: int) -> CoordinatorResult[Replies]:
+        """Kafka's SyncGroup: the leader's assignments are written in the GroupMetadata record (see `join_group`)."""
         self.untracked()
         error = self._not_classic(group_id)
         if error:  # a group of another type has no such member
@@ -239,6 +247,8 @@ class Groups:
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None, *,
                   now_ms: int) -> int:
+        """Kafka's classic Heartbeat: an error code; it moves the member's session deadline, which is in memory only,
+        in Kafka too (no record)."""
         self.untracked()
         error = self._not_classic(group_id)
         if error:  # a group of another type has no such member
@@ -246,6 +256,8 @@ class Groups:
         return self.classic.heartbeat(group_id, generation_id, member_id, instance_id, now_ms=now_ms)
 
     def leave_group(self, group_id: str, members: list[tuple[str, str | None]], *, now_ms: int):
+        """Kafka's LeaveGroup: (group error, (member id, instance id, error) each, the CoordinatorResult of the
+        rebalance it starts: records, and replies to the calls it resolves). See `join_group` for what is written."""
         self.untracked()
         error = self._not_classic(group_id)
         if error:  # a group of another type has no such member
@@ -262,7 +274,18 @@ class Groups:
                                          f"Group {group_id} is not a classic group.")
         return self.classic.describe(group_id)
 
-    # ---- share groups' initialization state (KIP-932) -------------------------------------------------------------
+    # ---- share groups (KIP-932) -------------------------------------------------------------------------------------
+
+    def share_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, *, topics: TopicsView,
+                              now_ms: int, **request) -> CoordinatorResult[HeartbeatResult]:
+        """Kafka's ShareGroupHeartbeat (`GroupCoordinatorShard.share_group_heartbeat`): the records and the
+        heartbeat's answer. Changes the group during the call, not through the records: Kray keeps a share group's
+        members and assignments in memory only and writes its epoch, metadata hash and initialization state
+        (core.py), where Kafka also writes member and assignment records. A failed append reloads the shard."""
+        self.untracked()
+        result, records = self.share.share_group_heartbeat(group_id, member_id, member_epoch, topics=topics,
+                                                           now_ms=now_ms, **request)
+        return CoordinatorResult(records, result)
 
     def share_initialized(self, group_id: str, done: Iterable, failed: Iterable, now_ms: int = 0
                           ) -> CoordinatorResult[None]:
@@ -286,23 +309,28 @@ class Groups:
     # ---- consumer protocol (KIP-848) ------------------------------------------------------------------------------
 
     def consumer_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, *, topics: TopicsView,
-                                 now_ms: int, **request) -> tuple[ConsumerHeartbeatResult, list[Record]]:
+                                 now_ms: int, **request) -> CoordinatorResult[ConsumerHeartbeatResult]:
+        """Kafka's ConsumerGroupHeartbeat: the records and the heartbeat's answer. Changes the group during the call,
+        not through the records: Kray keeps a consumer group's members, target and current assignments in memory
+        only and writes only its epoch and metadata hash (consumer_group.py), where Kafka writes member, target
+        assignment and current assignment records; sessions are in memory in Kafka too. A failed append reloads the
+        shard (`untracked`)."""
         self.untracked()
         kind = self.group_type(group_id)
         records: list[Record] = []
         if kind == CLASSIC and self.classic.is_empty(group_id) and member_epoch == 0:
             records = self._remove_classic(group_id)  # upgrade an empty classic group; its offsets stay
         elif kind in (CLASSIC, SHARE, STREAMS):
-            return ConsumerHeartbeatResult(
+            return CoordinatorResult([], ConsumerHeartbeatResult(
                 error_code=ErrorCode.GROUP_ID_NOT_FOUND,
                 error_message=f"Group {group_id} is not a consumer group"
-                              + (" (a classic group with members: stop them first)" if kind == CLASSIC else ".")), []
+                              + (" (a classic group with members: stop them first)" if kind == CLASSIC else ".")))
         existed = self.consumer.has_group(group_id)
         result, heartbeat_records = self.consumer.heartbeat(group_id, member_id, member_epoch, topics=topics,
                                                             now_ms=now_ms, **request)
         if not existed and self.consumer.has_group(group_id):
             self.share.register_foreign_group(group_id, CONSUMER)
-        return result, records + heartbeat_records
+        return CoordinatorResult(records + heartbeat_records, result)
 
     def describe_consumer(self, group_ids: Iterable[str], topics: TopicsView) -> list[DescribedConsumerGroup]:
         out = []
@@ -322,21 +350,25 @@ class Groups:
     # ---- streams protocol (KIP-1071) ------------------------------------------------------------------------------
 
     def streams_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, *, topics: TopicsView,
-                                now_ms: int, **request) -> tuple[StreamsHeartbeatResult, list[Record]]:
+                                now_ms: int, **request) -> CoordinatorResult[StreamsHeartbeatResult]:
+        """Kafka's StreamsGroupHeartbeat (KIP-1071): the records and the heartbeat's answer. Changes the group during
+        the call, not through the records: as for consumer groups, Kray writes only the group's epoch and metadata
+        hash (streams_group.py; Kafka also writes members, topology and assignments). A failed append reloads the
+        shard (`untracked`)."""
         self.untracked()
         kind = self.group_type(group_id)
         records: list[Record] = []
         if kind == CLASSIC and self.classic.is_empty(group_id) and member_epoch == 0:
             records = self._remove_classic(group_id)  # an empty classic (or simple) group becomes a streams group
         elif kind in (CLASSIC, SHARE, CONSUMER):
-            return StreamsHeartbeatResult(error_code=ErrorCode.GROUP_ID_NOT_FOUND,
-                                          error_message=f"Group {group_id} is not a streams group."), []
+            return CoordinatorResult([], StreamsHeartbeatResult(
+                error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=f"Group {group_id} is not a streams group."))
         existed = self.streams.has_group(group_id)
         result, heartbeat_records = self.streams.heartbeat(group_id, member_id, member_epoch, topics=topics,
                                                            now_ms=now_ms, **request)
         if not existed and self.streams.has_group(group_id):
             self.share.register_foreign_group(group_id, STREAMS)
-        return result, records + heartbeat_records
+        return CoordinatorResult(records + heartbeat_records, result)
 
     def describe_streams(self, group_ids: Iterable[str]) -> list[DescribedStreamsGroup]:
         out = []

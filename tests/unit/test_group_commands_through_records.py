@@ -35,12 +35,13 @@ def world() -> Harness:
     result, records = h.groups.share.share_group_heartbeat("idle-share", "s2", -1, now_ms=h.now_ms, topics=TOPICS)
     assert result.error_code == 0
     h.log += records
-    result, records = h.groups.streams_group_heartbeat(
+    stepped = h.groups.streams_group_heartbeat(
         "app", "t1", 0, topics=TOPICS, now_ms=h.now_ms, rebalance_timeout_ms=1000, topology=_topology(),
         active_tasks=[], standby_tasks=[], warmup_tasks=[], process_id="p")
+    result, records = stepped.response, stepped.records
     assert result.error_code == 0
     h.log += records
-    h.log += h.groups.streams_group_heartbeat("app", "t1", -1, topics=TOPICS, now_ms=h.now_ms)[1]
+    h.log += h.groups.streams_group_heartbeat("app", "t1", -1, topics=TOPICS, now_ms=h.now_ms).records
     txn = h.groups.commit_transactional_offsets("simple", PID, "", None, -1, [("orders", 1, 40, -1, "")],
                                                 now_ms=h.now_ms)
     assert txn.response == [0]
@@ -210,7 +211,7 @@ def _join(g: Groups, group: str, now_ms: int) -> list:
                                         rack_id=None, rebalance_timeout_ms=30000, subscribed_topic_names=["orders"],
                                         subscribed_topic_regex=None, server_assignor=None, owned_partitions=[],
                                         client_id="c", client_host="/h", api_version=1)
-    return [(k, v, -1) for k, v in result[1]]
+    return [(k, v, -1) for k, v in result.records]
 
 
 def _rebuilt(log) -> Groups:
@@ -276,3 +277,28 @@ def test_random_commands_appended_or_taken_back_keep_the_state_what_the_log_give
             else:
                 g = _rebuilt(log)  # the shell reloads
         assert _kept(g) == _kept(_rebuilt(log)), (op, group, tp, outcome)
+
+
+@pytest.mark.parametrize("heartbeat", ["consumer", "streams", "share"])
+def test_the_heartbeats_answer_a_coordinator_result_and_change_groups_during_the_call(heartbeat):
+    """ConsumerGroupHeartbeat, StreamsGroupHeartbeat and ShareGroupHeartbeat give their records and answer in one
+    CoordinatorResult; they still change groups during the call (members are in memory only), so changes applied
+    before them can no longer be taken back alone."""
+    h = world()
+    mark = h.groups.changes_mark()
+    assert h.groups.delete_groups(["idle-classic"]).response == [("idle-classic", 0, None)]
+    if heartbeat == "consumer":
+        result = h.groups.consumer_group_heartbeat(
+            "new-consumer", "n1", 0, topics=TOPICS, now_ms=1, instance_id=None, rack_id=None,
+            rebalance_timeout_ms=30000, subscribed_topic_names=["orders"], subscribed_topic_regex=None,
+            server_assignor=None, owned_partitions=[], client_id="c", client_host="/h", api_version=1)
+    elif heartbeat == "streams":
+        result = h.groups.streams_group_heartbeat(
+            "new-app", "n1", 0, topics=TOPICS, now_ms=1, rebalance_timeout_ms=1000, topology=_topology(),
+            active_tasks=[], standby_tasks=[], warmup_tasks=[], process_id="p")
+    else:
+        result = h.groups.share_group_heartbeat("new-share", "n1", 0, subscribed_topic_names=["orders"], now_ms=1,
+                                                topics=TOPICS)
+    assert result.response.error_code == 0 and result.response.member_epoch > 0 and result.records
+    assert h.groups.group_type(f"new-{'app' if heartbeat == 'streams' else heartbeat}") == heartbeat
+    assert not h.groups.revert(mark)

@@ -65,11 +65,12 @@ class Harness:
         return r.member_id, r.generation_id
 
     def cgh(self, group, member_id, epoch, topics=("orders",), owned=None):
-        result, records = self.groups.consumer_group_heartbeat(
+        stepped = self.groups.consumer_group_heartbeat(
             group, member_id, epoch, topics=TOPICS, now_ms=self.now_ms, instance_id=None, rack_id=None,
             rebalance_timeout_ms=30000, subscribed_topic_names=list(topics), subscribed_topic_regex=None,
             server_assignor=None, owned_partitions=[] if epoch == 0 else owned, client_id="c", client_host="/h",
             api_version=1)
+        result, records = stepped.response, stepped.records
         self.log += records
         return result
 

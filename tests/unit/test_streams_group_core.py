@@ -187,15 +187,15 @@ def test_the_standby_replicas_go_to_other_processes():
 
 def test_streams_groups_share_the_namespace_and_list_as_streams():
     g, view = Groups({}), topics()
-    r, _ = g.streams_group_heartbeat("app", "m1", 0, topics=view, now_ms=0, rebalance_timeout_ms=1000,
-                                     topology=topology(), active_tasks=[], standby_tasks=[], warmup_tasks=[],
-                                     process_id="p")
+    r = g.streams_group_heartbeat("app", "m1", 0, topics=view, now_ms=0, rebalance_timeout_ms=1000,
+                                  topology=topology(), active_tasks=[], standby_tasks=[], warmup_tasks=[],
+                                  process_id="p").response
     assert r.error_code == 0
     assert [(group, kind, protocol) for group, _, kind, protocol in g.list_groups()] == [("app", "streams", "streams")]
-    c, _ = g.consumer_group_heartbeat("app", "c1", 0, topics=view, now_ms=0, instance_id=None, rack_id=None,
-                                      rebalance_timeout_ms=1000, subscribed_topic_names=["in"],
-                                      subscribed_topic_regex=None, server_assignor=None, owned_partitions=[],
-                                      client_id="", client_host="", api_version=1)
+    c = g.consumer_group_heartbeat("app", "c1", 0, topics=view, now_ms=0, instance_id=None, rack_id=None,
+                                   rebalance_timeout_ms=1000, subscribed_topic_names=["in"],
+                                   subscribed_topic_regex=None, server_assignor=None, owned_partitions=[],
+                                   client_id="", client_host="", api_version=1).response
     assert c.error_code == ErrorCode.GROUP_ID_NOT_FOUND
     assert g.describe_streams(["nope"])[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
     assert g.delete_groups(["app"]).response == [("app", ErrorCode.NON_EMPTY_GROUP, "Group app is not empty.")]
@@ -203,9 +203,9 @@ def test_streams_groups_share_the_namespace_and_list_as_streams():
 
 def test_offset_commits_check_the_streams_member_and_epoch():
     g, view = Groups({"group.streams.initial.rebalance.delay.ms": 0}), topics()
-    r, _ = g.streams_group_heartbeat("app", "m1", 0, topics=view, now_ms=0, rebalance_timeout_ms=1000,
-                                     topology=topology(), active_tasks=[], standby_tasks=[], warmup_tasks=[],
-                                     process_id="p")
+    r = g.streams_group_heartbeat("app", "m1", 0, topics=view, now_ms=0, rebalance_timeout_ms=1000,
+                                  topology=topology(), active_tasks=[], standby_tasks=[], warmup_tasks=[],
+                                  process_id="p").response
     epoch = r.member_epoch
     partitions = [("in", 0, 5, -1, None)]
     assert g.commit_offsets("app", "m1", None, epoch, partitions, api_version=9, now_ms=1).response == [0]
@@ -225,9 +225,10 @@ def test_the_group_epoch_is_persisted_and_never_goes_back():
     g, view = Groups({"group.streams.initial.rebalance.delay.ms": 0}), topics()
     records = []
     for member in ("m1", "m2"):
-        r, out = g.streams_group_heartbeat("app", member, 0, topics=view, now_ms=0, rebalance_timeout_ms=1000,
-                                           topology=topology(), active_tasks=[], standby_tasks=[], warmup_tasks=[],
-                                           process_id="p")
+        stepped = g.streams_group_heartbeat("app", member, 0, topics=view, now_ms=0, rebalance_timeout_ms=1000,
+                                            topology=topology(), active_tasks=[], standby_tasks=[], warmup_tasks=[],
+                                            process_id="p")
+        r, out = stepped.response, stepped.records
         records += out
     assert records and all(key[:2] == (17).to_bytes(2, "big") for key, _ in records)
     epoch = g.streams.describe(["app"])[0].group_epoch
@@ -240,11 +241,11 @@ def test_the_group_epoch_is_persisted_and_never_goes_back():
     [d] = reloaded.describe_streams(["app"])
     assert (d.group_state, d.group_epoch, d.members) == ("Empty", epoch, [])
     # a member of the old coordinator is unknown here; it rejoins and the epoch moves on
-    r, _ = reloaded.streams_group_heartbeat("app", "m1", epoch, topics=view, now_ms=10)
+    r = reloaded.streams_group_heartbeat("app", "m1", epoch, topics=view, now_ms=10).response
     assert r.error_code == ErrorCode.UNKNOWN_MEMBER_ID
-    r, _ = reloaded.streams_group_heartbeat("app", "m1", 0, topics=view, now_ms=10, rebalance_timeout_ms=1000,
-                                            topology=topology(), active_tasks=[], standby_tasks=[], warmup_tasks=[],
-                                            process_id="p")
+    r = reloaded.streams_group_heartbeat("app", "m1", 0, topics=view, now_ms=10, rebalance_timeout_ms=1000,
+                                         topology=topology(), active_tasks=[], standby_tasks=[], warmup_tasks=[],
+                                         process_id="p").response
     assert r.member_epoch > epoch
     # the share groups' namespace knows the id
     assert reloaded.share.group_type("app") == "streams"
@@ -277,9 +278,9 @@ def test_members_learn_which_user_endpoint_holds_which_partitions():
 
 def test_a_transactional_commit_with_a_stale_streams_epoch_is_an_illegal_generation():
     g, view = Groups({"group.streams.initial.rebalance.delay.ms": 0}), topics()
-    r, _ = g.streams_group_heartbeat("app", "m1", 0, topics=view, now_ms=0, rebalance_timeout_ms=1000,
-                                     topology=topology(), active_tasks=[], standby_tasks=[], warmup_tasks=[],
-                                     process_id="p")
+    r = g.streams_group_heartbeat("app", "m1", 0, topics=view, now_ms=0, rebalance_timeout_ms=1000,
+                                  topology=topology(), active_tasks=[], standby_tasks=[], warmup_tasks=[],
+                                  process_id="p").response
     partitions = [("in", 0, 5, -1, None)]
     result = g.commit_transactional_offsets("app", 7, "m1", None, r.member_epoch, partitions, now_ms=1)
     errors, records = result.response, result.records
