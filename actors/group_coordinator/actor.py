@@ -263,22 +263,26 @@ class GroupCoordinator(PartitionReplica):
     def _topics(self) -> dict[str, tuple[uuid.UUID, int]]:
         return {t.name: (t.topic_id, len(t.partitions)) for t in self.image.topics.values() if not t.internal}
 
-    async def _commit(self, records: list, transaction: TxnWrite | None = None, revert=None) -> int:
-        """Append a call's records: 0, or the error to answer. When the append fails, `revert` (an offset commit's)
-        takes back the call's own changes if no other call's records are on their way to the log (later changes may
-        rest on them otherwise); else, and for every other call, the shard is rebuilt from the log."""
+    async def _commit(self, records: list, transaction: TxnWrite | None = None, mark=None) -> int:
+        """Append a call's records: 0, or the error to answer. A call that changed state only through its records
+        (OffsetCommit, TxnOffsetCommit, OffsetDelete, DeleteGroups, share initialization: see groups.py) passes the
+        shard's `changes_mark` from before it: when the append fails, its changes are taken back (`Groups.revert`) if no
+        other call's records are on their way to the log (later changes may rest on them otherwise) and nothing changed
+        the state otherwise since; else, and for every other call, the shard is rebuilt from the log."""
+        shard = self.shard
+        if mark is None and shard is not None:
+            shard.untracked()  # it changed the groups during the call: earlier changes can't be taken back alone
         if not records:
             return 0
-        shard = self.shard
         self.appending += 1
         try:
             await self.group_log.append(records, transaction)
         except CoordinatorLogError as e:
             self.appending -= 1
-            if (revert is not None and not self.appending and shard is not None and shard is self.shard
-                    and revert(shard)):
-                log.warning("offset commit append failed (%s); the commit is reverted", e)
-                shard.settle_offset_commits()
+            if mark is not None and not self.appending and shard is not None and shard is self.shard \
+                    and shard.revert(mark):
+                log.warning("group record append failed (%s); the call's changes are reverted", e)
+                shard.settle()
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE
             log.warning("group record append failed (%s); reloading the shard from the log", e)
             if self.host.shard is not None:
@@ -294,7 +298,7 @@ class GroupCoordinator(PartitionReplica):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         self.appending -= 1
         if not self.appending and shard is not None and shard is self.shard:
-            shard.settle_offset_commits()
+            shard.settle()
         return 0
 
     async def _settle(self, outcome: CoordinatorResult) -> int:
@@ -383,10 +387,10 @@ class GroupCoordinator(PartitionReplica):
     async def commit_offsets(self, group_id: str, member_id: str, instance_id: str | None,
                              generation_or_epoch: int, partitions: list, api_version: int) -> list[int]:
         shard = await self._ready()
-        mark = shard.offset_commits_mark()
+        mark = shard.changes_mark()
         result = shard.commit_offsets(group_id, member_id, instance_id, generation_or_epoch, partitions,
                                       api_version=api_version, now_ms=now_ms())
-        error = await self._commit(result.records, revert=lambda s: s.revert_offset_commits(mark))
+        error = await self._commit(result.records, mark=mark)
         return [error or e for e in result.response]
 
     async def fetch_offsets(self, group_id: str, topics: list | None, member_id: str | None = None,
@@ -420,13 +424,14 @@ class GroupCoordinator(PartitionReplica):
         if error:
             return [error] * len(partitions)
         seen = self.markers_seen.get(producer_id, 0)
-        errors, records = shard.commit_transactional_offsets(group_id, producer_id, member_id, instance_id,
-                                                             generation_or_epoch, partitions, now_ms=now_ms())
-        if not records:
-            return errors
+        mark = shard.changes_mark()
+        result = shard.commit_transactional_offsets(group_id, producer_id, member_id, instance_id,
+                                                    generation_or_epoch, partitions, now_ms=now_ms())
+        if not result.records:
+            return result.response
         guard = TxnWrite(producer_id, producer_epoch, lambda: self.markers_seen.get(producer_id, 0) == seen)
-        error = await self._commit(records, guard)
-        return [error or e for e in errors]
+        error = await self._commit(result.records, guard, mark=mark)
+        return [error or e for e in result.response]
 
     def _producer_error(self, producer_id: int, producer_epoch: int) -> int:
         if producer_id < 0 or producer_epoch < 0:
@@ -493,8 +498,10 @@ class GroupCoordinator(PartitionReplica):
 
     async def delete_offsets(self, group_id: str, partitions: list):
         shard = await self._ready()
-        error, errors, records = shard.delete_offsets(group_id, partitions)
-        commit_error = await self._commit(records)
+        mark = shard.changes_mark()
+        result = shard.delete_offsets(group_id, partitions)
+        commit_error = await self._commit(result.records, mark=mark)
+        error, errors = result.response
         return error, [commit_error or e for e in errors]
 
     # ---- share groups ------------------------------------------------------------------------
@@ -557,8 +564,8 @@ class GroupCoordinator(PartitionReplica):
             if error:
                 log.warning("initializing share state of %s %s-%d failed: %s", group_id, topic_id, index, message)
         shard = await self._ready()
-        await self._commit(shard.share.mark_initialized(group_id, done)
-                           + shard.share.mark_initialize_failed(group_id, failed))
+        mark = shard.changes_mark()
+        await self._commit(shard.share_initialized(group_id, done, failed, now_ms()).records, mark=mark)
 
     async def _share_coordinator(self, group_id: str, topic_id: uuid.UUID, index: int):
         count = int(self.config["share.coordinator.state.topic.num.partitions"])
@@ -578,9 +585,11 @@ class GroupCoordinator(PartitionReplica):
     async def share_offsets_altered(self, group_id: str, partitions: dict) -> tuple[int, str | None]:
         """AlterShareGroupOffsets set these share-partitions' start offsets (see the core)."""
         shard = await self._ready()
-        error, message, records = shard.share.share_offsets_altered(group_id, partitions)
-        if not error and await self._commit(records):
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is reloading; retry"
+        mark = shard.changes_mark()
+        result = shard.share_offsets_altered(group_id, partitions, now_ms())
+        error, message = result.response
+        if not error and await self._commit(result.records, mark=mark):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator could not write the change; retry"
         return error, message
 
     async def describe(self, group_ids: list[str]):
@@ -603,9 +612,12 @@ class GroupCoordinator(PartitionReplica):
                     await coordinator.delete_state.remote(group_id, topic_id, index)
                 except Exception as e:
                     log.warning("deleting share state of %s failed: %s", group_id, e)
-        results, records = shard.delete_groups(group_ids)
-        error = await self._commit(records)
-        return [(g, error or code, message) for g, code, message in results]
+        if shard is not self.shard:  # reloaded while deleting share state
+            shard = await self._ready()
+        mark = shard.changes_mark()
+        result = shard.delete_groups(group_ids, now_ms())
+        error = await self._commit(result.records, mark=mark)
+        return [(g, error or code, message) for g, code, message in result.response]
 
     async def close(self) -> None:
         for task in self.tasks:

@@ -22,6 +22,7 @@ keeps its groups Stable and their members heartbeating.
 """
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -249,6 +250,20 @@ class ClassicGroups:
         """A group for offsets committed outside group management (generation -1): Empty, no protocol. Like Kafka,
         it is not written: its offsets bring it back on replay."""
         self._groups.setdefault(group_id, _Group(group_id, state_timestamp_ms=now_ms))
+
+    def remove_records(self, group_id: str) -> list[Record]:
+        """The tombstone that drops a group when replayed (computed only)."""
+        return [crec.group_metadata(group_id, None)] if group_id in self._groups else []
+
+    def snapshot(self, group_id: str):
+        """A copy of everything this holds for `group_id`, for `restore` (a command's changes taken back)."""
+        return copy.deepcopy(self._groups.get(group_id))
+
+    def restore(self, group_id: str, snapshot) -> None:
+        if snapshot is None:
+            self._groups.pop(group_id, None)
+        else:
+            self._groups[group_id] = snapshot
 
     def remove(self, group_id: str) -> list[Record]:
         """Drop an Empty group (DeleteGroups, a conversion to a consumer group, retention): its tombstone."""

@@ -38,6 +38,7 @@ Decisions where Kafka's snapshot differs or is silent:
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import re
 import uuid
@@ -790,14 +791,30 @@ class ConsumerGroups:
         group = self._groups[group_id] = _Group(group_id)
         return [rec.consumer_group_metadata(group_id, group.group_epoch, group.metadata_hash)]
 
-    def delete_group(self, group_id: str) -> tuple[int, str | None, list[Record]]:
+    def delete_records(self, group_id: str) -> tuple[int, str | None, list[Record]]:
+        """DeleteGroups for this group, computed only: (error, message, the tombstone that deletes it when replayed)."""
         group = self._groups.get(group_id)
         if group is None:
             return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", []
         if group.members:
             return ErrorCode.NON_EMPTY_GROUP, f"Group {group_id} is not empty.", []
-        del self._groups[group_id]
         return ErrorCode.NONE, None, [rec.consumer_group_metadata_tombstone(group_id)]
+
+    def delete_group(self, group_id: str) -> tuple[int, str | None, list[Record]]:
+        error, message, records = self.delete_records(group_id)
+        if not error:
+            del self._groups[group_id]
+        return error, message, records
+
+    def snapshot(self, group_id: str):
+        """A copy of everything this holds for `group_id`, for `restore` (a command's changes taken back)."""
+        return copy.deepcopy(self._groups.get(group_id))
+
+    def restore(self, group_id: str, snapshot) -> None:
+        if snapshot is None:
+            self._groups.pop(group_id, None)
+        else:
+            self._groups[group_id] = snapshot
 
     # ---- loading --------------------------------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ Assignment only ever uses partitions of subscribed topics present in the view.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import uuid
 from collections.abc import Iterable, Mapping
@@ -207,14 +208,19 @@ class _ShareGroup:
     def subscribed_topic_names(self) -> set[str]:
         return {t for m in self.members.values() for t in m.subscribed_topic_names}
 
-    def init_record(self) -> Record:
+    def init_record(self, initializing: Iterable[TopicPartition] | None = None,
+                    initialized: Iterable[TopicPartition] | None = None, deleting: Iterable[uuid.UUID] | None = None,
+                    topic_names: Mapping[uuid.UUID, str] | None = None) -> Record:
+        """The group's ShareGroupStatePartitionMetadata record: of its state, or of the state given instead."""
         def by_topic(tps):
             out: dict[uuid.UUID, list[int]] = {}
             for t, p in tps:
                 out.setdefault(t, []).append(p)
             return out
-        return rec.state_partition_metadata(self.group_id, by_topic(self.initializing), by_topic(self.initialized),
-                                            self.deleting, self.topic_names)
+        return rec.state_partition_metadata(
+            self.group_id, by_topic(self.initializing if initializing is None else initializing),
+            by_topic(self.initialized if initialized is None else initialized),
+            self.deleting if deleting is None else deleting, self.topic_names if topic_names is None else topic_names)
 
     def forget_topics(self, topic_ids: set[uuid.UUID]) -> bool:
         """Drop deleted topics from the initialization state; True if anything changed."""
@@ -486,15 +492,23 @@ class GroupCoordinatorShard:
 
     def mark_initialized(self, group_id: str, partitions: Iterable[TopicPartition]) -> list[Record]:
         """The share coordinator initialized these share-partitions: they become assignable (the next heartbeat
-        bumps the group epoch and assigns them)."""
+        bumps the group epoch and assigns them). Changes the group by replaying `initialized_records`."""
+        return self._replayed(self.initialized_records(group_id, partitions))
+
+    def initialized_records(self, group_id: str, partitions: Iterable[TopicPartition]) -> list[Record]:
+        """`mark_initialized`'s record, computed only: the group's initialization state with these share-partitions
+        initialized (none if there is no such group, or they all are already)."""
         group = self._groups.get(group_id)
-        partitions = [tp for tp in partitions if group and tp not in group.initialized]
+        partitions = {tp for tp in partitions if group and tp not in group.initialized}
         if not partitions:
             return []
-        for tp in partitions:
-            group.initializing.pop(tp, None)
-            group.initialized.add(tp)
-        return [group.init_record()]
+        return [group.init_record(initializing=[tp for tp in group.initializing if tp not in partitions],
+                                  initialized=group.initialized | partitions)]
+
+    def _replayed(self, records: list[Record]) -> list[Record]:
+        for key, value in records:
+            self.replay(key, value)
+        return records
 
     def share_offsets_altered(self, group_id: str, partitions: Mapping[TopicPartition, str]
                               ) -> tuple[int, str | None, list[Record]]:
@@ -502,7 +516,13 @@ class GroupCoordinatorShard:
         partition): topic name}). KIP-932: the tool may also initialize a share group, so a group
         that does not exist yet is created, empty. Either way the share-partitions count as
         initialized: the first member's heartbeat must not initialize them again, which would
-        replace the start offset just set."""
+        replace the start offset just set. Changes the group by replaying `offsets_altered_records`."""
+        error, message, records = self.offsets_altered_records(group_id, partitions)
+        return error, message, self._replayed(records)
+
+    def offsets_altered_records(self, group_id: str, partitions: Mapping[TopicPartition, str]
+                                ) -> tuple[int, str | None, list[Record]]:
+        """`share_offsets_altered`'s answer and records, computed only."""
         if group_id in self._foreign:
             return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.", []
         group = self._groups.get(group_id)
@@ -510,26 +530,27 @@ class GroupCoordinatorShard:
             return ErrorCode.NON_EMPTY_GROUP, f"Share group {group_id} has members.", []
         records = []
         if group is None:
-            group = self._groups[group_id] = _ShareGroup(group_id)
+            group = _ShareGroup(group_id)  # (not kept: the records make it)
             records.append(rec.share_group_metadata(group_id, group.group_epoch, group.metadata_hash))
-        for (topic_id, index), name in partitions.items():
-            group.initializing.pop((topic_id, index), None)
-            group.initialized.add((topic_id, index))
-            group.topic_names[topic_id] = name
-            group.deleting.discard(topic_id)
         if partitions:
-            records.append(group.init_record())
+            records.append(group.init_record(
+                initializing=[tp for tp in group.initializing if tp not in partitions],
+                initialized=group.initialized | set(partitions), deleting=group.deleting - {t for t, _ in partitions},
+                topic_names={**group.topic_names, **{topic_id: name for (topic_id, _), name in partitions.items()}}))
         return ErrorCode.NONE, None, records
 
     def mark_initialize_failed(self, group_id: str, partitions: Iterable[TopicPartition]) -> list[Record]:
-        """Kafka's uninitializeShareGroupState: forget these initializing partitions; the next heartbeat retries."""
+        """Kafka's uninitializeShareGroupState: forget these initializing partitions; the next heartbeat retries.
+        Changes the group by replaying `initialize_failed_records`."""
+        return self._replayed(self.initialize_failed_records(group_id, partitions))
+
+    def initialize_failed_records(self, group_id: str, partitions: Iterable[TopicPartition]) -> list[Record]:
+        """`mark_initialize_failed`'s record, computed only."""
         group = self._groups.get(group_id)
-        partitions = [tp for tp in partitions if group and tp in group.initializing]
+        partitions = {tp for tp in partitions if group and tp in group.initializing}  # (one may be listed twice)
         if not partitions:
             return []
-        for tp in partitions:
-            group.initializing.pop(tp, None)  # a partition may be listed twice
-        return [group.init_record()]
+        return [group.init_record(initializing=[tp for tp in group.initializing if tp not in partitions])]
 
     def on_topics_deleted(self, topic_ids: Iterable[uuid.UUID]) -> list[Record]:
         """Kafka's maybeCleanupShareGroupState: deleted topics leave every group's initialization state (the share
@@ -584,21 +605,42 @@ class GroupCoordinatorShard:
         deletes the groups' share state first (`share_partitions`), as Kafka's DeleteGroups does for share groups."""
         results, records = [], []
         for group_id in group_ids:
-            if not group_id:
-                results.append((group_id, ErrorCode.INVALID_GROUP_ID, "Group id can't be empty."))
-                continue
-            try:
-                group = self._share_group(group_id)
-            except _GroupError as e:
-                results.append((group_id, e.error_code, e.message))
-                continue
-            if group.members:
-                results.append((group_id, ErrorCode.NON_EMPTY_GROUP, f"Group {group_id} is not empty."))
-                continue
-            del self._groups[group_id]  # DEAD
-            records += [rec.state_partition_metadata_tombstone(group_id), rec.share_group_metadata_tombstone(group_id)]
-            results.append((group_id, ErrorCode.NONE, None))
+            result, group_records = self.delete_records(group_id)
+            if group_records:
+                del self._groups[group_id]  # DEAD
+            records += group_records
+            results.append(result)
         return results, records
+
+    def delete_records(self, group_id: str) -> tuple[tuple[str, int, str | None], list[Record]]:
+        """DeleteGroups for one share group, computed only: (group id, error, message) and the tombstones that
+        delete it when replayed."""
+        if not group_id:
+            return (group_id, ErrorCode.INVALID_GROUP_ID, "Group id can't be empty."), []
+        try:
+            group = self._share_group(group_id)
+        except _GroupError as e:
+            return (group_id, e.error_code, e.message), []
+        if group.members:
+            return (group_id, ErrorCode.NON_EMPTY_GROUP, f"Group {group_id} is not empty."), []
+        return (group_id, ErrorCode.NONE, None), [rec.state_partition_metadata_tombstone(group_id),
+                                                  rec.share_group_metadata_tombstone(group_id)]
+
+    def snapshot(self, group_id: str):
+        """A copy of everything this holds for `group_id` (the group, or the id's reservation for another type),
+        for `restore` (a command's changes taken back)."""
+        return copy.deepcopy(self._groups.get(group_id)), self._foreign.get(group_id)
+
+    def restore(self, group_id: str, snapshot) -> None:
+        group, foreign = snapshot
+        if group is None:
+            self._groups.pop(group_id, None)
+        else:
+            self._groups[group_id] = group
+        if foreign is None:
+            self._foreign.pop(group_id, None)
+        else:
+            self._foreign[group_id] = foreign
 
     # ---- loading ----------------------------------------------------------------------------------------------------
 
@@ -632,10 +674,11 @@ class GroupCoordinatorShard:
             group.assignment_epoch = r.value.epoch  # assignments are not persisted; epochs must not go backwards
             return
         group.topic_names = {}
-        group.initializing, group.initialized = {}, set()
+        # (a partition still initializing keeps when it started, where this shard saw it start; loaded: None)
+        since, group.initializing, group.initialized = group.initializing, {}, set()
         for info in r.value.initializing_topics:
             group.topic_names[info.topic_id] = info.topic_name
-            group.initializing.update({(info.topic_id, p): None for p in info.partitions})
+            group.initializing.update({(info.topic_id, p): since.get((info.topic_id, p)) for p in info.partitions})
         for info in r.value.initialized_topics:
             group.topic_names[info.topic_id] = info.topic_name
             group.initialized.update((info.topic_id, p) for p in info.partitions)

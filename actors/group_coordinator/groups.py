@@ -6,6 +6,17 @@ A group id names one group of one type. This module routes each request to its t
 requests aimed at a group of another type as Kafka does, converts an empty group between the classic and consumer
 protocols (KIP-848's upgrade and downgrade of empty groups), and checks offset commits against the group's
 members. The shell appends the records a call returns before it answers.
+
+The offset commands (OffsetCommit, TxnOffsetCommit, OffsetDelete), DeleteGroups and the share groups' initialization
+state (the share coordinators' answers, AlterShareGroupOffsets) change state only through the records they return: each
+computes them from the current state without changing it, then applies them at once by the path replay takes (`apply`),
+as Kafka's coordinator replays a CoordinatorResult's records into its timeline data structures when it writes them.
+Until the shell settles them (their append done), `revert(mark)` takes back every change applied since `changes_mark()`:
+offsets partition by partition (OffsetStore), groups by a copy of each group's state taken before its first record, as
+Kafka reverts its snapshot registry when an append fails. What is not written in Kafka either (a simple group, which
+offsets committed outside group management create) is made in memory beside the records and taken back with them. The
+other commands (the group protocols' heartbeats, joins and syncs, the timers, topic changes) still change state during
+the call: after them `revert` refuses and the shell rebuilds the shard from the log when an append fails.
 """
 from __future__ import annotations
 
@@ -15,6 +26,8 @@ from typing import Any
 
 from actors.coordinator_result import CoordinatorResult
 from actors.group_coordinator import classic_records as crec
+from actors.group_coordinator import records as rec
+from actors.group_coordinator import streams_records as srec
 from actors.group_coordinator.classic import (STABLE, ClassicGroups, DescribedClassicGroup, JoinResult, Replies,
                                               SyncResult, merge, outcome)
 from actors.group_coordinator.consumer_group import ConsumerGroups, ConsumerHeartbeatResult, DescribedConsumerGroup
@@ -28,6 +41,18 @@ SHARE, CLASSIC, CONSUMER, STREAMS = "share", "classic", "consumer", "streams"
 STREAMS_PROTOCOL_TYPE = "streams"
 SHARE_PROTOCOL_TYPE = "share"
 CONSUMER_PROTOCOL_TYPE = "consumer"
+UNDO_GROUPS_MAX = 10_000  # group copies kept for `revert` while appends overlap; beyond, the shell reloads
+
+
+def _group_of(record_type: int, key_bytes) -> str | None:
+    """The group id of a group record (classic, consumer, share or streams metadata); None for another type."""
+    if record_type in (crec.CLASSIC_GROUP_METADATA, rec.CONSUMER_GROUP_METADATA):
+        return rec.decode(key_bytes, None).key
+    if record_type in (rec.SHARE_GROUP_METADATA, rec.SHARE_GROUP_STATE_PARTITION_METADATA):
+        return rec.decode(key_bytes, None).key.group_id
+    if record_type == srec.RECORD_TYPE_STREAMS_GROUP_METADATA:
+        return srec.decode_streams_group_metadata(key_bytes, None).group_id
+    return None
 
 
 @dataclass
@@ -46,7 +71,9 @@ class Groups:
         self.streams = StreamsGroups(config)
         self.offsets = OffsetStore(config)
         self.next_retention_check_ms = 0
-        self._simple_created: list[tuple[int, str]] = []  # (offsets mark, group) a commit created, until settled
+        # each group's state before the records applied since the last settle changed it (see `revert`)
+        self._undo: list[tuple[str, tuple]] = []
+        self._undo_dropped = 0  # changes forgotten unsettled: `revert` before them refuses
 
     # ---- the namespace -------------------------------------------------------------------------------------------
 
@@ -76,10 +103,14 @@ class Groups:
     def replay(self, key_bytes, value_bytes, now_ms: int, producer_id: int = -1) -> None:
         """Apply one record of the partition; `producer_id` is its transactional batch's (-1: not transactional),
         which makes an offset commit pending until the producer's marker (`complete_transaction`)."""
+        self.untracked()
         record_type = crec.record_type(key_bytes)
         if record_type in crec.OFFSET_COMMIT_TYPES:
             self.offsets.replay(key_bytes, value_bytes, producer_id)
             return
+        self._replay_group_record(record_type, key_bytes, value_bytes, now_ms)
+
+    def _replay_group_record(self, record_type: int, key_bytes, value_bytes, now_ms: int) -> None:
         if record_type == crec.CLASSIC_GROUP_METADATA:
             self.classic.replay(key_bytes, value_bytes, now_ms)
         self.consumer.replay(record_type, key_bytes, value_bytes)
@@ -97,6 +128,71 @@ class Groups:
             if self.group_type(group_id) is None:
                 self.classic.create_simple(group_id, now_ms)
                 self._classic_created(group_id, existed=False)
+
+    # ---- applying a command's records, and taking them back ------------------------------------------------------
+
+    def apply(self, records: list[Record], now_ms: int, producer_id: int = -1) -> None:
+        """Replay a command's records now, before their append (the path `replay` takes; `producer_id`: of the
+        transactional batch they go in), remembering what they change so that `revert` can take them back."""
+        for key_bytes, value_bytes in records:
+            record_type = crec.record_type(key_bytes)
+            if record_type in crec.OFFSET_COMMIT_TYPES:
+                self.offsets.apply([(key_bytes, value_bytes)], producer_id)
+                continue
+            group_id = _group_of(record_type, key_bytes)
+            if group_id is None:
+                self.untracked()  # (no command writes such a record: not revertable)
+            else:
+                self._capture(group_id)
+            self._replay_group_record(record_type, key_bytes, value_bytes, now_ms)
+
+    def _create_simple(self, group_id: str, now_ms: int) -> None:
+        """A simple group for offsets committed outside group management: in memory only, as in Kafka (its offsets
+        bring it back on replay, `finish_replay`), and taken back with the records of the command that made it."""
+        if self.group_type(group_id) is None:
+            self._capture(group_id)
+            self.classic.create_simple(group_id, now_ms)
+            self._classic_created(group_id, existed=False)
+
+    def _capture(self, group_id: str) -> None:
+        if len(self._undo) >= UNDO_GROUPS_MAX:
+            self.untracked()
+        self._undo.append((group_id, (self.classic.snapshot(group_id), self.consumer.snapshot(group_id),
+                                      self.streams.snapshot(group_id), self.share.snapshot(group_id))))
+
+    def untracked(self) -> None:
+        """Groups change otherwise than by `apply` (a heartbeat, a join, a timer): the changes applied before can
+        no longer be taken back alone (`revert` refuses; the shell then rebuilds the shard from the log)."""
+        if self._undo:
+            self._undo_dropped += len(self._undo)
+            self._undo.clear()
+
+    def changes_mark(self) -> tuple[int, int]:
+        """Where the next command's changes start (see `revert`)."""
+        return self.offsets.changes_mark(), self._undo_dropped + len(self._undo)
+
+    def revert(self, mark: tuple[int, int]) -> bool:
+        """Take back every change applied since `mark` (the records whose append failed, and the simple groups they
+        made), newest first: the state is as it was at `mark`. Only right when no other append was under way.
+        False, changing nothing, when they are no longer all remembered (something changed state otherwise since):
+        the shell then rebuilds the shard from the log."""
+        offsets_mark, groups_mark = mark
+        if groups_mark < self._undo_dropped or not self.offsets.can_revert(offsets_mark):
+            return False
+        self.offsets.revert(offsets_mark)
+        while self._undo_dropped + len(self._undo) > groups_mark:
+            group_id, (classic, consumer, streams, share) = self._undo.pop()
+            self.classic.restore(group_id, classic)
+            self.consumer.restore(group_id, consumer)
+            self.streams.restore(group_id, streams)
+            self.share.restore(group_id, share)
+        return True
+
+    def settle(self) -> None:
+        """Every change applied so far is in the log (or was reverted): forget how to take them back."""
+        self.offsets.settle()
+        self._undo.clear()
+        self._undo_dropped = 0
 
     # ---- classic protocol ------------------------------------------------------------------------------------------
 
@@ -116,6 +212,7 @@ class Groups:
                    protocols: list[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int, *,
                    client_id: str, client_host: str, require_known_member_id: bool, api_version: int,
                    now_ms: int) -> CoordinatorResult[Replies]:
+        self.untracked()
         converted = self._downgrade(group_id)
         error = self._not_classic(group_id)
         if error:
@@ -132,6 +229,7 @@ class Groups:
     def sync_group(self, call: int, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
                    protocol_type: str | None, protocol_name: str | None, assignments: list[tuple[str, bytes]], *,
                    now_ms: int) -> CoordinatorResult[Replies]:
+        self.untracked()
         error = self._not_classic(group_id)
         if error:  # a group of another type has no such member
             error = error if error == ErrorCode.INVALID_GROUP_ID else ErrorCode.UNKNOWN_MEMBER_ID
@@ -141,12 +239,14 @@ class Groups:
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None, *,
                   now_ms: int) -> int:
+        self.untracked()
         error = self._not_classic(group_id)
         if error:  # a group of another type has no such member
             return error if error == ErrorCode.INVALID_GROUP_ID else ErrorCode.UNKNOWN_MEMBER_ID
         return self.classic.heartbeat(group_id, generation_id, member_id, instance_id, now_ms=now_ms)
 
     def leave_group(self, group_id: str, members: list[tuple[str, str | None]], *, now_ms: int):
+        self.untracked()
         error = self._not_classic(group_id)
         if error:  # a group of another type has no such member
             error = error if error == ErrorCode.INVALID_GROUP_ID else ErrorCode.UNKNOWN_MEMBER_ID
@@ -162,10 +262,32 @@ class Groups:
                                          f"Group {group_id} is not a classic group.")
         return self.classic.describe(group_id)
 
+    # ---- share groups' initialization state (KIP-932) -------------------------------------------------------------
+
+    def share_initialized(self, group_id: str, done: Iterable, failed: Iterable, now_ms: int = 0
+                          ) -> CoordinatorResult[None]:
+        """The share coordinators initialized the share-partitions `done` and failed `failed` (the shell asked
+        them after a heartbeat): the records of the group's initialization state, applied (`apply`); until the
+        shell settles them, `revert` takes them back."""
+        records = self.share.initialized_records(group_id, done)
+        self.apply(records, now_ms)
+        failed_records = self.share.initialize_failed_records(group_id, failed)
+        self.apply(failed_records, now_ms)
+        return CoordinatorResult(records + failed_records)
+
+    def share_offsets_altered(self, group_id: str, partitions: Mapping, now_ms: int = 0
+                              ) -> CoordinatorResult[tuple[int, str | None]]:
+        """AlterShareGroupOffsets set these share-partitions' start offsets (`GroupCoordinatorShard.
+        share_offsets_altered`): the records, applied (`apply`), and as the response (error, message)."""
+        error, message, records = self.share.offsets_altered_records(group_id, partitions)
+        self.apply(records, now_ms)
+        return CoordinatorResult(records, (error, message))
+
     # ---- consumer protocol (KIP-848) ------------------------------------------------------------------------------
 
     def consumer_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, *, topics: TopicsView,
                                  now_ms: int, **request) -> tuple[ConsumerHeartbeatResult, list[Record]]:
+        self.untracked()
         kind = self.group_type(group_id)
         records: list[Record] = []
         if kind == CLASSIC and self.classic.is_empty(group_id) and member_epoch == 0:
@@ -194,12 +316,14 @@ class Groups:
         return out
 
     def on_topics_changed(self, topics: TopicsView, now_ms: int) -> list[Record]:
+        self.untracked()
         return self.consumer.on_topics_changed(topics, now_ms) + self.streams.on_topics_changed(topics, now_ms)
 
     # ---- streams protocol (KIP-1071) ------------------------------------------------------------------------------
 
     def streams_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, *, topics: TopicsView,
                                 now_ms: int, **request) -> tuple[StreamsHeartbeatResult, list[Record]]:
+        self.untracked()
         kind = self.group_type(group_id)
         records: list[Record] = []
         if kind == CLASSIC and self.classic.is_empty(group_id) and member_epoch == 0:
@@ -231,70 +355,48 @@ class Groups:
                        partitions: list[tuple[str, int, int, int, str | None]], *, api_version: int,
                        now_ms: int) -> CoordinatorResult[list[int]]:
         """Kafka's OffsetCommit: the records to append, and as the response an error code per partition (in
-        order). The offsets change only through the records, applied at once by the store's replay path
-        (`OffsetStore.apply`); until the shell settles them, `revert_offset_commits` takes them back (and the simple
-        group a commit created, as Kafka's snapshot registry reverts both)."""
-        mark, existed = self.offsets.changes_mark(), self.group_type(group_id) is not None
-        errors, records = self._offset_commit(group_id, member_id, instance_id, generation_or_epoch, partitions,
-                                              api_version=api_version, now_ms=now_ms)
-        if not existed and self.group_type(group_id) is not None:
-            self._simple_created.append((mark, group_id))
-        self.offsets.apply(records)
+        order). The offsets change only through the records, applied at once (`apply`); until the shell settles
+        them, `revert` takes them back, and the simple group a commit created."""
+        errors, records, simple = self._offset_commit(group_id, member_id, instance_id, generation_or_epoch,
+                                                      partitions, api_version=api_version, now_ms=now_ms)
+        self.apply(records, now_ms)
+        if simple:
+            self._create_simple(group_id, now_ms)
         return CoordinatorResult(records, errors)
-
-    def offset_commits_mark(self) -> int:
-        """Where the next commit's changes start (see `revert_offset_commits`)."""
-        return self.offsets.changes_mark()
-
-    def revert_offset_commits(self, mark: int) -> bool:
-        """Take back the commits made since `mark` (their append failed), and the simple groups they created; False,
-        changing nothing, when they are no longer remembered (see OffsetStore.revert)."""
-        if not self.offsets.revert(mark):
-            return False
-        while self._simple_created and self._simple_created[-1][0] >= mark:
-            _, group_id = self._simple_created.pop()
-            if self.group_type(group_id) == CLASSIC and self.classic.is_empty(group_id) \
-                    and not self.offsets.has_offsets(group_id):
-                self._remove_classic(group_id)  # (never written: its tombstone is not needed)
-        return True
-
-    def settle_offset_commits(self) -> None:
-        """Every commit made so far is in the log (or was reverted)."""
-        self.offsets.settle()
-        self._simple_created.clear()
 
     def _offset_commit(self, group_id: str, member_id: str, instance_id: str | None, generation_or_epoch: int,
                        partitions: list[tuple[str, int, int, int, str | None]], *, api_version: int,
-                       now_ms: int) -> tuple[list[int], list[Record]]:
+                       now_ms: int) -> tuple[list[int], list[Record], bool]:
+        """OffsetCommit's errors and records, computed only, and whether the group is to be made a simple group."""
         if not group_id:
-            return [ErrorCode.INVALID_GROUP_ID] * len(partitions), []
+            return [ErrorCode.INVALID_GROUP_ID] * len(partitions), [], False
         kind = self.group_type(group_id)
         if kind is None:
             if generation_or_epoch >= 0:  # a member of a group that is gone
                 error = ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 9 else ErrorCode.ILLEGAL_GENERATION
-                return [error] * len(partitions), []
-            self.classic.create_simple(group_id, now_ms)  # a "simple" group: offsets without group management
-            self._classic_created(group_id, existed=False)
-            error = ErrorCode.NONE
-        elif kind == CLASSIC:
+                return [error] * len(partitions), [], False
+            # a "simple" group: offsets without group management
+            return *self.offsets.commit(group_id, partitions, now_ms), True
+        if kind == CLASSIC:
             error = self.classic.validate_offset_commit(group_id, member_id, instance_id, generation_or_epoch, now_ms)
         elif kind == CONSUMER:
             error, _ = self.consumer.validate_offset_commit(group_id, member_id, generation_or_epoch, api_version)
             if not error:
-                return self._commit_unless_stale(group_id, member_id, generation_or_epoch, partitions,
-                                                 ErrorCode.STALE_MEMBER_EPOCH,
-                                                 lambda ps: self.offsets.commit(group_id, ps, now_ms))
+                return *self._commit_unless_stale(group_id, member_id, generation_or_epoch, partitions,
+                                                  ErrorCode.STALE_MEMBER_EPOCH,
+                                                  lambda ps: self.offsets.commit(group_id, ps, now_ms)), False
         elif kind == STREAMS:
             error, _ = self.streams.validate_offset_commit(group_id, member_id, generation_or_epoch)
             if not error:
-                return self._commit_unless_stale(group_id, member_id, generation_or_epoch, partitions,
-                                                 ErrorCode.STALE_MEMBER_EPOCH,
-                                                 lambda ps: self.offsets.commit(group_id, ps, now_ms), self.streams)
+                return *self._commit_unless_stale(group_id, member_id, generation_or_epoch, partitions,
+                                                  ErrorCode.STALE_MEMBER_EPOCH,
+                                                  lambda ps: self.offsets.commit(group_id, ps, now_ms),
+                                                  self.streams), False
         else:
             error = ErrorCode.GROUP_ID_NOT_FOUND
         if error:
-            return [error] * len(partitions), []
-        return self.offsets.commit(group_id, partitions, now_ms)
+            return [error] * len(partitions), [], False
+        return *self.offsets.commit(group_id, partitions, now_ms), False
 
     def _commit_unless_stale(self, group_id: str, member_id: str, member_epoch: int, partitions: list,
                              stale_error: int, commit, groups=None) -> tuple[list[int], list[Record]]:
@@ -309,23 +411,36 @@ class Groups:
     def commit_transactional_offsets(self, group_id: str, producer_id: int, member_id: str,
                                      instance_id: str | None, generation_or_epoch: int,
                                      partitions: list[tuple[str, int, int, int, str | None]], *,
-                                     now_ms: int) -> tuple[list[int], list[Record]]:
-        """Kafka's TxnOffsetCommit (OffsetMetadataManager.commitTransactionalOffset): an error code per partition
-        and the records, which the shell appends in `producer_id`'s transactional batch. The offsets stay pending
+                                     now_ms: int) -> CoordinatorResult[list[int]]:
+        """Kafka's TxnOffsetCommit (OffsetMetadataManager.commitTransactionalOffset): the records, which the shell
+        appends in `producer_id`'s transactional batch, and as the response an error code per partition. The pending
+        offsets change only through the records, applied at once as the producer's (`apply`); until the shell settles
+        them, `revert` takes them back, and the simple group the commit created."""
+        errors, records, simple = self._transactional_offset_commit(group_id, member_id, instance_id,
+                                                                    generation_or_epoch, partitions, now_ms=now_ms)
+        self.apply(records, now_ms, producer_id)
+        if simple:
+            self._create_simple(group_id, now_ms)
+        return CoordinatorResult(records, errors)
+
+    def _transactional_offset_commit(self, group_id: str, member_id: str,
+                                     instance_id: str | None, generation_or_epoch: int,
+                                     partitions: list[tuple[str, int, int, int, str | None]], *,
+                                     now_ms: int) -> tuple[list[int], list[Record], bool]:
+        """TxnOffsetCommit's errors and records, computed only, and whether the group is to be made a simple group
+        (the records are a plain commit's; written in the producer's batch, they are pending). The offsets stay pending
         until the producer's marker reaches the partition (`complete_transaction`). A group that does not exist
         is created as a simple group when the request has no generation, else ILLEGAL_GENERATION; a member's
         generation (classic) or epoch (consumer) must be current (a stale consumer epoch is ILLEGAL_GENERATION,
         as Kafka answers TxnOffsetCommit)."""
         if not group_id:
-            return [ErrorCode.INVALID_GROUP_ID] * len(partitions), []
+            return [ErrorCode.INVALID_GROUP_ID] * len(partitions), [], False
         kind = self.group_type(group_id)
         if kind is None:
             if generation_or_epoch >= 0:
-                return [ErrorCode.ILLEGAL_GENERATION] * len(partitions), []
-            self.classic.create_simple(group_id, now_ms)
-            self._classic_created(group_id, existed=False)
-            error = ErrorCode.NONE
-        elif kind == CLASSIC:
+                return [ErrorCode.ILLEGAL_GENERATION] * len(partitions), [], False
+            return *self.offsets.commit(group_id, partitions, now_ms), True
+        if kind == CLASSIC:
             error = self.classic.validate_offset_commit(group_id, member_id, instance_id, generation_or_epoch, now_ms,
                                                         transactional=True)
         elif kind == CONSUMER:
@@ -334,25 +449,26 @@ class Groups:
             if error == ErrorCode.STALE_MEMBER_EPOCH:
                 error = ErrorCode.ILLEGAL_GENERATION
             if not error:
-                return self._commit_unless_stale(
+                return *self._commit_unless_stale(
                     group_id, member_id, generation_or_epoch, partitions, ErrorCode.ILLEGAL_GENERATION,
-                    lambda ps: self.offsets.commit_transactional(group_id, producer_id, ps, now_ms))
+                    lambda ps: self.offsets.commit(group_id, ps, now_ms)), False
         elif kind == STREAMS:
             error, _ = self.streams.validate_offset_commit(group_id, member_id, generation_or_epoch)
             if error == ErrorCode.STALE_MEMBER_EPOCH:
                 error = ErrorCode.ILLEGAL_GENERATION
             if not error:
-                return self._commit_unless_stale(
+                return *self._commit_unless_stale(
                     group_id, member_id, generation_or_epoch, partitions, ErrorCode.ILLEGAL_GENERATION,
-                    lambda ps: self.offsets.commit_transactional(group_id, producer_id, ps, now_ms), self.streams)
+                    lambda ps: self.offsets.commit(group_id, ps, now_ms), self.streams), False
         else:
             error = ErrorCode.GROUP_ID_NOT_FOUND
         if error:
-            return [error] * len(partitions), []
-        return self.offsets.commit_transactional(group_id, producer_id, partitions, now_ms)
+            return [error] * len(partitions), [], False
+        return *self.offsets.commit(group_id, partitions, now_ms), False
 
     def complete_transaction(self, producer_id: int, committed: bool) -> list[tuple[str, str, int]]:
-        """A COMMIT or ABORT marker of `producer_id` was appended to (or replayed from) the partition."""
+        """A COMMIT or ABORT marker of `producer_id` was appended to (or replayed from) the partition (offsets only:
+        `OffsetStore.complete_transaction` makes the offset changes before it unrevertable)."""
         return self.offsets.complete_transaction(producer_id, committed)
 
     def fetch_offsets(self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None, *,
@@ -374,9 +490,16 @@ class Groups:
         return ErrorCode.NONE, [(t, p, v, ErrorCode.NONE) for t, p, v in self.offsets.fetch(group_id, topics)]
 
     def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
-                       ) -> tuple[int, list[int], list[Record]]:
-        """Kafka's OffsetDelete: (group error, an error per partition, records). A group's members may not lose the
-        offsets of topics they subscribe to (GROUP_SUBSCRIBED_TO_TOPIC)."""
+                       ) -> CoordinatorResult[tuple[int, list[int]]]:
+        """Kafka's OffsetDelete: the tombstones, and as the response (group error, an error per partition). A group's
+        members may not lose the offsets of topics they subscribe to (GROUP_SUBSCRIBED_TO_TOPIC). The offsets change
+        only through the tombstones, applied at once (`apply`); until the shell settles them, `revert` takes them
+        back."""
+        error, errors, records = self._offset_delete(group_id, partitions)
+        self.apply(records, now_ms=0)  # (tombstones of offsets: no clock)
+        return CoordinatorResult(records, (error, errors))
+
+    def _offset_delete(self, group_id: str, partitions: list[tuple[str, int]]) -> tuple[int, list[int], list[Record]]:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, [], []
         kind = self.group_type(group_id)
@@ -390,7 +513,7 @@ class Groups:
                       else self.consumer.subscribed_topics(group_id))
         errors = [ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if topic in subscribed else ErrorCode.NONE
                   for topic, _ in partitions]
-        records = self.offsets.delete(group_id, [tp for tp, e in zip(partitions, errors) if not e])
+        records = self.offsets.tombstones(group_id, [tp for tp, e in zip(partitions, errors) if not e])
         return ErrorCode.NONE, errors, records
 
     # ---- admin -----------------------------------------------------------------------------------------------------
@@ -406,43 +529,47 @@ class Groups:
         rows += [(g, state, STREAMS, STREAMS_PROTOCOL_TYPE) for g, state in self.streams.list_groups()]
         return sorted(r for r in rows if (not states or r[1].lower() in states) and (not types or r[2] in types))
 
-    def delete_groups(self, group_ids: Iterable[str]) -> tuple[list[tuple[str, int, str | None]], list[Record]]:
-        """Kafka's DeleteGroups for every type (share groups: the shell deletes their share state first)."""
+    def delete_groups(self, group_ids: Iterable[str], now_ms: int = 0
+                      ) -> CoordinatorResult[list[tuple[str, int, str | None]]]:
+        """Kafka's DeleteGroups for every type (share groups: the shell deletes their share state first): the
+        records, and as the response (group id, error, message) each. Each group's tombstones (its offsets' and its
+        own) are computed from the state, then applied (`apply`) before the next group is looked at; until the shell
+        settles them, `revert` takes them back."""
         results, records = [], []
         for group_id in group_ids:
-            kind = self.group_type(group_id)
-            if kind == SHARE or (kind is None and not group_id):
-                [result], share_records = self.share.delete_groups([group_id])
-                results.append(result)
-                records += share_records
-            elif kind is None:
-                results.append((group_id, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found."))
-            elif kind == CONSUMER:
-                error, message, group_records = self.consumer.delete_group(group_id)
-                if not error:
-                    self.share.unregister_foreign_group(group_id)
-                    records += self.offsets.delete_group(group_id) + group_records
-                results.append((group_id, error, message))
-            elif kind == STREAMS:
-                error, message, group_records = self.streams.delete_group(group_id)
-                if not error:
-                    self.share.unregister_foreign_group(group_id)
-                    records += self.offsets.delete_group(group_id) + group_records
-                results.append((group_id, error, message))
-            elif not self.classic.is_empty(group_id):
-                results.append((group_id, ErrorCode.NON_EMPTY_GROUP, f"Group {group_id} is not empty."))
-            else:
-                records += self.offsets.delete_group(group_id) + self._remove_classic(group_id)
-                results.append((group_id, ErrorCode.NONE, None))
-        return results, records
+            result, group_records = self._delete_group(group_id)
+            self.apply(group_records, now_ms)
+            results.append(result)
+            records += group_records
+        return CoordinatorResult(records, results)
+
+    def _delete_group(self, group_id: str) -> tuple[tuple[str, int, str | None], list[Record]]:
+        """One group's DeleteGroups answer and tombstones, computed only."""
+        kind = self.group_type(group_id)
+        if kind == SHARE or (kind is None and not group_id):
+            return self.share.delete_records(group_id)
+        if kind is None:
+            return (group_id, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found."), []
+        if kind in (CONSUMER, STREAMS):
+            groups = self.consumer if kind == CONSUMER else self.streams
+            error, message, group_records = groups.delete_records(group_id)
+            if error:
+                return (group_id, error, message), []
+            return (group_id, error, message), self.offsets.group_tombstones(group_id) + group_records
+        if not self.classic.is_empty(group_id):
+            return (group_id, ErrorCode.NON_EMPTY_GROUP, f"Group {group_id} is not empty."), []
+        return (group_id, ErrorCode.NONE, None), (self.offsets.group_tombstones(group_id)
+                                                  + self.classic.remove_records(group_id))
 
     def on_topics_deleted(self, topic_ids: set, topic_names: set[str]) -> list[Record]:
+        self.untracked()
         return self.share.on_topics_deleted(topic_ids) + self.offsets.on_topics_deleted(topic_names)
 
     def live_records(self) -> list[Record]:
         """The current record of every key the log holds state for: group metadata of every type, then every
         committed offset. Appended as one batch, they make every record before them redundant: the shell deletes
         those (compaction by rewriting what is live, as the share coordinator prunes its log)."""
+        self.untracked()
         return (self.share.live_records() + self.classic.live_records() + self.consumer.live_records()
                 + self.streams.live_records() + self.offsets.live_records())
 
@@ -450,6 +577,7 @@ class Groups:
 
     def tick(self, now_ms: int) -> CoordinatorResult[Replies]:
         """Every timer due: classic rebalance phases and sessions, share and consumer sessions, offset retention."""
+        self.untracked()
         out = self.classic.tick(now_ms)
         out.records += self.share.expire_sessions(now_ms) + self.consumer.expire(now_ms)
         out.records += self.streams.expire(now_ms)
@@ -509,6 +637,7 @@ class Groups:
                 for key, deadline in groups.session_deadlines().items()}
 
     def carry_sessions(self, deadlines: Mapping[tuple[str, str, str], int]) -> None:
+        self.untracked()
         for kind, groups in (("classic", self.classic), ("consumer", self.consumer), ("share", self.share),
                              ("streams", self.streams)):
             groups.carry_sessions({(g, m): d for (k, g, m), d in deadlines.items() if k == kind})

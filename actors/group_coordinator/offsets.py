@@ -2,9 +2,10 @@
 
 Every change returns the `__consumer_offsets` records that make it durable (Kafka's OffsetCommit records, one per
 partition, keyed by group, topic and partition, so compaction keeps the latest); `replay` rebuilds the store. A
-commit changes nothing itself: its records change the store when they are applied (`apply`, replay's path), and
-until the shell settles them (their append done) `revert` takes back exactly those changes, as Kafka's snapshot
-registry reverts records whose append failed.
+command's records (a commit, a transactional commit, OffsetDelete's or DeleteGroups' tombstones) are computed without
+changing the store; they change it when they are applied (`apply`, which runs replay's own path), and until the
+shell settles them (their append done) `revert` takes back exactly those changes (committed and pending offsets of
+the partitions they name), as Kafka's snapshot registry reverts records whose append failed.
 Retention (`offsets.retention.minutes`) applies to groups without members: an offset expires once the later of its
 commit and the moment its group became empty is older than the retention.
 
@@ -51,8 +52,9 @@ class OffsetStore:
         self._pending: dict[int, dict[str, dict[TopicPartition, tuple[OffsetCommitValue, int]]]] = {}
         self._open_by_group: dict[str, set[int]] = {}  # group -> producer ids with pending offsets in it
         self._next_order = 0
-        # committed offsets `apply` replaced, with what they were, until the shell settles them
-        self._changes: list[tuple[tuple[str, str, int], OffsetCommitValue | None, int | None]] = []
+        # what `apply` replaced, per partition (committed value, its order, pending values by producer), until settled
+        self._changes: list[tuple[tuple[str, str, int], OffsetCommitValue | None, int | None,
+                                  dict[int, tuple[OffsetCommitValue, int]]]] = []
         self._changes_dropped = 0  # how many were forgotten unsettled (appends never stopped overlapping)
 
     def _take_order(self) -> int:
@@ -63,14 +65,18 @@ class OffsetStore:
         self._offsets.setdefault(group_id, {})[(topic, partition)] = value
         self._order[(group_id, topic, partition)] = order
 
-    def _forget(self, group_id: str, topic: str, partition: int) -> bool:
-        """Drop a partition's committed offset and its pending ones; True if there was either."""
-        self._changes_unrevertable()
+    def _unstore(self, group_id: str, topic: str, partition: int) -> bool:
+        """Drop a partition's committed offset; True if there was one."""
         stored = self._offsets.get(group_id, {})
         found = stored.pop((topic, partition), None) is not None
         self._order.pop((group_id, topic, partition), None)
         if not stored:
             self._offsets.pop(group_id, None)
+        return found
+
+    def _drop_pending(self, group_id: str, topic: str, partition: int) -> bool:
+        """Drop a partition's pending offsets (of every producer); True if there was one."""
+        found = False
         for producer_id in list(self._open_by_group.get(group_id, ())):
             by_group = self._pending.get(producer_id, {})
             pending = by_group.get(group_id, {})
@@ -83,6 +89,14 @@ class OffsetStore:
         if not self._open_by_group.get(group_id, True):
             del self._open_by_group[group_id]
         return found
+
+    def _forget(self, group_id: str, topic: str, partition: int) -> bool:
+        """Drop a partition's committed offset and its pending ones; True if there was either."""
+        found = self._unstore(group_id, topic, partition)
+        return self._drop_pending(group_id, topic, partition) or found
+
+    def _has_any(self, group_id: str, topic: str, partition: int) -> bool:
+        return (topic, partition) in self._offsets.get(group_id, {}) or self.has_pending(group_id, topic, partition)
 
     def groups(self) -> set[str]:
         """Groups with committed or pending offsets."""
@@ -117,17 +131,10 @@ class OffsetStore:
                              now_ms: int) -> tuple[list[int], list[Record]]:
         """TxnOffsetCommit's offsets (topic, partition, offset, leader epoch, metadata), pending for `producer_id`
         until its transaction ends: an error code per partition (in order) and the records, which the shell writes
-        in the producer's transactional batch."""
-        errors, records = [], []
-        for topic, partition, offset, leader_epoch, metadata in partitions:
-            metadata = metadata or ""
-            if len(metadata.encode()) > self.metadata_max_bytes:
-                errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
-                continue
-            value = OffsetCommitValue(offset, leader_epoch, metadata, now_ms)
-            self._add_pending(producer_id, group_id, topic, partition, value)
-            records.append(crec.offset_commit(group_id, topic, partition, value))
-            errors.append(ErrorCode.NONE)
+        in the producer's transactional batch. The records are applied (`apply`, replay's path) before returning;
+        `commit` (the same records, computed only) is what the group coordinator calls."""
+        errors, records = self.commit(group_id, partitions, now_ms)
+        self.apply(records, producer_id)
         return errors, records
 
     def complete_transaction(self, producer_id: int, committed: bool) -> list[tuple[str, str, int]]:
@@ -187,18 +194,24 @@ class OffsetStore:
             errors.append(ErrorCode.NONE)
         return errors, records
 
-    def apply(self, records: list[Record]) -> None:
-        """Replay a commit's records (not transactional) now, before their append, remembering what they replace."""
+    def apply(self, records: list[Record], producer_id: int = -1) -> None:
+        """Replay a command's records now, before their append, by replay's own path (`producer_id`: of the
+        transactional batch they go in, -1 outside a transaction), remembering what each replaces (the partition's
+        committed and pending offsets) so that `revert` can take them back."""
         for key_bytes, value_bytes in records:
-            (group_id, topic, partition), value = crec.decode_offset_commit(key_bytes, value_bytes)
-            if value is None:
-                raise ValueError("apply takes a commit's records, not tombstones")
+            (group_id, topic, partition), _ = crec.decode_offset_commit(key_bytes, value_bytes)
             key = (group_id, topic, partition)
             if len(self._changes) >= CHANGES_MAX:
                 self._changes_dropped += len(self._changes)
                 self._changes.clear()
-            self._changes.append((key, self._offsets.get(group_id, {}).get((topic, partition)), self._order.get(key)))
-            self._store(group_id, topic, partition, value, self._take_order())
+            pending = {}
+            for pid in self._open_by_group.get(group_id, ()):
+                entry = self._pending.get(pid, {}).get(group_id, {}).get((topic, partition))
+                if entry is not None:
+                    pending[pid] = entry
+            self._changes.append((key, self._offsets.get(group_id, {}).get((topic, partition)), self._order.get(key),
+                                  pending))
+            self._replay(key_bytes, value_bytes, producer_id)
 
     def _changes_unrevertable(self) -> None:
         """Committed offsets change otherwise than by `apply` (a tombstone, a transaction's marker): the commits applied
@@ -208,25 +221,29 @@ class OffsetStore:
             self._changes.clear()
 
     def changes_mark(self) -> int:
-        """Where the next commit's changes start (see `revert`)."""
+        """Where the next command's changes start (see `revert`)."""
         return self._changes_dropped + len(self._changes)
 
+    def can_revert(self, mark: int) -> bool:
+        return mark >= self._changes_dropped
+
     def revert(self, mark: int) -> bool:
-        """Take back every commit applied since `mark`, newest first: the committed offsets are as before them. Only
-        right when nothing else changed those offsets since (no other append was under way). False, changing
-        nothing, when those changes are no longer remembered (the shell then rebuilds the store from the log)."""
-        if mark < self._changes_dropped:
+        """Take back every record applied since `mark`, newest first: the committed and pending offsets of their
+        partitions are as before them. Only right when nothing else changed those offsets since (no other append was
+        under way). False, changing nothing, when those changes are no longer remembered (the shell then rebuilds
+        the store from the log)."""
+        if not self.can_revert(mark):
             return False
         while self._changes_dropped + len(self._changes) > mark:
-            (group_id, topic, partition), value, order = self._changes.pop()
+            (group_id, topic, partition), value, order, pending = self._changes.pop()
             if value is None:
-                stored = self._offsets.get(group_id, {})
-                stored.pop((topic, partition), None)
-                if not stored:
-                    self._offsets.pop(group_id, None)
-                self._order.pop((group_id, topic, partition), None)
+                self._unstore(group_id, topic, partition)
             else:
                 self._store(group_id, topic, partition, value, order)
+            self._drop_pending(group_id, topic, partition)
+            for pid, entry in pending.items():
+                self._pending.setdefault(pid, {}).setdefault(group_id, {})[(topic, partition)] = entry
+                self._open_by_group.setdefault(group_id, set()).add(pid)
         return True
 
     def settle(self) -> None:
@@ -254,8 +271,18 @@ class OffsetStore:
                 out.append((t, p, v, ErrorCode.NONE))
         return out
 
+    def tombstones(self, group_id: str, partitions: Iterable[TopicPartition]) -> list[Record]:
+        """The tombstones `delete` would write, computed only (each partition once): `apply` them."""
+        seen = dict.fromkeys(tp for tp in partitions if self._has_any(group_id, *tp))
+        return [crec.offset_commit(group_id, t, p, None) for t, p in seen]
+
+    def group_tombstones(self, group_id: str) -> list[Record]:
+        """A deleted group's tombstones, computed only: every partition with a committed or pending offset."""
+        return self.tombstones(group_id, self._partitions(group_id))
+
     def delete(self, group_id: str, partitions: Iterable[TopicPartition]) -> list[Record]:
-        """Tombstones for the partitions with a committed or a pending offset (both go)."""
+        """Tombstones for the partitions with a committed or a pending offset (both go, at once: not revertable)."""
+        self._changes_unrevertable()
         return [crec.offset_commit(group_id, t, p, None) for t, p in partitions if self._forget(group_id, t, p)]
 
     def _partitions(self, group_id: str) -> list[TopicPartition]:
@@ -303,6 +330,9 @@ class OffsetStore:
         """Load one offset commit record (`producer_id`: of its transactional batch, -1 outside a transaction);
         returns its group id."""
         self._changes_unrevertable()
+        return self._replay(key_bytes, value_bytes, producer_id)
+
+    def _replay(self, key_bytes, value_bytes, producer_id: int = -1) -> str:
         (group_id, topic, partition), value = crec.decode_offset_commit(key_bytes, value_bytes)
         if value is None:
             self._forget(group_id, topic, partition)

@@ -36,6 +36,7 @@ as Kafka 4.4's StreamsGroup does (`INITIAL_GROUP_EPOCH`), so its first member jo
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -762,14 +763,30 @@ class StreamsGroups:
         group = self._groups.get(group_id)
         return group is None or not group.members
 
-    def delete_group(self, group_id: str) -> tuple[int, str | None, list[Record]]:
+    def delete_records(self, group_id: str) -> tuple[int, str | None, list[Record]]:
+        """DeleteGroups for this group, computed only: (error, message, the tombstone that deletes it when replayed)."""
         group = self._groups.get(group_id)
         if group is None:
             return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", []
         if group.members:
             return ErrorCode.NON_EMPTY_GROUP, f"Group {group_id} is not empty.", []
-        del self._groups[group_id]
         return ErrorCode.NONE, None, [rec.streams_group_metadata_tombstone(group_id)]
+
+    def delete_group(self, group_id: str) -> tuple[int, str | None, list[Record]]:
+        error, message, records = self.delete_records(group_id)
+        if not error:
+            del self._groups[group_id]
+        return error, message, records
+
+    def snapshot(self, group_id: str):
+        """A copy of everything this holds for `group_id`, for `restore` (a command's changes taken back)."""
+        return copy.deepcopy(self._groups.get(group_id))
+
+    def restore(self, group_id: str, snapshot) -> None:
+        if snapshot is None:
+            self._groups.pop(group_id, None)
+        else:
+            self._groups[group_id] = snapshot
 
     # ---- loading --------------------------------------------------------------------------------------------------
 

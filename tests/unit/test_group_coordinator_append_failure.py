@@ -4,6 +4,7 @@ under way the shard is rebuilt from the log, as before. The shell (actors/group_
 log that fails on demand; no Ray."""
 import asyncio
 import itertools
+import uuid
 from types import SimpleNamespace
 
 from actors.coordinator_log import CoordinatorLogError, ShardHost
@@ -91,4 +92,62 @@ def test_with_another_append_under_way_the_shard_is_rebuilt_from_the_log():
         c.group_log.failing = False
         assert [(t, p, v.offset) for t, p, v in (await c._ready()).offsets.fetch("g", None)] == [("orders", 0, 5)]
         assert c.group_log.replays == 2
+    asyncio.run(run())
+
+
+def test_a_failed_delete_groups_or_offset_delete_is_reverted_and_the_shard_kept():
+    """DeleteGroups and OffsetDelete change the groups only through their tombstones (groups.py): when those cannot
+    be appended, their changes are taken back, the shard stays, and the log rebuilds the same groups."""
+    async def run():
+        c = coordinator()
+        assert await commit(c, "g", 5) == [0] and await commit(c, "g", 6, partition=1) == [0]
+        shard = c.shard
+        c.group_log.failing = True
+        assert await c.delete_offsets("g", [("orders", 0)]) == (0, [ErrorCode.COORDINATOR_NOT_AVAILABLE])
+        assert await c.delete_groups(["g"]) == [("g", ErrorCode.COORDINATOR_NOT_AVAILABLE, None)]
+        assert c.shard is shard and c.group_log.replays == 1, "the shard was not reloaded"
+        assert await offsets(c) == [("orders", 0, 5), ("orders", 1, 6)] and shard.group_type("g") == "classic"
+        assert shard.list_groups() == (await replayed(c)).list_groups()
+        c.group_log.failing = False
+        assert await c.delete_offsets("g", [("orders", 0)]) == (0, [0])
+        assert await offsets(c) == [("orders", 1, 6)]
+        assert await c.delete_groups(["g"]) == [("g", 0, None)]
+        assert shard.group_type("g") is None and (await replayed(c)).group_type("g") is None
+        assert c.group_log.replays == 1 + 2  # (the two `replayed` above)
+    asyncio.run(run())
+
+
+def test_a_group_changed_during_the_append_by_another_call_makes_the_shard_rebuild():
+    """A call that changes the groups during the call (here a classic heartbeat) lands while a DeleteGroups' append
+    is under way: when that append fails, its changes can no longer be taken back alone; the log rebuilds them."""
+    async def run():
+        c = coordinator()
+        assert await commit(c, "g", 5) == [0]
+        shard = c.shard
+        c.group_log.failing = True
+        deleted, heartbeat = await asyncio.gather(c.delete_groups(["g"]), c.heartbeat("other", 1, "m", None))
+        assert deleted == [("g", ErrorCode.COORDINATOR_NOT_AVAILABLE, None)]
+        assert c.shard is None or c.shard is not shard, "the shard was dropped"
+        c.group_log.failing = False
+        assert (await c._ready()).group_type("g") == "classic" and await offsets(c) == [("orders", 0, 5)]
+        assert c.group_log.replays == 2
+    asyncio.run(run())
+
+
+def test_a_failed_alter_share_group_offsets_is_reverted_and_the_shard_kept():
+    """AlterShareGroupOffsets creates an empty share group and marks its share-partitions initialized through its
+    records: when they cannot be appended, the group is not there, and the shard stays."""
+    async def run():
+        c = coordinator()
+        assert await commit(c, "g", 5) == [0]
+        shard, orders = c.shard, uuid.uuid4()
+        c.group_log.failing = True
+        error, message = await c.share_offsets_altered("sg", {(orders, 0): "orders"})
+        assert error == ErrorCode.COORDINATOR_NOT_AVAILABLE and "retry" in message
+        assert c.shard is shard and c.group_log.replays == 1, "the shard was not reloaded"
+        assert shard.group_type("sg") is None and shard.share.share_partitions("sg") == []
+        c.group_log.failing = False
+        assert await c.share_offsets_altered("sg", {(orders, 0): "orders"}) == (0, None)
+        assert shard.share.share_partitions("sg") == [(orders, 0)]
+        assert (await replayed(c)).share.persisted_state() == shard.share.persisted_state()
     asyncio.run(run())

@@ -263,7 +263,8 @@ def test_offset_delete_refuses_topics_the_classic_group_subscribes_to():
     h = Harness()
     member, gen = h.classic_member(topics=("orders",))
     h.commit("g", member, gen, partitions=(("orders", 0, 1), ("old", 0, 1)))
-    error, errors, records = h.groups.delete_offsets("g", [("orders", 0), ("old", 0)])
+    result = h.groups.delete_offsets("g", [("orders", 0), ("old", 0)])
+    (error, errors), records = result.response, result.records
     assert error == 0 and errors == [ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC, 0]
     assert [crec.decode_offset_commit(k, v) for k, v in records] == [(("g", "old", 0), None)]
     assert h.committed("g", "orders") == 1 and h.committed("g", "old") is None
@@ -274,29 +275,30 @@ def test_offset_delete_in_an_empty_group_deletes_anything():
     member, gen = h.classic_member(topics=("orders",))
     h.commit("g", member, gen)
     h.leave("g", member)
-    error, errors, records = h.groups.delete_offsets("g", [("orders", 0)])
+    result = h.groups.delete_offsets("g", [("orders", 0)])
+    (error, errors), records = result.response, result.records
     assert (error, errors, len(records)) == (0, [0], 1)
 
 
 def test_offset_delete_refuses_a_non_empty_group_of_another_protocol_type():
     h = Harness()
     h.classic_member(protocol_type="connect", protocols=[("v1", b"")])
-    assert h.groups.delete_offsets("g", [("orders", 0)]) == (ErrorCode.NON_EMPTY_GROUP, [], [])
+    assert h.groups.delete_offsets("g", [("orders", 0)]) == CoordinatorResult([], (ErrorCode.NON_EMPTY_GROUP, []))
 
 
 def test_offset_delete_refuses_topics_a_consumer_group_subscribes_to():
     h = Harness()
     r = h.cgh("g", "m1", 0, topics=("orders",))
     h.commit("g", "m1", r.member_epoch, partitions=(("orders", 0, 1), ("old", 0, 1)))
-    error, errors, _ = h.groups.delete_offsets("g", [("orders", 0), ("old", 0)])
+    error, errors = h.groups.delete_offsets("g", [("orders", 0), ("old", 0)]).response
     assert error == 0 and errors == [ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC, 0]
 
 
 def test_offset_delete_of_unknown_or_share_group_is_group_id_not_found():
     h = Harness()
     h.share_member("sg")
-    assert h.groups.delete_offsets("nope", [("orders", 0)])[0] == ErrorCode.GROUP_ID_NOT_FOUND
-    assert h.groups.delete_offsets("sg", [("orders", 0)])[0] == ErrorCode.GROUP_ID_NOT_FOUND
+    assert h.groups.delete_offsets("nope", [("orders", 0)]).response[0] == ErrorCode.GROUP_ID_NOT_FOUND
+    assert h.groups.delete_offsets("sg", [("orders", 0)]).response[0] == ErrorCode.GROUP_ID_NOT_FOUND
 
 
 # ---- DeleteGroups and ListGroups -------------------------------------------------------------------------------------
@@ -311,8 +313,8 @@ def test_delete_groups_per_type():
     h.cgh("idle-consumer", "m2", 0)
     h.cgh("idle-consumer", "m2", -1)
     h.share_member("sg")
-    results, records = h.groups.delete_groups(["busy-classic", "idle-classic", "busy-consumer", "idle-consumer",
-                                                "nope", "sg"])
+    result = h.groups.delete_groups(["busy-classic", "idle-classic", "busy-consumer", "idle-consumer", "nope", "sg"])
+    results, records = result.response, result.records
     assert [(g, e) for g, e, _ in results] == [
         ("busy-classic", ErrorCode.NON_EMPTY_GROUP), ("idle-classic", 0), ("busy-consumer", ErrorCode.NON_EMPTY_GROUP),
         ("idle-consumer", 0), ("nope", ErrorCode.GROUP_ID_NOT_FOUND), ("sg", ErrorCode.NON_EMPTY_GROUP)]
@@ -326,7 +328,8 @@ def test_delete_groups_per_type():
 def test_delete_of_a_simple_group_with_offsets():
     h = Harness()
     h.commit("simple")
-    results, records = h.groups.delete_groups(["simple"])
+    result = h.groups.delete_groups(["simple"])
+    results, records = result.response, result.records
     assert results == [("simple", 0, None)]
     assert h.groups.group_type("simple") is None and h.committed("simple") is None
 
@@ -422,7 +425,7 @@ def test_replay_of_a_deleted_group_forgets_it():
     member, gen = h.classic_member("cl")
     h.commit("cl", member, gen)
     h.leave("cl", member)
-    h.log += h.groups.delete_groups(["cl"])[1]
+    h.log += h.groups.delete_groups(["cl"]).records
     fresh = h.replayed()
     assert fresh.group_type("cl") is None and fresh.share.group_type("cl") is None
 
@@ -436,7 +439,7 @@ def test_an_empty_group_id_is_invalid_everywhere():
     assert h.groups.commit_offsets("", "", None, -1, [("orders", 0, 5, -1, None)], api_version=9,
                                    now_ms=0) == CoordinatorResult([], [ErrorCode.INVALID_GROUP_ID])
     assert h.groups.fetch_offsets("", None) == (ErrorCode.INVALID_GROUP_ID, [])
-    assert h.groups.delete_offsets("", [("orders", 0)])[0] == ErrorCode.INVALID_GROUP_ID
+    assert h.groups.delete_offsets("", [("orders", 0)]).response[0] == ErrorCode.INVALID_GROUP_ID
     assert h.groups.describe_classic("").error_code == ErrorCode.INVALID_GROUP_ID
     assert h.groups.list_groups() == [] and h.log == []
 
@@ -451,7 +454,7 @@ def test_live_records_rebuild_every_group_type_and_offset():
     h.commit("cl", member, gen, partitions=(("orders", 0, 9),))          # supersedes 5
     h.commit("simple", partitions=(("payments", 2, 77),))
     h.commit("gone", partitions=(("payments", 0, 1),))
-    h.log += h.groups.delete_groups(["gone"])[1]
+    h.log += h.groups.delete_groups(["gone"]).records
     assert h.cgh("cg", "m1", 0).error_code == 0
     h.share_member("sg")
     whole = h.replayed(now_ms=5000)

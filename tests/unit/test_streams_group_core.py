@@ -198,7 +198,7 @@ def test_streams_groups_share_the_namespace_and_list_as_streams():
                                       client_id="", client_host="", api_version=1)
     assert c.error_code == ErrorCode.GROUP_ID_NOT_FOUND
     assert g.describe_streams(["nope"])[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
-    assert g.delete_groups(["app"])[0] == [("app", ErrorCode.NON_EMPTY_GROUP, "Group app is not empty.")]
+    assert g.delete_groups(["app"]).response == [("app", ErrorCode.NON_EMPTY_GROUP, "Group app is not empty.")]
 
 
 def test_offset_commits_check_the_streams_member_and_epoch():
@@ -255,7 +255,8 @@ def test_deleting_an_empty_streams_group_writes_a_tombstone():
     g.streams_group_heartbeat("app", "m1", 0, topics=view, now_ms=0, rebalance_timeout_ms=1000, topology=topology(),
                               active_tasks=[], standby_tasks=[], warmup_tasks=[], process_id="p")
     g.streams_group_heartbeat("app", "m1", -1, topics=view, now_ms=1)
-    results, records = g.delete_groups(["app"])
+    result = g.delete_groups(["app"])
+    results, records = result.response, result.records
     assert results == [("app", ErrorCode.NONE, None)]
     assert any(value is None and key[:2] == (17).to_bytes(2, "big") for key, value in records)
     assert g.group_type("app") is None and g.list_groups() == []
@@ -280,7 +281,8 @@ def test_a_transactional_commit_with_a_stale_streams_epoch_is_an_illegal_generat
                                      topology=topology(), active_tasks=[], standby_tasks=[], warmup_tasks=[],
                                      process_id="p")
     partitions = [("in", 0, 5, -1, None)]
-    errors, records = g.commit_transactional_offsets("app", 7, "m1", None, r.member_epoch, partitions, now_ms=1)
+    result = g.commit_transactional_offsets("app", 7, "m1", None, r.member_epoch, partitions, now_ms=1)
+    errors, records = result.response, result.records
     assert errors == [0] and records
-    errors, _ = g.commit_transactional_offsets("app", 7, "m1", None, r.member_epoch + 1, partitions, now_ms=1)
+    errors = g.commit_transactional_offsets("app", 7, "m1", None, r.member_epoch + 1, partitions, now_ms=1).response
     assert errors == [ErrorCode.ILLEGAL_GENERATION]

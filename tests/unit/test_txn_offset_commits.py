@@ -165,10 +165,10 @@ def test_a_rewrite_of_live_records_after_a_pending_offset_does_not_outrank_it():
 # ---- the group namespace: TxnOffsetCommit's checks -----------------------------------------------------------------
 
 def txn_commit(h, group, *, member="", generation=-1, instance=None, pid=PID, offset=10):
-    errors, records = h.groups.commit_transactional_offsets(group, pid, member, instance, generation,
-                                                            [("orders", 0, offset, -1, "")], now_ms=h.now_ms)
-    h.log += [(k, v, pid) for k, v in records]
-    return errors[0]
+    result = h.groups.commit_transactional_offsets(group, pid, member, instance, generation,
+                                                   [("orders", 0, offset, -1, "")], now_ms=h.now_ms)
+    h.log += [(k, v, pid) for k, v in result.records]
+    return result.response[0]
 
 
 def fetch(groups, group, require_stable=True):
@@ -218,7 +218,7 @@ def test_unknown_groups_and_share_groups():
     h.share_member("sg")
     assert txn_commit(h, "sg") == ErrorCode.GROUP_ID_NOT_FOUND
     assert h.groups.commit_transactional_offsets("", PID, "", None, -1, [("orders", 0, 1, -1, "")],
-                                                 now_ms=0)[0] == [ErrorCode.INVALID_GROUP_ID]
+                                                 now_ms=0).response == [ErrorCode.INVALID_GROUP_ID]
 
 
 def test_an_empty_group_with_an_open_transaction_is_not_removed():
