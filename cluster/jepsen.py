@@ -253,14 +253,21 @@ def read_final(bootstrap: str, topic: str, partitions: int, *, timeout_s: float 
     """(high watermarks, partition -> offset -> value) as a consumer reads them from the leaders."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"final-{uuid.uuid4().hex[:6]}",
-                  "enable.auto.commit": False})
+                  "enable.auto.commit": False, "auto.offset.reset": "error"})
     deadline = time.monotonic() + timeout_s
     hws: dict[int, int] = {}
+    seen: list[str] = []  # what went wrong on the way, printed when the read comes up short
     for p in range(partitions):
         while p not in hws and time.monotonic() < deadline:
             try:
-                hws[p] = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            except KafkaException:
+                low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                if high >= 0:
+                    hws[p] = high
+                else:
+                    seen.append(f"partition {p}: watermarks {low}, {high}")
+                    time.sleep(1)
+            except KafkaException as e:
+                seen.append(f"partition {p}: watermarks: {e}")
                 time.sleep(1)
     final: dict[int, dict[int, bytes]] = {p: {} for p in range(partitions)}
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
@@ -268,7 +275,12 @@ def read_final(bootstrap: str, topic: str, partitions: int, *, timeout_s: float 
         for m in c.consume(1000, timeout=1.0):
             if m.error() is None:
                 final[m.partition()][m.offset()] = m.value()
+            elif len(seen) < 50:
+                seen.append(f"partition {m.partition()}: consume: {m.error()}")
     c.close()
+    short = {p: (len(final[p]), hws.get(p)) for p in range(partitions) if not final[p] or len(final[p]) < hws.get(p, 1)}
+    if short:
+        print(f"read_final({topic}): short (records read, high watermark) {short}; {seen[:20]}")
     return hws, final
 
 

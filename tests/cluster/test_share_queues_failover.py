@@ -142,7 +142,16 @@ COMMIT_EVERY = 50     # records acknowledged per commit_sync: what the client kn
 DUPLICATES_MAX = 500  # one DLQ Produce request in flight at the kill (DLQ_BATCH_RECORDS_MAX records at most)
 
 
-def set_dlq_max_message_bytes(bootstrap, dlq, value):
+def set_dlq_max_message_bytes(bootstrap, dlq, value, *, gone: int | None = None):
+    """With `gone` (a killed broker): first wait until Metadata no longer lists it, as an operator
+    would. Until the controller fences it, Metadata may name it as the controller, and librdkafka
+    sends AlterConfigs there and waits for it (seen: 30 s timeouts under load; Kafka's brokers also
+    list a dead broker until its session ends)."""
+    if gone is not None:
+        deadline = time.monotonic() + 60
+        while gone in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).brokers:
+            assert time.monotonic() < deadline, f"broker {gone} still listed 60 s after its node was killed"
+            time.sleep(0.5)
     admin = AdminClient({"bootstrap.servers": bootstrap})  # a fresh one: not one that still knows a killed broker
     for f in admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, dlq, incremental_configs=[
             ConfigEntry("max.message.bytes", str(value), incremental_operation=AlterConfigOpType.SET)])]).values():
@@ -262,7 +271,7 @@ def test_rejected_records_reach_the_dlq_across_a_killed_leader(cluster):
             rejected_at_kill = committed & poison
         # what the dead leader wrote (no one writes now: the DLQ refuses, the new leader is not loaded)
         in_dlq_at_kill = {int(dlq_headers(m)["__dlq.errors.offset"]) for m in read_dlq(cluster.bootstrap, dlq, quiet_s=2)}
-        set_dlq_max_message_bytes(cluster.bootstrap, dlq, 1048588)  # Kafka's default: the DLQ writes succeed again
+        set_dlq_max_message_bytes(cluster.bootstrap, dlq, 1048588, gone=victim)  # Kafka's default: the DLQ writes succeed again
         while len(acknowledged) < DLQ_RECORDS:
             assert time.monotonic() < killed_at + 120, \
                 f"{DLQ_RECORDS - len(acknowledged)} records not acknowledged 120 s after the kill"

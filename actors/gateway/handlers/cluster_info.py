@@ -33,10 +33,19 @@ def _brokers(image, connection) -> list[tuple]:
 
 
 def _partition_response(image, topic, p) -> MetadataResponse.MetadataResponsePartition:
-    """A leader is named only once it can take writes: its broker is live and its replica listens
-    and knows it leads in this epoch (a partition just created, or whose leader just moved, answers
-    LEADER_NOT_AVAILABLE for a moment; clients wait and ask again rather than fail a send)."""
-    ready = p.leader in image.brokers and (topic.topic_id, p.index) in image.partition_listeners
+    """LEADER_NOT_AVAILABLE (leader -1) where the leader's broker is not live (unregistered or
+    fenced), as Kafka's metadata cache answers, and for a new partition until its first leader's
+    replica listens and knows it leads: producers started while a topic is created then wait
+    instead of having their first requests refused and later ones taken (tests/e2e/test_send_order.py).
+
+    Once a partition has had a leader (leader epoch > 0: it moved, or was elected after a
+    failure), its live leader is named at once, as Kafka names it, even before the new leader's
+    replica has confirmed; for that moment produce and fetch there answer NOT_LEADER_OR_FOLLOWER
+    and clients refresh and retry. Naming no leader instead would strand librdkafka: it caches a
+    leaderless partition as a permanent error for watermark and offsets-for-times queries ("Local:
+    Unknown partition") until its next periodic metadata refresh, up to 5 minutes."""
+    live = p.leader in image.brokers
+    ready = live and (p.leader_epoch > 0 or (topic.topic_id, p.index) in image.partition_listeners)
     return MetadataResponse.MetadataResponsePartition(
         error_code=0 if ready else ErrorCode.LEADER_NOT_AVAILABLE,
         partition_index=p.index, leader_id=image.leader_id(topic, p.index) if ready else -1,
