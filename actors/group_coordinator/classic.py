@@ -22,7 +22,6 @@ keeps its groups Stable and their members heartbeating.
 """
 from __future__ import annotations
 
-import copy
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from actors.group_coordinator import classic_records as crec
 from actors.coordinator_result import CoordinatorResult
 from actors.group_coordinator.records import Record
 from actors.config_schema import BROKER_DEFAULTS, ConfigError
+from actors.group_coordinator.snapshots import GroupSnapshots
 from protocol.errors import ErrorCode
 
 EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD = (
@@ -207,7 +207,7 @@ class _Fail(Exception):
 
 # ---- the groups ----------------------------------------------------------------------------------------------------
 
-class ClassicGroups:
+class ClassicGroups(GroupSnapshots):
     def __init__(self, config: ClassicGroupConfig | Mapping[str, Any] | None = None):
         if config is None:
             config = ClassicGroupConfig()
@@ -254,16 +254,6 @@ class ClassicGroups:
     def remove_records(self, group_id: str) -> list[Record]:
         """The tombstone that drops a group when replayed (computed only)."""
         return [crec.group_metadata(group_id, None)] if group_id in self._groups else []
-
-    def snapshot(self, group_id: str):
-        """A copy of everything this holds for `group_id`, for `restore` (a command's changes taken back)."""
-        return copy.deepcopy(self._groups.get(group_id))
-
-    def restore(self, group_id: str, snapshot) -> None:
-        if snapshot is None:
-            self._groups.pop(group_id, None)
-        else:
-            self._groups[group_id] = snapshot
 
     def remove(self, group_id: str) -> list[Record]:
         """Drop an Empty group (DeleteGroups, a conversion to a consumer group, retention): its tombstone."""

@@ -38,7 +38,6 @@ Decisions where Kafka's snapshot differs or is silent:
 from __future__ import annotations
 
 import base64
-import copy
 import hashlib
 import re
 import uuid
@@ -51,6 +50,7 @@ from actors.group_coordinator import consumer_records as rec
 from actors.group_coordinator.consumer_records import Record
 from actors.group_coordinator.records import INITIAL_GROUP_EPOCH
 from actors.config_schema import BROKER_DEFAULTS, ConfigError
+from actors.group_coordinator.snapshots import GroupSnapshots
 from protocol.errors import ErrorCode
 
 TopicsView = Mapping[str, tuple[uuid.UUID, int]]  # topic name -> (topic id, partition count); same as core.py
@@ -309,7 +309,7 @@ def _metadata_hash(topic_names: Iterable[str], topics: TopicsView) -> int:
 
 # ---- the consumer groups of one coordinator shard -------------------------------------------------------------------
 
-class ConsumerGroups:
+class ConsumerGroups(GroupSnapshots):
     def __init__(self, broker_config: Mapping[str, Any]):
         self.config = ConsumerGroupConfig.from_broker_config(broker_config)
         self._groups: dict[str, _Group] = {}
@@ -805,16 +805,6 @@ class ConsumerGroups:
         if not error:
             del self._groups[group_id]
         return error, message, records
-
-    def snapshot(self, group_id: str):
-        """A copy of everything this holds for `group_id`, for `restore` (a command's changes taken back)."""
-        return copy.deepcopy(self._groups.get(group_id))
-
-    def restore(self, group_id: str, snapshot) -> None:
-        if snapshot is None:
-            self._groups.pop(group_id, None)
-        else:
-            self._groups[group_id] = snapshot
 
     # ---- loading --------------------------------------------------------------------------------------------------
 

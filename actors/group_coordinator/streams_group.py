@@ -36,7 +36,6 @@ as Kafka 4.4's StreamsGroup does (`INITIAL_GROUP_EPOCH`), so its first member jo
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from actors.group_coordinator import streams_topology as st
 from actors.group_coordinator.records import INITIAL_GROUP_EPOCH
 from actors.group_coordinator.streams_records import Record
 from actors.group_coordinator.streams_topology import Topology
+from actors.group_coordinator.snapshots import GroupSnapshots
 from protocol.errors import ErrorCode
 
 TopicsView = Mapping[str, tuple[object, int]]
@@ -348,7 +348,7 @@ def assign(task_counts: Mapping[str, int], members: Mapping[str, _Member], num_s
 
 # ---- the streams groups of one coordinator shard --------------------------------------------------------------------
 
-class StreamsGroups:
+class StreamsGroups(GroupSnapshots):
     def __init__(self, broker_config: Mapping[str, Any]):
         self.config = StreamsGroupConfig.from_broker_config(broker_config)
         self._groups: dict[str, _Group] = {}
@@ -777,16 +777,6 @@ class StreamsGroups:
         if not error:
             del self._groups[group_id]
         return error, message, records
-
-    def snapshot(self, group_id: str):
-        """A copy of everything this holds for `group_id`, for `restore` (a command's changes taken back)."""
-        return copy.deepcopy(self._groups.get(group_id))
-
-    def restore(self, group_id: str, snapshot) -> None:
-        if snapshot is None:
-            self._groups.pop(group_id, None)
-        else:
-            self._groups[group_id] = snapshot
 
     # ---- loading --------------------------------------------------------------------------------------------------
 
