@@ -278,7 +278,7 @@ def read_final(bootstrap: str, topic: str, partitions: int, *, timeout_s: float 
             elif len(seen) < 50:
                 seen.append(f"partition {m.partition()}: consume: {m.error()}")
     c.close()
-    short = {p: (len(final[p]), hws.get(p)) for p in range(partitions) if not final[p] or len(final[p]) < hws.get(p, 1)}
+    short = {p: (len(final[p]), hws.get(p)) for p in range(partitions) if p not in hws or len(final[p]) < hws[p]}
     if short:
         print(f"read_final({topic}): short (records read, high watermark) {short}; {seen[:20]}")
     return hws, final
