@@ -115,7 +115,7 @@ def start_kray(tmp: Path, niceness: int | None = None) -> tuple[Target, dict]:
     data = tmp / "kray-data"
     data.mkdir()
     broker = make_kray(free_port(), tmp, data, SHARE_HEARTBEAT, None)
-    if niceness is not None:  # Ray starts its workers (Kray's actors) at nice 15 unless told otherwise
+    if niceness is not None:  # `kray start` runs its Ray's workers (Kray's actors) at nice 0 unless told otherwise
         broker.env = {**os.environ, "RAY_worker_niceness": str(niceness)}
     broker.start(180)
     broker.sampler.stop()  # we read CPU ourselves; the thread would only add noise
@@ -124,7 +124,7 @@ def start_kray(tmp: Path, niceness: int | None = None) -> tuple[Target, dict]:
         broker.stop(30)
 
     info = {"startup_s": round(broker.startup_s, 2), "command": shlex.join(broker.cmd),
-            "ray_worker_niceness": 15 if niceness is None else niceness,
+            "ray_worker_niceness": int(os.environ.get("RAY_worker_niceness", 0)) if niceness is None else niceness,
             "durability": "Kray's defaults (cluster/config.py, actors/partition/log.py): appends are not "
                           "fsynced (log.flush.interval.* = Long.MAX, as Kafka); a rolled segment is fsynced "
                           "soon after, off the request path. acks=all with one replica = the leader's append."}
@@ -575,7 +575,8 @@ def parse_args(argv):
     ap.add_argument("--replot", metavar="JSON", help="only rewrite the .md and .png from this results JSON")
     ap.add_argument("--name", default="kafka-compare", help="output file name (without .json/.md/.png)")
     ap.add_argument("--kray-niceness", type=int, default=None,
-                    help="RAY_worker_niceness for `kray start` (Ray's default, used when unset: 15; the Kafka JVM runs at 0)")
+                    help="RAY_worker_niceness for `kray start` (Kray's default, used when unset: 0, as the Kafka JVM; "
+                         "Ray's own default is 15)")
     a = ap.parse_args(argv)
     a.share = a.share or ["1x3", "4x3", "16x12"]
     return a

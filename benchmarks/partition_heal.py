@@ -69,6 +69,10 @@ PARTITIONS = 3
 READ_TIMEOUT_S = 90
 ISR_TIMEOUT_S = 120
 READERS_WARM_TIMEOUT_S = 60  # the readers' first records of every partition, before a cut
+# after the producer stops, how long the readers may take to receive every acknowledged record:
+# a share consumer's records acquired by a ShareFetch whose answer was lost come back when their
+# lock runs out (share.record.lock.duration.ms, 30 s by default), and a loaded machine adds to it
+READERS_CATCH_UP_TIMEOUT_S = 90
 OVERRIDES = ("offsets.topic.num.partitions=6", "share.coordinator.state.topic.num.partitions=6")
 # the metadata quorum's voters on the three hosts' brokers (each runs a voter and a controller), as
 # configs/multinode.toml has it; --no-quorum: one dedicated controller (the quorum's single voter),
@@ -199,10 +203,30 @@ class Reading:
         """Whether both readers have received records of every partition."""
         return all(len({p for p, _ in list(got.values())}) >= partitions for got in (self.consumed, self.shared))
 
+    def catch_up(self, want: set[bytes], timeout_s: float = READERS_CATCH_UP_TIMEOUT_S) -> float | None:
+        """Seconds until both readers had received every record of `want`; None if they had not
+        within `timeout_s`."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout_s:
+            if all(want <= _keys(got) for got in (self.consumed, self.shared)):
+                return round(time.monotonic() - started, 2)
+            time.sleep(0.25)
+        return None
+
     def finish(self, timeout_s: float = 30) -> None:
         self.stop.set()
         for t in self.threads:
             t.join(timeout_s)
+
+
+def _keys(got: dict) -> set:
+    """The keys of a dict a reader thread keeps adding to (set() of it can fail with "dictionary
+    changed size during iteration")."""
+    while True:
+        try:
+            return set(got)
+        except RuntimeError:
+            continue
 
 
 def read_back(bootstrap: str, topic: str, partitions: int, want: set[bytes], timeout_s: float = READ_TIMEOUT_S) -> list[bytes]:
@@ -304,7 +328,7 @@ def run_scenario(hosts, victim: int, cut_s: float, *, say: Callable[[str], None]
             hosts.heal(victim)
         end_at = time.monotonic()
         producing.finish()
-        time.sleep(2)  # the readers take in the last records
+        caught_up_s = reading.catch_up(set(producing.acked))  # the readers take in the last records
         reading.finish()
     loads["end"] = load1()
     want = set(producing.acked)
@@ -328,7 +352,7 @@ def run_scenario(hosts, victim: int, cut_s: float, *, say: Callable[[str], None]
         "acknowledged": len(want), "lost": len(want - set(got)), "duplicates": len(got) - len(set(got)),
         "failed": len(producing.failed), "failed_examples": producing.failed[:3], "unflushed": producing.unflushed,
         "consumed": len(set(reading.consumed) & want), "share_consumed": len(set(reading.shared) & want),
-        "reader_errors": reading.errors[:5],
+        "reader_errors": reading.errors[:5], "readers_caught_up_s": caught_up_s,
         "ray_nodes_restarted": [f"h{h}" for h in joining if hosts.node_starts(h) > starts_before[h]],
         "readers_warm": readers_warm, "load_1min": loads, "console": said, "supervisors": supervised,
     }

@@ -98,6 +98,20 @@ QUIET_RAY_ENV = {
 }
 
 
+# Ray runs its workers at nice 15 (RAY_worker_niceness), below every ordinary process: right for
+# tasks that must not crowd out the raylet, wrong for Kray's actors, which are the broker. Beside
+# four busy nice-0 processes, LocalCluster(nodes=3) took 198 s to start and then had a broker
+# missing, where at nice 0 it took 53 s and tests/cluster/test_replication.py passed (docs/
+# operations/troubleshooting.md). A Ray that Kray starts runs its workers at nice 0, as Kafka's JVM
+# runs; a value the user set wins. Nodes joined with `ray start`: docs/guides/multi-node.md.
+BROKER_PRIORITY_ENV = {"RAY_worker_niceness": "0"}
+
+
+def _broker_priority() -> None:
+    for key, value in BROKER_PRIORITY_ENV.items():
+        os.environ.setdefault(key, value)
+
+
 def trim_own_ray() -> list[str]:
     """On the Ray this process started for a broker (`kray start`), end Ray's processes that a
     broker does not use: the log monitor (it streams workers' output to a driver that asks for it:
@@ -475,6 +489,7 @@ class LocalBroker(_Controllers):
         other (cluster/inter_broker_login.py), each saying what to do."""
         if not ray.is_initialized():
             if self.address is None:
+                _broker_priority()
                 if self.trim_ray:  # no idle worker kept for later tasks: Kray runs a few, at start-up
                     os.environ.setdefault(IDLE_WORKERS_KEPT_ENV, "0")
                     for key, value in QUIET_RAY_ENV.items():
@@ -632,6 +647,7 @@ class LocalCluster(_Controllers):
         from ray.cluster_utils import Cluster
         if ray.is_initialized():
             raise RuntimeError("LocalCluster starts a Ray cluster of its own: call ray.shutdown() first")
+        _broker_priority()
         # (no dashboard: nothing of Kray's uses it, it costs a process, and two clusters on one
         # machine would both want its port)
         self.ray_cluster = Cluster(initialize_head=True, head_node_args={
@@ -774,6 +790,23 @@ class LocalCluster(_Controllers):
             time.sleep(0.1)
         self._await_serving(broker_id, max(1.0, deadline - time.monotonic()))
         return True
+
+    def serve_every_broker(self, timeout_s: float = RAY_STARTUP_TIMEOUT_S) -> list[int]:
+        """Every broker serves clients again: a paused node is resumed, a killed one started again
+        (as restart_node), and this returns once every broker serves from its current node, with the
+        brokers it resumed or restarted. For tests that share one cluster: a test that failed with a
+        broker down, or while one was still coming back, leaves the next one the whole cluster."""
+        back = list(self._paused)
+        for b in back:
+            self.resume_node(b, timeout_s)
+        with self._nodes_lock:
+            down = [b for b in self.brokers if b not in self._nodes]
+            for b in down:
+                self.add_node(b, port=self._port_of(b))
+        deadline = time.monotonic() + timeout_s
+        for b in self.brokers:
+            self._await_serving(b, max(1.0, deadline - time.monotonic()))
+        return back + down
 
     def _forget_current_cluster(self) -> None:
         """ray.cluster_utils records this cluster as the machine's current one, where any later

@@ -133,6 +133,7 @@ class KrayHosts:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != "PYTHONPATH"}
         pythonpath = [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         return env | {"HOME": str(self.home(host)), "RAY_AUTH_MODE": "token", "PYTHONUNBUFFERED": "1",
+                      "RAY_worker_niceness": "0",  # Kray's actors are the broker (docs/guides/multi-node.md)
                       "PYTHONPATH": os.pathsep.join(pythonpath), "PATH": f"{self.bin}{os.pathsep}{env.get('PATH', '')}",
                       "RAY_USAGE_STATS_ENABLED": "0"}
 

@@ -36,6 +36,13 @@ def cluster(tmp_path_factory):
     c.stop()
 
 
+@pytest.fixture(autouse=True)
+def every_broker_serves(cluster):
+    """Each test starts with all three brokers serving: one that failed with a broker down (or
+    still coming back) does not fail the ones after it."""
+    cluster.serve_every_broker()
+
+
 @pytest.fixture(scope="module")
 def client() -> dict:
     """The clients' security settings: none here (PLAINTEXT); tests/cluster/test_secured_failover.py
@@ -217,8 +224,8 @@ def kill_leader_under_producer_and_share_consumers(cluster, client: dict | None 
         _wait_for_isr(admin_client, topic, victim_partition, [1, 2, 3])
         time.sleep(2)
     finally:
-        if down is not None:  # failed with the broker down: it returns for the module's next tests
-            cluster.restart_node(down)
+        if down is not None:  # failed with the broker down (or coming back): it serves for the module's next tests
+            cluster.serve_every_broker()
         producer.finish()
     acked = set(producer.acked)
     assert len(acked) > before + 500, "the producer carried on"

@@ -70,13 +70,16 @@ def spark(bootstrap):
     stop_spark()
 
 
-def queue(bootstrap, records, partitions=1, topic=None, group=None):
-    """A fresh topic holding `records` records keyed 0..records-1, and a share group at earliest."""
+def queue(bootstrap, records, partitions=1, topic=None, group=None, lock_ms=None):
+    """A fresh topic holding `records` records keyed 0..records-1, and a share group at earliest
+    (with its own share.record.lock.duration.ms when `lock_ms` is given)."""
     topic, group = topic or f"q-{uuid.uuid4().hex[:8]}", group or f"g-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-    for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])]).values():
+    configs = [ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)]
+    if lock_ms is not None:
+        configs.append(ConfigEntry("share.record.lock.duration.ms", str(lock_ms), incremental_operation=AlterConfigOpType.SET))
+    for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=configs)]).values():
         f.result(30)
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
     for i in range(records):
@@ -241,11 +244,15 @@ def test_a_batch_held_past_its_lock_keeps_it_by_renewing(bootstrap, spark):
 
 
 def test_without_renewal_an_expired_batch_fails_to_commit_and_comes_back(bootstrap, spark):
-    topic, group = queue(bootstrap, 20)
+    # the records fetched again must still be locked when committed: the group's lock leaves
+    # room for a loaded machine (with the broker's 3 s, their lock ran out before the commit
+    # once, in a CI run at load ~15)
+    lock_ms = 8000
+    topic, group = queue(bootstrap, 20, lock_ms=lock_ms)
     with ShareGroupReader(spark, bootstrap, group, [topic], readers=1, renew_locks=False,
                           prefetch_records=20) as reader:
         batch = one_batch(reader, 20)
-        time.sleep(LOCK_MS / 1000 * 1.3)  # expired, and fetched again (delivery 2) with a fresh lock
+        time.sleep(lock_ms / 1000 * 1.3)  # expired, and fetched again (delivery 2) with a fresh lock
         with pytest.raises(BatchSettleError, match="held past their lock|INVALID_RECORD_STATE"):
             batch.commit()
         again = one_batch(reader, 20)
