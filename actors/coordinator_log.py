@@ -138,6 +138,14 @@ class CoordinatorLog:
                         else:
                             future.set_result(list(range(start, start + len(records))))
                             start += len(records)
+                failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
+                if failed is not None and self.waiting:
+                    # the calls queued while the failed append was in flight were made on a state that
+                    # held its records: they fail with it, unwritten, and each caller takes its changes
+                    # back or rebuilds (as Kafka's coordinator runtime fails the writes after a failed one)
+                    queued, self.waiting = self.waiting, []
+                    for _, _, future in queued:
+                        future.set_exception(failed)
         finally:
             self.appending = False
 

@@ -242,10 +242,10 @@ def test_random_commands_appended_or_taken_back_keep_the_state_what_the_log_give
     log, as the shell does (a command that changed offsets only is still taken back: heartbeats change groups, not
     offsets). After every step the state is what replaying the log gives.
 
-    Not modelled: a heartbeat whose append succeeds right after a failed one of a command it rested on (DeleteGroups
-    of an empty group, then a member joining the id as a new consumer group): the log then holds both the old group
-    and the new one. That race is older than this change (the coordinator log appends what was queued behind a
-    failed append; Kafka fails those writes too) and is left to the coordinator log."""
+    Not modelled: appends queued behind a failed one (DeleteGroups of an empty group, then a member joining the id
+    as a new consumer group, while the tombstone's append is in flight). The coordinator log fails them with it, as
+    Kafka does, and the shell rebuilds the shard (tests/unit/test_txn_offset_commits.py); before, the log could hold
+    both the old group and the new one."""
     h = world()
     g, log = h.groups, _log_entries(h, [])
     for now_ms, (op, group, tp, pid, outcome) in enumerate(ops, start=1):

@@ -305,6 +305,46 @@ def test_a_fenced_producer_or_an_ended_transaction_writes_nothing(tmp_path):
     assert core.log_end_offset == 1
 
 
+def test_appends_queued_behind_a_failed_one_fail_with_it_unwritten(tmp_path):
+    """A call queued while an append is in flight was made on a state holding that append's records: when
+    the append fails, the queued call fails with the same error and writes nothing (its caller takes its
+    changes back), as Kafka's coordinator runtime fails the writes after a failed one. Before, the queued
+    call was appended: a DeleteGroups that failed, then a member joining the same group id, left the log
+    holding both groups."""
+    core = open_core(tmp_path)
+
+    class FailingOnce(Partition):
+        def __init__(self, core):
+            super().__init__(core)
+            self.in_flight = asyncio.Event()
+            self.calls = 0
+
+        async def produce(self, blobs, leader_epoch, acks, timeout_ms):
+            self.calls += 1
+            if self.calls == 1:  # the first append waits for its followers, then times out
+                self.in_flight.set()
+                await asyncio.sleep(0.05)
+                return [type("Result", (), {"error_code": ErrorCode.REQUEST_TIMED_OUT, "error_message": "acks"})()
+                        for _ in blobs]
+            return await super().produce(blobs, leader_epoch, acks, timeout_ms)
+
+    partition = FailingOnce(core)
+    log = CoordinatorLog(partition)
+
+    async def scenario():
+        first = asyncio.ensure_future(log.append([(b"group", None)]))  # a tombstone: the group deleted
+        await partition.in_flight.wait()
+        second = asyncio.ensure_future(log.append([(b"group", b"joined")]))  # made on the deleted state
+        outcomes = await asyncio.gather(first, second, return_exceptions=True)
+        later = await log.append([(b"other", b"v")])  # a call after the failure is appended as ever
+        return outcomes, later
+    (first, second), later = asyncio.run(scenario())
+    assert isinstance(first, CoordinatorLogError) and first.error_code == ErrorCode.REQUEST_TIMED_OUT
+    assert isinstance(second, CoordinatorLogError) and second.error_code == ErrorCode.REQUEST_TIMED_OUT
+    assert later == [0] and partition.calls == 2
+    assert asyncio.run(CoordinatorLog(Partition(core)).replay()) == [(0, b"other", b"v")]
+
+
 # ---- the gateway's checks before the coordinator -------------------------------------------------------------------
 
 def test_the_handler_checks_the_transactional_id_and_each_topic_before_any_coordinator():
