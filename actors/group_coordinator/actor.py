@@ -339,16 +339,15 @@ class GroupCoordinator(PartitionReplica):
 
     async def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
         shard = await self._ready()
-        error = shard.heartbeat(group_id, generation_id, member_id, instance_id, now_ms=now_ms())
+        result = shard.heartbeat(group_id, generation_id, member_id, instance_id, now_ms=now_ms())
         self.wake.set()
-        return error
+        return result.response  # (no records: a classic heartbeat writes nothing)
 
     async def leave_group(self, group_id: str, members: list):
-        shard = await self._ready()
-        error, results, outcome = shard.leave_group(group_id, members, now_ms=now_ms())
-        await self._settle(outcome)
-        self.wake.set()
-        return error, results
+        """(group error: the append's if the records of the rebalance it starts could not be written,
+        (member id, instance id, error) per member)."""
+        result = await self._call(lambda s: s.leave_group, group_id, members, now_ms=now_ms())
+        return result.error_code, result.members
 
     async def describe_classic(self, group_ids: list[str]):
         shard = await self._ready()

@@ -89,7 +89,13 @@ class SyncResult:
     assignment: bytes = b""
 
 
-Replies = dict[int, "JoinResult | SyncResult"]   # call id -> its answer
+@dataclass
+class LeaveResult:
+    error_code: int = 0
+    members: list[tuple[str, str | None, int]] = field(default_factory=list)  # (member id, instance id, error)
+
+
+Replies = dict[int, "JoinResult | SyncResult | LeaveResult"]   # call id -> its answer
 
 
 def outcome(records: list[Record] | None = None, replies: Replies | None = None) -> CoordinatorResult[Replies]:
@@ -575,21 +581,26 @@ class ClassicGroups(GroupSnapshots):
                           assignment=member.assignment)
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None, *,
-                  now_ms: int) -> int:
+                  now_ms: int) -> CoordinatorResult[int]:
+        """The error code to answer; no records (the session deadline it moves is in memory only, in Kafka too)."""
         try:
             group, member = self._generation_member(group_id, generation_id, member_id, instance_id, now_ms)
             member.deadline_ms = now_ms + member.session_timeout_ms
-            return ErrorCode.REBALANCE_IN_PROGRESS if group.state == PREPARING_REBALANCE else ErrorCode.NONE
+            error = ErrorCode.REBALANCE_IN_PROGRESS if group.state == PREPARING_REBALANCE else ErrorCode.NONE
         except _Fail as e:
-            return e.error_code
+            error = e.error_code
+        return CoordinatorResult([], error)
 
-    def leave(self, group_id: str, members: list[tuple[str, str | None]], *,
-              now_ms: int) -> tuple[int, list[tuple[str, str | None, int]], CoordinatorResult[Replies]]:
-        """(group error, (member id, instance id, error) per member, outcome)."""
+    def leave(self, call: int, group_id: str, members: list[tuple[str, str | None]], *,
+              now_ms: int) -> CoordinatorResult[Replies]:
+        """The records of the rebalance it starts, and the replies: this call's LeaveResult (the group error, and
+        (member id, instance id, error) per member), and the calls that rebalance resolves."""
         out = outcome()
         group = self._groups.get(group_id)
         if group is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID, [(m, i, ErrorCode.UNKNOWN_MEMBER_ID) for m, i in members], out
+            out.response[call] = LeaveResult(ErrorCode.UNKNOWN_MEMBER_ID,
+                                             [(m, i, ErrorCode.UNKNOWN_MEMBER_ID) for m, i in members])
+            return out
         results, removed = [], False
         for member_id, instance_id in members:
             target = member_id
@@ -613,7 +624,8 @@ class ClassicGroups(GroupSnapshots):
             results.append((member_id, instance_id, ErrorCode.NONE))
         if removed or group.state == PREPARING_REBALANCE:
             self._members_left(out, group, now_ms)
-        return ErrorCode.NONE, results, out
+        out.response[call] = LeaveResult(ErrorCode.NONE, results)
+        return out
 
     # ---- offsets ---------------------------------------------------------------------------------------------------
 

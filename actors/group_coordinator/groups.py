@@ -28,8 +28,8 @@ from actors.coordinator_result import CoordinatorResult
 from actors.group_coordinator import classic_records as crec
 from actors.group_coordinator import records as rec
 from actors.group_coordinator import streams_records as srec
-from actors.group_coordinator.classic import (STABLE, ClassicGroups, DescribedClassicGroup, JoinResult, Replies,
-                                              SyncResult, merge, outcome)
+from actors.group_coordinator.classic import (STABLE, ClassicGroups, DescribedClassicGroup, JoinResult, LeaveResult,
+                                              Replies, SyncResult, merge, outcome)
 from actors.group_coordinator.consumer_group import ConsumerGroups, ConsumerHeartbeatResult, DescribedConsumerGroup
 from actors.group_coordinator.core import GroupCoordinatorShard, HeartbeatResult, TopicsView
 from actors.group_coordinator.offsets import OffsetStore
@@ -246,24 +246,26 @@ class Groups:
                                  assignments, now_ms=now_ms)
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None, *,
-                  now_ms: int) -> int:
-        """Kafka's classic Heartbeat: an error code; it moves the member's session deadline, which is in memory only,
-        in Kafka too (no record)."""
+                  now_ms: int) -> CoordinatorResult[int]:
+        """Kafka's classic Heartbeat: the error code to answer, and no records: it moves the member's session
+        deadline, which is in memory only, in Kafka too."""
         self.untracked()
         error = self._not_classic(group_id)
         if error:  # a group of another type has no such member
-            return error if error == ErrorCode.INVALID_GROUP_ID else ErrorCode.UNKNOWN_MEMBER_ID
+            return CoordinatorResult([], error if error == ErrorCode.INVALID_GROUP_ID else ErrorCode.UNKNOWN_MEMBER_ID)
         return self.classic.heartbeat(group_id, generation_id, member_id, instance_id, now_ms=now_ms)
 
-    def leave_group(self, group_id: str, members: list[tuple[str, str | None]], *, now_ms: int):
-        """Kafka's LeaveGroup: (group error, (member id, instance id, error) each, the CoordinatorResult of the
-        rebalance it starts: records, and replies to the calls it resolves). See `join_group` for what is written."""
+    def leave_group(self, call: int, group_id: str, members: list[tuple[str, str | None]], *,
+                    now_ms: int) -> CoordinatorResult[Replies]:
+        """Kafka's LeaveGroup: the records of the rebalance it starts, and the replies: this call's LeaveResult
+        (the group error, and (member id, instance id, error) each), and the calls the rebalance resolves. See
+        `join_group` for what is written."""
         self.untracked()
         error = self._not_classic(group_id)
         if error:  # a group of another type has no such member
             error = error if error == ErrorCode.INVALID_GROUP_ID else ErrorCode.UNKNOWN_MEMBER_ID
-            return error, [(m, i, error) for m, i in members], outcome()
-        return self.classic.leave(group_id, members, now_ms=now_ms)
+            return outcome(replies={call: LeaveResult(error, [(m, i, error) for m, i in members])})
+        return self.classic.leave(call, group_id, members, now_ms=now_ms)
 
     def describe_classic(self, group_id: str) -> DescribedClassicGroup:
         if not group_id:

@@ -59,12 +59,16 @@ class Harness:
         return call
 
     def heartbeat(self, member_id, generation, *, group="g", instance=None):
-        return self.groups.heartbeat(group, generation, member_id, instance, now_ms=self.now_ms)
+        result = self.groups.heartbeat(group, generation, member_id, instance, now_ms=self.now_ms)
+        assert result.records == []  # a classic heartbeat writes nothing
+        return result.response
 
     def leave(self, members, group="g"):
-        error, results, out = self.groups.leave(group, members, now_ms=self.now_ms)
-        self._take(out)
-        return error, results
+        self._calls += 1
+        call = self._calls
+        self._take(self.groups.leave(call, group, members, now_ms=self.now_ms))
+        answer = self.replies.pop(call)
+        return answer.error_code, answer.members
 
     def tick(self, now_ms):
         self.now_ms = now_ms
@@ -827,7 +831,7 @@ def test_replay_of_a_stable_group_keeps_it_stable_with_members_and_assignments()
     assert fresh.state("g") == STABLE
     assert fresh.describe("g") == h.groups.describe("g")
     for k, m in ids.items():
-        assert fresh.heartbeat("g", gen, m, k, now_ms=50000) == 0
+        assert fresh.heartbeat("g", gen, m, k, now_ms=50000).response == 0
     out = fresh.sync(99, "g", gen, ids["i1"], "i1", None, None, [], now_ms=50000)
     assert out.response[99].assignment == b"as-i1"
     # sessions start at load time
@@ -858,7 +862,7 @@ def test_replay_of_a_new_group_whose_assignment_never_came_rebalances():
     for key, value in h.log:
         fresh.replay(key, value, now_ms=0)
     assert fresh.state("g") == PREPARING_REBALANCE
-    assert fresh.heartbeat("g", gen, a, None, now_ms=0) == ErrorCode.REBALANCE_IN_PROGRESS
+    assert fresh.heartbeat("g", gen, a, None, now_ms=0).response == ErrorCode.REBALANCE_IN_PROGRESS
 
 
 def test_replay_between_join_and_sync_does_not_serve_the_previous_generations_assignment():

@@ -95,8 +95,10 @@ class Harness:
         return None if value is None else value.offset
 
     def leave(self, group, member_id):
-        error, results, out = self.groups.leave_group(group, [(member_id, None)], now_ms=self.now_ms)
-        assert error == 0 and results[0][2] == 0
+        self._calls += 1
+        out = self.groups.leave_group(self._calls, group, [(member_id, None)], now_ms=self.now_ms)
+        answer = out.response.pop(self._calls)
+        assert answer.error_code == 0 and answer.members[0][2] == 0
         self._take(out)
 
     def tick(self, now_ms):
@@ -132,11 +134,10 @@ def test_classic_join_on_a_non_empty_consumer_group_is_inconsistent_group_protoc
 def test_classic_heartbeat_sync_leave_on_a_share_group_id_are_unknown_member():
     h = Harness()
     h.share_member("sg")
-    assert h.groups.heartbeat("sg", 1, "m", None, now_ms=0) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert h.groups.heartbeat("sg", 1, "m", None, now_ms=0).response == ErrorCode.UNKNOWN_MEMBER_ID
     out = h.groups.sync_group(1, "sg", 1, "m", None, None, None, [], now_ms=0)
     assert out.response[1].error_code == ErrorCode.UNKNOWN_MEMBER_ID
-    error, _, _ = h.groups.leave_group("sg", [("m", None)], now_ms=0)
-    assert error == ErrorCode.UNKNOWN_MEMBER_ID
+    assert h.groups.leave_group(2, "sg", [("m", None)], now_ms=0).response[2].error_code == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 def test_describe_of_a_group_of_another_type_is_not_found():
@@ -361,7 +362,7 @@ def test_retention_expires_offsets_of_empty_groups_and_then_the_group():
     h.commit("simple")
     for t in range(1000, 10 * MINUTE_MS + 5000, 5000):   # the member stays alive
         h.now_ms = t
-        assert h.groups.heartbeat("busy", gen, member, None, now_ms=t) == 0
+        assert h.groups.heartbeat("busy", gen, member, None, now_ms=t).response == 0
         h.tick(t)
     assert h.groups.group_type("simple") is None, "the simple group lost its offsets and is gone"
     assert h.committed("simple") is None
@@ -410,7 +411,7 @@ def test_replay_rebuilds_classic_groups_offsets_and_simple_groups():
     fresh = h.replayed(now_ms=5000)
     assert fresh.group_type("cl") == CLASSIC and fresh.classic.state("cl") == STABLE
     assert fresh.describe_classic("cl") == h.groups.describe_classic("cl")
-    assert fresh.heartbeat("cl", gen, member, None, now_ms=5000) == 0
+    assert fresh.heartbeat("cl", gen, member, None, now_ms=5000).response == 0
     assert fresh.group_type("simple") == CLASSIC and fresh.classic.state("simple") == EMPTY, \
         "a group known only by its offsets comes back as a simple, empty group"
     assert fresh.fetch_offsets("simple", [("payments", [2])])[1][0][2].offset == 77
@@ -435,8 +436,8 @@ def test_an_empty_group_id_is_invalid_everywhere():
     """Kafka's isGroupIdNotEmpty checks: INVALID_GROUP_ID, and nothing is created or written."""
     h = Harness()
     assert h.join(group="").error_code == ErrorCode.INVALID_GROUP_ID
-    assert h.groups.heartbeat("", 1, "m", None, now_ms=0) == ErrorCode.INVALID_GROUP_ID
-    assert h.groups.leave_group("", [("m", None)], now_ms=0)[0] == ErrorCode.INVALID_GROUP_ID
+    assert h.groups.heartbeat("", 1, "m", None, now_ms=0).response == ErrorCode.INVALID_GROUP_ID
+    assert h.groups.leave_group(1, "", [("m", None)], now_ms=0).response[1].error_code == ErrorCode.INVALID_GROUP_ID
     assert h.groups.commit_offsets("", "", None, -1, [("orders", 0, 5, -1, None)], api_version=9,
                                    now_ms=0) == CoordinatorResult([], [ErrorCode.INVALID_GROUP_ID])
     assert h.groups.fetch_offsets("", None) == (ErrorCode.INVALID_GROUP_ID, [])
@@ -542,7 +543,7 @@ def test_a_late_request_of_an_expired_member_does_not_revive_it():
     h.groups = rebuilt
     h.now_ms = SESSION_MS + 5000                    # after the heal, before the timers' turn
     assert h.commit("c", old, generation) == [ErrorCode.UNKNOWN_MEMBER_ID]
-    assert rebuilt.heartbeat("c", generation, old, None, now_ms=h.now_ms) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert rebuilt.heartbeat("c", generation, old, None, now_ms=h.now_ms).response == ErrorCode.UNKNOWN_MEMBER_ID
     assert rebuilt.session_deadlines()[("classic", "c", old)] == SESSION_MS
     r = h.join(group="c")                           # the consumer, back with a new member id
     assert r.error_code == ErrorCode.MEMBER_ID_REQUIRED
