@@ -49,12 +49,14 @@ class StopSignals:
         self.give_up = give_up  # called from the watcher thread with the reason; should not return
         self._watching = False
         self._first_at: float | None = None  # when the first signal was handled
+        self._pid: int | None = None  # the process that installed the handlers
 
     @property
     def name(self) -> str:
         return signal.Signals(self.signum).name if self.signum else ""
 
     def install(self) -> None:
+        self._pid = os.getpid()
         for sig in SIGNALS:
             signal.signal(sig, self._received)
         if self.give_up is not None and not self._watching:
@@ -91,6 +93,14 @@ class StopSignals:
                 return
 
     def _received(self, signum, frame) -> None:
+        if os.getpid() != self._pid:
+            # a child forked from `kray start` (os.fork, before it execs or sets handlers of its own)
+            # inherited this handler, and a Ctrl-C to the process group reached it: it ends as the
+            # signal ends a process without a handler. (Raising Interrupted there printed a
+            # traceback from threading's after-fork hook on the console: seen in a CI run.)
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         now = time.monotonic()
         if self._first_at is not None and now - self._first_at < REPEAT_WITHIN_S:
             return  # the same stop asked twice
