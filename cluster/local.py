@@ -52,6 +52,7 @@ RAY_PROBE_TIMEOUT_S = 10  # kray start --address HOST:PORT: how long the head's 
 NODE_SUPERVISION_POLL_S = 0.5
 BROKER_EVENTS_POLL_S = 10.0
 PROGRESS_ASK_TIMEOUT_S = 3.0
+WAIT_STEP_S = 1.0  # start()'s waits look this often whether a progress line is due
 # Ray's health checks on one machine: a node whose raylet is gone is refused at once, so Ray may
 # declare it dead in ~1.5 s (failover tests stay short). A stall longer than that (pause_node) gets
 # the node declared dead too: its raylet exits when it wakes, and the node supervisor starts it
@@ -332,18 +333,47 @@ def _named_actor_exists(name: str) -> bool:
 
 
 class _Said:
-    """Says a progress line when it changed, or again every PROGRESS_REPEAT_S (still waiting)."""
+    """Says a progress line when it changed, or again every PROGRESS_REPEAT_S (still waiting). One
+    for a whole start(): whichever step waits (Ray, the controllers' election, the brokers) looks
+    when `due` (PROGRESS_EVERY_S after the start or the last look), so no wait in between is silent
+    for longer than that."""
 
     def __init__(self, say):
         self.say, self.last, self.at = say, None, 0.0
+        self.looked = time.monotonic()  # when a step last looked at what it waits for (at first: the start)
+        self._lock = threading.Lock()
+
+    def due(self) -> bool:
+        return self.say is not None and time.monotonic() - self.looked >= start_progress.PROGRESS_EVERY_S
 
     def __call__(self, line: str) -> None:
         if self.say is None:
             return
-        now = time.monotonic()
-        if line != self.last or now - self.at >= start_progress.PROGRESS_REPEAT_S:
-            self.last, self.at = line, now
-            self.say(line)
+        with self._lock:
+            now = time.monotonic()
+            self.looked = now
+            if line != self.last or now - self.at >= start_progress.PROGRESS_REPEAT_S:
+                self.last, self.at = line, now
+                self.say(line)
+
+
+@contextlib.contextmanager
+def _saying_while(said: _Said, line: str):
+    """Runs the block (a call that blocks in Ray's C++, e.g. ray.init) while a thread says `line`
+    whenever a progress line is due."""
+    done = threading.Event()
+
+    def look() -> None:
+        while not done.wait(0.5):
+            if said.due():
+                said(line)
+
+    watcher = threading.Thread(target=look, name="kray-start-progress", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 class _Controllers:
@@ -354,6 +384,7 @@ class _Controllers:
     election)."""
     _voters: tuple = ()
     _controller = None
+    _said: _Said | None = None  # start()'s progress lines
     attached = False  # start() found Kray's controllers running (a kray start lost with its host) and took them over
     progress = None  # a function given each progress line while start() deploys (kray start prints them)
     deploy_timeout_s: float | None = None  # how long start() waits for every broker (None: RAY_STARTUP_TIMEOUT_S)
@@ -383,13 +414,15 @@ class _Controllers:
         serving), asked again of the next active one when the controller changes meanwhile (a
         restarted cluster's voters may elect twice: the first controller stops when its epoch ends)."""
         deadline = time.monotonic() + (self.deploy_timeout_s or RAY_STARTUP_TIMEOUT_S)
-        said = _Said(self.progress)
+        said = self._said or _Said(self.progress)
+        self._await_active_controller(deadline, said, expected)
         while True:
-            controller = self.controller
+            controller = self._controller
             try:
                 call = controller.deploy_brokers.remote(expected, max(1.0, deadline - time.monotonic()))
-                while not ray.wait([call], timeout=start_progress.PROGRESS_EVERY_S)[0]:
-                    said(self._deploy_progress_line(expected))
+                while not ray.wait([call], timeout=WAIT_STEP_S)[0]:
+                    if said.due():
+                        said(self._deploy_progress_line(expected))
                 return ray.get(call)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, NotController) as e:
                 if time.monotonic() > deadline:
@@ -399,12 +432,18 @@ class _Controllers:
                 said("the active controller changed (an election of the metadata quorum, or its controller started "
                      "again): asking the new one")
                 time.sleep(0.5)
-                while self._voters and time.monotonic() < deadline:  # (an election: say so while it lasts)
-                    try:
-                        self._controller = active_controller(self._voters, start_progress.PROGRESS_EVERY_S)
-                        break
-                    except TimeoutError:
-                        said(self._deploy_progress_line(expected))
+                self._await_active_controller(deadline, said, expected)
+
+    def _await_active_controller(self, deadline: float, said: _Said, expected: int) -> None:
+        """With combined voters: until one voter's controller says it is active (an election, or
+        controllers whose processes still start), saying so whenever a line is due."""
+        while self._voters and time.monotonic() < deadline:
+            try:
+                self._controller = active_controller(self._voters, WAIT_STEP_S, prefer=self._controller)
+                return
+            except TimeoutError:
+                if said.due():
+                    said(self._deploy_progress_line(expected))
 
     def _deploy_progress_line(self, expected: int) -> str:
         """What the deploy waits for now (cluster/start_progress.py), asked of the controllers."""
@@ -487,6 +526,7 @@ class LocalBroker(_Controllers):
         """Raises RayUnreachable when Ray can't be reached at `address`, CannotListen when a
         broker's listener can't open, InterBrokerLoginFailed when brokers cannot log in to each
         other (cluster/inter_broker_login.py), each saying what to do."""
+        said = self._said = _Said(self.progress)
         if not ray.is_initialized():
             if self.address is None:
                 _broker_priority()
@@ -498,7 +538,9 @@ class LocalBroker(_Controllers):
                 if self.trim_ray:
                     trim_own_ray()
             else:
-                self._join_ray(self.address)
+                with _saying_while(said, f"waiting for the Ray cluster at {self.address} to take this driver in "
+                                         f"(ray.init)"):
+                    self._join_ray(self.address)
             self._owns_ray = True
         if self.address is None:
             controller_node, expected = ray.get_runtime_context().get_node_id(), 1

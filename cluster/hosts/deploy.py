@@ -87,6 +87,7 @@ class KrayHosts:
         self.bin = Path(python).parent
         self.kray: subprocess.Popen | None = None
         self.output: list[str] = []          # kray start's console, line by line
+        self.output_at: list[float] = []     # when each of those lines came (time.monotonic())
         self.bootstrap: str | None = None
         self.timings: dict[str, float] = {}  # seconds each phase took (network, ray, kray, stop)
         self.gcs_redis = gcs_redis
@@ -295,6 +296,7 @@ class KrayHosts:
 
         def pump():
             for line in self.kray.stdout:
+                self.output_at.append(time.monotonic())
                 self.output.append(line.rstrip())
                 m = READY.search(line)
                 if m and not ready.is_set():
