@@ -34,6 +34,13 @@ KRAY_OWN_BROKER_CONFIGS = {"num.partition.shards": "how many shard actors (proce
                                                                        "topics' throttled replica lists)",
                            "kray.balancer.check.interval.ms": "how often the balancer looks at the placement and "
                                                               "the moves it started",
+                           "kray.balancer.load.weights.enable": "the balancer weighs each partition by its size "
+                                                                "in bytes and its produce rate (over the means, "
+                                                                "to a half) besides counting it; off: by count",
+                           "kray.balancer.load.sample.interval.ms": "how often the balancer asks each broker for "
+                                                                    "the sizes of the partitions it leads (their "
+                                                                    "growth gives the produce rates), with "
+                                                                    "kray.balancer.load.weights.enable",
                            "kray.broker.draining": "a dynamic broker config, set for one broker by kray "
                                                    "remove-broker: every replica leaves the broker, which then "
                                                    "unregisters"}

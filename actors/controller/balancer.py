@@ -22,8 +22,8 @@ The rules:
   then the totals: a replica moves from the most loaded broker to the least loaded one while that lowers the
   spread, without widening the spread of a topic whose partitions weigh alike. A broker's load is the sum of
   its replicas' weights: 1 per replica, plus, where known, the partition's bytes over the mean bytes and its
-  produce rate over the mean rate. With nothing known this is the replica count, and the counts end at most 1
-  apart, per topic and in all.
+  produce rate over the mean rate (each rounded to a half). With nothing known this is the replica count, and
+  the counts end at most 1 apart, per topic and in all.
 - Then leaders: the preferred leader (first replica) is what Kafka's preferred leader election restores; a
   partition's replica list is reordered so preferred leaders are spread by count (at most 1 apart where
   the placement allows), and partitions whose leader is not their preferred replica (in the ISR, on a
@@ -67,15 +67,20 @@ class BalancePlan:
         return not self.moves and not self.elections
 
 
+WEIGHT_STEP = 0.5  # a partition's bytes and rate over the means are rounded to this
+
+
 def weights(partitions: list[PartitionLoad]) -> dict[tuple[str, int], float]:
     """Each partition's weight: 1, plus its bytes over the mean bytes and its produce rate over the mean rate
-    (each only where known for some partition: an unknown value counts as the mean)."""
+    (each only where known for some partition: an unknown value counts as the mean), each rounded to
+    WEIGHT_STEP: sizes and rates change with every sample, and a balance of exact values would move a
+    replica (copying its log) for every small change; rounded, partitions that weigh alike stay alike."""
     def relative(values: list[float | None]) -> list[float]:
         known = [v for v in values if v is not None]
         mean = sum(known) / len(known) if known else 0.0
         if mean <= 0:
             return [0.0] * len(values)
-        return [(v if v is not None else mean) / mean for v in values]
+        return [round((v if v is not None else mean) / mean / WEIGHT_STEP) * WEIGHT_STEP for v in values]
 
     sizes = relative([p.size_bytes for p in partitions])
     rates = relative([p.produce_bytes_per_s for p in partitions])

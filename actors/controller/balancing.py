@@ -19,19 +19,23 @@ runs. What it set is remembered by this controller only: after a
 controller failover, entries it left are cleared by the next controller only when it throttles again
 (`kray reassign-partitions --verify` or kray configs remove them too).
 
-Not known to it yet: partitions' sizes and produce rates (the core weighs by them; the controller does not
-collect them), so the balance is by count.
+Load: with `kray.balancer.load.weights.enable`, every `kray.balancer.load.sample.interval.ms` (while balancing
+or draining) it asks each broker that serves for the sizes on disk of the partitions it leads
+(actors/controller/load_samples.py keeps them and the produce rates their growth gives), and the core weighs
+each partition by them; without it (the default) the balance is by count.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import ray
 
 from actors.controller import balancer
 from actors.controller.elections import PREFERRED, reassigning
+from actors.controller.load_samples import LoadSamples
 
 log = logging.getLogger("kray.controller")
 LONG_MAX = 9223372036854775807
@@ -40,20 +44,24 @@ RETIRE_STOP_TIMEOUT_S = 10.0
 LEADER_SIDE = ("leader.replication.throttled.replicas", "leader.replication.throttled.rate")
 FOLLOWER_SIDE = ("follower.replication.throttled.replicas", "follower.replication.throttled.rate")
 DRAINING = "kray.broker.draining"
+SAMPLE_TIMEOUT_S = 10.0  # a broker that does not answer within this is left out of the sample
 
 
 def _enabled(value: Any) -> bool:
     return str(value).lower() == "true"
 
 
-def partition_loads(core) -> list[balancer.PartitionLoad]:
-    """The partitions as the balancer sees them: a partition being moved with the replicas it ends with."""
+def partition_loads(core, samples: LoadSamples | None = None) -> list[balancer.PartitionLoad]:
+    """The partitions as the balancer sees them: a partition being moved with the replicas it ends with, and
+    its size and produce rate where `samples` know them."""
     out = []
     for topic in core.topics.values():
         for p in topic.partitions:
             moving = reassigning(p)
             replicas = tuple(r for r in p.replicas if r not in p.removing) if moving else tuple(p.replicas)
-            out.append(balancer.PartitionLoad(topic.name, p.index, replicas, p.leader, tuple(p.isr), moving))
+            size, rate = samples.of((topic.name, p.index)) if samples is not None else (None, None)
+            out.append(balancer.PartitionLoad(topic.name, p.index, replicas, p.leader, tuple(p.isr), moving,
+                                              size_bytes=size, produce_bytes_per_s=rate))
     return out
 
 
@@ -65,6 +73,7 @@ class Balancing:
         self.throttled_brokers: set[tuple[int, str]] = set()  # (broker, rate key) it set
         self.said: set[str] = set()  # stuck reasons said already
         self.retiring: set[int] = set()
+        self.samples = LoadSamples(interval_s=30.0)  # (its interval is the config's at each sample)
 
     @property
     def core(self):
@@ -81,10 +90,40 @@ class Balancing:
     def interval_s(self) -> float:
         return int(self.core.broker_config.get("kray.balancer.check.interval.ms", 5000)) / 1000
 
+    def _sample_interval_s(self) -> float:
+        return int(self.core.broker_config.get("kray.balancer.load.sample.interval.ms", 30000)) / 1000
+
+    def _weighing(self) -> bool:
+        """Whether partitions' sizes and rates are sampled and weighed (else the balance is by count)."""
+        core = self.core
+        return _enabled(core.broker_config.get("kray.balancer.load.weights.enable", False)) and (
+            _enabled(core.broker_config.get("kray.balancer.enable", False))
+            or bool(core.draining_brokers() & set(core.brokers)))
+
+    async def sample(self) -> None:
+        """Ask every broker that serves for the sizes of the partitions it leads (one Ray call each, at once);
+        a broker that does not answer is left out."""
+        now = time.monotonic()
+        brokers = [(b, g) for b, g in self.shell.rec.gateways.items() if b in self.shell.rec.serving]
+        answers = await asyncio.gather(*(asyncio.wait_for(_ask(g.led_partition_sizes.remote()), SAMPLE_TIMEOUT_S)
+                                         for _, g in brokers), return_exceptions=True)
+        sizes: dict[tuple[str, int], int] = {}
+        for (broker_id, _), answer in zip(brokers, answers):
+            if isinstance(answer, BaseException):
+                log.info("balancer: broker %d did not say its partitions' sizes (%s)", broker_id,
+                         type(answer).__name__)
+                continue
+            sizes.update(answer)
+        self.samples.record(sizes, now)
+        self.samples.forget_except({(t.name, p.index) for t in self.core.topics.values() for p in t.partitions})
+
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s())
             try:
+                self.samples.interval_s = self._sample_interval_s()
+                if self._weighing() and self.samples.due(time.monotonic()):
+                    await self.sample()
                 self.step()
             except asyncio.CancelledError:
                 raise
@@ -100,7 +139,7 @@ class Balancing:
         if not enabled and not draining:
             self._clear_throttles()
             return None
-        loads = partition_loads(core)
+        loads = partition_loads(core, self.samples if self._weighing() else None)
         eligible = [b for b in core.live_brokers() if b in rec.serving and b not in draining]
         down = sorted(b for b in core.brokers if b not in draining and b not in eligible)
         if enabled and down:  # (a broker fenced for a moment must not set off moves among the others)
@@ -234,6 +273,10 @@ class Balancing:
                 log.warning("broker %d drained and unregistered", broker_id)
         finally:
             self.retiring.discard(broker_id)
+
+
+async def _ask(ref):
+    return await ref
 
 
 async def _quietly(call) -> None:

@@ -36,6 +36,7 @@ from actors.controller.quorum_shell.voter import build_voter, propose_through, r
 from actors.gateway.broker_session import BrokerSession
 from actors.gateway.context import GatewayContext, RayController, monotonic_ms
 from actors.gateway.frontend import follow_metadata, start_frontend
+from actors.gateway.handlers.log_dirs import led_partition_sizes
 from actors.startup import start_unless_started
 from actors.security.settings import security_settings
 from actors import names
@@ -311,6 +312,10 @@ class GatewayActor:
     def inter_broker_endpoint(self) -> tuple[str, int] | None:
         """Where this broker's inter-broker listener is advertised, once it listens."""
         return self.endpoint
+
+    def led_partition_sizes(self) -> dict[tuple[str, int], int]:
+        """Bytes on disk of each partition this broker leads: the balancer's load samples."""
+        return led_partition_sizes(self.ctx)
 
     def quorum_status(self):
         """This broker's voter's view (actors/controller/quorum QuorumStatus) and whether it is

@@ -221,3 +221,40 @@ def test_a_node_that_ray_drains_has_its_broker_drained_and_unregistered(cluster)
     for key, (r, _) in _spread(cluster)[2].items():
         assert len(r) == replication.get(key, len(r)) and 5 not in r, (key, r)
     cluster.kill_node(5, graceful=True)
+
+
+def test_each_broker_says_the_sizes_of_the_partitions_it_leads(cluster):
+    """What the balancer weighs by (kray.balancer.load.weights.enable): each broker's gateway, asked over Ray
+    as the controller asks it, names exactly the partitions it leads, each with at least the bytes produced to it."""
+    from confluent_kafka import Producer
+    from actors import names
+    topic, records, value = f"sizes-{uuid.uuid4().hex[:6]}", 50, b"v" * 1000
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=2)])[topic].result(60)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+    for partition in range(3):
+        for _ in range(records * (partition + 1)):
+            producer.produce(topic, value, partition=partition)
+    assert producer.flush(60) == 0
+
+    def leaders():
+        return {p.index: p.leader for p in cluster.metadata().topics[topic].partitions}
+
+    def ask():
+        said = {}
+        for broker in cluster.metadata().brokers:
+            gateway = ray.get_actor(names.gateway_name(broker), namespace=names.NAMESPACE)
+            for (name, index), size in ray.get(gateway.led_partition_sizes.remote(), timeout=30).items():
+                if name == topic:
+                    said[index] = (broker, size)
+        return said
+
+    for _ in range(30):  # (the balancer of this module's cluster may move the new topic's leaders meanwhile, and a
+        before = leaders()  # broker learns of a move from the metadata a moment after the controller)
+        said = ask()
+        if leaders() == before and {i: b for i, (b, _) in said.items()} == before:
+            break
+        time.sleep(1)
+    assert {i: b for i, (b, _) in said.items()} == before
+    for index, (_, size) in said.items():
+        assert size >= records * (index + 1) * len(value), (index, size)

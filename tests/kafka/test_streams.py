@@ -122,8 +122,17 @@ def _heartbeats(bootstrap: str) -> list:
             time.sleep(0.5)
             r = hb(record=False, member_epoch=r.member_epoch, **steady)
         out.append(("internal topics created", not any(s.status_code == 3 for s in r.status)))
-        d = conn._call(m.StreamsGroupDescribeRequest(group_ids=[group], include_authorized_operations=False,
-                                                     include_topology_description=False), 89, 1).groups[0]
+
+        def describe():
+            return conn._call(m.StreamsGroupDescribeRequest(group_ids=[group], include_authorized_operations=False,
+                                                            include_topology_description=False), 89, 1).groups[0]
+        d = describe()
+        # (the first assignment waits for group.streams.initial.rebalance.delay.ms; on a busy machine one broker may
+        # still be inside it: heartbeat on until the assignment is done, and compare the group then)
+        while d.group_state in ("Assigning", "Reconciling") and time.monotonic() < deadline + 20:
+            time.sleep(0.5)
+            r = hb(record=False, member_epoch=r.member_epoch, **steady)
+            d = describe()
 
         def named(name):
             return name.replace(prefix, "PREFIX").replace(source, "SOURCE")

@@ -36,6 +36,20 @@ def dir_bytes(path: Path) -> int:
     return total
 
 
+def led_partition_sizes(ctx) -> dict[tuple[str, int], int]:
+    """The size on disk of each partition this broker leads (as its metadata says), for the balancer
+    (actors/controller/load_samples.py); a partition whose directory is not there yet is left out."""
+    directory = log_dir(ctx)
+    sizes = {}
+    for topic in ctx.metadata.topics.values():
+        for p in topic.partitions:
+            if p.leader == ctx.broker_id:
+                size = dir_bytes(directory / f"{topic.name}-{p.index}")
+                if size >= 0:
+                    sizes[(topic.name, p.index)] = size
+    return sizes
+
+
 async def handle_describe_log_dirs(ctx, header, request, connection=None) -> R:
     if not ctx.access(connection).allows_cluster(AclOperation.DESCRIBE):
         return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
