@@ -23,7 +23,7 @@ from actors.config_schema import with_listener
 from cluster.config import DEFAULT_LOCAL_CONFIG, load_broker_config
 from cluster.console_log import ConsoleErrors, follow_errors
 from cluster.process_tree import adopt_orphans, descendants, end_descendants
-from cluster.start_errors import CannotListen, DeployTimedOut, InterBrokerLoginFailed, RayUnreachable
+from cluster.start_errors import CannotListen, DeployTimedOut, InterBrokerLoginFailed, RayDidNotStart, RayUnreachable
 from cluster.stop_signals import StopSignals
 
 DEFAULT_PORT = 9092  # the first broker's, as Kafka's; with --nodes the others count up from it
@@ -147,7 +147,7 @@ def _start_and_serve(args, signals: StopSignals) -> int:
         signals.stopping()
         print(f"Stopping Kray before it was ready ({signals.name}) ...", flush=True)
         status = 128 + (signals.signum or signal.SIGINT)
-    except (RayUnreachable, CannotListen, InterBrokerLoginFailed, DeployTimedOut) as e:
+    except (RayUnreachable, RayDidNotStart, CannotListen, InterBrokerLoginFailed, DeployTimedOut) as e:
         print(f"kray start: {e}", file=sys.stderr)
         status = 1
     except OSError as e:

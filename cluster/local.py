@@ -39,8 +39,8 @@ from actors.controller.nodes import (BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABE
 from actors.controller_client import NotController
 from actors.security.inter_broker import with_broker_secret
 from cluster import inter_broker_login, start_progress
-from cluster.start_errors import (CannotListen, DeployTimedOut, ProblemLog, RayUnreachable, ray_port_closed,
-                                  ray_unreachable)
+from cluster.start_errors import (RAY_NODE_TIMED_OUT, CannotListen, DeployTimedOut, ProblemLog, RayDidNotStart,
+                                  RayUnreachable, ray_did_not_start, ray_port_closed, ray_unreachable)
 
 log = logging.getLogger("kray")
 RAY_STARTUP_TIMEOUT_S = 120
@@ -534,7 +534,12 @@ class LocalBroker(_Controllers):
                     os.environ.setdefault(IDLE_WORKERS_KEPT_ENV, "0")
                     for key, value in QUIET_RAY_ENV.items():
                         os.environ.setdefault(key, value)
-                _init_ray("local")
+                try:
+                    _init_ray("local")
+                except Exception as e:
+                    if RAY_NODE_TIMED_OUT not in str(e):
+                        raise
+                    raise RayDidNotStart(ray_did_not_start(os.getloadavg()[0], os.cpu_count())) from None
                 if self.trim_ray:
                     trim_own_ray()
             else:

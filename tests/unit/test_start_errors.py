@@ -66,3 +66,32 @@ def test_a_closed_head_port_says_to_start_ray_there():
     text = ray_port_closed("10.0.0.1:6379", ConnectionRefusedError(111, "Connection refused"))
     assert text.startswith("cannot reach the Ray cluster at 10.0.0.1:6379: [Errno 111] Connection refused")
     assert "ray start --head" in text
+
+
+def test_a_ray_that_does_not_come_up_on_a_busy_machine_is_said_with_what_to_do(monkeypatch):
+    """Ray waits a fixed 30 s for a new node's raylet to register; on an overloaded machine `kray start`'s own
+    ray.init fails so ("The current node timed out during startup ..."). kray start says it, with the load, and
+    what to do, instead of Ray's traceback (seen in CI)."""
+    import pytest
+    import cluster.local as local
+    from cluster.start_errors import RayDidNotStart
+
+    def ray_times_out(address):
+        raise Exception("The current node timed out during startup. This could happen because some of the raylet "
+                        "failed to startup or the GCS has become overloaded.")
+
+    monkeypatch.setattr(local, "_init_ray", ray_times_out)
+    monkeypatch.setattr(local.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(local, "_broker_priority", lambda: None)  # (it would set RAY_worker_niceness here)
+    broker = local.LocalBroker({"log.dirs": "/nonexistent-kray-test"}, trim_ray=False)
+    with pytest.raises(RayDidNotStart) as raised:
+        broker.start()
+    said = str(raised.value)
+    assert "did not start in time" in said and "load average" in said and "Stop what else runs" in said
+
+    def other_failure(address):
+        raise ValueError("something else")
+
+    monkeypatch.setattr(local, "_init_ray", other_failure)
+    with pytest.raises(ValueError):  # (any other failure of Ray's is not renamed)
+        local.LocalBroker({"log.dirs": "/nonexistent-kray-test"}, trim_ray=False).start()
