@@ -104,8 +104,9 @@ class StopSignals:
 
     def _redeliver(self) -> None:
         time.sleep(REDELIVER_AFTER_S)
-        with self._echo_lock:
-            self._echoes += 1 if self._wake is not None else 0
+        if self._wake is not None:  # (the signal's wakeup byte reaches the watcher: it is to skip it)
+            with self._echo_lock:
+                self._echoes += 1
         self._redelivering = True
         # (a real signal, to the main thread: it also ends a sleep or a select there, as the first one would)
         signal.pthread_kill(threading.main_thread().ident, self.signum or signal.SIGINT)
