@@ -39,7 +39,9 @@ from actors.controller.nodes import (BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABE
 from actors.controller_client import NotController
 from actors.security.inter_broker import with_broker_secret
 from cluster import inter_broker_login, start_progress
-from cluster.start_errors import (RAY_NODE_TIMED_OUT, CannotListen, DeployTimedOut, ProblemLog, RayDidNotStart,
+from cluster.ray_node_start import RAY_NODE_START_ATTEMPTS, start_ray_node
+from cluster.ray_node_start import timed_out as ray_node_timed_out
+from cluster.start_errors import (CannotListen, DeployTimedOut, ProblemLog, RayDidNotStart,
                                   RayUnreachable, ray_did_not_start, ray_port_closed, ray_unreachable)
 
 log = logging.getLogger("kray")
@@ -535,11 +537,12 @@ class LocalBroker(_Controllers):
                     for key, value in QUIET_RAY_ENV.items():
                         os.environ.setdefault(key, value)
                 try:
-                    _init_ray("local")
+                    start_ray_node(lambda: _init_ray("local"), said)
                 except Exception as e:
-                    if RAY_NODE_TIMED_OUT not in str(e):
+                    if not ray_node_timed_out(e):
                         raise
-                    raise RayDidNotStart(ray_did_not_start(os.getloadavg()[0], os.cpu_count())) from None
+                    raise RayDidNotStart(ray_did_not_start(os.getloadavg()[0], os.cpu_count(),
+                                                           RAY_NODE_START_ATTEMPTS)) from None
                 if self.trim_ray:
                     trim_own_ray()
             else:
@@ -697,9 +700,9 @@ class LocalCluster(_Controllers):
         _broker_priority()
         # (no dashboard: nothing of Kray's uses it, it costs a process, and two clusters on one
         # machine would both want its port)
-        self.ray_cluster = Cluster(initialize_head=True, head_node_args={
+        self.ray_cluster = start_ray_node(lambda: Cluster(initialize_head=True, head_node_args={
             "num_cpus": 1, "labels": {ROLE_LABEL: CONTROLLER_ONLY}, "_system_config": FAST_HEALTH_CHECKS,
-            "include_dashboard": False})
+            "include_dashboard": False}), log.warning)
         self._forget_current_cluster()
         try:
             for broker_id in range(1, self.nodes + 1):
@@ -759,7 +762,8 @@ class LocalCluster(_Controllers):
         if port is not None:
             labels[PORT_LABEL] = str(port)
         with _no_sigterm_handler_off_the_main_thread():
-            node = self.ray_cluster.add_node(wait=wait, num_cpus=1, labels=labels)
+            node = start_ray_node(lambda: self.ray_cluster.add_node(wait=wait, num_cpus=1, labels=labels),
+                                  lambda line: log.warning("broker %d: %s", broker_id, line))
         self._nodes[broker_id] = node
         return node
 

@@ -57,6 +57,15 @@ def descendants(pid: int | None = None) -> list[int]:
     return found
 
 
+def command_line(pid: int) -> str:
+    """The process's command line, its arguments joined by spaces ("" once it has gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
 def _reap() -> None:
     while True:
         try:

@@ -25,12 +25,9 @@ class RayDidNotStart(RuntimeError):
     """The Ray that `kray start` starts on this machine did not come up (its raylet did not register in time)."""
 
 
-RAY_NODE_TIMED_OUT = "timed out during startup"  # Ray's words when a new raylet does not register within 30 s
-
-
-def ray_did_not_start(load_average: float, cpus: int | None) -> str:
-    return (f"Ray's processes on this machine did not start in time (a new Ray node's raylet must register with "
-            f"its GCS within 30 s, a limit of Ray's own); the load average is {load_average:.1f} on {cpus or '?'} "
+def ray_did_not_start(load_average: float, cpus: int | None, attempts: int) -> str:
+    return (f"Ray's processes on this machine did not start in time, {attempts} times (a new Ray node's raylet must "
+            f"register with its GCS within 30 s, a limit of Ray's own); the load average is {load_average:.1f} on {cpus or '?'} "
             f"CPUs: the machine is probably too busy. Stop what else runs on it, then start Kray again")
 
 

@@ -1,0 +1,74 @@
+"""Starting a Ray node on a busy machine: a start that missed Ray's 30 s window is tried again.
+
+Ray gives a new node's raylet 30 s to register with the GCS (a constant inside Ray's `Node`, not a
+setting), then raises "The current node timed out during startup" and leaves running what that
+attempt started (GCS, raylet, agents). On a machine whose CPUs are all taken (two cores under a
+test suite or a build) the window is missed now and then, though the raylet would register a few
+seconds later. `start_ray_node` ends what the failed attempt left and starts the node again.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Callable, TypeVar
+
+from cluster.process_tree import command_line, descendants
+
+RAY_NODE_TIMED_OUT = "timed out during startup"  # Ray's words when a new raylet does not register within 30 s
+RAY_NODE_START_ATTEMPTS = 3
+# how Ray's node processes are told apart from other children of the process that starts the node
+# (a test's clients, a JVM): Ray's binaries, its Python entry points, its workers' titles
+RAY_PROCESS_MARKS = ("gcs_server", "raylet", "/ray/_private/", "/ray/dashboard/", "/ray/autoscaler/", "ray::")
+
+T = TypeVar("T")
+
+
+def is_ray_process(command: str) -> bool:
+    return any(mark in command for mark in RAY_PROCESS_MARKS)
+
+
+def timed_out(error: BaseException) -> bool:
+    """Whether `error` is Ray giving up on a new node's raylet registering in time."""
+    return RAY_NODE_TIMED_OUT in str(error)
+
+
+def _end(pids: list[int]) -> None:
+    """Stop them all first (so none starts another process meanwhile), then kill them."""
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def end_ray_processes_since(before: set[int]) -> list[int]:
+    """End Ray's processes below this one that were not there in `before`; returns their pids."""
+    new = [p for p in descendants() if p not in before and is_ray_process(command_line(p))]
+    _end(new)
+    later = [p for p in descendants() if p not in before and p not in new and is_ray_process(command_line(p))]
+    _end(later)  # (started by one of them before it was stopped)
+    return new + later
+
+
+def start_ray_node(start: Callable[[], T], say: Callable[[str], None] | None = None,
+                   attempts: int = RAY_NODE_START_ATTEMPTS) -> T:
+    """`start()` (a call that starts a Ray node in this process: ray.init of a local Ray,
+    ray.cluster_utils.Cluster(...) or its add_node); where Ray gives up on the raylet registering,
+    what that attempt started is ended and `start()` is called again, up to `attempts` times.
+    `say` is told of each new attempt. Any other failure, and the last attempt's, is raised."""
+    for attempt in range(1, attempts + 1):
+        before = set(descendants())
+        begun = time.monotonic()
+        try:
+            return start()
+        except Exception as e:
+            if not timed_out(e) or attempt == attempts:
+                raise
+            ended = end_ray_processes_since(before)
+            if say is not None:
+                say(f"Ray's new node did not register with its GCS within Ray's 30 s ({time.monotonic() - begun:.0f} s "
+                    f"in all; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs): ended its "
+                    f"{len(ended)} processes, starting it again (attempt {attempt + 1} of {attempts})")
+    raise AssertionError("unreachable")
