@@ -43,6 +43,12 @@ def _parents() -> dict[int, int]:
     return parents
 
 
+def children(pid: int | None = None) -> list[int]:
+    """The live processes whose parent is `pid` (default: this process)."""
+    root = os.getpid() if pid is None else pid
+    return [child for child, parent in _parents().items() if parent == root]
+
+
 def descendants(pid: int | None = None) -> list[int]:
     """The live processes below `pid` (default: this process), parents before their children."""
     root = os.getpid() if pid is None else pid

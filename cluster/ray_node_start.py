@@ -13,7 +13,7 @@ import signal
 import time
 from typing import Callable, TypeVar
 
-from cluster.process_tree import command_line, descendants
+from cluster.process_tree import children, command_line
 
 RAY_NODE_TIMED_OUT = "timed out during startup"  # Ray's words when a new raylet does not register within 30 s
 RAY_NODE_START_ATTEMPTS = 3
@@ -33,23 +33,27 @@ def timed_out(error: BaseException) -> bool:
     return RAY_NODE_TIMED_OUT in str(error)
 
 
-def _end(pids: list[int]) -> None:
-    """Stop them all first (so none starts another process meanwhile), then kill them."""
-    for sig in (signal.SIGSTOP, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def end_ray_processes_since(before: set[int]) -> list[int]:
-    """End Ray's processes below this one that were not there in `before`; returns their pids."""
-    new = [p for p in descendants() if p not in before and is_ray_process(command_line(p))]
-    _end(new)
-    later = [p for p in descendants() if p not in before and p not in new and is_ray_process(command_line(p))]
-    _end(later)  # (started by one of them before it was stopped)
-    return new + later
+    """End the Ray processes this one started since `before` (its children then), with everything
+    below them (a raylet's agents and workers); returns their pids. Processes below this one's other
+    Ray nodes (a LocalCluster's raylets start workers at any time) and its other children (a test's
+    clients) are left alone."""
+    stopped: list[int] = []
+    todo = [p for p in children() if p not in before and is_ray_process(command_line(p))]
+    while todo:  # stopped top-down, so that none starts another process meanwhile, then all killed
+        _signal(todo, signal.SIGSTOP)
+        stopped += todo
+        todo = [c for p in todo for c in children(p) if c not in stopped]
+    _signal(stopped, signal.SIGKILL)
+    return stopped
 
 
 def start_ray_node(start: Callable[[], T], say: Callable[[str], None] | None = None,
@@ -59,7 +63,7 @@ def start_ray_node(start: Callable[[], T], say: Callable[[str], None] | None = N
     what that attempt started is ended and `start()` is called again, up to `attempts` times.
     `say` is told of each new attempt. Any other failure, and the last attempt's, is raised."""
     for attempt in range(1, attempts + 1):
-        before = set(descendants())
+        before = set(children())
         begun = time.monotonic()
         try:
             return start()

@@ -1,4 +1,5 @@
-"""One Apache Kafka 4.4 and one Kray (`kray start`) for the whole session, side by side on 127.0.0.1.
+"""One Apache Kafka 4.4 and one Kray (`kray start`) side by side on 127.0.0.1, for this directory's tests: ended
+after its last one, so they do not idle beside the rest of the suite on the same worker.
 Without Java or Kafka's jars every test here is skipped, saying why."""
 import pytest
 
@@ -6,7 +7,7 @@ from tests.kafka.broker import KafkaBroker, missing
 from tests.kray_process import KrayProcess
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kafka44():
     why = missing()
     if why:
@@ -17,7 +18,7 @@ def kafka44():
     broker.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kray_beside(tmp_path_factory):
     server = KrayProcess(tmp_path_factory.mktemp("kray-beside-kafka"))
     bootstrap = server.start()
@@ -25,7 +26,7 @@ def kray_beside(tmp_path_factory):
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def both(kafka44, kray_beside):
     """{"kafka": bootstrap, "kray": bootstrap}, the same topics made on each (tests.kafka.corpus.prepare)."""
     from tests.kafka.corpus import prepare

@@ -1,7 +1,10 @@
 """cluster/ray_node_start.py: a Ray node start that missed Ray's 30 s window ends what it left and tries again."""
+import os
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -40,6 +43,29 @@ def test_only_rays_processes_started_since_are_ended():
     finally:
         old.kill()
         old.wait()
+
+
+def test_what_a_new_ray_process_started_is_ended_with_it_and_other_nodes_workers_are_not():
+    """A raylet's agents and workers go with it; a worker that an older node's raylet starts meanwhile (a
+    LocalCluster's raylets are this process's children too) stays."""
+    spawner = [sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen(sys.argv[1:]); time.sleep(60)"]
+    old_raylet = subprocess.Popen(spawner + SLEEPER + ["ray::IDLE", "raylet"])
+    try:
+        before = set(descendants())
+        time.sleep(0.5)  # (the old raylet's worker starts after `before`)
+        new_raylet = subprocess.Popen(spawner + SLEEPER + ["ray::IDLE", "raylet"])
+        time.sleep(0.5)
+        worker, old_worker = descendants(new_raylet.pid), descendants(old_raylet.pid)
+        assert len(worker) == 1 and len(old_worker) == 1
+        ended = end_ray_processes_since(before)
+        assert sorted(ended) == sorted([new_raylet.pid] + worker)
+        assert new_raylet.wait(timeout=5) < 0
+        assert old_raylet.poll() is None and all(Path(f"/proc/{p}").exists() for p in old_worker)
+    finally:
+        old_raylet.kill()
+        old_raylet.wait()
+        for p in old_worker:
+            os.kill(p, signal.SIGKILL)
 
 
 def test_a_start_that_timed_out_is_tried_again_after_ending_what_it_left():
