@@ -70,7 +70,11 @@ def run_and_signal(tmp_path, point: str, sig: int, *, group: bool, ignore_sigint
             os.killpg(proc.pid, sig)
         else:
             proc.send_signal(sig)
-        status = proc.wait(timeout=60)
+        try:
+            status = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"kray start did not exit within 60 s of the signal ({point}); it said:\n"
+                        + "\n".join(output) + "\nits session's processes: " + repr(session_processes(proc.pid)))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
