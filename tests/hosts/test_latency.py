@@ -97,7 +97,10 @@ def test_20_ms_between_hosts_is_applied_and_an_acks_all_producer_loses_nothing_u
                   f"ms; late p99 {percentile(s['late_ms'], 0.99)} ms, max {s['late_ms_max']} ms; "
                   f"netlink errors {s['netlink_errors'] or 'none'}")
     assert not producer.is_alive()
-    assert statistics.median(before) < 5 and statistics.median(after) < 5, (before, after)
+    # no delay before or after: a relay still in place would make every connect last 30 ms or more, while a
+    # busy machine only lengthens some (a CI run's connects just after restore() were 125, 10, 6, 6, 22, 0.8,
+    # ... ms at load ~15), so the fastest connect tells
+    assert min(before) < 5 and min(after) < 5, (before, after)
     assert min(during) >= 15 and 30 <= statistics.median(during) < 100, during
     assert under > 0, "nothing acknowledged while the hosts were 20 ms apart"
     assert not failed, failed[:5]
