@@ -26,9 +26,10 @@ class RayDidNotStart(RuntimeError):
 
 
 def ray_did_not_start(load_average: float, cpus: int | None, attempts: int) -> str:
-    return (f"Ray's processes on this machine did not start in time, {attempts} times (a new Ray node's raylet must "
-            f"register with its GCS within 30 s, a limit of Ray's own); the load average is {load_average:.1f} on {cpus or '?'} "
-            f"CPUs: the machine is probably too busy. Stop what else runs on it, then start Kray again")
+    return (f"Ray's processes on this machine did not start in time, {attempts} times (a new Ray node's raylet "
+            f"must register with its GCS within 30 s, a limit of Ray's own); the load average is "
+            f"{load_average:.1f} on {cpus or '?'} CPUs: the machine is probably too busy. Stop what else runs on "
+            f"it, then start Kray again")
 
 
 class InterBrokerLoginFailed(RuntimeError):

@@ -10,10 +10,10 @@ workers overlap that waiting. Each test belongs to one group, and a group runs o
 
 Some groups are heavy (HEAVY): each runs a Ray cluster of several nodes (tests/cluster, tests/hosts, the
 modules that run `kray start --nodes` or `kray chaos`) or Spark's JVMs beside Ray (tests/spark). Two of them
-at once took a 2-core machine to a load average of 50, where Ray's own start-up limit (a raylet must register
-within 30 s) and the tests' deadlines fail; each wants both CPUs, so they gain little from overlapping. No two run at
-the same time: one worker runs them one after another (they are first in the queue) while the other takes
-the light ones.
+at once took a 2-core machine to load averages of 45 to 70, where Ray's own start-up limit (a raylet must
+register within 30 s) and the tests' deadlines fail; each wants both CPUs, so they gain little from
+overlapping. No two run at the same time: one worker runs them one after another (they are first in the
+queue) while the other takes the light ones.
 
 The groups are given to xdist by a scheduler of our own (xdist's `loadgroup` marks its groups by renaming test
 ids, which pytest 9 no longer lets it do).
