@@ -97,4 +97,8 @@ if importlib.util.find_spec("xdist") is not None:
                     self.parked.discard(waiting)
                     self._reschedule(waiting)
 
+            def remove_node(self, node):
+                self.parked.discard(node)  # (a worker that crashed while it waited)
+                return super().remove_node(node)
+
         return GroupScheduling(config, log)
