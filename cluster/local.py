@@ -39,6 +39,7 @@ from actors.controller.nodes import (BROKER_ID_LABEL, CONTROLLER_ONLY, PORT_LABE
 from actors.controller_client import NotController
 from actors.security.inter_broker import with_broker_secret
 from cluster import inter_broker_login, start_progress
+from cluster.process_tree import signal_all
 from cluster.ray_node_start import RAY_NODE_START_ATTEMPTS, start_ray_node
 from cluster.ray_node_start import timed_out as ray_node_timed_out
 from cluster.start_errors import (CannotListen, DeployTimedOut, ProblemLog, RayDidNotStart,
@@ -307,14 +308,6 @@ def follow_broker_events(controller, say, stopping: threading.Event) -> threadin
     thread = threading.Thread(target=run, name="kray-broker-events", daemon=True)
     thread.start()
     return thread
-
-
-def _signal_all(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def _running_controller(voter: int):
@@ -779,7 +772,7 @@ class LocalCluster(_Controllers):
                 raise KeyError(f"broker {broker_id} has no running node (running: {sorted(self._nodes)})")
             self._paused.pop(broker_id, None)
             if not graceful:
-                _signal_all(_node_pids(node), signal.SIGKILL)
+                signal_all(_node_pids(node), signal.SIGKILL)
             self.ray_cluster.remove_node(node, allow_graceful=graceful)
 
     def _port_of(self, broker_id: int) -> int | None:
@@ -817,7 +810,7 @@ class LocalCluster(_Controllers):
             pids = _node_pids(self._nodes[broker_id])
             if not raylet:
                 pids = [pid for pid in pids if _is_ray_worker(pid)]
-            _signal_all(pids, signal.SIGSTOP)
+            signal_all(pids, signal.SIGSTOP)
             self._paused.setdefault(broker_id, []).extend(pids)
 
     def resume_node(self, broker_id: int, timeout_s: float = RAY_STARTUP_TIMEOUT_S) -> bool:
@@ -826,7 +819,7 @@ class LocalCluster(_Controllers):
         and its raylet exits when it wakes: the node supervisor starts it again (same broker id,
         port and data; without supervision, this does), and this returns True once it serves."""
         with self._nodes_lock:
-            _signal_all(self._paused.pop(broker_id, []), signal.SIGCONT)
+            signal_all(self._paused.pop(broker_id, []), signal.SIGCONT)
             node = self._nodes.get(broker_id)
             if node is None or any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
                 return False
@@ -888,7 +881,7 @@ class LocalCluster(_Controllers):
         with self._nodes_lock:  # (after a restart the supervisor may be making)
             self._stopping.set()
         for pids in self._paused.values():  # let paused processes see their SIGTERM and exit
-            _signal_all(pids, signal.SIGCONT)
+            signal_all(pids, signal.SIGCONT)
         self._paused.clear()
         self._stop_controllers()
         if ray.is_initialized():

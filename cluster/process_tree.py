@@ -82,7 +82,8 @@ def _reap() -> None:
             return
 
 
-def _signal(pids, sig) -> None:
+def signal_all(pids, sig) -> None:
+    """Send `sig` to each of `pids` (those gone already, or not ours, are skipped)."""
     for pid in pids:
         try:
             os.kill(pid, sig)
@@ -97,7 +98,7 @@ def end_descendants(grace_s: float = END_GRACE_S, keep=()) -> int:
     left = [p for p in descendants() if p not in keep]
     ended = len(left)
     if left:
-        _signal(left, signal.SIGTERM)
+        signal_all(left, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while True:
             _reap()
@@ -107,7 +108,7 @@ def end_descendants(grace_s: float = END_GRACE_S, keep=()) -> int:
             time.sleep(0.1)
         deadline = time.monotonic() + grace_s
         while left and time.monotonic() < deadline:
-            _signal(left, signal.SIGKILL)
+            signal_all(left, signal.SIGKILL)
             time.sleep(0.1)
             _reap()
             left = [p for p in descendants() if p not in keep]

@@ -13,7 +13,7 @@ import signal
 import time
 from typing import Callable, TypeVar
 
-from cluster.process_tree import children, command_line
+from cluster.process_tree import children, command_line, signal_all
 
 RAY_NODE_TIMED_OUT = "timed out during startup"  # Ray's words when a new raylet does not register within 30 s
 RAY_NODE_START_ATTEMPTS = 3
@@ -33,14 +33,6 @@ def timed_out(error: BaseException) -> bool:
     return RAY_NODE_TIMED_OUT in str(error)
 
 
-def _signal(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
 def end_ray_processes_since(before: set[int]) -> list[int]:
     """End the Ray processes this one started since `before` (its children then), with everything
     below them (a raylet's agents and workers); returns their pids. Processes below this one's other
@@ -49,10 +41,10 @@ def end_ray_processes_since(before: set[int]) -> list[int]:
     stopped: list[int] = []
     todo = [p for p in children() if p not in before and is_ray_process(command_line(p))]
     while todo:  # stopped top-down, so that none starts another process meanwhile, then all killed
-        _signal(todo, signal.SIGSTOP)
+        signal_all(todo, signal.SIGSTOP)
         stopped += todo
         todo = [c for p in todo for c in children(p) if c not in stopped]
-    _signal(stopped, signal.SIGKILL)
+    signal_all(stopped, signal.SIGKILL)
     return stopped
 
 
