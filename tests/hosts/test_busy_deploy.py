@@ -78,6 +78,7 @@ def test_a_deploy_on_loaded_hosts_converges_and_says_what_it_waits_for(busy_cpus
     from cluster.hosts.deploy import KrayHosts
     hosts = KrayHosts(3, overrides=OVERRIDES + QUORUM, ray_system_config=RAY_HEALTH["broker"])
     load_before = os.getloadavg()[0]
+    since = time.time()
     done, killed = threading.Event(), []
     threading.Thread(target=_kill_the_active_controller_once_it_is_named, args=(hosts, done, killed),
                      daemon=True).start()
@@ -98,7 +99,8 @@ def test_a_deploy_on_loaded_hosts_converges_and_says_what_it_waits_for(busy_cpus
         print(f"deployed under {BUSY_LOOPS} busy loops in {ready_s:.0f} s ({hosts.timings}); load average "
               f"{load_before:.1f} before, {load_at_ready:.1f} at ready; kray start said:\n  " +
               "\n  ".join(hosts.output[:40]))
-        assert not problems, f"not whole {WHOLE_WITHIN_S} s after the deploy: {problems}"
+        assert not problems, (f"not whole {WHOLE_WITHIN_S} s after the deploy: {problems}\nwhat Kray logged:\n  "
+                              + "\n  ".join(hosts.kray_log(since, limit=400)))
         lines = list(zip(hosts.output_at, hosts.output))
         started_at = next(at for at, line in lines if line.startswith("Starting Kray"))
         ready_at = next(at for at, line in lines if line.startswith("Kray is ready"))
