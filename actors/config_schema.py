@@ -97,6 +97,7 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "kray.balancer.check.interval.ms": 5000,
     "kray.balancer.load.weights.enable": False,  # weigh partitions by bytes and produce rate (else by count)
     "kray.balancer.load.sample.interval.ms": 30000,  # partitions' sizes asked of their leaders' brokers this often
+    "kray.balancer.voter.replacement.delay.ms": 60000,  # a voter's broker gone this long gives its vote to another
     "kray.broker.draining": False,  # a dynamic broker config: set per broker by kray remove-broker
     # classic and consumer (KIP-848) groups, committed offsets: Kafka 4's shipped defaults
     "group.min.session.timeout.ms": 6000,
@@ -415,6 +416,7 @@ BROKER_INT_RANGES: dict[str, tuple[int, int]] = {
     "replica.alter.log.dirs.io.max.bytes.per.second": (0, LONG_MAX),
     "kray.balancer.max.moves.in.flight": (1, INT_MAX), "kray.balancer.replication.throttled.rate": (1, LONG_MAX),
     "kray.balancer.check.interval.ms": (100, INT_MAX), "kray.balancer.load.sample.interval.ms": (1000, INT_MAX),
+    "kray.balancer.voter.replacement.delay.ms": (0, INT_MAX),
     "leader.imbalance.check.interval.seconds": (1, LONG_MAX), "group.min.session.timeout.ms": (INT_MIN, INT_MAX),
     "group.max.session.timeout.ms": (INT_MIN, INT_MAX), "group.initial.rebalance.delay.ms": (INT_MIN, INT_MAX),
     "group.max.size": (1, INT_MAX), "group.consumer.session.timeout.ms": (1, INT_MAX),

@@ -41,6 +41,11 @@ KRAY_OWN_BROKER_CONFIGS = {"num.partition.shards": "how many shard actors (proce
                                                                     "the sizes of the partitions it leads (their "
                                                                     "growth gives the produce rates), with "
                                                                     "kray.balancer.load.weights.enable",
+                           "kray.balancer.voter.replacement.delay.ms": "with kray.balancer.enable and combined "
+                                                                       "voters: how long a voter's broker may be "
+                                                                       "gone (not serving) before another broker "
+                                                                       "named in controller.quorum.voters takes its "
+                                                                       "vote (docs/operations/balancer.md)",
                            "kray.broker.draining": "a dynamic broker config, set for one broker by kray "
                                                    "remove-broker: every replica leaves the broker, which then "
                                                    "unregisters"}

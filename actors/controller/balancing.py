@@ -36,6 +36,7 @@ import ray
 from actors.controller import balancer
 from actors.controller.elections import PREFERRED, reassigning
 from actors.controller.load_samples import LoadSamples
+from actors.controller.quorum_membership import Absences, next_voter_step
 
 log = logging.getLogger("kray.controller")
 LONG_MAX = 9223372036854775807
@@ -45,6 +46,7 @@ LEADER_SIDE = ("leader.replication.throttled.replicas", "leader.replication.thro
 FOLLOWER_SIDE = ("follower.replication.throttled.replicas", "follower.replication.throttled.rate")
 DRAINING = "kray.broker.draining"
 SAMPLE_TIMEOUT_S = 10.0  # a broker that does not answer within this is left out of the sample
+VOTER_CHANGE_TIMEOUT_MS = 10_000  # one AddRaftVoter/RemoveRaftVoter the balancer asks its own voter for
 
 
 def _enabled(value: Any) -> bool:
@@ -74,6 +76,7 @@ class Balancing:
         self.said: set[str] = set()  # stuck reasons said already
         self.retiring: set[int] = set()
         self.samples = LoadSamples(interval_s=30.0)  # (its interval is the config's at each sample)
+        self.absences = Absences()  # since when each broker has not served (voters are replaced after a delay)
 
     @property
     def core(self):
@@ -125,10 +128,62 @@ class Balancing:
                 if self._weighing() and self.samples.due(time.monotonic()):
                     await self.sample()
                 self.step()
+                await self.keep_voters()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("the balancer's step failed; trying again")
+
+    # ---- the metadata quorum's voters --------------------------------------------------------
+    def _vote_to_give_away(self, broker_id: int, enabled: bool, draining: set[int]) -> bool:
+        """Whether drained `broker_id` still votes while keep_voters can give its vote to a broker that
+        serves (then it retires after that change, not before: its voter stops with its gateway)."""
+        status = self.shell.leadership.status
+        if not enabled or self.shell.voter_id is None or status is None:
+            return False
+        voters = {v.replica_id for v in status.voters}
+        observers = {o.replica_id for o in status.observers}
+        takers = (set(self.shell.quorum_voters) & observers & set(self.shell.rec.serving)) - voters - draining
+        return broker_id in voters and bool(takers)
+
+    async def keep_voters(self) -> None:
+        """With kray.balancer.enable and combined voters: three voters (one on a single broker) on brokers that
+        serve, one AddRaftVoter/RemoveRaftVoter at a time through this controller's own voter, which leads
+        (actors/controller/quorum_membership.py decides which). Brokers that may vote are those named in
+        controller.quorum.voters (each runs a quorum node, an observer while it does not vote, and a
+        controller); a voter whose broker has not served for kray.balancer.voter.replacement.delay.ms, or is
+        being drained, is replaced by one of them that serves."""
+        shell, config = self.shell, self.core.broker_config
+        status = self.shell.leadership.status
+        if shell.voter_id is None or status is None or status.role != "leader" or \
+                not _enabled(config.get("kray.balancer.enable", False)):
+            return
+        voters = [v.replica_id for v in status.voters]
+        eligible = set(shell.quorum_voters) & (set(voters) | {o.replica_id for o in status.observers})
+        draining = self.core.draining_brokers()
+        serving = (set(shell.rec.serving) & set(self.core.live_brokers())) - draining
+        delay_s = int(config.get("kray.balancer.voter.replacement.delay.ms", 60000)) / 1000
+        live = self.absences.live(set(voters) | eligible, serving, time.monotonic(), delay_s) - draining
+        step = next_voter_step(voters, live, leader_id=status.leader_id, change_pending=False, eligible=eligible)
+        if step is None:
+            return
+        gateway = shell.rec.gateways.get(shell.voter_id)
+        if gateway is None:
+            return
+        shell._say(f"metadata quorum: {step.op} voter {step.broker_id} ({step.reason}; voters now "
+                   f"{sorted(voters)})")
+        try:
+            error, message = await asyncio.wait_for(
+                _ask(gateway.change_raft_voters.remote(step.op, step.broker_id, VOTER_CHANGE_TIMEOUT_MS)),
+                VOTER_CHANGE_TIMEOUT_MS / 1000 + SAMPLE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            error, message = -1, "its voter did not answer"
+        if error:
+            log.warning("balancer: %s voter %d not done (%s: %s); asked again later", step.op, step.broker_id,
+                        error, message)
+        else:
+            log.warning("balancer: voter %d %s (%s)", step.broker_id, "added" if step.op == "add" else "removed",
+                        step.reason)
 
     # ---- one step ----------------------------------------------------------------------------
     def step(self) -> balancer.BalancePlan | None:
@@ -180,6 +235,10 @@ class Balancing:
         for broker_id in sorted(draining):
             if broker_id not in self.retiring and not any(broker_id in p.replicas for t in core.topics.values()
                                                           for p in t.partitions):
+                if self._vote_to_give_away(broker_id, enabled, draining):
+                    self._say_once(f"balancer: broker {broker_id} is drained and still votes in the metadata "
+                                   f"quorum: it stops once another broker has its vote")
+                    continue
                 self.retiring.add(broker_id)
                 self.shell.supervision._spawn(self._retire(broker_id))
         return result

@@ -93,6 +93,7 @@ class Leadership:
             self.log = QuorumMetadataLog((DEDICATED_CONTROLLER_ID,), on_failure=self.failed,
                                          only=DEDICATED_CONTROLLER_ID, local=LocalVoter(self.dedicated))
         self.watching: asyncio.Task | None = None
+        self.status = None       # an active controller's voter's QuorumStatus, as `_watch` last heard it
         self.lease_until_ms = 0  # (monotonic ms) heartbeats are answered until then: renew_lease
         # heartbeats are answered only until this long after its voter's last contact with a majority
         # of the voters: controller.quorum.fetch.timeout.ms, after which a follower, too, stops counting
@@ -325,6 +326,7 @@ class Leadership:
                 self.failed(f"the voter of broker {self.voter_id} leads epoch {answer[0].epoch}, not "
                             f"{self.log.epoch} that the metadata was read in")
             else:
+                self.status = answer[0]
                 self.renew_lease(answer[0])
 
     def renew_lease(self, status) -> None:
