@@ -154,13 +154,15 @@ class RateWindow:
         return sum(total for _, total in self.buckets) / (self.window_ms(now_ms) / 1000)
 
     def throttle_ms(self, quota: float, now_ms: int, max_throttle_ms: int | None = None) -> int:
-        """How long the client must wait for the rate to come back to `quota` (0: it is within it), at most the
-        whole window (or `max_throttle_ms`)."""
+        """How long the client must wait for the rate to come back to `quota` (0: it is within it): the excess
+        over the quota in window time, uncapped as Kafka's byte-rate quotas (a cap would let the window empty
+        while the client waits, and the client start over with a full window's burst), or at most
+        `max_throttle_ms` (Kafka's request quota: one window)."""
         rate = self.rate(now_ms)
         if rate <= quota:
             return 0
-        cap = self.samples * self.sample_ms if max_throttle_ms is None else max_throttle_ms
-        return int(min((rate - quota) / quota * self.window_ms(now_ms), cap))
+        throttle_ms = int((rate - quota) / quota * self.window_ms(now_ms))
+        return throttle_ms if max_throttle_ms is None else min(throttle_ms, max_throttle_ms)
 
 
 class Throttles:

@@ -61,6 +61,10 @@ class ClientConnection:
         self.broken: str | None = None
         self._abort = abort
         self.muted_until = 0.0  # loop time before which no more of the client's bytes are read (a quota's throttle)
+        # a client quota applies to this connection's client: its requests are taken one at a time, each once the
+        # one before it is answered, and none while muted, as Kafka's socket server takes every connection's (else
+        # a client that pipelines sends a window's worth more before its first throttle is known)
+        self.quota_bound = False
 
     @property
     def client_host(self) -> str:
@@ -227,6 +231,11 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
     decoder = FrameDecoder(frame_bytes_max)
     pending: asyncio.Queue[asyncio.Task | None] = asyncio.Queue(INFLIGHT_REQUESTS_PER_CONNECTION_MAX)
     responder = asyncio.create_task(_respond_in_order(pending, writer))
+    last: list = [None]  # the request dispatched last (a quota-bound connection waits for it)
+
+    def dispatched(body: bytes) -> asyncio.Task:
+        last[0] = asyncio.create_task(dispatch(body, connection))
+        return last[0]
     try:
         while not responder.done():
             timeout_s = idle_timeout_s
@@ -254,8 +263,10 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
                 break
             refusal = None
             for body in frames:
+                if connection.quota_bound:
+                    await _quota_turn(connection, last[0])
                 if gate is None:
-                    await pending.put(asyncio.create_task(dispatch(body, connection)))
+                    await pending.put(dispatched(body))
                     continue
                 try:
                     step = gate(body)
@@ -264,8 +275,7 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
                 if isinstance(step, _Refusal):
                     refusal = step
                     break
-                await pending.put(asyncio.create_task(dispatch(body, connection)) if step == "dispatch"
-                                  else _done(step))
+                await pending.put(dispatched(body) if step == "dispatch" else _done(step))
             if refusal is not None:  # stop reading; answer (after the delay) what came before, then close
                 log.warning("closing connection from %s: %s", peer, refusal.reason)
                 await pending.put(asyncio.create_task(refusal.answer()))
@@ -285,6 +295,15 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
         except Exception:
             pass
         await connection.closed()
+
+
+async def _quota_turn(connection: ClientConnection, previous: asyncio.Task | None) -> None:
+    """A quota-bound connection's next request: once the one before it is answered, and after any mute."""
+    if previous is not None and not previous.done():
+        await asyncio.wait([previous])
+    muted_s = connection.muted_until - asyncio.get_running_loop().time()
+    if muted_s > 0:
+        await asyncio.sleep(muted_s)
 
 
 async def _respond_in_order(pending: asyncio.Queue, writer: asyncio.StreamWriter) -> None:

@@ -24,6 +24,9 @@ def throttle(ctx, connection, client_id: str | None, key: str, size_bytes: int, 
         throttles = ctx.quota_throttles[key] = quotas.Throttles(
             key, int(ctx.config.get("quota.window.num", 11)), window_ms,
             max_throttle_ms=window_ms if key == quotas.REQUEST_PERCENTAGE else None)  # (Kafka: one window at most)
+    if not connection.quota_bound and quotas.resolve(client_quotas, connection.principal.name, client_id or "",
+                                                     key) is not None:
+        connection.quota_bound = True   # (its requests are taken one at a time from now on: connection.py)
     now_ms = int(time.monotonic() * 1000)
     throttle_ms = throttles.record(client_quotas, connection.principal.name, client_id or "", size_bytes, now_ms)
     if throttle_ms and not count_throttled:

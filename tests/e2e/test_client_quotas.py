@@ -65,3 +65,91 @@ def test_a_librdkafka_producer_over_its_quota_is_throttled(kray):
     p.poll(1.0)
     assert max(throttles, default=0) > 1000, throttles   # librdkafka's statistics: the broker's throttle time
     assert waited_s > 2, waited_s                         # the next produce waited (and the connection was muted)
+
+
+GREEDY_QUOTA_BYTES_PER_S = 200_000
+GREEDY_RECORD_BYTES = 20_000
+SIDE_BY_SIDE_S = 12.0
+
+
+def _polite_latencies(bootstrap: str, topic: str, client: str, duration_s: float) -> list[float]:
+    """A polite producer (acks=all, one small record every 50 ms, each flushed): each record's round trip, s."""
+    p = Producer({"bootstrap.servers": bootstrap, "client.id": client, "acks": "all", "linger.ms": 0})
+    out, end = [], time.monotonic() + duration_s
+    while time.monotonic() < end:
+        started = time.monotonic()
+        p.produce(topic, value=b"polite")
+        assert p.flush(30) == 0
+        out.append(time.monotonic() - started)
+        time.sleep(0.05)
+    return out
+
+
+def _p(values: list[float], q: float) -> float:
+    return sorted(values)[min(len(values) - 1, int(q * len(values)))]
+
+
+def greedy_beside_polite(bootstrap: str, configure) -> dict:
+    """A greedy producer (as fast as it can, producer_byte_rate GREEDY_QUOTA_BYTES_PER_S on its client id, set by
+    `configure(client_id, quota)`) beside a polite one (no quota; one small record every 50 ms): the greedy one's
+    acknowledged bytes per second, the throttle times it was told, and the polite one's round trips alone and
+    beside it (s)."""
+    import threading
+    s = uuid.uuid4().hex[:6]
+    greedy_client, topic = f"greedy-{s}", f"quotas-side-by-side-{s}"
+    configure(greedy_client, GREEDY_QUOTA_BYTES_PER_S)
+    alone = _polite_latencies(bootstrap, topic, f"polite-{s}", 4.0)   # (creates the topic, and warms up)
+    throttles, acked = [], [0]
+
+    def greedy(stop: threading.Event) -> None:
+        p = Producer({"bootstrap.servers": bootstrap, "client.id": greedy_client, "acks": "all", "linger.ms": 5,
+                      "statistics.interval.ms": 500, "queue.buffering.max.kbytes": 4096,
+                      "stats_cb": lambda stats: throttles.extend(
+                          b["throttle"]["max"] for b in json.loads(stats)["brokers"].values() if b.get("throttle")),
+                      "on_delivery": lambda err, msg: acked.__setitem__(0, acked[0] + (0 if err else len(msg)))})
+        while not stop.is_set():
+            try:
+                p.produce(topic, value=b"g" * GREEDY_RECORD_BYTES)
+            except BufferError:      # its queue is full: it waits on the broker, as a greedy client does
+                p.poll(0.05)
+            p.poll(0)
+        p.flush(0)
+
+    stop = threading.Event()
+    runner = threading.Thread(target=greedy, args=(stop,), daemon=True)
+    started = time.monotonic()
+    runner.start()
+    try:
+        time.sleep(1.0)
+        beside = _polite_latencies(bootstrap, topic, f"polite-{s}", SIDE_BY_SIDE_S)
+    finally:
+        stop.set()
+        elapsed_s = time.monotonic() - started
+        runner.join(60)
+    return {"greedy_bytes_per_s": acked[0] / elapsed_s, "elapsed_s": elapsed_s, "throttles_ms": throttles,
+            "alone_s": alone, "beside_s": beside}
+
+
+def say(name: str, r: dict) -> str:
+    a, b = r["alone_s"], r["beside_s"]
+    return (f"{name}: greedy {r['greedy_bytes_per_s'] / 1000:.0f} KB/s acknowledged over {r['elapsed_s']:.1f} s "
+            f"(quota {GREEDY_QUOTA_BYTES_PER_S / 1000:.0f} KB/s), throttle up to {max(r['throttles_ms'], default=0)} "
+            f"ms; polite round trips alone p50 {_p(a, .5) * 1000:.1f} / p90 {_p(a, .9) * 1000:.1f} ms, beside it "
+            f"p50 {_p(b, .5) * 1000:.1f} / p90 {_p(b, .9) * 1000:.1f} ms ({len(b)} records)")
+
+
+def test_a_greedy_producer_is_held_to_its_quota_and_a_polite_one_keeps_its_latency(kray):
+    """Issue 36 item 3: the greedy one's acknowledged bytes stay near its quota (Kafka's window lets it start a
+    window's worth ahead), it is told to wait, and the polite one's round trips stay as they were without it."""
+    def configure(client, quota):
+        assert kray_configs(kray, "--entity-type", "clients", "--entity-name", client, "--alter", "--add-config",
+                            f"producer_byte_rate={quota}").returncode == 0
+    r = greedy_beside_polite(kray, configure)
+    print(say("kray", r))
+    window_bytes = GREEDY_QUOTA_BYTES_PER_S * 11    # quota.window.num (11) x 1 s: what it may be ahead at most
+    assert r["greedy_bytes_per_s"] * r["elapsed_s"] <= GREEDY_QUOTA_BYTES_PER_S * r["elapsed_s"] + window_bytes, \
+        "the greedy producer was not held to its quota"
+    assert max(r["throttles_ms"], default=0) > 0, "the greedy producer was never told to wait"
+    a, b = r["alone_s"], r["beside_s"]
+    assert _p(b, .5) <= 2 * _p(a, .5) + 0.02, "the polite producer's round trips slowed beside the greedy one"
+    assert _p(b, .9) <= 3 * _p(a, .9) + 0.05, "the polite producer's round trips slowed beside the greedy one"

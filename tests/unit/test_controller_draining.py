@@ -122,6 +122,27 @@ class _Supervision:
         coro.close()
 
 
+class _Leadership:
+    status = None
+
+
+class _Gateway:
+    """The leading voter's gateway: AddRaftVoter/RemoveRaftVoter as the balancer asks for them, recorded."""
+
+    def __init__(self):
+        self.changes = []
+        outer = self
+
+        class _Method:
+            def remote(self, op, voter_id, timeout_ms):
+                outer.changes.append((op, voter_id))
+
+                async def done():
+                    return 0, None
+                return done()
+        self.change_raft_voters = _Method()
+
+
 class _Shell:
     """The controller shell as balancing.Balancing uses it: the real core and reconciler, the rest recorded."""
 
@@ -130,6 +151,8 @@ class _Shell:
         self.core, self.rec, self.supervision = core, Reconciler(), _Supervision()
         self.rec.serving = set(serving)
         self.records, self.said = [], []
+        # a dedicated controller (no combined voters) unless a test says otherwise
+        self.voter_id, self.quorum_voters, self.leadership = None, (), _Leadership()
 
     def _persist(self, outcome):
         self.records += outcome.records
@@ -185,3 +208,38 @@ def test_the_shell_step_throttles_joining_replicas_elects_once_idle_and_retires_
         balancing.step()
     assert all(4 not in p.replicas for p in core.topics["orders"].partitions)
     assert [c.__qualname__ for c in shell.supervision.spawned if "retire" in c.__qualname__] == ["Balancing._retire"]
+
+
+def test_a_drained_voter_gives_its_vote_to_an_observer_before_it_retires():
+    """keep_voters (kray.balancer.enable, combined voters 1-4): broker 3 votes and is drained; broker 4 observes. The
+    drained broker is not retired while it votes, its vote goes to 4 (remove 3, then add 4), and then it retires."""
+    import asyncio
+    from actors.controller.balancing import Balancing
+    from actors.controller.quorum.output import QuorumStatus, ReplicaStatus
+    core, _ = _core(4)
+    core.broker_config.update({"kray.balancer.enable": True})
+    core.create_topic("orders", 4, 2, {})
+    core.alter_broker_configs("3", {"kray.broker.draining": "true"})
+    shell = _Shell(core, {1, 2, 3, 4})
+    shell.voter_id, shell.quorum_voters = 1, (1, 2, 3, 4)
+    gateway = shell.rec.gateways[1] = _Gateway()
+
+    def status(voters, observers):
+        return QuorumStatus(1, "leader", 5, 1, 1, 100, 100, tuple(ReplicaStatus(v, 100, 0, 0) for v in voters),
+                            tuple(ReplicaStatus(o, 100, 0, 0) for o in observers))
+    shell.leadership.status = status((1, 2, 3), (4,))
+    balancing = Balancing(shell)
+    for _ in range(20):   # broker 3's replicas move off
+        _catch_up_all(core)
+        balancing.step()
+    assert not any(3 in p.replicas for p in core.topics["orders"].partitions)
+    assert 3 not in balancing.retiring and any("still votes" in s for s in shell.said), \
+        "a drained broker that votes is not retired before its vote is given away"
+    asyncio.run(balancing.keep_voters())
+    assert gateway.changes == [("remove", 3)]
+    shell.leadership.status = status((1, 2), (3, 4))
+    asyncio.run(balancing.keep_voters())
+    assert gateway.changes == [("remove", 3), ("add", 4)]
+    shell.leadership.status = status((1, 2, 4), (3,))
+    balancing.step()
+    assert 3 in balancing.retiring, "once it no longer votes, the drained broker retires"

@@ -90,7 +90,10 @@ def test_the_rate_is_measured_over_the_window_and_the_excess_is_the_throttle_tim
     assert throttles.record(limit, "bob", "other", 1_000, 0) == 0      # 100 B/s against 200
     assert throttles.record({}, "bob", "other", 10**9, 0) == 0         # no quota: never counted, never throttled
     assert throttles.record(limit, "bob", "other", 2_000, 0) == 5_000  # 300 B/s: (300 - 200) / 200 * 10 s
-    assert throttles.record(limit, "bob", "other", 10**6, 0) == 11_000  # at most the whole window
+    # uncapped, as Kafka's byte-rate quotas: (100,300 - 200) / 200 * 10 s (a cap would let the window empty meanwhile)
+    assert throttles.record(limit, "bob", "other", 10**6, 0) == 5_005_000
+    capped = quotas.Throttles("request_percentage", samples=11, sample_ms=1000, max_throttle_ms=1000)
+    assert capped.record({(("client-id", None),): {"request_percentage": 1.0}}, "bob", "x", 50.0, 0) == 1000
 
 
 def test_controller_mutations_take_tokens_from_a_bucket_that_starts_full_and_refills_at_the_rate():
