@@ -153,6 +153,11 @@ class RateWindow:
         self._expire(now_ms)
         return sum(total for _, total in self.buckets) / (self.window_ms(now_ms) / 1000)
 
+    def room(self, quota: float, now_ms: int) -> float:
+        """What may still be recorded before the rate goes above `quota` (<= 0: nothing)."""
+        self._expire(now_ms)
+        return quota * self.window_ms(now_ms) / 1000 - sum(total for _, total in self.buckets)
+
     def throttle_ms(self, quota: float, now_ms: int, max_throttle_ms: int | None = None) -> int:
         """How long the client must wait for the rate to come back to `quota` (0: it is within it): the excess
         over the quota in window time, uncapped as Kafka's byte-rate quotas (a cap would let the window empty

@@ -36,6 +36,22 @@ def throttle(ctx, connection, client_id: str | None, key: str, size_bytes: int, 
     return throttle_ms
 
 
+def room_bytes(ctx, connection, client_id: str | None, key: str) -> int | None:
+    """How many bytes the client may still take under its `key` quota before it is throttled (<= 0: none), None where
+    no quota applies: what a share fetch acquires at most (records acquired and then not sent would stay locked)."""
+    client_quotas = getattr(ctx.metadata, "client_quotas", None)
+    if not client_quotas or connection is None:
+        return None
+    quota = quotas.resolve(client_quotas, connection.principal.name, client_id or "", key)
+    if quota is None:
+        return None
+    throttles = ctx.quota_throttles.get(key)
+    window = throttles.windows.get((connection.principal.name, client_id or "")) if throttles is not None else None
+    now_ms = int(time.monotonic() * 1000)
+    return int(window.room(quota, now_ms)) if window is not None else \
+        int(quota * (int(ctx.config.get("quota.window.num", 11)) - 1) * int(ctx.config.get("quota.window.size.seconds", 1)))
+
+
 def request_quotas_on(ctx, connection) -> bool:
     """Whether some client has a request_percentage (then the dispatcher times every request: `timed`)."""
     client_quotas = getattr(ctx.metadata, "client_quotas", None)

@@ -51,6 +51,12 @@ CLIENT_AND_TOOL_NOTES = [
     "(Kray has no log.cleanup.policy broker config); Kafka answers the keys asked in another order.",
     "A group's errors.deadletterqueue.topic.name without the `dlq.` prefix: Kafka 4.4 accepted it and wrote no "
     "dead letter within 30 s; Kray refuses it with INVALID_CONFIG naming the prefix (kept: a clear refusal).",
+    "consumer_byte_rate on a share consumer (`test_quotas.py`): Kafka 4.4 acquires records, then answers the "
+    "ShareFetch that takes the client over its quota empty, leaving those records locked until their acquisition "
+    "lock ends (a 100 KB/s consumer got 980 KB in 12 s); Kray acquires no more than the quota has room for and "
+    "nothing once over it (2.1 MB in the 12 s): no record is acquired and left unsent (deliberate).",
+    "Client quotas' controller_mutation_rate: Kafka 4.4 applies it at the active controller for the whole cluster, "
+    "Kray at the broker that takes the request (docs/operations/quotas.md).",
 ]
 
 

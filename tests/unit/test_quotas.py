@@ -84,7 +84,9 @@ def test_the_rate_is_measured_over_the_window_and_the_excess_is_the_throttle_tim
     assert window.throttle_ms(1_000, 0) == 0
     window.record(15_000, 500)                     # 20,000 bytes in the window: 2,000 B/s against a 1,000 B/s quota
     assert window.throttle_ms(1_000, 500) == 10_000
+    assert window.room(1_000, 500) == -10_000      # 10 s at 1,000 B/s is 10,000 bytes; 20,000 are in the window
     assert window.rate(12_000) == 0.0              # every sample left the window
+    assert window.room(1_000, 12_000) == 10_000    # an empty window: a young window's 10 s worth
     throttles = quotas.Throttles("producer_byte_rate", samples=11, sample_ms=1000)
     limit = {(("client-id", None),): {"producer_byte_rate": 200.0}}
     assert throttles.record(limit, "bob", "other", 1_000, 0) == 0      # 100 B/s against 200

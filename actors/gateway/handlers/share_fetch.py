@@ -22,6 +22,8 @@ from protocol.errors import ErrorCode
 from protocol.messages import ShareAcknowledgeResponse, ShareFetchResponse
 
 from actors.gateway.connection import in_request_order
+from actors.gateway.quota_throttles import room_bytes, throttle as quota_throttle
+from actors.quotas import CONSUMER_BYTE_RATE
 from actors.gateway.handlers.routing import leader_clients, partition_client
 from actors.security.authorizer import AclOperation, ResourceType
 from actors.gateway.share_sessions import FINAL_EPOCH, ShareSession
@@ -161,14 +163,21 @@ async def handle_share_fetch(ctx, header, request, connection=None) -> ShareFetc
     if not access.allows(AclOperation.READ, ResourceType.GROUP, request.group_id):
         return ShareFetchResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     may_read = _topic_reader(ctx, access)
-    fetching = not final and not (header.api_version >= 2 and request.is_renew_ack)
+    # consumer_byte_rate counts share fetches as fetches, as Kafka's: a share fetch acquires at most what the quota
+    # has room for, and none once the client is over it (its acknowledgements are still applied); the bytes sent
+    # count, and the answer says how long to wait (the connection muted meanwhile). Kafka instead acquires, then
+    # answers a fetch that takes the client over empty: its records stay locked until their acquisition lock ends.
+    quota_room = room_bytes(ctx, connection, header.client_id, CONSUMER_BYTE_RATE)
+    fetching = not final and not (header.api_version >= 2 and request.is_renew_ack) and \
+        (quota_room is None or quota_room > 0)
+    max_bytes = request.max_bytes if quota_room is None else max(1, min(request.max_bytes, quota_room))
     record_limit = header.api_version >= 2 and request.share_acquire_mode == RECORD_LIMIT
     results: dict = {}
 
     def send_one(tp, client, with_acks):
         return client.send_share_fetch(request.group_id, request.member_id,
                                        acks=acks.get(tp) if with_acks else None, max_records=request.max_records,
-                                       batch_size=request.batch_size, max_bytes=request.max_bytes, fetch=fetching,
+                                       batch_size=request.batch_size, max_bytes=max_bytes, fetch=fetching,
                                        record_limit=record_limit, limits=limits.as_list())
 
     async def fetch_one(tp, with_acks):
@@ -204,7 +213,11 @@ async def handle_share_fetch(ctx, header, request, connection=None) -> ShareFetc
     if final:
         ctx.share_sessions.close(request.group_id, request.member_id)
         await _release(ctx, session)
-    return _fetch_response(ctx, results, acks, lock_ms)
+    response = _fetch_response(ctx, results, acks, lock_ms)
+    if quota_room is not None:
+        sent_bytes = sum(len(r.records) for r in results.values() if not isinstance(r, int) and r.acquired)
+        response.throttle_time_ms = quota_throttle(ctx, connection, header.client_id, CONSUMER_BYTE_RATE, sent_bytes)
+    return response
 
 
 def _got_records(results) -> bool:
