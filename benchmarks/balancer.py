@@ -20,6 +20,7 @@ Latency: the producer's send-to-acknowledgement (librdkafka's per-message latenc
 end-to-end (the record's create time to its delivery), each p50/p99 per phase, and per second for the PNG.
 
     python -m benchmarks.balancer                 # a few minutes; appends to benchmarks/results/balancer.json
+    python -m benchmarks.balancer --weights       # the same, weighing partitions by size and produce rate
 
 Read /work/NOTES.log first on a shared machine: other work skews every number here.
 """
@@ -45,6 +46,10 @@ OVERRIDES = {"kray.balancer.enable": True, "kray.balancer.check.interval.ms": 10
              "kray.balancer.max.moves.in.flight": 8, "offsets.topic.num.partitions": 6,
              "share.coordinator.state.topic.num.partitions": 6, "transaction.state.log.num.partitions": 3}
 BALANCE_TIMEOUT_S = 600
+# --weights: partitions weighed by their size and produce rate (kray.balancer.load.weights.enable), sampled every 5 s;
+# "balanced" is then the placement settled (in sync, nothing moved for SETTLED_S), as counts may differ by design
+WEIGHTS = {"kray.balancer.load.weights.enable": True, "kray.balancer.load.sample.interval.ms": 5000}
+SETTLED_S = 15.0
 
 
 def log(msg: str) -> None:
@@ -161,6 +166,26 @@ def _balanced(cluster, brokers) -> bool:
     return in_sync and max(counts) - min(counts) <= 1 and max(lead) - min(lead) <= 1
 
 
+def _settled(cluster, brokers, quiet_s: float = SETTLED_S):
+    """A condition: every replica in sync, each broker holding some, and the placement unchanged for `quiet_s`."""
+    last = {"placement": None, "since": time.monotonic()}
+
+    def check() -> bool:
+        image = cluster.metadata()
+        placement = tuple(sorted((t.name, p.index, tuple(p.replicas), p.leader) for t in image.topics.values()
+                                 for p in t.partitions))
+        replicas, _, in_sync = _placement(cluster)
+        if placement != last["placement"] or not in_sync:
+            last["placement"], last["since"] = placement, time.monotonic()
+        check.settled_at = last["since"]   # (time.monotonic) when the placement last changed
+        return in_sync and all(replicas[b] for b in brokers) and time.monotonic() - last["since"] >= quiet_s
+    return check
+
+
+def _broker_bytes(data_dir: Path, brokers) -> dict[str, int]:
+    return {str(b): _dir_bytes(data_dir / f"broker-{b}") for b in brokers}
+
+
 def _wait(condition, timeout_s: float, what: str) -> float:
     start = time.monotonic()
     while not condition():
@@ -179,7 +204,7 @@ def _fill(bootstrap: str, topic: str, megabytes: int) -> None:
     p.flush(300)
 
 
-def run(phase_s: float, rate: float, fill_mb: int) -> dict:
+def run(phase_s: float, rate: float, fill_mb: int, weights: bool = False) -> dict:
     import ray
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, \
         ResourceType
@@ -187,8 +212,8 @@ def run(phase_s: float, rate: float, fill_mb: int) -> dict:
     if ray.is_initialized():
         ray.shutdown()
     data_dir = Path(tempfile.mkdtemp(prefix="kray-bench-balancer-"))
-    cluster = LocalCluster(nodes=3, data_dir=data_dir, overrides=OVERRIDES)
-    log("starting a 3-broker LocalCluster with the balancer on")
+    cluster = LocalCluster(nodes=3, data_dir=data_dir, overrides=OVERRIDES | (WEIGHTS if weights else {}))
+    log(f"starting a 3-broker LocalCluster with the balancer on{' (weighing partitions)' if weights else ''}")
     cluster.start()
     events: dict[str, float] = {}
     try:
@@ -212,8 +237,14 @@ def run(phase_s: float, rate: float, fill_mb: int) -> dict:
         events["node 4 joins"] = time.time()
         cluster.add_node(4)
         serving_s = _wait(lambda: 4 in cluster.metadata().brokers, 180, "broker 4 did not register")
-        balance_s = _wait(lambda: _balanced(cluster, [1, 2, 3, 4]), BALANCE_TIMEOUT_S, "not balanced")
+        balanced = _settled(cluster, [1, 2, 3, 4]) if weights else (lambda: _balanced(cluster, [1, 2, 3, 4]))
+        serving_at = time.monotonic()
+        balance_s = _wait(balanced, BALANCE_TIMEOUT_S, "not balanced")
         events["balanced over 4"] = time.time()
+        if weights:  # (the quiet time that tells it settled is not part of it)
+            events["balanced over 4"] -= time.monotonic() - balanced.settled_at
+            balance_s = balanced.settled_at - serving_at
+        bytes_by_broker = _broker_bytes(data_dir, [1, 2, 3, 4])
         grown = _placement(cluster)
         moved_onto_bytes = _dir_bytes(data_dir / "broker-4")
         log(f"balanced {balance_s:.1f} s after broker 4 served: replicas {dict(grown[0])}, leaders {dict(grown[1])}")
@@ -248,7 +279,8 @@ def run(phase_s: float, rate: float, fill_mb: int) -> dict:
         "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "load_average": os.getloadavg()[0], "rate_per_s": rate, "fill_mb": fill_mb, "phase_s": phase_s,
         "broker_4_serving_s": round(serving_s, 1), "balance_s": round(balance_s, 1), "drain_s": round(drain_s, 1),
-        "bytes_moved_onto_4": moved_onto_bytes, "bytes_moved_off_4": moved_off_bytes,
+        "bytes_moved_onto_4": moved_onto_bytes, "bytes_moved_off_4": moved_off_bytes, "weights": weights,
+        "grown_bytes": bytes_by_broker,
         "grown_replicas": {str(b): n for b, n in sorted(grown[0].items())},
         "grown_leaders": {str(b): n for b, n in sorted(grown[1].items())},
         "shrunk_replicas": {str(b): n for b, n in sorted(shrunk[0].items())},
@@ -273,7 +305,12 @@ def markdown(runs: list[dict]) -> str:
                    f"that ({r['bytes_moved_onto_4'] / 1e6:.1f} MB copied onto it; replicas "
                    f"{r['grown_replicas']}, leaders {r['grown_leaders']}); `kray remove-broker --wait` took "
                    f"{r['drain_s']} s ({r['bytes_moved_off_4'] / 1e6:.1f} MB moved off; replicas after "
-                   f"{r['shrunk_replicas']}). Produce failures: {r['produce_failures']}.\n\n")
+                   f"{r['shrunk_replicas']}). Produce failures: {r['produce_failures']}.")
+        if "grown_bytes" in r:
+            out.append(f" Balanced {'by weight (bytes and produce rate)' if r.get('weights') else 'by count'}: MB on "
+                       f"each broker once balanced " + ", ".join(f"{b}: {n / 1e6:.1f}" for b, n in
+                                                                 r["grown_bytes"].items()) + ".")
+        out.append("\n\n")
         out.append("| phase | s | produce p50 | produce p99 | share p50 | share p99 |\n|---|---:|---:|---:|---:|---:|\n")
         for name, p in r["phases"].items():
             out.append(f"| {name} | {p['seconds']} | {p['produce']['p50_ms']} | {p['produce']['p99_ms']} | "
@@ -315,12 +352,14 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=200.0, help="records/s (1 KiB each)")
     parser.add_argument("--fill-mb", type=int, default=30)
     parser.add_argument("--label", help="what this run is (kept with it)")
+    parser.add_argument("--weights", action="store_true", help="weigh partitions by size and produce rate "
+                                                               "(kray.balancer.load.weights.enable)")
     parser.add_argument("--plot-only", action="store_true", help="draw the PNG of the last run in the JSON")
     args = parser.parse_args()
     if args.plot_only:
         plot(json.loads(JSON_OUT.read_text())[-1])
         return 0
-    result = run(args.phase_s, args.rate, args.fill_mb)
+    result = run(args.phase_s, args.rate, args.fill_mb, args.weights)
     if args.label:
         result["label"] = args.label
     runs = json.loads(JSON_OUT.read_text()) if JSON_OUT.exists() else []
