@@ -29,7 +29,7 @@ from typing import Any
 
 import ray
 
-from actors import internal_topics, log_to_stderr
+from actors import internal_topics, log_to_stderr, quotas
 from actors.config_schema import TopicConfig
 from actors.controller.balancing import Balancing
 from actors.controller.core import BrokerInfo, ControllerCore, ControllerResult, TopicState
@@ -51,6 +51,10 @@ CHANGES_COALESCE_S = 0.02
 PARTITION_START_TIMEOUT_S = 60.0
 REPLICA_UPDATE_TIMEOUT_S = 5.0  # an admin command waits this long for replicas (one may be cut off)
 BROKER_EVENTS_WAIT_S_MAX = 30.0
+
+
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
 def answers_once_committed(method):
@@ -94,6 +98,11 @@ class ControllerActor:
         self.rec = Reconciler()
         self.supervision = Supervision(self)
         self.balancing = Balancing(self)  # the balancer (kray.balancer.*) and drains (kray remove-broker)
+        # controller_mutation_rate's buckets (KIP-599), for the whole cluster as Kafka's active controller keeps them
+        # (a new active controller starts them full, as Kafka's does)
+        self.mutation_quotas = quotas.MutationQuotas(
+            int(broker_config.get("controller.quota.window.num", 11)),
+            int(broker_config.get("controller.quota.window.size.seconds", 1)) * 1000)
         self.leadership.on_ray_nodes = self.supervision.learn_node_cpus
         self.own_handle = None
         self.changed = asyncio.Event()
@@ -319,6 +328,17 @@ class ControllerActor:
         results, outcome = self.core.alter_client_quotas(entries, validate_only)
         self._persist(outcome)
         return results
+
+    @answers_once_committed
+    def controller_mutation_throttle_ms(self, user: str, client_id: str) -> int:
+        """controller_mutation_rate: how long this user and client id must wait before their next topic or partition
+        creation or deletion is let through (0: now), over the whole cluster."""
+        return self.mutation_quotas.throttle_ms(self.core.client_quotas, user, client_id, _monotonic_ms())
+
+    @answers_once_committed
+    def record_controller_mutations(self, user: str, client_id: str, partitions: int) -> None:
+        """controller_mutation_rate: `partitions` created or deleted by this user and client id."""
+        self.mutation_quotas.record(self.core.client_quotas, user, client_id, partitions, _monotonic_ms())
 
     @answers_once_committed
     def broker_configs(self) -> dict[str, Any]:

@@ -124,6 +124,12 @@ class RayController:
     async def alter_client_quotas(self, entries, validate_only):
         return await self._call("alter_client_quotas", entries, validate_only)
 
+    async def controller_mutation_throttle_ms(self, user, client_id):
+        return await self._call("controller_mutation_throttle_ms", user, client_id)
+
+    async def record_controller_mutations(self, user, client_id, partitions):
+        return await self._call("record_controller_mutations", user, client_id, partitions)
+
     async def alter_partition_reassignments(self, topics, allow_replication_factor_change):
         """(a retry of a move that landed changes nothing: the same target is no change)"""
         return await self._call("alter_partition_reassignments", topics, allow_replication_factor_change)

@@ -171,3 +171,58 @@ def test_a_killed_leader_is_replaced_and_rejoins_as_a_follower(cluster):
     acked = dict(producer.acked)
     assert acked and len(acked) > acked_before_restart, producer.errors[:3]
     assert set(acked) <= _read_keys(cluster.bootstrap, topic, 3, len(acked))   # no acknowledged record lost
+
+
+def test_controller_mutation_rate_holds_across_brokers_as_kafkas_controller_keeps_it(cluster):
+    """controller_mutation_rate (KIP-599) is the active controller's, for the whole cluster, as in Kafka (which
+    applies it at its controller): at 0.2 partitions/s (a burst of 2.2) a CreateTopics v7 of 10 partitions through
+    one broker takes the client's bucket to -7.8, and its next one through ANOTHER broker is refused
+    THROTTLING_QUOTA_EXCEEDED with the time to wait (~39 s). With a bucket per broker (Kray before), the second
+    broker let it through."""
+    import uuid
+    from protocol import messages as m
+    client = f"mutations-{uuid.uuid4().hex[:6]}"
+    A, C = m.AlterClientQuotasRequest, m.CreateTopicsRequest
+    answering = [b for b, a in sorted(cluster.addresses.items()) if _answers(a)][:2]
+    assert len(answering) == 2, f"two brokers answering are needed: {cluster.addresses}"
+    first, second = (cluster.addresses[b] for b in answering)
+    with KafkaConnection(first, client_id="test-quotas") as conn:
+        r = conn.send(A(entries=[A.EntryData(entity=[A.EntityData(entity_type="client-id", entity_name=client)],
+                                             ops=[A.OpData(key="controller_mutation_rate", value=0.2, remove=False)])],
+                        validate_only=False))
+        assert r.entries[0].error_code == 0, r
+    deadline = time.monotonic() + 30          # every broker knows the quota (it asks the controller only then)
+    while not all(_knows_mutation_quota(a, client) for a in (first, second)):
+        assert time.monotonic() < deadline, "the quota did not reach both brokers within 30 s"
+        time.sleep(0.5)
+
+    def create(address: str, name: str):
+        with KafkaConnection(address, client_id=client, timeout_s=60) as conn:
+            return conn.send(C(topics=[C.CreatableTopic(name=name, num_partitions=10, replication_factor=1,
+                                                        assignments=[], configs=[])],
+                               timeout_ms=30_000, validate_only=False), 7)
+    one = create(first, f"{client}-1")
+    assert one.topics[0].error_code == 0, one           # let through whole (the bucket was not below zero)
+    two = create(second, f"{client}-2")
+    assert two.topics[0].error_code == 89, two        # THROTTLING_QUOTA_EXCEEDED, through the other broker
+    assert two.throttle_time_ms > 20_000, two
+    print(f"through broker {answering[0]}: created; through broker {answering[1]}: refused "
+          f"THROTTLING_QUOTA_EXCEEDED, wait {two.throttle_time_ms} ms")
+
+
+def _answers(address: str) -> bool:
+    try:
+        with KafkaConnection(address, client_id="test-quotas", timeout_s=5) as conn:
+            conn.send(MetadataRequest(topics=[]))
+        return True
+    except Exception:
+        return False
+
+
+def _knows_mutation_quota(address: str, client: str) -> bool:
+    from protocol import messages as m
+    D = m.DescribeClientQuotasRequest
+    with KafkaConnection(address, client_id="test-quotas", timeout_s=5) as conn:
+        r = conn.send(D(components=[D.ComponentData(entity_type="client-id", match_type=0, match=client)],
+                        strict=False))
+    return any(v.key == "controller_mutation_rate" for e in (r.entries or ()) for v in e.values)

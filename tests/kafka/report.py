@@ -55,8 +55,6 @@ CLIENT_AND_TOOL_NOTES = [
     "ShareFetch that takes the client over its quota empty, leaving those records locked until their acquisition "
     "lock ends (a 100 KB/s consumer got 980 KB in 12 s); Kray acquires no more than the quota has room for and "
     "nothing once over it (2.1 MB in the 12 s): no record is acquired and left unsent (deliberate).",
-    "Client quotas' controller_mutation_rate: Kafka 4.4 applies it at the active controller for the whole cluster, "
-    "Kray at the broker that takes the request (docs/operations/quotas.md).",
 ]
 
 

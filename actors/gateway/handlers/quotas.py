@@ -7,7 +7,6 @@ DESCRIBE_CONFIGS on the cluster to describe, ALTER_CONFIGS to alter (else CLUSTE
 throttle time the request's bytes earn under the quota of its (user, client id), and the connection muted for it."""
 from __future__ import annotations
 
-import time
 
 from protocol.errors import ErrorCode
 from protocol.messages import AlterClientQuotasResponse, DescribeClientQuotasResponse
@@ -63,8 +62,8 @@ class Mutations:
     """controller_mutation_rate for one CreateTopics, DeleteTopics or CreatePartitions request, as Kafka applies it:
     before each topic `refused()` (new versions: the client's bucket is below zero, the topic is answered
     THROTTLING_QUOTA_EXCEEDED), after it `record(partitions)` (those created or deleted), and at the end
-    `throttle_time_ms()` (the connection muted for it). Kray applies it at the broker that takes the request (Kafka:
-    at the active controller); its bucket: actors.quotas.TokenBucket."""
+    `throttle_time_ms()` (the connection muted for it). The buckets (actors.quotas.TokenBucket) are the active
+    controller's, for the whole cluster, as Kafka's: every broker asks it (only while some client has the quota)."""
 
     def __init__(self, ctx, connection, header):
         client_quotas = getattr(ctx.metadata, "client_quotas", None)
@@ -72,37 +71,28 @@ class Mutations:
             quotas.CONTROLLER_MUTATION_RATE in values for values in client_quotas.values())
         if not self.on:
             return
-        self.quotas, self.connection = client_quotas, connection
+        self.controller, self.connection = ctx.controller, connection
         self.user, self.client_id = connection.principal.name, header.client_id or ""
         self.strict = header.api_version >= STRICT_MUTATION_VERSIONS[header.api_key]
         self.refused_throttle_ms = 0
-        self.buckets = ctx.quota_throttles.get(quotas.CONTROLLER_MUTATION_RATE)
-        if self.buckets is None:
-            self.buckets = ctx.quota_throttles[quotas.CONTROLLER_MUTATION_RATE] = quotas.MutationQuotas(
-                int(ctx.config.get("controller.quota.window.num", 11)),
-                int(ctx.config.get("controller.quota.window.size.seconds", 1)) * 1000)
 
-    def refused(self) -> bool:
+    async def refused(self) -> bool:
         if not self.on or not self.strict:
             return False
-        throttle_ms = self.buckets.throttle_ms(self.quotas, self.user, self.client_id, _now_ms())
+        throttle_ms = await self.controller.controller_mutation_throttle_ms(self.user, self.client_id)
         if throttle_ms:
             self.refused_throttle_ms = throttle_ms
         return bool(throttle_ms)
 
-    def record(self, partitions: int) -> None:
+    async def record(self, partitions: int) -> None:
         if self.on:
-            self.buckets.record(self.quotas, self.user, self.client_id, partitions, _now_ms())
+            await self.controller.record_controller_mutations(self.user, self.client_id, partitions)
 
-    def throttle_time_ms(self) -> int:
+    async def throttle_time_ms(self) -> int:
         if not self.on:
             return 0
         throttle_ms = self.refused_throttle_ms if self.strict else \
-            self.buckets.throttle_ms(self.quotas, self.user, self.client_id, _now_ms())
+            await self.controller.controller_mutation_throttle_ms(self.user, self.client_id)
         if throttle_ms:
             self.connection.mute_for(throttle_ms)
         return throttle_ms
-
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)

@@ -43,7 +43,7 @@ async def handle_create_topics(ctx, header, request, connection=None) -> CreateT
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = "give either replica assignments or num_partitions/replication_factor, not both"
             continue
-        if mutations.refused():  # controller_mutation_rate (KIP-599)
+        if await mutations.refused():  # controller_mutation_rate (KIP-599)
             result.error_code, result.error_message = ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLING_QUOTA_EXCEEDED_MESSAGE
             continue
         assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
@@ -52,7 +52,7 @@ async def handle_create_topics(ctx, header, request, connection=None) -> CreateT
             t.name, t.num_partitions, t.replication_factor, configs, request.validate_only, assignments)
         result.error_code, result.error_message = error, message
         if created and not request.validate_only:
-            mutations.record(created["num_partitions"])
+            await mutations.record(created["num_partitions"])
         if created:
             result.topic_id = created["topic_id"]
             result.num_partitions = created["num_partitions"]
@@ -67,7 +67,7 @@ async def handle_create_topics(ctx, header, request, connection=None) -> CreateT
                 is_sensitive=False) for k, v in sorted(created["configs"].items())]
     if not request.validate_only:
         await ctx.refresh_metadata()
-    return CreateTopicsResponse(throttle_time_ms=mutations.throttle_time_ms(), topics=results)
+    return CreateTopicsResponse(throttle_time_ms=await mutations.throttle_time_ms(), topics=results)
 
 
 async def handle_delete_topics(ctx, header, request, connection=None) -> DeleteTopicsResponse:
@@ -97,18 +97,18 @@ async def handle_delete_topics(ctx, header, request, connection=None) -> DeleteT
                     result.name = name
                 continue
         result.name = name
-        if mutations.refused():
+        if await mutations.refused():
             result.error_code, result.error_message = ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLING_QUOTA_EXCEEDED_MESSAGE
             continue
         topic = ctx.metadata.topics.get(name)
         error, message, deleted_id = await ctx.controller.delete_topic(name)
         result.error_code, result.error_message = error, message
         if error == 0 and topic is not None:
-            mutations.record(len(topic.partitions))
+            await mutations.record(len(topic.partitions))
         if deleted_id is not None:
             result.topic_id = deleted_id
     await ctx.refresh_metadata()
-    return DeleteTopicsResponse(throttle_time_ms=mutations.throttle_time_ms(), responses=results)
+    return DeleteTopicsResponse(throttle_time_ms=await mutations.throttle_time_ms(), responses=results)
 
 
 async def handle_create_partitions(ctx, header, request, connection=None) -> CreatePartitionsResponse:
@@ -120,14 +120,14 @@ async def handle_create_partitions(ctx, header, request, connection=None) -> Cre
             error, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
         elif t.assignments:
             error, message = ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported yet"
-        elif mutations.refused():
+        elif await mutations.refused():
             error, message = ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLING_QUOTA_EXCEEDED_MESSAGE
         else:
             topic = ctx.metadata.topics.get(t.name)
             error, message = await ctx.controller.create_partitions(t.name, t.count, request.validate_only)
             if error == 0 and topic is not None and not request.validate_only:
-                mutations.record(t.count - len(topic.partitions))
+                await mutations.record(t.count - len(topic.partitions))
         results.append(CreatePartitionsResponse.CreatePartitionsTopicResult(
             name=t.name, error_code=error, error_message=message))
     await ctx.refresh_metadata()
-    return CreatePartitionsResponse(throttle_time_ms=mutations.throttle_time_ms(), results=results)
+    return CreatePartitionsResponse(throttle_time_ms=await mutations.throttle_time_ms(), results=results)
