@@ -48,8 +48,11 @@ def room_bytes(ctx, connection, client_id: str | None, key: str) -> int | None:
     throttles = ctx.quota_throttles.get(key)
     window = throttles.windows.get((connection.principal.name, client_id or "")) if throttles is not None else None
     now_ms = int(time.monotonic() * 1000)
-    return int(window.room(quota, now_ms)) if window is not None else \
-        int(quota * (int(ctx.config.get("quota.window.num", 11)) - 1) * int(ctx.config.get("quota.window.size.seconds", 1)))
+    if window is not None:
+        return int(window.room(quota, now_ms))
+    young_window_s = (int(ctx.config.get("quota.window.num", 11)) - 1) * \
+        int(ctx.config.get("quota.window.size.seconds", 1))
+    return int(quota * young_window_s)   # (an empty window counts as samples - 1 windows, as Kafka's Rate)
 
 
 def request_quotas_on(ctx, connection) -> bool:

@@ -146,13 +146,15 @@ def _share_consume(bootstrap: str, quota: float | None, seconds: float = 12.0) -
     no quota): (bytes it received in `seconds`, the longest throttle librdkafka's statistics report)."""
     import json
     from confluent_kafka import Producer, ShareConsumer
-    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
+                                       ResourceType)
     name = uuid.uuid4().hex[:6]
     topic, group, client = f"shq-{name}", f"shq-g-{name}", f"shq-c-{name}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])]).values():
+    reset = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+    for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group,
+                                                             incremental_configs=[reset])]).values():
         f.result(30)
     if quota is not None:
         with KafkaConnection(bootstrap, client_id="kray-quotas") as conn:
