@@ -11,7 +11,7 @@ import pytest
 import ray
 
 from cluster.local import LocalCluster
-from tests.cluster.test_dynamic_voters import commit_a_topic, describe, leader_view
+from tests.cluster.test_dynamic_voters import commit_a_topic, describe
 from tests.cluster.test_metadata_quorum import _create
 from tests.cluster.test_replication import AckedProducer, _read_keys
 
@@ -33,28 +33,27 @@ def cluster(tmp_path_factory):
 
 
 def three_voters(cluster, among: set[int], asked: set[int] | None = None, timeout_s: float = WITHIN_S):
-    """Until the quorum leads with three voters, all of them in `among`, each at the high watermark."""
+    """Until the brokers in `asked` (default: all) name one leader in one epoch, whose voters are three brokers of
+    `among`, each at the leader's high watermark: the leader's view."""
     deadline, seen = time.monotonic() + timeout_s, None
+    addresses = {b: a for b, a in cluster.addresses.items() if asked is None or b in asked}
     while time.monotonic() < deadline:
-        for voters in [set(c) for c in _threes(among)]:
-            try:
-                return leader_view(_only(cluster, asked), voters, timeout_s=0.1)
-            except AssertionError as e:
-                seen = str(e)
+        try:
+            views = {b: describe(a) for b, a in addresses.items()}
+        except Exception as e:   # a broker's voter restarting
+            seen = repr(e)
+            time.sleep(0.5)
+            continue
+        seen = {b: (v.leader_id, v.leader_epoch, sorted(r.replica_id for r in v.current_voters))
+                for b, v in views.items()}
+        leaders = {(v.leader_id, v.leader_epoch) for v in views.values()}
+        view = views.get(next(iter(leaders))[0]) if len(leaders) == 1 else None
+        if view is not None:
+            ends = {r.replica_id: r.log_end_offset for r in view.current_voters}
+            if len(ends) == 3 and set(ends) <= among and all(e == view.high_watermark for e in ends.values()):
+                return view
         time.sleep(0.5)
     raise AssertionError(f"not three voters among {sorted(among)} within {timeout_s:.0f} s: {seen}")
-
-
-def _threes(among):
-    from itertools import combinations
-    return combinations(sorted(among), 3)
-
-
-class _only:
-    """The cluster as leader_view sees it, asking only the brokers in `asked` (the live ones)."""
-
-    def __init__(self, cluster, asked):
-        self.addresses = {b: a for b, a in cluster.addresses.items() if asked is None or b in asked}
 
 
 def test_the_balancer_keeps_three_voters_as_a_voters_node_dies_and_returns(cluster):
@@ -83,7 +82,7 @@ def test_the_balancer_keeps_three_voters_as_a_voters_node_dies_and_returns(clust
         assert replaced_s >= DELAY_MS / 1000, f"voter {victim} replaced {replaced_s:.1f} s after its node died"
         print(f"broker {victim}'s node killed: broker {observer} voted in its place {replaced_s:.1f} s later "
               f"(the delay is {DELAY_MS} ms)")
-        commit_a_topic(_only_with_bootstrap(cluster, live), "voter-keeping-metadata")
+        commit_a_topic(_LiveBrokers(cluster, live), "voter-keeping-metadata")
         cluster.restart_node(victim)
         deadline = time.monotonic() + WITHIN_S     # it fetches again, as an observer
         while victim not in [r.replica_id for r in describe(cluster.addresses[after.leader_id]).observers]:
@@ -101,9 +100,11 @@ def test_the_balancer_keeps_three_voters_as_a_voters_node_dies_and_returns(clust
     print(f"{len(producer.acked)} records acknowledged through the voter's loss and return, none lost")
 
 
-class _only_with_bootstrap(_only):
-    def __init__(self, cluster, asked):
-        super().__init__(cluster, asked)
+class _LiveBrokers:
+    """The cluster as commit_a_topic uses it (bootstrap and addresses), with only the brokers in `live`."""
+
+    def __init__(self, cluster, live: set[int]):
+        self.addresses = {b: a for b, a in cluster.addresses.items() if b in live}
         self.bootstrap = ",".join(self.addresses.values())
 
 
