@@ -194,6 +194,15 @@ class Throttles:
         window.record(size_bytes, now_ms)
         return window.throttle_ms(quota, now_ms, self.max_throttle_ms)
 
+    def room(self, quotas: dict[Entity, dict[str, float]], user: str, client_id: str, now_ms: int) -> float | None:
+        """What this user and client id may still take before their rate goes above the quota (<= 0: nothing),
+        None where no quota applies (a client not seen yet has an empty window's worth)."""
+        quota = resolve(quotas, user, client_id, self.key) if quotas else None
+        if quota is None:
+            return None
+        window = self.windows.get((user, client_id)) or RateWindow(self.samples, self.sample_ms)
+        return window.room(quota, now_ms)
+
 
 class TokenBucket:
     """Kafka's token bucket for controller_mutation_rate (KIP-599): `quota` tokens (partitions) a second, at most

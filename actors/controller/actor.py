@@ -36,6 +36,7 @@ from actors.controller.core import BrokerInfo, ControllerCore, ControllerResult,
 from actors.controller.events import BrokerEvents
 from actors.controller.image import MetadataImage
 from actors.controller.leadership import Leadership
+from actors.controller.quorum_shell.node import monotonic_ms
 from actors.controller.ray_calls import listen_failure
 from actors.controller.reconciler import Reconciler, placed_replicas
 from actors.controller.supervision import Supervision, now_ms
@@ -51,10 +52,6 @@ CHANGES_COALESCE_S = 0.02
 PARTITION_START_TIMEOUT_S = 60.0
 REPLICA_UPDATE_TIMEOUT_S = 5.0  # an admin command waits this long for replicas (one may be cut off)
 BROKER_EVENTS_WAIT_S_MAX = 30.0
-
-
-def _monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 def answers_once_committed(method):
@@ -333,12 +330,12 @@ class ControllerActor:
     def controller_mutation_throttle_ms(self, user: str, client_id: str) -> int:
         """controller_mutation_rate: how long this user and client id must wait before their next topic or partition
         creation or deletion is let through (0: now), over the whole cluster."""
-        return self.mutation_quotas.throttle_ms(self.core.client_quotas, user, client_id, _monotonic_ms())
+        return self.mutation_quotas.throttle_ms(self.core.client_quotas, user, client_id, monotonic_ms())
 
     @answers_once_committed
     def record_controller_mutations(self, user: str, client_id: str, partitions: int) -> None:
         """controller_mutation_rate: `partitions` created or deleted by this user and client id."""
-        self.mutation_quotas.record(self.core.client_quotas, user, client_id, partitions, _monotonic_ms())
+        self.mutation_quotas.record(self.core.client_quotas, user, client_id, partitions, monotonic_ms())
 
     @answers_once_committed
     def broker_configs(self) -> dict[str, Any]:

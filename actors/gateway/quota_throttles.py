@@ -18,12 +18,7 @@ def throttle(ctx, connection, client_id: str | None, key: str, size_bytes: int, 
     client_quotas = getattr(ctx.metadata, "client_quotas", None)
     if not client_quotas or connection is None:
         return 0
-    throttles = ctx.quota_throttles.get(key)
-    if throttles is None:
-        window_ms = int(ctx.config.get("quota.window.size.seconds", 1)) * 1000
-        throttles = ctx.quota_throttles[key] = quotas.Throttles(
-            key, int(ctx.config.get("quota.window.num", 11)), window_ms,
-            max_throttle_ms=window_ms if key == quotas.REQUEST_PERCENTAGE else None)  # (Kafka: one window at most)
+    throttles = _throttles(ctx, key)
     if not connection.quota_bound and quotas.resolve(client_quotas, connection.principal.name, client_id or "",
                                                      key) is not None:
         connection.quota_bound = True   # (its requests are taken one at a time from now on: connection.py)
@@ -42,17 +37,20 @@ def room_bytes(ctx, connection, client_id: str | None, key: str) -> int | None:
     client_quotas = getattr(ctx.metadata, "client_quotas", None)
     if not client_quotas or connection is None:
         return None
-    quota = quotas.resolve(client_quotas, connection.principal.name, client_id or "", key)
-    if quota is None:
-        return None
+    room = _throttles(ctx, key).room(client_quotas, connection.principal.name, client_id or "",
+                                     int(time.monotonic() * 1000))
+    return None if room is None else int(room)
+
+
+def _throttles(ctx, key: str) -> quotas.Throttles:
+    """The gateway's rates for the `key` quota, made at its first use with the broker's quota window."""
     throttles = ctx.quota_throttles.get(key)
-    window = throttles.windows.get((connection.principal.name, client_id or "")) if throttles is not None else None
-    now_ms = int(time.monotonic() * 1000)
-    if window is not None:
-        return int(window.room(quota, now_ms))
-    young_window_s = (int(ctx.config.get("quota.window.num", 11)) - 1) * \
-        int(ctx.config.get("quota.window.size.seconds", 1))
-    return int(quota * young_window_s)   # (an empty window counts as samples - 1 windows, as Kafka's Rate)
+    if throttles is None:
+        window_ms = int(ctx.config.get("quota.window.size.seconds", 1)) * 1000
+        throttles = ctx.quota_throttles[key] = quotas.Throttles(
+            key, int(ctx.config.get("quota.window.num", 11)), window_ms,
+            max_throttle_ms=window_ms if key == quotas.REQUEST_PERCENTAGE else None)  # (Kafka: one window at most)
+    return throttles
 
 
 def request_quotas_on(ctx, connection) -> bool:

@@ -47,10 +47,16 @@ def describe(address: str):
 def leader_view(cluster, voters: set[int], timeout_s: float = WITHIN_S):
     """Until some broker's voter leads with exactly `voters` as voters, each at its high watermark;
     every broker then names that leader (one leader, one epoch)."""
+    return agreed_view(cluster.addresses, lambda ids: ids == voters, f"voters {sorted(voters)}", timeout_s)
+
+
+def agreed_view(addresses: dict[int, str], accept, what: str, timeout_s: float = WITHIN_S):
+    """Until every broker at `addresses` names one leader in one epoch, whose voters (their ids) `accept` takes,
+    each at the leader's high watermark: the leader's DescribeQuorum view. `what` names the wait in its failure."""
     deadline, seen = time.monotonic() + timeout_s, None
     while time.monotonic() < deadline:
         try:
-            views = {b: describe(a) for b, a in cluster.addresses.items()}
+            views = {b: describe(a) for b, a in addresses.items()}
         except Exception as e:   # a broker's voter restarting
             seen = repr(e)
             time.sleep(0.5)
@@ -62,10 +68,10 @@ def leader_view(cluster, voters: set[int], timeout_s: float = WITHIN_S):
             view = views.get(leader)
             if view is not None:
                 ends = {r.replica_id: r.log_end_offset for r in view.current_voters}
-                if set(ends) == voters and all(e == view.high_watermark for e in ends.values()):
+                if accept(set(ends)) and all(e == view.high_watermark for e in ends.values()):
                     return view
         time.sleep(0.5)
-    raise AssertionError(f"no leader with voters {sorted(voters)} within {timeout_s:.0f} s: {seen}")
+    raise AssertionError(f"no leader with {what} within {timeout_s:.0f} s: {seen}")
 
 
 def kray_quorum(cluster, *args: str) -> subprocess.CompletedProcess:

@@ -11,7 +11,7 @@ import pytest
 import ray
 
 from cluster.local import LocalCluster
-from tests.cluster.test_dynamic_voters import commit_a_topic, describe
+from tests.cluster.test_dynamic_voters import agreed_view, commit_a_topic, describe
 from tests.cluster.test_metadata_quorum import _create
 from tests.cluster.test_replication import AckedProducer, _read_keys
 
@@ -35,25 +35,9 @@ def cluster(tmp_path_factory):
 def three_voters(cluster, among: set[int], asked: set[int] | None = None, timeout_s: float = WITHIN_S):
     """Until the brokers in `asked` (default: all) name one leader in one epoch, whose voters are three brokers of
     `among`, each at the leader's high watermark: the leader's view."""
-    deadline, seen = time.monotonic() + timeout_s, None
     addresses = {b: a for b, a in cluster.addresses.items() if asked is None or b in asked}
-    while time.monotonic() < deadline:
-        try:
-            views = {b: describe(a) for b, a in addresses.items()}
-        except Exception as e:   # a broker's voter restarting
-            seen = repr(e)
-            time.sleep(0.5)
-            continue
-        seen = {b: (v.leader_id, v.leader_epoch, sorted(r.replica_id for r in v.current_voters))
-                for b, v in views.items()}
-        leaders = {(v.leader_id, v.leader_epoch) for v in views.values()}
-        view = views.get(next(iter(leaders))[0]) if len(leaders) == 1 else None
-        if view is not None:
-            ends = {r.replica_id: r.log_end_offset for r in view.current_voters}
-            if len(ends) == 3 and set(ends) <= among and all(e == view.high_watermark for e in ends.values()):
-                return view
-        time.sleep(0.5)
-    raise AssertionError(f"not three voters among {sorted(among)} within {timeout_s:.0f} s: {seen}")
+    return agreed_view(addresses, lambda ids: len(ids) == 3 and ids <= among,
+                       f"three voters among {sorted(among)}", timeout_s)
 
 
 def test_the_balancer_keeps_three_voters_as_a_voters_node_dies_and_returns(cluster):
