@@ -49,10 +49,12 @@ def end_ray_processes_since(before: set[int]) -> list[int]:
 
 
 def start_ray_node(start: Callable[[], T], say: Callable[[str], None] | None = None,
-                   attempts: int = RAY_NODE_START_ATTEMPTS) -> T:
+                   attempts: int = RAY_NODE_START_ATTEMPTS, end_attempt: Callable[[], int] | None = None) -> T:
     """`start()` (a call that starts a Ray node in this process: ray.init of a local Ray,
     ray.cluster_utils.Cluster(...) or its add_node); where Ray gives up on the raylet registering,
     what that attempt started is ended and `start()` is called again, up to `attempts` times.
+    `end_attempt()` ends a failed attempt's processes where they are not this process's children
+    (a `ray start` on a host of the hosts harness), returning how many it ended.
     `say` is told of each new attempt. Any other failure, and the last attempt's, is raised."""
     for attempt in range(1, attempts + 1):
         before = set(children())
@@ -62,9 +64,9 @@ def start_ray_node(start: Callable[[], T], say: Callable[[str], None] | None = N
         except Exception as e:
             if not timed_out(e) or attempt == attempts:
                 raise
-            ended = end_ray_processes_since(before)
+            ended = end_attempt() if end_attempt is not None else len(end_ray_processes_since(before))
             if say is not None:
                 say(f"Ray's new node did not register with its GCS within Ray's 30 s ({time.monotonic() - begun:.0f} s "
                     f"in all; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs): ended its "
-                    f"{len(ended)} processes, starting it again (attempt {attempt + 1} of {attempts})")
+                    f"{ended} processes, starting it again (attempt {attempt + 1} of {attempts})")
     raise AssertionError("unreachable")

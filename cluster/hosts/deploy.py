@@ -44,6 +44,7 @@ from pathlib import Path
 
 from actors import tcp_backoff
 from cluster.hosts.net import CommandFailed, HostNetwork, kill_namespace_processes, record_daemon
+from cluster.ray_node_start import start_ray_node
 
 log = logging.getLogger("kray.hosts")
 REPO = Path(__file__).resolve().parents[2]
@@ -193,8 +194,8 @@ class KrayHosts:
         head = self._ray_start_args(1) + ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"]
         if self.ray_system_config:
             head.append(f"--system-config={json.dumps(self.ray_system_config, separators=(',', ':'))}")
-        self._retry_ray_start(self.plan.hosts[0], head, lambda: self.net.run(1, head, timeout_s=STARTUP_TIMEOUT_S,
-                                                                             env=self.head_env()))
+        self._retry_ray_start(self.plan.hosts[0], lambda: self.net.run(1, head, timeout_s=STARTUP_TIMEOUT_S,
+                                                                       env=self.head_env()))
         self.heads += 1
 
     # ---- the Ray head's host lost, and a new head (GCS fault tolerance) ---------------------
@@ -267,18 +268,16 @@ class KrayHosts:
         """How many times the host's Ray node started (1 + the supervisor's restarts)."""
         return self.supervisor_output(host).count(RAY_STARTED)
 
-    def _retry_ray_start(self, host, argv, first, again=None) -> None:
+    def _retry_ray_start(self, host, first) -> None:
         """`ray start` gives up when its node has not registered within 30 s (hard-coded in Ray),
-        which a loaded 2-core machine can exceed: clear the host and try once more."""
-        try:
-            first()
-        except CommandFailed as e:
-            if "timed out during startup" not in str(e):
-                raise
-            log.warning("ray start on %s timed out (a loaded machine?): trying once more", host.name)
-            kill_namespace_processes(host.netns)
+        which a loaded 2-core machine can exceed: as cluster/ray_node_start.py retries a Ray node's
+        start (the same attempts), each failed attempt's processes ended and the host's Ray
+        directory cleared first."""
+        def clear() -> int:
+            ended = kill_namespace_processes(host.netns)
             shutil.rmtree(self.home(host.name) / "ray", ignore_errors=True)
-            (again or first)()
+            return ended
+        start_ray_node(first, lambda line: log.warning("ray start on %s: %s", host.name, line), end_attempt=clear)
 
     def kray_command(self, *args: str) -> list[str]:
         """`kray ARGS` from this checkout (the `kray` console script runs cluster.cli:main)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cluster.process_tree import descendants
-from cluster.ray_node_start import end_ray_processes_since, is_ray_process, start_ray_node
+from cluster.ray_node_start import RAY_NODE_START_ATTEMPTS, end_ray_processes_since, is_ray_process, start_ray_node
 
 RAY_TIMED_OUT = Exception("The current node timed out during startup. This could happen because some of the raylet "
                           "failed to startup or the GCS has become overloaded.")
@@ -104,3 +104,16 @@ def test_the_last_attempt_and_any_other_failure_are_raised():
     with pytest.raises(ValueError):
         start_ray_node(fails)
     assert len(calls) == 1
+
+
+def test_a_caller_that_ends_an_attempt_itself_is_retried_the_same_number_of_times():
+    """The hosts harness ends a failed `ray start`'s processes itself (they are in a network namespace, not this
+    process's children): end_attempt is called after each attempt that timed out, and the attempts are the same."""
+    calls, ended = [], []
+
+    def times_out():
+        calls.append(1)
+        raise RuntimeError("Exception: The current node timed out during startup. This could happen ...")
+    with pytest.raises(RuntimeError):
+        start_ray_node(times_out, end_attempt=lambda: ended.append(1) or 5)
+    assert len(calls) == RAY_NODE_START_ATTEMPTS and len(ended) == RAY_NODE_START_ATTEMPTS - 1
