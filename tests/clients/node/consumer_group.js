@@ -39,8 +39,10 @@ async function main() {
       }).catch(reject);
     }
   });
+  // the split as it was when balanced: the first member's LeaveGroup below hands every partition to the second
+  const split = members.map((m) => [...m.partitions].sort());
   for (const m of members) await m.consumer.disconnect();  // commits what it consumed, then LeaveGroup
-  console.log(JSON.stringify(members.map((m) => ({ partitions: m.partitions.sort(), records: [...m.seen] }))));
+  console.log(JSON.stringify(members.map((m, i) => ({ partitions: split[i], records: [...m.seen] }))));
 }
 
 main().catch((e) => { console.error(e); process.exit(1); });
