@@ -13,8 +13,9 @@ time, at most the whole window); the connection then takes no request for that l
 `request_percentage` is applied the same way to the time the gateway's event loop spends on a client's requests
 (Kafka: its request handler and network threads' time), in percent of one thread per second, with a throttle of at
 most one window (as Kafka's request quota); `controller_mutation_rate` with Kafka's token bucket (KIP-599,
-`TokenBucket`): partitions created or deleted per second. `connection_creation_rate` is kept and described, not
-applied.
+`TokenBucket`): partitions created or deleted per second. `connection_creation_rate` (KIP-612) per IP address, or
+the default IP entity's for every address without its own: a new connection that takes its address's rate above the
+quota is not counted and not served, and is closed after the time its rate needs to come back (at most one sample).
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from protocol.errors import ErrorCode
 
 __all__ = ["USER", "CLIENT_ID", "IP", "PRODUCER_BYTE_RATE", "CONSUMER_BYTE_RATE", "Entity", "entity_problem",
            "value_problem", "describe", "resolve", "RateWindow", "Throttles", "MATCH_EXACT", "MATCH_DEFAULT",
-           "MATCH_ANY", "TokenBucket", "MutationQuotas", "REQUEST_PERCENTAGE", "CONTROLLER_MUTATION_RATE"]
+           "MATCH_ANY", "TokenBucket", "MutationQuotas", "REQUEST_PERCENTAGE", "CONTROLLER_MUTATION_RATE",
+           "CONNECTION_CREATION_RATE", "ip_quota", "ConnectionRates"]
 
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE = "producer_byte_rate", "consumer_byte_rate"
@@ -129,7 +131,7 @@ def resolve(quotas: dict[Entity, dict[str, float]], user: str, client_id: str, k
 
 class RateWindow:
     """Kafka's Rate over `samples` samples of `sample_ms`: the total recorded in the samples still in the window,
-    over the window's elapsed time (at least samples - 1 sample lengths, as Kafka measures it)."""
+    over the window's elapsed time (`window_ms`)."""
 
     def __init__(self, samples: int = 11, sample_ms: int = 1000):
         self.samples, self.sample_ms = samples, sample_ms
@@ -146,8 +148,11 @@ class RateWindow:
             self.buckets.popleft()
 
     def window_ms(self, now_ms: int) -> float:
+        """Kafka's Rate.windowSize: the time since the oldest sample began, plus the whole samples it lacks of
+        samples - 1 (a young rate is measured over samples - 1 samples and the current one's part)."""
         elapsed = now_ms - self.buckets[0][0] if self.buckets else 0
-        return max(elapsed, (self.samples - 1) * self.sample_ms)
+        full = elapsed // self.sample_ms
+        return elapsed + max(0, self.samples - 1 - full) * self.sample_ms
 
     def rate(self, now_ms: int) -> float:
         self._expire(now_ms)
@@ -259,3 +264,57 @@ class MutationQuotas:
         quota, bucket = self._bucket(quotas, user, client_id)
         if bucket is not None and partitions > 0:
             bucket.record(quota, partitions, now_ms)
+
+
+def ip_quota(quotas: dict[Entity, dict[str, float]], ip: str) -> float | None:
+    """An address's connection_creation_rate: its own IP entity's, else the default IP entity's, else None (no
+    limit). Addresses compare as addresses (an entity written ::1 or 0:0:0:0:0:0:0:1 is the same one)."""
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        address = None
+    default = None
+    for entity, values in quotas.items():
+        if len(entity) != 1 or entity[0][0] != IP or CONNECTION_CREATION_RATE not in values:
+            continue
+        name = entity[0][1]
+        if name is None:
+            default = values[CONNECTION_CREATION_RATE]
+        elif name == ip or (address is not None and _same_address(name, address)):
+            return values[CONNECTION_CREATION_RATE]
+    return default
+
+
+def _same_address(name: str, address) -> bool:
+    try:
+        return ipaddress.ip_address(name) == address
+    except ValueError:
+        return False
+
+
+class ConnectionRates:
+    """A broker's connection creation rate by client address, under `connection_creation_rate` (KIP-612), as
+    Kafka's ConnectionQuotas keeps it: only addresses with a quota are counted; a connection that takes its
+    address's rate above the quota is taken back out of the count and is to be closed unserved after the time the
+    rate needs to come back, at most one sample (`quota.window.size.seconds`)."""
+
+    def __init__(self, samples: int = 11, sample_ms: int = 1000, max_entries: int = 100_000):
+        self.samples, self.sample_ms, self.max_entries = samples, sample_ms, max_entries
+        self.windows: dict[str, RateWindow] = {}
+
+    def accept(self, quotas: dict[Entity, dict[str, float]], ip: str, now_ms: int) -> int:
+        """0: serve this new connection from `ip` (counted); else how long (ms) to hold it unread before closing it
+        (not counted)."""
+        quota = ip_quota(quotas, ip) if quotas else None
+        if quota is None:
+            return 0
+        window = self.windows.get(ip)
+        if window is None:
+            if len(self.windows) >= self.max_entries:
+                self.windows.pop(next(iter(self.windows)))
+            window = self.windows[ip] = RateWindow(self.samples, self.sample_ms)
+        window.record(1, now_ms)
+        throttle_ms = window.throttle_ms(quota, now_ms, self.sample_ms)
+        if throttle_ms:
+            window.record(-1, now_ms)
+        return throttle_ms

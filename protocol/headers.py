@@ -66,6 +66,15 @@ def decode_request_header(buf) -> tuple[RequestHeader, int]:
     return header, pos
 
 
+def request_client_id(buf) -> str | None:
+    """The client id in a request frame body's header, without decoding the rest; None if it has none or it cannot
+    be read (decode_request_header then says why)."""
+    try:
+        return _read_client_id(memoryview(buf), _REQUEST_FIXED.size)[0]
+    except (struct.error, IndexError, UnicodeDecodeError, ValueError):
+        return None
+
+
 def decode_response_header(buf, api_key: int, api_version: int) -> tuple[int, int]:
     """Decode a response header (client side); returns the correlation id and the offset of the message body."""
     buf = memoryview(buf)

@@ -232,6 +232,7 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
     pending: asyncio.Queue[asyncio.Task | None] = asyncio.Queue(INFLIGHT_REQUESTS_PER_CONNECTION_MAX)
     responder = asyncio.create_task(_respond_in_order(pending, writer))
     last: list = [None]  # the request dispatched last (a quota-bound connection waits for it)
+    quota_applies = getattr(dispatch, "quota_applies", None)
 
     def dispatched(body: bytes) -> asyncio.Task:
         last[0] = asyncio.create_task(dispatch(body, connection))
@@ -263,6 +264,8 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
                 break
             refusal = None
             for body in frames:
+                if not connection.quota_bound and quota_applies is not None and quota_applies(body, connection):
+                    connection.quota_bound = True
                 if connection.quota_bound:
                     await _quota_turn(connection, last[0])
                 if gate is None:

@@ -187,7 +187,8 @@ class GatewayContext:
         self.txn_partitions_added: collections.OrderedDict = collections.OrderedDict()
         # transaction version 1 partitions verified with their coordinator (KIP-890 part 1)
         self.txn_verifications = TxnVerifications()
-        self.quota_throttles: dict = {}  # quota key -> actors.quotas.Throttles (actors/gateway/handlers/quotas.py)
+        self.quota_throttles: dict = {}  # quota key -> actors.quotas.Throttles (actors/gateway/quota_throttles.py)
+        self.connection_rates = None  # actors.quotas.ConnectionRates, made at the first connection_creation_rate
         if self.client_for is None:
             self.client_for = lambda key, address: SocketPartition(address, key, self.data_paths)
 

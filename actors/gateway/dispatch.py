@@ -12,11 +12,12 @@ from typing import Any, Awaitable, Callable
 
 from protocol.apis import API_BY_KEY
 from protocol.errors import ErrorCode, MalformedMessage
-from protocol.headers import RequestHeader, decode_request_header, encode_response, encode_response_chunks
+from protocol.headers import (RequestHeader, decode_request_header, encode_response, encode_response_chunks,
+                              request_client_id)
 
 from actors.gateway.connection import CloseConnection
 from actors.gateway.file_region import FileRegion
-from actors.gateway.quota_throttles import request_quotas_on, request_throttle, timed
+from actors.gateway.quota_throttles import quota_applies, request_quotas_on, request_throttle, timed
 
 log = logging.getLogger("kray.gateway")
 
@@ -39,6 +40,11 @@ class Dispatcher:
     def __init__(self, ctx: Any, routes: dict[int, Route]):
         self.ctx = ctx
         self.routes = routes
+
+    def quota_applies(self, body, connection) -> bool:
+        """Whether a client quota applies to this request's client (connection.py then takes the connection's
+        requests one at a time)."""
+        return quota_applies(self.ctx, connection, request_client_id(body))
 
     def advertised(self) -> list[tuple[int, int, int]]:
         return sorted((key, r.min_version if r.advertised_min_version is None else r.advertised_min_version,

@@ -11,6 +11,7 @@ from actors import tcp_backoff
 from actors.gateway.connection import serve_connection
 from actors.gateway.dispatch import Dispatcher
 from actors.gateway.handlers import ROUTES
+from actors.gateway.quota_throttles import connection_throttle_ms
 from actors.security.tls import TLS_HANDSHAKE_TIMEOUT_S
 
 log = logging.getLogger("kray.gateway")
@@ -27,6 +28,12 @@ async def start_frontend(ctx, host: str | None, port: int, routes=ROUTES, securi
     idle_timeout_s = int(ctx.config["connections.max.idle.ms"]) / 1000
 
     async def serve(reader, writer):
+        throttle_ms = connection_throttle_ms(ctx, writer.get_extra_info("peername"))
+        if throttle_ms:  # its address is over its connection_creation_rate: not served, closed after the wait
+            writer.transport.pause_reading()
+            await asyncio.sleep(throttle_ms / 1000)
+            writer.transport.abort()
+            return
         tcp_backoff.cap(writer.get_extra_info("socket"))  # resumes within ~1 s of a network cut's heal
         await serve_connection(reader, writer, dispatch, frame_bytes_max=frame_bytes_max, idle_timeout_s=idle_timeout_s,
                                security=security, credentials=getattr(ctx, "scram_credentials", None))

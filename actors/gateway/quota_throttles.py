@@ -1,7 +1,8 @@
 """Client quotas' throttles at the gateway (actors/quotas.py keeps the rates): `throttle` for the byte rates the
 Produce and Fetch handlers count, and for request_percentage the dispatcher's timing of every request (`timed`,
 `request_throttle`) while some client has one. The connection of a throttled client takes no request for the
-throttle time (KIP-219)."""
+throttle time (KIP-219). `connection_throttle_ms` for a new connection under its address's connection_creation_rate
+(KIP-612)."""
 from __future__ import annotations
 
 import time
@@ -19,9 +20,6 @@ def throttle(ctx, connection, client_id: str | None, key: str, size_bytes: int, 
     if not client_quotas or connection is None:
         return 0
     throttles = _throttles(ctx, key)
-    if not connection.quota_bound and quotas.resolve(client_quotas, connection.principal.name, client_id or "",
-                                                     key) is not None:
-        connection.quota_bound = True   # (its requests are taken one at a time from now on: connection.py)
     now_ms = int(time.monotonic() * 1000)
     throttle_ms = throttles.record(client_quotas, connection.principal.name, client_id or "", size_bytes, now_ms)
     if throttle_ms and not count_throttled:
@@ -51,6 +49,31 @@ def _throttles(ctx, key: str) -> quotas.Throttles:
             key, int(ctx.config.get("quota.window.num", 11)), window_ms,
             max_throttle_ms=window_ms if key == quotas.REQUEST_PERCENTAGE else None)  # (Kafka: one window at most)
     return throttles
+
+
+def quota_applies(ctx, connection, client_id: str | None) -> bool:
+    """Whether a byte rate or request quota applies to this connection's user with this client id: the reader then
+    takes its requests one at a time from this one on (connection.py), before the first is handled, so that no
+    request a client pipelined gets past the throttle the one before it earns."""
+    client_quotas = getattr(ctx.metadata, "client_quotas", None)
+    if not client_quotas:
+        return False
+    user = connection.principal.name
+    return any(quotas.resolve(client_quotas, user, client_id or "", key) is not None
+               for key in (quotas.PRODUCER_BYTE_RATE, quotas.CONSUMER_BYTE_RATE, quotas.REQUEST_PERCENTAGE))
+
+
+def connection_throttle_ms(ctx, peer) -> int:
+    """0: serve this new connection; else how long (ms) to hold it unread before closing it, its address being over
+    its connection_creation_rate (as Kafka's acceptor: at most one quota sample, quota.window.size.seconds)."""
+    client_quotas = getattr(ctx.metadata, "client_quotas", None)
+    if not client_quotas or not peer:
+        return 0
+    rates = getattr(ctx, "connection_rates", None)
+    if rates is None:
+        rates = ctx.connection_rates = quotas.ConnectionRates(
+            int(ctx.config.get("quota.window.num", 11)), int(ctx.config.get("quota.window.size.seconds", 1)) * 1000)
+    return rates.accept(client_quotas, peer[0], int(time.monotonic() * 1000))
 
 
 def request_quotas_on(ctx, connection) -> bool:

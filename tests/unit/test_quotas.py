@@ -82,9 +82,11 @@ def test_the_rate_is_measured_over_the_window_and_the_excess_is_the_throttle_tim
     window.record(5_000, 0)
     assert window.rate(0) == 500.0                 # a young window counts as 10 s, as Kafka's Rate
     assert window.throttle_ms(1_000, 0) == 0
-    window.record(15_000, 500)                     # 20,000 bytes in the window: 2,000 B/s against a 1,000 B/s quota
-    assert window.throttle_ms(1_000, 500) == 10_000
-    assert window.room(1_000, 500) == -10_000      # 10 s at 1,000 B/s is 10,000 bytes; 20,000 are in the window
+    window.record(15_000, 500)   # 20,000 bytes over 10.5 s (10 s and the current sample's 0.5 s, as Kafka's Rate)
+    assert window.throttle_ms(1_000, 500) == 9_500  # (1,904.8 - 1,000) B/s / 1,000 B/s x 10.5 s
+    assert window.room(1_000, 500) == -9_500        # 10.5 s at 1,000 B/s is 10,500 bytes; 20,000 are in the window
+    assert window.window_ms(5_300) == 10_300        # 5 whole samples of 10 and the current one's 0.3 s
+    assert window.window_ms(10_700) == 10_700       # no sample missing: the time since the oldest began
     assert window.rate(12_000) == 0.0              # every sample left the window
     assert window.room(1_000, 12_000) == 10_000    # an empty window: a young window's 10 s worth
     throttles = quotas.Throttles("producer_byte_rate", samples=11, sample_ms=1000)
@@ -121,3 +123,31 @@ def test_request_percentage_throttles_at_most_one_window():
     throttles = Throttles("request_percentage", 11, 1000, max_throttle_ms=1000)
     assert throttles.record(quotas, "ANONYMOUS", "busy", 5.0, 0) == 0  # 50 ms over a 10 s window: 0.5%
     assert throttles.record(quotas, "ANONYMOUS", "busy", 50.0, 10) == 1000  # 5.5%: 45 s of excess, capped
+
+
+def test_an_address_has_its_own_connection_creation_rate_else_the_default_ips():
+    ip = (("ip", "10.0.0.7"),)
+    default = (("ip", None),)
+    assert quotas.ip_quota({ip: {"connection_creation_rate": 3}, default: {"connection_creation_rate": 9}},
+                           "10.0.0.7") == 3
+    assert quotas.ip_quota({ip: {"connection_creation_rate": 3}, default: {"connection_creation_rate": 9}},
+                           "10.0.0.8") == 9
+    assert quotas.ip_quota({ip: {"connection_creation_rate": 3}}, "10.0.0.8") is None
+    assert quotas.ip_quota({(("ip", "0:0:0:0:0:0:0:1"),): {"connection_creation_rate": 2}}, "::1") == 2
+    # a client id's quotas are not an address's
+    assert quotas.ip_quota({(("client-id", None),): {"producer_byte_rate": 5}}, "10.0.0.7") is None
+
+
+def test_connections_over_an_addresses_rate_are_not_counted_and_wait_at_most_one_window():
+    q = {(("ip", "10.0.0.7"),): {"connection_creation_rate": 2}}
+    rates = quotas.ConnectionRates(samples=11, sample_ms=1000)
+    # a young window is measured over at least 10 s (Kafka's Rate): 20 connections at once are within 2/s
+    assert [rates.accept(q, "10.0.0.7", 0) for _ in range(20)] == [0] * 20
+    refused = [rates.accept(q, "10.0.0.7", 0) for _ in range(5)]
+    assert refused == [500] * 5  # 21 over 10 s is 0.1/s above 2/s: 1/20 of the window; the refused are not counted
+    assert rates.accept(q, "10.0.0.8", 0) == 0  # no quota for this address: not counted at all
+    assert "10.0.0.8" not in rates.windows
+    assert rates.accept(q, "10.0.0.7", 9_000) == 500
+    assert rates.accept(q, "10.0.0.7", 10_500) == 0  # 21 over 10.5 s: 2/s
+    many = {(("ip", None),): {"connection_creation_rate": 1}}
+    assert max(rates.accept(many, "10.0.0.9", 0) for _ in range(100)) == 1000  # at most one window
