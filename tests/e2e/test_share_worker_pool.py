@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from cluster.config import DEFAULT_LOCAL_CONFIG, load_broker_config
 from cluster.local import LocalBroker
+from cluster.ray_node_start import start_ray_node
 from cluster.workers import ShareWorkerPool
 from tests.kray_process import free_port
 
@@ -30,7 +31,8 @@ FAST = dict(num_cpus=0.25, interval_s=0.5, scale_up_cooldown_s=1.0, scale_down_w
 def bootstrap(tmp_path_factory):
     owns_ray = not ray.is_initialized()
     if owns_ray:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # (a start that misses Ray's 30 s on a busy machine is tried again, as kray start does)
+        start_ray_node(lambda: ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False))
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the handlers below, in the workers
     config = load_broker_config(DEFAULT_LOCAL_CONFIG, overrides=[
         f"log.dirs={tmp_path_factory.mktemp('kray-workers')}", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}",

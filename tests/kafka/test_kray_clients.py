@@ -6,6 +6,7 @@ import sys
 import pytest
 import ray
 
+from cluster.ray_node_start import start_ray_node
 from tests.e2e import test_share_worker_pool as pools
 from tests.kafka.broker import KafkaBroker, missing
 
@@ -28,7 +29,8 @@ def kafka_for_pools():
         pytest.skip(why)
     owns_ray = not ray.is_initialized()
     if owns_ray:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # (a start that misses Ray's 30 s on a busy machine is tried again, as kray start does)
+        start_ray_node(lambda: ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False))
     ray.cloudpickle.register_pickle_by_value(sys.modules[pools.__name__])
     broker = KafkaBroker(extra_properties=SHARE_SETTINGS)
     try:

@@ -29,6 +29,7 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
 from cluster.cli import DEFAULT_LOCAL_CONFIG  # noqa: E402
 from cluster.config import load_broker_config  # noqa: E402
 from cluster.local import LocalBroker  # noqa: E402
+from cluster.ray_node_start import start_ray_node  # noqa: E402
 from cluster.spark import BatchSettleError, ShareGroupReader, start_spark, stop_spark  # noqa: E402
 from tests.kray_process import free_port  # noqa: E402
 
@@ -48,7 +49,8 @@ def load_example():
 def bootstrap(tmp_path_factory):
     owns_ray = not ray.is_initialized()
     if owns_ray:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # (a start that misses Ray's 30 s on a busy machine is tried again, as kray start does)
+        start_ray_node(lambda: ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False))
     config = load_broker_config(DEFAULT_LOCAL_CONFIG, overrides=[
         f"log.dirs={tmp_path_factory.mktemp('kray-spark')}", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}",
         "group.share.heartbeat.interval.ms=1000", "group.share.min.heartbeat.interval.ms=500",
