@@ -44,6 +44,8 @@ class Dispatcher:
     def quota_applies(self, body, connection) -> bool:
         """Whether a client quota applies to this request's client (connection.py then takes the connection's
         requests one at a time)."""
+        if not getattr(self.ctx.metadata, "client_quotas", None):
+            return False  # (no quota anywhere: the header is not read again here)
         return quota_applies(self.ctx, connection, request_client_id(body))
 
     def advertised(self) -> list[tuple[int, int, int]]:
