@@ -129,6 +129,16 @@ def resolve(quotas: dict[Entity, dict[str, float]], user: str, client_id: str, k
     return None
 
 
+def _get_or_make(entries: dict, key, max_entries: int, make):
+    """entries[key], made by `make()` if missing; the oldest entry goes first when there are `max_entries`."""
+    entry = entries.get(key)
+    if entry is None:
+        if len(entries) >= max_entries:
+            entries.pop(next(iter(entries)))
+        entry = entries[key] = make()
+    return entry
+
+
 class RateWindow:
     """Kafka's Rate over `samples` samples of `sample_ms`: the total recorded in the samples still in the window,
     over the window's elapsed time (`window_ms`)."""
@@ -191,11 +201,8 @@ class Throttles:
         quota = resolve(quotas, user, client_id, self.key) if quotas else None
         if quota is None:
             return 0
-        window = self.windows.get((user, client_id))
-        if window is None:
-            if len(self.windows) >= self.max_entries:
-                self.windows.pop(next(iter(self.windows)))
-            window = self.windows[(user, client_id)] = RateWindow(self.samples, self.sample_ms)
+        window = _get_or_make(self.windows, (user, client_id), self.max_entries,
+                              lambda: RateWindow(self.samples, self.sample_ms))
         window.record(size_bytes, now_ms)
         return window.throttle_ms(quota, now_ms, self.max_throttle_ms)
 
@@ -248,12 +255,8 @@ class MutationQuotas:
         quota = resolve(quotas, user, client_id, CONTROLLER_MUTATION_RATE) if quotas else None
         if quota is None:
             return None, None
-        bucket = self.buckets.get((user, client_id))
-        if bucket is None:
-            if len(self.buckets) >= self.max_entries:
-                self.buckets.pop(next(iter(self.buckets)))
-            bucket = self.buckets[(user, client_id)] = TokenBucket(self.samples, self.sample_ms)
-        return quota, bucket
+        return quota, _get_or_make(self.buckets, (user, client_id), self.max_entries,
+                                   lambda: TokenBucket(self.samples, self.sample_ms))
 
     def throttle_ms(self, quotas, user: str, client_id: str, now_ms: int) -> int:
         """How long this client must wait before its next mutation is let through (0: now)."""
@@ -308,11 +311,7 @@ class ConnectionRates:
         quota = ip_quota(quotas, ip) if quotas else None
         if quota is None:
             return 0
-        window = self.windows.get(ip)
-        if window is None:
-            if len(self.windows) >= self.max_entries:
-                self.windows.pop(next(iter(self.windows)))
-            window = self.windows[ip] = RateWindow(self.samples, self.sample_ms)
+        window = _get_or_make(self.windows, ip, self.max_entries, lambda: RateWindow(self.samples, self.sample_ms))
         window.record(1, now_ms)
         throttle_ms = window.throttle_ms(quota, now_ms, self.sample_ms)
         if throttle_ms:

@@ -12,8 +12,7 @@ from typing import Any, Awaitable, Callable
 
 from protocol.apis import API_BY_KEY
 from protocol.errors import ErrorCode, MalformedMessage
-from protocol.headers import (RequestHeader, decode_request_header, encode_response, encode_response_chunks,
-                              request_client_id)
+from protocol.headers import RequestHeader, decode_request_header, encode_response, encode_response_chunks
 
 from actors.gateway.connection import CloseConnection
 from actors.gateway.file_region import FileRegion
@@ -44,9 +43,7 @@ class Dispatcher:
     def quota_applies(self, body, connection) -> bool:
         """Whether a client quota applies to this request's client (connection.py then takes the connection's
         requests one at a time)."""
-        if not getattr(self.ctx.metadata, "client_quotas", None):
-            return False  # (no quota anywhere: the header is not read again here)
-        return quota_applies(self.ctx, connection, request_client_id(body))
+        return quota_applies(self.ctx, connection, body)
 
     def advertised(self) -> list[tuple[int, int, int]]:
         return sorted((key, r.min_version if r.advertised_min_version is None else r.advertised_min_version,

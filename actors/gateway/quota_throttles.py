@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 import types
 
+from protocol.headers import request_client_id
+
 from actors import quotas
 
 
@@ -51,14 +53,15 @@ def _throttles(ctx, key: str) -> quotas.Throttles:
     return throttles
 
 
-def quota_applies(ctx, connection, client_id: str | None) -> bool:
-    """Whether a byte rate or request quota applies to this connection's user with this client id: the reader then
-    takes its requests one at a time from this one on (connection.py), before the first is handled, so that no
-    request a client pipelined gets past the throttle the one before it earns."""
+def quota_applies(ctx, connection, body) -> bool:
+    """Whether a byte rate or request quota applies to the connection's user with the client id of this request
+    (`body`, a request frame; its header is read only while some quota exists): the reader then takes its requests
+    one at a time from this one on (connection.py), before the first is handled, so that no request a client
+    pipelined gets past the throttle the one before it earns."""
     client_quotas = getattr(ctx.metadata, "client_quotas", None)
     if not client_quotas:
         return False
-    user = connection.principal.name
+    user, client_id = connection.principal.name, request_client_id(body)
     return any(quotas.resolve(client_quotas, user, client_id or "", key) is not None
                for key in (quotas.PRODUCER_BYTE_RATE, quotas.CONSUMER_BYTE_RATE, quotas.REQUEST_PERCENTAGE))
 

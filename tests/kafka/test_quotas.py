@@ -3,7 +3,6 @@ matching, and a producer over its producer_byte_rate told to wait (throttle_time
 quotas, and connection_creation_rate, applied as by Kafka."""
 import random
 import socket
-import struct
 import time
 import uuid
 
@@ -347,13 +346,12 @@ def _connections_from(bootstrap: str, source_ip: str, count: int) -> list[tuple[
     """`count` connections one after another from `source_ip` (any 127.x address is this host's), each sending
     ApiVersions v0 and waiting up to 3 s: [("answered" or "closed", ms from connect to the answer or the close)]."""
     host, port = bootstrap.rsplit(":", 1)
-    client_id = b"kray-ip-quota"
-    request = struct.pack(">hhih", 18, 0, 7, len(client_id)) + client_id
+    request = encode_request(RequestHeader(18, 0, 7, "kray-ip-quota"), m.ApiVersionsRequest().encode(0))
     out = []
     for _ in range(count):
         with socket.create_connection((host, int(port)), timeout=3, source_address=(source_ip, 0)) as s:
             started = time.monotonic()
-            s.sendall(struct.pack(">i", len(request)) + request)
+            s.sendall(request)
             try:
                 answered = len(s.recv(4)) == 4
             except ConnectionResetError:
