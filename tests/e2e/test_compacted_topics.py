@@ -82,7 +82,7 @@ def test_the_cleaner_keeps_the_latest_record_per_key_while_clients_go_on(tmp_pat
         def keep_fetching():
             c = Consumer({"bootstrap.servers": bootstrap, "group.id": "tail", "enable.auto.commit": False})
             c.assign([TopicPartition(TOPIC, 0, 0)])
-            while not stop.is_set():
+            while not read_enough.is_set():
                 m = c.poll(0.2)
                 if m is None:
                     continue
@@ -92,6 +92,9 @@ def test_the_cleaner_keeps_the_latest_record_per_key_while_clients_go_on(tmp_pat
                     fetched["count"] += 1
                     fetched["last_offset"] = m.offset()
             c.close()
+        # the reader goes on after the producer stops, until it is past the first updates (on a loaded machine
+        # it can be behind them when the cleaner has done its work)
+        read_enough = threading.Event()
         threads = [threading.Thread(target=keep_producing), threading.Thread(target=keep_fetching)]
         for t in threads:
             t.start()
@@ -105,8 +108,12 @@ def test_the_cleaner_keeps_the_latest_record_per_key_while_clients_go_on(tmp_pat
                 time.sleep(0.2)
         finally:
             stop.set()
-            for t in threads:
-                t.join(30)
+            threads[0].join(30)
+            behind_until = time.monotonic() + 30
+            while fetched["last_offset"] < UPDATES and time.monotonic() < behind_until:
+                time.sleep(0.2)
+            read_enough.set()
+            threads[1].join(30)
         assert p.flush(30) == 0 and errors == []
         assert cleaned, sorted(f.name for f in partition_dir.iterdir())
         # the tailing reader got past the first updates into what was written while the cleaner
