@@ -241,8 +241,9 @@ class ControllerActor:
 
     # ---- metadata --------------------------------------------------------------------------
     def image(self) -> MetadataImage:
-        """The metadata as gateways need it. Only gateways follow it (a few per cluster): every
-        actor handle in an image is deserialized, and reference counted, by every receiver.
+        """The metadata as gateways need it. Only gateways and shard processes that host a group
+        coordinator follow it (one long poll per process, actors/metadata_follower.py): every actor
+        handle in an image is deserialized, and reference counted, by every receiver.
         Brokers: registered with this controller and unfenced (Kafka leaves fenced ones out).
         Partition replicas and listeners: each partition's leader replica; a listener only once that
         replica listens and has confirmed that it leads in the current leader epoch, so whatever

@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 
-from actors import controller_client, internal_topics, metrics
+from actors import controller_client, internal_topics, metadata_follower, metrics
 from actors.coordinator_log import CoordinatorLog, CoordinatorLogError, ShardHost, TxnMarker, TxnWrite
 from actors.coordinator_result import CoordinatorResult
 from actors.group_coordinator.groups import Groups
@@ -116,7 +116,7 @@ class GroupCoordinator(PartitionReplica):
         if not self.replica.is_leader:
             raise CoordinatorLogError(ErrorCode.NOT_COORDINATOR, "this replica does not lead the partition now")
         if self.image is None:
-            self.image = await controller_client.wait_for_metadata(self.controller, -1, 0)
+            self.image = await metadata_follower.follower(self.controller).current()
         shard = await self.host.ready()
         if not self.tasks:
             self.tasks = [asyncio.ensure_future(self._follow_metadata()), asyncio.ensure_future(self._expire_loop()),
@@ -149,7 +149,10 @@ class GroupCoordinator(PartitionReplica):
     async def _follow_metadata(self) -> None:
         while True:
             try:
-                image = await controller_client.wait_for_metadata(self.controller, self.image.version, METADATA_POLL_S)
+                image = await metadata_follower.follower(self.controller).other_than(self.image.version,
+                                                                                     METADATA_POLL_S)
+                if image is self.image:
+                    continue
                 gone = {t.topic_id: name for name, t in self.image.topics.items()
                         if t.topic_id not in {u.topic_id for u in image.topics.values()}}
                 self.image = image
@@ -471,6 +474,7 @@ class GroupCoordinator(PartitionReplica):
         for fresh in (False, True):
             if fresh:
                 self.image = await controller_client.wait_for_metadata(self.controller, -1, 0)
+                metadata_follower.follower(self.controller).offer(self.image)
             topic = self.image.topics.get(internal_topics.TRANSACTION_STATE)
             if topic is not None:
                 index = internal_topics.transaction_partition(transactional_id, len(topic.partitions))
@@ -545,16 +549,22 @@ class GroupCoordinator(PartitionReplica):
         """InitializeShareGroupState for newly subscribed share-partitions, at the offsets where
         share.auto.offset.reset says they start (resolved now, before any member is assigned them),
         then make them assignable."""
-        try:  # every partition replica's handle: once per initialization, not on the data path
-            image = await controller_client.wait_for_metadata(self.controller, -1, 0)
+        try:  # the group's configs as committed now: an override set just before subscribe() counts
+            configs = await controller_client.call(self.controller, "group_configs", group_id,
+                                                   timeout_s=controller_client.socket_timeout_s(self.config))
         except Exception as e:
-            log.warning("no metadata to look up share-partition start offsets: %s", e)
-            image = None
-        configs = image.group_configs.get(group_id, {}) if image is not None else {}
+            log.warning("no group configs to resolve share-partition start offsets (the image's are used): %s", e)
+            configs = self.image.group_configs.get(group_id, {})
+        # partition handles from the image the coordinator follows, not a whole image asked for again:
+        # that took seconds on a loaded machine with a few hundred topics, past INITIALIZE_WAIT_S
+        image = self.image
         done, failed = [], []
         for topic_id, index in partitions:
             try:
-                partition = image.partition_replicas.get((topic_id, index)) if image is not None else None
+                if (topic_id, index) not in image.partition_replicas:  # a topic newer than the followed image
+                    image = await controller_client.wait_for_metadata(self.controller, image.version, 0)
+                    metadata_follower.follower(self.controller).offer(image)
+                partition = image.partition_replicas.get((topic_id, index))
                 start_offset = await resolve_start_offset(partition, configs, now_ms())
                 coordinator = await self._share_coordinator(group_id, topic_id, index)
                 error, message = await coordinator.initialize_state.remote(group_id, topic_id, index, state_epoch,
@@ -573,6 +583,7 @@ class GroupCoordinator(PartitionReplica):
         key = (internal_topics.SHARE_GROUP_STATE, state_partition_for(group_id, topic_id, index, count))
         if key not in self.image.coordinators:
             self.image = await controller_client.ensure_internal_topic(self.controller, internal_topics.SHARE_GROUP_STATE)
+            metadata_follower.follower(self.controller).offer(self.image)
         return self.image.coordinators[key]
 
     async def share_group_summary(self, group_id: str) -> tuple[int, int, list]:
