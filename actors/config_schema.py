@@ -50,6 +50,11 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "min.insync.replicas": 1,
     "socket.request.max.bytes": 104857600,
     "connections.max.idle.ms": 600000,
+    # Kafka's broker-wide connection limits (actors/connection_limits.py), dynamic broker configs too
+    "max.connections": 2147483647,
+    "max.connections.per.ip": 2147483647,
+    "max.connections.per.ip.overrides": "",
+    "max.connection.creation.rate": 2147483647,
     "offsets.topic.num.partitions": 50,
     "offsets.topic.replication.factor": 3,
     "offsets.topic.segment.bytes": 104857600,
@@ -310,9 +315,12 @@ BROKER_CONFIGS_IN_PART: dict[str, str] = {
 }
 
 # Broker configs that IncrementalAlterConfigs may change while Kray runs (for one broker, or the cluster's
-# default with the resource name ""), as Kafka's dynamic broker configs: the replication throttles
+# default with the resource name ""), as Kafka's dynamic broker configs: the replication throttles and the
+# connection limits
 DYNAMIC_BROKER_CONFIGS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate",
-                          "replica.alter.log.dirs.io.max.bytes.per.second", "kray.broker.draining")
+                          "replica.alter.log.dirs.io.max.bytes.per.second", "kray.broker.draining",
+                          "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides",
+                          "max.connection.creation.rate")
 
 
 def validate_dynamic_broker_configs(configs: dict[str, Any]) -> dict[str, Any]:
@@ -397,6 +405,8 @@ BROKER_INT_RANGES: dict[str, tuple[int, int]] = {
     "log.local.retention.bytes": (-2, LONG_MAX), "compression.gzip.level": (1, 9), "compression.lz4.level": (1, 17),
     "compression.zstd.level": (-131072, 22), "message.max.bytes": (0, INT_MAX), "min.insync.replicas": (1, INT_MAX),
     "socket.request.max.bytes": (1, INT_MAX), "connections.max.idle.ms": (LONG_MIN, LONG_MAX),
+    "max.connections": (0, INT_MAX), "max.connections.per.ip": (0, INT_MAX),
+    "max.connection.creation.rate": (0, INT_MAX),
     "offsets.topic.num.partitions": (1, INT_MAX), "offsets.topic.replication.factor": (1, SHORT_MAX),
     "offsets.topic.segment.bytes": (1, INT_MAX), "share.coordinator.state.topic.num.partitions": (1, INT_MAX),
     "share.coordinator.state.topic.segment.bytes": (1, INT_MAX),
@@ -528,6 +538,12 @@ def broker_value(key: str, value: Any) -> Any:
                 "group.consumer.assignors", "group.share.assignors", "controller.quorum.voters", "process.roles"):
         kind = "list"
     at_least, at_most = BROKER_INT_RANGES.get(name, BROKER_FLOAT_RANGES.get(name, (None, None)))
+    if name == "max.connections.per.ip.overrides":
+        from actors.connection_limits import OverridesError, parse_overrides
+        try:
+            parse_overrides(str(value))
+        except OverridesError as e:
+            raise ConfigError(str(e)) from None
     return parse_config_value(key, value, kind, at_least=at_least, at_most=at_most,
                               also=BROKER_INT_ALSO.get(name, ()), choices=BROKER_CHOICES.get(name, ()))
 

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.config_schema import ConfigError, topic_config_defaults, validate_dynamic_broker_configs, \
+from actors.config_schema import BROKER_DEFAULTS, ConfigError, topic_config_defaults, validate_dynamic_broker_configs, \
     validate_group_configs, validate_topic_configs
 from actors.topic_names import topic_name_error
 from protocol.errors import ErrorCode
@@ -329,7 +329,7 @@ class ControllerCore:
                                                       f"default")
         try:
             typed = validate_dynamic_broker_configs({k: v for k, v in configs.items() if v is not None})
-            validate_dynamic_broker_configs({k: 0 for k, v in configs.items() if v is None})
+            validate_dynamic_broker_configs({k: BROKER_DEFAULTS.get(k) for k, v in configs.items() if v is None})
         except ConfigError as e:
             return ControllerResult(ErrorCode.INVALID_CONFIG, str(e))
         merged = dict(self.dynamic_broker_configs.get(broker, {}))

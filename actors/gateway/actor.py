@@ -101,8 +101,10 @@ class GatewayActor:
             else:
                 port = listener.port + offset if listener.port else 0
             host = None if listener.binds_every_interface and listener.host != "0.0.0.0" else listener.host
+            protected = listener.name == listeners.inter_broker_listener.name and len(listeners.listeners) > 1
             self.servers[listener.name] = await start_frontend(self.ctx, host, port,
-                                                               security=settings.by_listener[listener.name])
+                                                               security=settings.by_listener[listener.name],
+                                                               listener=listener.name, protected=protected)
         node_ip = None
         endpoints: dict[str, tuple[str, int]] = {}
         explicit = bool(self.config.get("advertised.listeners"))  # else: the bound addresses of `listeners`

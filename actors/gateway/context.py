@@ -189,6 +189,7 @@ class GatewayContext:
         self.txn_verifications = TxnVerifications()
         self.quota_throttles: dict = {}  # quota key -> actors.quotas.Throttles (actors/gateway/quota_throttles.py)
         self.connection_rates = None  # actors.quotas.ConnectionRates, made at the first connection_creation_rate
+        self.connection_gate = None  # actors.gateway.connection_gate.ConnectionGate, made by the first listener
         if self.client_for is None:
             self.client_for = lambda key, address: SocketPartition(address, key, self.data_paths)
 

@@ -8,6 +8,8 @@
   kray configs --entity-type users --entity-name alice --entity-type clients --entity-name app --alter \
       --add-config producer_byte_rate=1048576,consumer_byte_rate=2097152
   kray configs --entity-type clients --entity-default --alter --add-config producer_byte_rate=1048576
+  kray configs --entity-type brokers --entity-default --alter --add-config max.connections.per.ip=100
+                                                                      (every broker's dynamic default)
   kray configs --entity-type users --entity-name alice --describe     (SCRAM credentials and quotas)
   kray configs --entity-type clients --describe                       (every client id's quotas)
 
@@ -179,10 +181,12 @@ def _describe_quotas(conn: KafkaConnection, entity) -> int:
 def run(args) -> int:
     try:
         types = args.entity_type
-        if len(types) > 1 or types[0] in ("clients", "ips") or DEFAULT_ENTITY in (args.entity_name or []):
+        brokers_default = types == ["brokers"] and args.entity_name == [DEFAULT_ENTITY]  # the cluster-wide default
+        if len(types) > 1 or types[0] in ("clients", "ips") or (DEFAULT_ENTITY in (args.entity_name or [])
+                                                                and not brokers_default):
             return _run_quotas(args)
         args.entity_type = types[0]
-        args.entity_name = (args.entity_name or [None])[0]
+        args.entity_name = "" if brokers_default else (args.entity_name or [None])[0]
         if args.entity_name is None and not (args.describe and args.entity_type == "users"):
             raise AdminError("--entity-name is required (only --describe of users may leave it out: every user)")
         with KafkaConnection(args.bootstrap_server, client_id="kray-configs") as conn:
@@ -213,7 +217,8 @@ def run(args) -> int:
                     resource_type=resource_type, resource_name=args.entity_name, configuration_keys=None)])).results[0]
                 if result.error_code:
                     raise AdminError(f"{ErrorCode(result.error_code).name}: {result.error_message or ''}")
-                print(f"Configs for {args.entity_type[:-1]} {args.entity_name} are:")
+                print("Default configs for brokers in the cluster are:" if brokers_default
+                      else f"Configs for {args.entity_type[:-1]} {args.entity_name} are:")
                 for c in result.configs:
                     print(f"  {c.name}={c.value} source={CONFIG_SOURCES.get(c.config_source, c.config_source)}")
                 return 0
@@ -229,7 +234,8 @@ def run(args) -> int:
                                                                     configs=changes)])).responses[0]
             if result.error_code:
                 raise AdminError(f"{ErrorCode(result.error_code).name}: {result.error_message or ''}")
-            print(f"Completed updating config for {args.entity_type[:-1]} {args.entity_name}.")
+            print("Completed updating default config for brokers in the cluster." if brokers_default
+                  else f"Completed updating config for {args.entity_type[:-1]} {args.entity_name}.")
             return 0
     except AdminError as e:
         print(f"kray configs: {e}", file=sys.stderr)

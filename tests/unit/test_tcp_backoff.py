@@ -35,7 +35,8 @@ def test_connections_kray_opens_and_accepts_are_capped(monkeypatch):
     class Ctx:  # what start_frontend reads of a gateway's context before any request arrives
         config = {"socket.request.max.bytes": 1 << 20, "connections.max.idle.ms": 60000}
         advertised = None
-        metadata = None  # (no client quotas: every connection is served)
+        metadata = None  # (no client quotas nor dynamic connection limits: every connection is served)
+        broker_id = 1
 
     async def run():
         server = await start_frontend(Ctx(), "127.0.0.1", 0)

@@ -106,8 +106,12 @@ def _describe_broker(ctx, resource, include_synonyms):
     if resource.resource_name not in ("", str(ctx.broker_id)):
         return ErrorCode.INVALID_REQUEST, f"this is broker {ctx.broker_id}; ask broker {resource.resource_name}", []
     dynamic = getattr(ctx.metadata, "dynamic_broker_configs", None) or {}
-    scopes = [(dynamic.get(str(ctx.broker_id), {}), CONFIG_SOURCE_DYNAMIC_BROKER)] if resource.resource_name else []
-    scopes.append((dynamic.get("", {}), CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER))
+    if not resource.resource_name:  # the cluster-wide default: only what is set there, as Kafka 4.4 answers
+        return 0, None, [_entry(key, value, CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER,
+                                [_synonym(key, value, CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER)], include_synonyms)
+                         for key, value in sorted(dynamic.get("", {}).items())]
+    scopes = [(dynamic.get(str(ctx.broker_id), {}), CONFIG_SOURCE_DYNAMIC_BROKER),
+              (dynamic.get("", {}), CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER)]
     configs = []
     for key, value in sorted(ctx.config.items()):
         source = CONFIG_SOURCE_STATIC_BROKER if value != BROKER_DEFAULTS.get(key) else CONFIG_SOURCE_DEFAULT
