@@ -30,8 +30,8 @@ _followers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict]" = weakr
 def _controller_key(controller: Any) -> Any:
     """Every copy of one controller handle (each hosted replica's spec unpickles its own) gives one key."""
     voters = getattr(controller, "voters", None)  # an ActiveController: whichever of the voters' controllers leads
-    if voters is not None:
-        return "voters", tuple(voters)
+    if voters is not None:  # (of its Ray cluster)
+        return "voters", getattr(getattr(controller, "_handles", None), "cluster", ""), tuple(voters)
     actor_id = getattr(controller, "_actor_id", None)  # a Ray actor handle: the single controller
     return ("actor", actor_id.hex()) if actor_id is not None else ("object", id(controller))
 
@@ -56,7 +56,8 @@ class MetadataFollower:
     async def current(self):
         """The latest image this process has (asked of the controller the first time)."""
         if self.image is None:
-            if self.first is None or (self.first.done() and self.first.exception() is not None):
+            if self.first is None or (self.first.done() and (self.first.cancelled()
+                                                             or self.first.exception() is not None)):
                 self.first = asyncio.ensure_future(controller_client.wait_for_metadata(self.controller, -1, 0))
             image = await asyncio.shield(self.first)
             if self.image is None:
