@@ -12,7 +12,9 @@ PARTITIONS = 2
 def test_idempotent_producer_roundtrip(kray):
     topic = "kp-roundtrip"
     admin = KafkaAdminClient(bootstrap_servers=kray, request_timeout_ms=30000)
-    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
+    # (records of 2023: retention.ms -1, or the broker's retention check may delete them before they are read back)
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1,
+                                  topic_configs={"retention.ms": "-1"})])
     try:
         admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
         raise AssertionError("creating a topic twice must fail")
