@@ -7,20 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 from actors.config_schema import effective_dynamic_broker_config
 from actors.connection_limits import ConnectionCounts, Limits, OverridesError, parse_overrides
+from actors.gateway.context import monotonic_ms
 from actors.gateway.quota_throttles import connection_throttle_ms
 
 log = logging.getLogger("kray.gateway")
 
 SLOT_RECHECK_S = 1.0  # a listener waiting for a free slot reads the limits again this often (they are dynamic)
 REJECTED = -1
-
-
-def monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 class ConnectionGate:
